@@ -1,0 +1,151 @@
+//! The instance catalog: raw capacity per instance type, compiled into the binary from
+//! `common/data/instance-types.json` (a copy of `shared/data/instance-types.json`).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+use crate::resource::{ResourceName, Resources};
+
+const CATALOG_JSON: &str = include_str!("../data/instance-types.json");
+
+/// Raw capacity of one instance type, as HyperPod task governance counts it for quota.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct InstanceType {
+    #[serde(skip)]
+    pub name: String,
+    pub vcpu: u32,
+    pub memory_gib: u32,
+    pub gpu: u32,
+    pub neuron: u32,
+    #[serde(default)]
+    pub neuron_cores: u32,
+    pub efa: u32,
+    #[serde(default)]
+    pub accelerator_model: Option<String>,
+    #[serde(default)]
+    pub accelerator_memory_gib: Option<u32>,
+}
+
+impl InstanceType {
+    /// Accelerators per instance: GPUs, or Neuron devices on Trainium/Inferentia types.
+    pub fn accelerators(&self) -> u32 {
+        self.gpu.max(self.neuron)
+    }
+
+    /// The accelerator resource of this type (`gpu` or `neuron`), if it has one.
+    pub fn accelerator_resource(&self) -> Option<ResourceName> {
+        if self.gpu > 0 {
+            Some(ResourceName::gpu())
+        } else if self.neuron > 0 {
+            Some(ResourceName::neuron())
+        } else {
+            None
+        }
+    }
+
+    /// Full capacity of one instance in base units (cpu in millicores, memory in bytes).
+    /// Resources the type does not have are left out.
+    pub fn resources(&self) -> Resources {
+        let mut r = Resources::new();
+        r.set(ResourceName::cpu(), i64::from(self.vcpu) * 1000);
+        r.set(ResourceName::memory(), i64::from(self.memory_gib) << 30);
+        for (name, v) in [
+            (ResourceName::gpu(), self.gpu),
+            (ResourceName::neuron(), self.neuron),
+            (ResourceName::efa(), self.efa),
+        ] {
+            if v > 0 {
+                r.set(name, i64::from(v));
+            }
+        }
+        r
+    }
+}
+
+#[derive(Deserialize)]
+struct CatalogFile {
+    instance_types: BTreeMap<String, InstanceType>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown instance type {name:?}: give its resources explicitly, or use one of the catalog's types ({known})")]
+pub struct UnknownInstanceType {
+    pub name: String,
+    pub known: String,
+}
+
+/// The compiled-in catalog.
+pub struct Catalog {
+    types: BTreeMap<String, InstanceType>,
+}
+
+impl Catalog {
+    /// The catalog compiled into the binary.
+    pub fn builtin() -> &'static Catalog {
+        static CATALOG: OnceLock<Catalog> = OnceLock::new();
+        CATALOG.get_or_init(|| {
+            // The file is part of the source tree; a unit test checks it parses.
+            let file: CatalogFile = serde_json::from_str(CATALOG_JSON)
+                .unwrap_or(CatalogFile { instance_types: BTreeMap::new() });
+            let types = file
+                .instance_types
+                .into_iter()
+                .map(|(name, mut t)| {
+                    t.name = name.clone();
+                    (name, t)
+                })
+                .collect();
+            Catalog { types }
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Result<&InstanceType, UnknownInstanceType> {
+        self.types.get(name).ok_or_else(|| UnknownInstanceType {
+            name: name.to_string(),
+            known: self.types.keys().cloned().collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.types.keys().map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_catalog_parses() {
+        let file: CatalogFile = serde_json::from_str(CATALOG_JSON).expect("catalog parses");
+        assert!(file.instance_types.len() >= 10);
+        assert_eq!(Catalog::builtin().names().count(), file.instance_types.len());
+    }
+
+    #[test]
+    fn p5_capacity() {
+        let p5 = Catalog::builtin().get("ml.p5.48xlarge").unwrap();
+        assert_eq!(p5.gpu, 8);
+        assert_eq!(p5.vcpu, 192);
+        assert_eq!(p5.memory_gib, 2048);
+        let r = p5.resources();
+        assert_eq!(r.get(&ResourceName::cpu()), 192_000);
+        assert_eq!(r.get(&ResourceName::gpu()), 8);
+    }
+
+    #[test]
+    fn unknown_type_lists_known_ones() {
+        let err = Catalog::builtin().get("ml.x9.huge").unwrap_err().to_string();
+        assert!(err.contains("ml.x9.huge") && err.contains("ml.g5.8xlarge"), "{err}");
+    }
+
+    #[test]
+    fn copy_matches_shared_data_when_present() {
+        let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/instance-types.json");
+        if let Ok(text) = std::fs::read_to_string(shared) {
+            assert_eq!(text, CATALOG_JSON, "common/data/instance-types.json is out of date");
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Domain types shared by every part of allot: resources and quantities, the instance catalog,
+//! teams and quotas, the cluster policy, workloads, and the HyperPod input forms.
+
+pub mod catalog;
+pub mod hyperpod;
+pub mod policy;
+pub mod quota;
+pub mod resource;
+pub mod workload;
+
+pub use catalog::{Catalog, InstanceType};
+pub use policy::{ClusterPolicy, FairSharingStrategy, PriorityClass};
+pub use quota::{CohortSpec, FlavorQuota, ResourceGroup, ResourceQuota, TeamSpec};
+pub use resource::{ResourceName, Resources};
+pub use workload::{PodSet, PriorityRef, WorkloadSpec};

@@ -1,0 +1,150 @@
+//! The cluster policy (HyperPod `SchedulerConfig`): priority classes, fair sharing, idle sharing.
+
+use serde::{Deserialize, Serialize};
+
+/// At most this many priority classes (HyperPod's limit).
+pub const MAX_PRIORITY_CLASSES: usize = 10;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriorityClass {
+    pub name: String,
+    /// 0..=100.
+    pub weight: i32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum FairSharingStrategy {
+    LessThanOrEqualToFinalShare,
+    LessThanInitialShare,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterPolicy {
+    /// Empty = first-come first-serve task prioritization.
+    pub priority_classes: Vec<PriorityClass>,
+    pub fair_share: bool,
+    pub fair_sharing_strategies: Vec<FairSharingStrategy>,
+    pub idle_resource_sharing: bool,
+}
+
+impl Default for ClusterPolicy {
+    fn default() -> Self {
+        ClusterPolicy {
+            priority_classes: Vec::new(),
+            fair_share: true,
+            fair_sharing_strategies: vec![
+                FairSharingStrategy::LessThanOrEqualToFinalShare,
+                FairSharingStrategy::LessThanInitialShare,
+            ],
+            idle_resource_sharing: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{0} priority classes given; at most {MAX_PRIORITY_CLASSES} are allowed")]
+    TooManyClasses(usize),
+    #[error("priority class {name:?}: weight {weight} is out of range 0..=100")]
+    Weight { name: String, weight: i32 },
+    #[error("priority class {0:?} is defined twice")]
+    Duplicate(String),
+    #[error("invalid priority class name {0:?}: use a DNS label (lowercase letters, digits, '-')")]
+    Name(String),
+    #[error("fair_sharing_strategies {0:?} is not valid: use [LessThanOrEqualToFinalShare], [LessThanInitialShare] or both in that order")]
+    Strategies(Vec<FairSharingStrategy>),
+    #[error("unknown priority class {name:?}; valid names: {valid}")]
+    UnknownClass { name: String, valid: String },
+}
+
+impl ClusterPolicy {
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if self.priority_classes.len() > MAX_PRIORITY_CLASSES {
+            return Err(PolicyError::TooManyClasses(self.priority_classes.len()));
+        }
+        for (i, pc) in self.priority_classes.iter().enumerate() {
+            let label_ok = !pc.name.is_empty()
+                && pc.name.len() <= 63
+                && pc
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            if !label_ok {
+                return Err(PolicyError::Name(pc.name.clone()));
+            }
+            if !(0..=100).contains(&pc.weight) {
+                return Err(PolicyError::Weight {
+                    name: pc.name.clone(),
+                    weight: pc.weight,
+                });
+            }
+            if self.priority_classes[..i].iter().any(|o| o.name == pc.name) {
+                return Err(PolicyError::Duplicate(pc.name.clone()));
+            }
+        }
+        use FairSharingStrategy::*;
+        let s = &self.fair_sharing_strategies;
+        let valid = matches!(
+            s.as_slice(),
+            [LessThanOrEqualToFinalShare] | [LessThanInitialShare] | [LessThanOrEqualToFinalShare, LessThanInitialShare]
+        );
+        if !valid {
+            return Err(PolicyError::Strategies(s.clone()));
+        }
+        Ok(())
+    }
+
+    /// The priority of a task naming `class`: the class weight; an unknown class is an error
+    /// that lists the valid names.
+    pub fn class_priority(&self, class: &str) -> Result<i32, PolicyError> {
+        self.priority_classes
+            .iter()
+            .find(|c| c.name == class)
+            .map(|c| c.weight)
+            .ok_or_else(|| PolicyError::UnknownClass {
+                name: class.to_string(),
+                valid: if self.priority_classes.is_empty() {
+                    "none (the policy defines no priority classes: first-come first-serve)".into()
+                } else {
+                    self.priority_classes
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_class_lists_valid_names() {
+        let p = ClusterPolicy {
+            priority_classes: vec![
+                PriorityClass { name: "inference".into(), weight: 90 },
+                PriorityClass { name: "training".into(), weight: 70 },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(p.class_priority("training").unwrap(), 70);
+        let e = p.class_priority("nope").unwrap_err().to_string();
+        assert!(e.contains("nope") && e.contains("inference, training"), "{e}");
+    }
+
+    #[test]
+    fn validation_ranges() {
+        let mut p = ClusterPolicy::default();
+        p.priority_classes.push(PriorityClass { name: "x".into(), weight: 101 });
+        assert!(p.validate().unwrap_err().to_string().contains("101"));
+        p.priority_classes[0].weight = 100;
+        assert!(p.validate().is_ok());
+        p.priority_classes = (0..11).map(|i| PriorityClass { name: format!("c{i}"), weight: 1 }).collect();
+        assert!(p.validate().is_err());
+        let mut q = ClusterPolicy::default();
+        q.fair_sharing_strategies = vec![FairSharingStrategy::LessThanInitialShare, FairSharingStrategy::LessThanOrEqualToFinalShare];
+        assert!(q.validate().is_err());
+    }
+}

@@ -1,0 +1,19 @@
+//! allot's core: the deterministic state machine and scheduler.
+//!
+//! Sans-I/O: commands and the current time go in, events and plans come out. Nothing here reads
+//! a clock, spawns a thread, touches the network or iterates a hash map. The coordinator (Raft,
+//! storage, QUIC) and `allot simulate` drive the same code.
+
+pub mod ids;
+pub mod invariants;
+pub mod nodes;
+pub mod plan;
+pub mod preemption;
+pub mod quota;
+pub mod scheduler;
+pub mod state;
+
+pub use ids::{FlavorId, FrId, NodeId, ResId, TeamId, WlId};
+pub use plan::{verify, Plan, PreemptReason};
+pub use scheduler::schedule;
+pub use state::{Admission, Event, State, StateError, Time, WlState, Workload};

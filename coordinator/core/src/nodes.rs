@@ -1,0 +1,499 @@
+//! Nodes, their free capacity and device indices, and pod placement.
+//!
+//! Each flavor keeps an ordered index of its schedulable nodes keyed by the free amount of the
+//! flavor's primary resource (its accelerator, else cpu), so finding the most-allocated node that
+//! still fits a pod is a range query, not a scan of every node.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{FlavorId, Interner, NodeId, ResId};
+
+/// Device indices are tracked in a 64-bit mask per device resource.
+pub const MAX_DEVICES: i64 = 64;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRes {
+    pub res: ResId,
+    pub cap: i64,
+    pub used: i64,
+    /// Free device indices (bit i = index i free) for device resources.
+    pub free_mask: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    pub flavor: FlavorId,
+    /// Sorted by resource id.
+    pub res: Vec<NodeRes>,
+    pub healthy: bool,
+    pub cordoned: bool,
+}
+
+impl Node {
+    pub fn free(&self, r: ResId) -> i64 {
+        self.res
+            .iter()
+            .find(|x| x.res == r)
+            .map(|x| x.cap - x.used)
+            .unwrap_or(0)
+    }
+    pub fn capacity(&self, r: ResId) -> i64 {
+        self.res.iter().find(|x| x.res == r).map(|x| x.cap).unwrap_or(0)
+    }
+    pub fn schedulable(&self) -> bool {
+        self.healthy && !self.cordoned
+    }
+    /// How many pods with per-pod request `req` fit in the free capacity (capped at `limit`).
+    pub fn pods_fit(&self, req: &[(ResId, i64)], limit: u32) -> u32 {
+        let mut n = limit as i64;
+        for (r, v) in req {
+            if *v <= 0 {
+                continue;
+            }
+            n = n.min(self.free(*r) / v);
+        }
+        n.max(0) as u32
+    }
+}
+
+/// One pod's allocation on one node: what to give back when it goes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodAlloc {
+    pub node: NodeId,
+    pub req: Vec<(ResId, i64)>,
+    /// Device indices per device resource.
+    pub devices: Vec<(ResId, Vec<u8>)>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct FlavorNodes {
+    primary: Option<ResId>,
+    index: BTreeSet<(i64, NodeId)>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct NodeSet {
+    pub nodes: Vec<Node>,
+    by_name: BTreeMap<String, NodeId>,
+    flavors: BTreeMap<FlavorId, FlavorNodes>,
+}
+
+/// Why a pod set could not be placed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlaceFailure {
+    pub placed: u32,
+    pub wanted: u32,
+    pub schedulable_nodes: usize,
+}
+
+impl NodeSet {
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn find(&self, name: &str) -> Option<NodeId> {
+        self.by_name.get(name).copied()
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.idx()]
+    }
+
+    pub fn has_flavor(&self, f: FlavorId) -> bool {
+        self.flavors.contains_key(&f)
+    }
+
+    /// Adds a node with the given capacity. Devices beyond `MAX_DEVICES` are an error.
+    pub fn add(
+        &mut self,
+        name: &str,
+        flavor: FlavorId,
+        capacity: Vec<(ResId, i64, bool)>,
+    ) -> Result<NodeId, String> {
+        if self.by_name.contains_key(name) {
+            return Err(format!("node {name:?} is defined twice"));
+        }
+        let mut res: Vec<NodeRes> = Vec::new();
+        for (r, cap, is_device) in capacity {
+            if cap < 0 {
+                return Err(format!("node {name:?}: capacity {cap} must be >= 0"));
+            }
+            if is_device && cap > MAX_DEVICES {
+                return Err(format!(
+                    "node {name:?}: {cap} devices of one kind; at most {MAX_DEVICES} are supported"
+                ));
+            }
+            let free_mask = is_device.then(|| if cap == 64 { u64::MAX } else { (1u64 << cap) - 1 });
+            res.push(NodeRes {
+                res: r,
+                cap,
+                used: 0,
+                free_mask,
+            });
+        }
+        res.sort_by_key(|r| r.res);
+        let id = NodeId(self.nodes.len() as u32);
+        let fnodes = self.flavors.entry(flavor).or_default();
+        if fnodes.primary.is_none() {
+            // The first device resource of the flavor's first node, else cpu (lowest id).
+            fnodes.primary = res
+                .iter()
+                .find(|r| r.free_mask.is_some())
+                .or_else(|| res.first())
+                .map(|r| r.res);
+        }
+        self.nodes.push(Node {
+            name: name.to_string(),
+            flavor,
+            res,
+            healthy: true,
+            cordoned: false,
+        });
+        self.by_name.insert(name.to_string(), id);
+        self.index_insert(id);
+        Ok(id)
+    }
+
+    fn key(&self, id: NodeId) -> i64 {
+        let n = &self.nodes[id.idx()];
+        match self.flavors.get(&n.flavor).and_then(|f| f.primary) {
+            Some(p) => n.free(p),
+            None => 0,
+        }
+    }
+
+    fn index_insert(&mut self, id: NodeId) {
+        if !self.nodes[id.idx()].schedulable() {
+            return;
+        }
+        let k = self.key(id);
+        let f = self.nodes[id.idx()].flavor;
+        if let Some(fnodes) = self.flavors.get_mut(&f) {
+            fnodes.index.insert((k, id));
+        }
+    }
+
+    fn index_remove(&mut self, id: NodeId) {
+        let k = self.key(id);
+        let f = self.nodes[id.idx()].flavor;
+        if let Some(fnodes) = self.flavors.get_mut(&f) {
+            fnodes.index.remove(&(k, id));
+        }
+    }
+
+    pub fn set_health(&mut self, id: NodeId, healthy: bool) {
+        self.index_remove(id);
+        self.nodes[id.idx()].healthy = healthy;
+        self.index_insert(id);
+    }
+
+    pub fn set_cordoned(&mut self, id: NodeId, cordoned: bool) {
+        self.index_remove(id);
+        self.nodes[id.idx()].cordoned = cordoned;
+        self.index_insert(id);
+    }
+
+    /// Allocates one pod on `id`, taking the lowest free device indices. The caller has checked
+    /// that it fits.
+    fn allocate(&mut self, id: NodeId, req: &[(ResId, i64)]) -> PodAlloc {
+        self.index_remove(id);
+        let node = &mut self.nodes[id.idx()];
+        let mut devices = Vec::new();
+        for (r, v) in req {
+            if *v <= 0 {
+                continue;
+            }
+            if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
+                nr.used += v;
+                if let Some(mask) = nr.free_mask.as_mut() {
+                    let mut idx = Vec::new();
+                    for bit in 0..64u8 {
+                        if idx.len() as i64 == *v {
+                            break;
+                        }
+                        if *mask & (1u64 << bit) != 0 {
+                            *mask &= !(1u64 << bit);
+                            idx.push(bit);
+                        }
+                    }
+                    devices.push((*r, idx));
+                }
+            }
+        }
+        self.index_insert(id);
+        PodAlloc {
+            node: id,
+            req: req.iter().filter(|(_, v)| *v > 0).copied().collect(),
+            devices,
+        }
+    }
+
+    /// Gives a pod's allocation back.
+    pub fn release(&mut self, a: &PodAlloc) {
+        let id = a.node;
+        self.index_remove(id);
+        let node = &mut self.nodes[id.idx()];
+        for (r, v) in &a.req {
+            if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
+                nr.used -= v;
+            }
+        }
+        for (r, idx) in &a.devices {
+            if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
+                if let Some(mask) = nr.free_mask.as_mut() {
+                    for i in idx {
+                        *mask |= 1u64 << i;
+                    }
+                }
+            }
+        }
+        self.index_insert(id);
+    }
+
+    /// Re-takes an exact allocation (used when applying a decided placement). Fails without
+    /// changing anything if the node is not schedulable, lacks capacity or a device is taken.
+    pub fn take_exact(&mut self, a: &PodAlloc) -> Result<(), String> {
+        let node = self
+            .nodes
+            .get(a.node.idx())
+            .ok_or_else(|| format!("node id {} does not exist", a.node.0))?;
+        if !node.schedulable() {
+            return Err(format!("node {} is not schedulable", node.name));
+        }
+        for (r, v) in &a.req {
+            if node.free(*r) < *v {
+                return Err(format!("node {} no longer has room", node.name));
+            }
+        }
+        for (r, idx) in &a.devices {
+            let mask = node
+                .res
+                .iter()
+                .find(|x| x.res == *r)
+                .and_then(|x| x.free_mask)
+                .unwrap_or(0);
+            if idx.iter().any(|i| *i >= 64 || mask & (1u64 << i) == 0) {
+                return Err(format!("node {}: device {:?} is taken", node.name, idx));
+            }
+        }
+        self.index_remove(a.node);
+        let node = &mut self.nodes[a.node.idx()];
+        for (r, v) in &a.req {
+            if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
+                nr.used += v;
+            }
+        }
+        for (r, idx) in &a.devices {
+            if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
+                if let Some(mask) = nr.free_mask.as_mut() {
+                    for i in idx {
+                        *mask &= !(1u64 << i);
+                    }
+                }
+            }
+        }
+        self.index_insert(a.node);
+        Ok(())
+    }
+
+    /// Places `count` pods of `req` on schedulable nodes of `flavor`, all or nothing.
+    ///
+    /// Preference: the most-allocated node that takes every remaining pod; when no single node
+    /// can, the node with the most free room first (fewest nodes for a gang).
+    pub fn place(
+        &mut self,
+        flavor: FlavorId,
+        req: &[(ResId, i64)],
+        count: u32,
+    ) -> Result<Vec<PodAlloc>, PlaceFailure> {
+        let Some(fnodes) = self.flavors.get(&flavor) else {
+            return Err(PlaceFailure {
+                placed: 0,
+                wanted: count,
+                schedulable_nodes: 0,
+            });
+        };
+        let schedulable_nodes = fnodes.index.len();
+        let primary = fnodes.primary;
+        let per_pod_primary = primary
+            .and_then(|p| req.iter().find(|(r, _)| *r == p).map(|(_, v)| *v))
+            .unwrap_or(0);
+        let mut allocs: Vec<PodAlloc> = Vec::new();
+        let mut remaining = count;
+        while remaining > 0 {
+            let Some(fnodes) = self.flavors.get(&flavor) else {
+                break;
+            };
+            let need = per_pod_primary.saturating_mul(i64::from(remaining));
+            let whole = fnodes
+                .index
+                .range((need, NodeId(0))..)
+                .map(|(_, id)| *id)
+                .find(|id| self.nodes[id.idx()].pods_fit(req, remaining) == remaining);
+            let (target, n) = match whole {
+                Some(id) => (Some(id), remaining),
+                None => {
+                    let mut pick = None;
+                    for (_, id) in fnodes.index.iter().rev() {
+                        let m = self.nodes[id.idx()].pods_fit(req, remaining);
+                        if m > 0 {
+                            pick = Some((*id, m));
+                            break;
+                        }
+                        if per_pod_primary > 0 && self.key(*id) < per_pod_primary {
+                            break;
+                        }
+                    }
+                    match pick {
+                        Some((id, m)) => (Some(id), m),
+                        None => (None, 0),
+                    }
+                }
+            };
+            let Some(id) = target else { break };
+            for _ in 0..n {
+                allocs.push(self.allocate(id, req));
+            }
+            remaining -= n;
+        }
+        if remaining > 0 {
+            let placed = count - remaining;
+            for a in allocs.iter().rev() {
+                self.release(a);
+            }
+            return Err(PlaceFailure {
+                placed,
+                wanted: count,
+                schedulable_nodes,
+            });
+        }
+        Ok(allocs)
+    }
+
+    /// Total and free capacity of one resource over the schedulable nodes of a flavor.
+    pub fn flavor_free(&self, flavor: FlavorId, r: ResId) -> (i64, i64) {
+        let Some(f) = self.flavors.get(&flavor) else {
+            return (0, 0);
+        };
+        f.index.iter().fold((0, 0), |(c, fr), (_, id)| {
+            let n = &self.nodes[id.idx()];
+            (c + n.capacity(r), fr + n.free(r))
+        })
+    }
+
+    /// Healthy capacity per (flavor, resource), for idle-capacity accounting and warnings.
+    pub fn healthy_capacity(&self) -> BTreeMap<(FlavorId, ResId), i64> {
+        let mut m = BTreeMap::new();
+        for n in self.nodes.iter().filter(|n| n.healthy) {
+            for r in &n.res {
+                *m.entry((n.flavor, r.res)).or_insert(0) += r.cap;
+            }
+        }
+        m
+    }
+
+    /// Devices given out on a node, for invariant checks: (resource, index) pairs in use.
+    pub fn used_devices(&self, id: NodeId) -> Vec<(ResId, u8)> {
+        let n = &self.nodes[id.idx()];
+        let mut out = Vec::new();
+        for r in &n.res {
+            if let Some(mask) = r.free_mask {
+                for bit in 0..(r.cap.min(64) as u8) {
+                    if mask & (1u64 << bit) == 0 {
+                        out.push((r.res, bit));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Describes the free room of a flavor for messages: `3 schedulable nodes, free gpu 1 of 8`.
+    pub fn describe_room(&self, flavor: FlavorId, req: &[(ResId, i64)], names: &Interner) -> String {
+        let nodes = self.flavors.get(&flavor).map(|f| f.index.len()).unwrap_or(0);
+        let parts: Vec<String> = req
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(r, _)| {
+                let (cap, free) = self.flavor_free(flavor, *r);
+                format!(
+                    "{} free {} of {}",
+                    names.resource_name(*r),
+                    names.format_qty(*r, free),
+                    names.format_qty(*r, cap)
+                )
+            })
+            .collect();
+        format!("{nodes} schedulable node(s); {}", parts.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allot_common::ResourceName;
+
+    fn setup(n: usize, gpus: i64) -> (NodeSet, Interner, FlavorId, ResId, ResId) {
+        let mut i = Interner::default();
+        let f = i.flavor("f");
+        let g = i.resource(&ResourceName::gpu());
+        let c = i.resource(&ResourceName::cpu());
+        let mut ns = NodeSet::default();
+        for k in 0..n {
+            ns.add(&format!("n{k}"), f, vec![(g, gpus, true), (c, 32_000, false)])
+                .unwrap();
+        }
+        (ns, i, f, g, c)
+    }
+
+    #[test]
+    fn devices_are_distinct_and_released() {
+        let (mut ns, _, f, g, _) = setup(1, 8);
+        let a = ns.place(f, &[(g, 3)], 1).unwrap();
+        let b = ns.place(f, &[(g, 2)], 1).unwrap();
+        assert_eq!(a[0].devices, vec![(g, vec![0, 1, 2])]);
+        assert_eq!(b[0].devices, vec![(g, vec![3, 4])]);
+        ns.release(&a[0]);
+        let c = ns.place(f, &[(g, 4)], 1).unwrap();
+        assert_eq!(c[0].devices, vec![(g, vec![0, 1, 2, 5])]);
+        assert!(ns.place(f, &[(g, 1)], 1).is_err());
+    }
+
+    #[test]
+    fn most_allocated_node_first() {
+        let (mut ns, _, f, g, _) = setup(3, 8);
+        let first = ns.place(f, &[(g, 6)], 1).unwrap();
+        let second = ns.place(f, &[(g, 2)], 1).unwrap();
+        assert_eq!(second[0].node, first[0].node, "fills the busy node");
+    }
+
+    #[test]
+    fn gang_uses_fewest_nodes_and_is_all_or_nothing() {
+        let (mut ns, _, f, g, _) = setup(3, 8);
+        ns.place(f, &[(g, 7)], 1).unwrap();
+        // 12 pods of 1 GPU: the two empty nodes (8 + 4), not the busy one.
+        let gang = ns.place(f, &[(g, 1)], 12).unwrap();
+        let nodes: BTreeSet<NodeId> = gang.iter().map(|a| a.node).collect();
+        assert_eq!(nodes.len(), 2);
+        // 5 more do not fit (1 + 4 free): nothing is taken.
+        let before = ns.nodes.clone();
+        let err = ns.place(f, &[(g, 1)], 6).unwrap_err();
+        assert_eq!(err.wanted, 6);
+        assert_eq!(ns.nodes, before);
+    }
+
+    #[test]
+    fn unhealthy_nodes_are_skipped_and_exact_take_checks() {
+        let (mut ns, _, f, g, _) = setup(2, 1);
+        ns.set_health(NodeId(0), false);
+        let a = ns.place(f, &[(g, 1)], 1).unwrap();
+        assert_eq!(a[0].node, NodeId(1));
+        assert!(ns.place(f, &[(g, 1)], 1).is_err());
+        ns.release(&a[0]);
+        ns.take_exact(&a[0]).unwrap();
+        assert!(ns.take_exact(&a[0]).is_err());
+    }
+}

@@ -1,0 +1,76 @@
+//! What one scheduling cycle decided: admissions (quota and placement together), preemptions,
+//! and the reason every other pending workload waits.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::WlId;
+use crate::state::{Admission, State};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PreemptReason {
+    InClusterQueue,
+    InCohortReclamation,
+    InCohortFairSharing,
+    InCohortReclaimWhileBorrowing,
+}
+
+impl PreemptReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PreemptReason::InClusterQueue => "InClusterQueue",
+            PreemptReason::InCohortReclamation => "InCohortReclamation",
+            PreemptReason::InCohortFairSharing => "InCohortFairSharing",
+            PreemptReason::InCohortReclaimWhileBorrowing => "InCohortReclaimWhileBorrowing",
+        }
+    }
+    /// The words used in the victim's message.
+    pub fn phrase(&self) -> &'static str {
+        match self {
+            PreemptReason::InClusterQueue => "prioritization in the team",
+            PreemptReason::InCohortReclamation => "reclamation within the cohort",
+            PreemptReason::InCohortFairSharing => "fair sharing within the cohort",
+            PreemptReason::InCohortReclaimWhileBorrowing => "reclamation within the cohort while borrowing",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedAdmission {
+    pub wl: WlId,
+    pub admission: Admission,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedPreemption {
+    pub victim: WlId,
+    pub preemptor: WlId,
+    pub reason: PreemptReason,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub admissions: Vec<PlannedAdmission>,
+    pub preemptions: Vec<PlannedPreemption>,
+    /// (workload, reason, message) for every pending workload considered and not admitted.
+    pub pending: Vec<(WlId, String, String)>,
+    /// Pending workloads considered in this cycle.
+    pub considered: usize,
+}
+
+impl Plan {
+    /// Whether the plan changes anything beyond messages.
+    pub fn has_decisions(&self) -> bool {
+        !self.admissions.is_empty() || !self.preemptions.is_empty()
+    }
+}
+
+/// Checks that every admission of `plan` fits `state` when applied in order (same quota `fits`
+/// and exact device re-take as `State::admit`). Returns one result per admission.
+pub fn verify(state: &State, plan: &Plan) -> Vec<Result<(), String>> {
+    let mut scratch = state.clone();
+    plan.admissions
+        .iter()
+        .map(|a| scratch.admit(a.wl, &a.admission, 0).map(|_| ()))
+        .collect()
+}

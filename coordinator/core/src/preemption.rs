@@ -1,0 +1,402 @@
+//! Choosing victims (scheduling.md §4 classical, §6 fair sharing). Both searches remove
+//! candidates from the cycle's working copy, test the shared `fits` (quota and placement) after
+//! each removal, put back what is not needed (minimal set), and leave the working copy as they
+//! found it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use allot_common::quota::{BorrowWithinCohortPolicy, ReclaimWithinCohort, WithinTeam};
+use allot_common::FairSharingStrategy;
+
+use crate::ids::{FlavorId, FrId, TeamId, WlId};
+use crate::plan::PreemptReason;
+use crate::quota::{self, Share};
+use crate::scheduler::Ctx;
+use crate::state::{State, WlState, Workload};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Victim {
+    pub id: WlId,
+    pub reason: PreemptReason,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Own,
+    /// The preemptor fits in its nominal with the request: reclaim.
+    Advantage,
+    /// Usable only in a search where the preemptor ends up not borrowing.
+    WithoutBorrowing,
+    WhileBorrowing,
+}
+
+#[derive(Clone, Debug)]
+struct Cand {
+    id: WlId,
+    team: TeamId,
+    kind: Kind,
+}
+
+impl Cand {
+    fn reason(&self) -> PreemptReason {
+        match self.kind {
+            Kind::Own => PreemptReason::InClusterQueue,
+            Kind::Advantage | Kind::WithoutBorrowing => PreemptReason::InCohortReclamation,
+            Kind::WhileBorrowing => PreemptReason::InCohortReclaimWhileBorrowing,
+        }
+    }
+}
+
+/// Finds the victims that let `wl` fit with `usage` and `place`. `Some(vec![])` means it fits
+/// already; `None` means no set of allowed victims makes room.
+pub fn find_victims(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    place: &[(usize, FlavorId, u32)],
+    contested: &BTreeSet<FrId>,
+    contested_flavors: &BTreeSet<FlavorId>,
+) -> Option<Vec<Victim>> {
+    if ctx.fits(wl, usage, place, true) {
+        return Some(Vec::new());
+    }
+    // Contested pairs: quota shortfalls, plus every requested pair on flavors short of nodes.
+    let mut f_set: BTreeSet<FrId> = contested.clone();
+    for (fr, _) in usage {
+        let (f, _) = ctx.st.names.fr_parts(*fr);
+        if contested_flavors.contains(&f) {
+            f_set.insert(*fr);
+        }
+    }
+    if f_set.is_empty() {
+        return None;
+    }
+    if ctx.st.policy.fair_share {
+        fair_sharing(ctx, wl, usage, place, &f_set)
+    } else {
+        classical(ctx, wl, usage, place, &f_set)
+    }
+}
+
+fn uses_any(st: &State, id: WlId, f_set: &BTreeSet<FrId>) -> bool {
+    st.workload(id)
+        .admission
+        .as_ref()
+        .is_some_and(|a| a.usage.iter().any(|(fr, v)| *v > 0 && f_set.contains(fr)))
+}
+
+fn borrowing_in(ctx: &Ctx, t: TeamId, f_set: &BTreeSet<FrId>) -> bool {
+    f_set.iter().any(|fr| quota::is_borrowing(ctx.st, &ctx.acct, t, *fr))
+}
+
+fn own_allowed(policy: WithinTeam, wl: &Workload, c: &Workload) -> bool {
+    match policy {
+        WithinTeam::Never => false,
+        WithinTeam::LowerPriority => c.priority < wl.priority,
+        WithinTeam::LowerOrNewerEqualPriority => {
+            c.priority < wl.priority || (c.priority == wl.priority && c.submit_time > wl.submit_time)
+        }
+    }
+}
+
+/// Candidate order: being evicted first, other teams before the preemptor's own, lower priority,
+/// most recently admitted, name.
+fn order(st: &State, own: TeamId, cands: &mut [Cand]) {
+    cands.sort_by(|a, b| {
+        let wa = st.workload(a.id);
+        let wb = st.workload(b.id);
+        let key = |w: &Workload, c: &Cand| {
+            (
+                w.state != WlState::Evicting,
+                c.team == own,
+                w.priority,
+                std::cmp::Reverse(w.admitted_at.unwrap_or(i64::MAX)),
+            )
+        };
+        key(wa, a)
+            .cmp(&key(wb, b))
+            .then_with(|| wa.spec.name.cmp(&wb.spec.name))
+            .then_with(|| a.id.cmp(&b.id))
+    });
+}
+
+fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrId>, fair: bool) -> Vec<Cand> {
+    let st = ctx.st;
+    let t = wl.team;
+    let team = &st.teams[t.idx()];
+    let policy = team.spec.preemption;
+    let mut cands = Vec::new();
+    for id in &team.admitted {
+        if ctx.removed.contains(id) || !uses_any(st, *id, f_set) {
+            continue;
+        }
+        if own_allowed(policy.within_team, wl, st.workload(*id)) {
+            cands.push(Cand { id: *id, team: t, kind: Kind::Own });
+        }
+    }
+    let cohort = &st.cohorts[team.cohort.idx()];
+    if policy.reclaim_within_cohort != ReclaimWithinCohort::Never && !cohort.private {
+        let advantage = usage
+            .iter()
+            .all(|(fr, v)| ctx.acct.usage(t, *fr) + v <= team.quota(*fr).map(|q| q.nominal).unwrap_or(0));
+        let bwc = policy.borrow_within_cohort;
+        for m in &cohort.members {
+            if *m == t || !borrowing_in(ctx, *m, f_set) {
+                continue;
+            }
+            for id in &st.teams[m.idx()].admitted {
+                if ctx.removed.contains(id) || !uses_any(st, *id, f_set) {
+                    continue;
+                }
+                let c = st.workload(*id);
+                if policy.reclaim_within_cohort == ReclaimWithinCohort::LowerPriority && c.priority >= wl.priority {
+                    continue;
+                }
+                let kind = if fair || advantage {
+                    Kind::Advantage
+                } else if bwc.policy == BorrowWithinCohortPolicy::Never
+                    || c.priority >= wl.priority
+                    || bwc.max_priority_threshold.is_some_and(|th| c.priority > th)
+                {
+                    Kind::WithoutBorrowing
+                } else {
+                    Kind::WhileBorrowing
+                };
+                cands.push(Cand { id: *id, team: *m, kind });
+            }
+        }
+    }
+    order(st, t, &mut cands);
+    cands
+}
+
+/// Puts back every victim (last one excepted) that the preemptor does not need, newest removal
+/// first, then restores the working copy. Returns the minimal set.
+fn fill_back(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    place: &[(usize, FlavorId, u32)],
+    allow_borrowing: bool,
+    removed: Vec<(Cand, PreemptReason)>,
+) -> Vec<Victim> {
+    let mut keep: Vec<bool> = vec![true; removed.len()];
+    if removed.len() >= 2 {
+        for i in (0..removed.len() - 1).rev() {
+            ctx.restore(removed[i].0.id);
+            if ctx.fits(wl, usage, place, allow_borrowing) {
+                keep[i] = false;
+            } else {
+                ctx.remove(removed[i].0.id);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (i, (c, reason)) in removed.into_iter().enumerate() {
+        if keep[i] {
+            ctx.restore(c.id);
+            out.push(Victim { id: c.id, reason });
+        }
+    }
+    out
+}
+
+fn classical(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    place: &[(usize, FlavorId, u32)],
+    f_set: &BTreeSet<FrId>,
+) -> Option<Vec<Victim>> {
+    let st = ctx.st;
+    let t = wl.team;
+    let team = &st.teams[t.idx()];
+    let cands = collect(ctx, wl, usage, f_set, false);
+    if cands.is_empty() {
+        return None;
+    }
+    let others = cands.iter().any(|c| c.kind != Kind::Own);
+    let bwc_off = team.spec.preemption.borrow_within_cohort.policy == BorrowWithinCohortPolicy::Never;
+    let below_nominal = f_set
+        .iter()
+        .all(|fr| ctx.acct.usage(t, *fr) < team.quota(*fr).map(|q| q.nominal).unwrap_or(0));
+    let any_advantage = cands.iter().any(|c| c.kind == Kind::Advantage);
+    let attempts: &[bool] = if !others || (bwc_off && !below_nominal) {
+        &[true]
+    } else if bwc_off && !any_advantage {
+        &[false, true]
+    } else {
+        &[true, false]
+    };
+    for &allow_borrowing in attempts {
+        let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
+        for c in &cands {
+            if c.kind != Kind::Own {
+                if (allow_borrowing || attempts.len() == 1) && c.kind == Kind::WithoutBorrowing {
+                    continue;
+                }
+                if !borrowing_in(ctx, c.team, f_set) {
+                    continue;
+                }
+            }
+            ctx.remove(c.id);
+            removed.push((c.clone(), c.reason()));
+            if ctx.fits(wl, usage, place, allow_borrowing) {
+                return Some(fill_back(ctx, wl, usage, place, allow_borrowing, removed));
+            }
+        }
+        for (c, _) in removed.iter().rev() {
+            ctx.restore(c.id);
+        }
+    }
+    None
+}
+
+fn fair_sharing(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    place: &[(usize, FlavorId, u32)],
+    f_set: &BTreeSet<FrId>,
+) -> Option<Vec<Victim>> {
+    let st = ctx.st;
+    let t = wl.team;
+    let team = &st.teams[t.idx()];
+    let cands = collect(ctx, wl, usage, f_set, true);
+    if cands.is_empty() {
+        return None;
+    }
+    let mut by_team: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
+    for c in cands {
+        by_team.entry(c.team).or_default().push_back(c);
+    }
+    let strategies = &st.policy.fair_sharing_strategies;
+    let first = strategies.first().copied().unwrap_or(FairSharingStrategy::LessThanOrEqualToFinalShare);
+    let second = strategies.get(1).copied();
+    let passes = |s: FairSharingStrategy, p: Share, t0: Share, t1: Share| match s {
+        FairSharingStrategy::LessThanOrEqualToFinalShare => p <= t1,
+        FairSharingStrategy::LessThanInitialShare => p < t0,
+    };
+    let within_nominal_after = |ctx: &Ctx| {
+        f_set.iter().all(|fr| {
+            let add: i64 = usage.iter().filter(|(u, _)| u == fr).map(|(_, v)| *v).sum();
+            ctx.acct.usage(t, *fr) + add <= team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
+        })
+    };
+    // The team with the highest share that still has candidates; ties go to the team whose next
+    // candidate ranks first (BTreeMap order of team ids keeps it deterministic).
+    let pick = |ctx: &Ctx, pool: &BTreeMap<TeamId, VecDeque<Cand>>, used: &BTreeSet<TeamId>| -> Option<TeamId> {
+        let mut best: Option<(Share, TeamId)> = None;
+        for (tid, q) in pool {
+            if q.is_empty() || used.contains(tid) {
+                continue;
+            }
+            if *tid != t && !borrowing_in(ctx, *tid, f_set) {
+                continue;
+            }
+            let s = if *tid == t { quota::share(ctx.st, &ctx.acct, t, usage) } else { quota::share(ctx.st, &ctx.acct, *tid, &[]) };
+            if best.as_ref().is_none_or(|(bs, _)| s > *bs) {
+                best = Some((s, *tid));
+            }
+        }
+        best.map(|(_, tid)| tid)
+    };
+    let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
+    let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
+    let none = BTreeSet::new();
+    let mut fit = false;
+    'outer: while let Some(target) = pick(ctx, &by_team, &none) {
+        if target == t {
+            let c = by_team.get_mut(&target).and_then(|q| q.pop_front()).expect("picked team has candidates");
+            ctx.remove(c.id);
+            removed.push((c, PreemptReason::InClusterQueue));
+            if ctx.fits(wl, usage, place, true) {
+                fit = true;
+                break;
+            }
+            continue;
+        }
+        if within_nominal_after(ctx) {
+            let c = by_team.get_mut(&target).and_then(|q| q.pop_front()).expect("picked team has candidates");
+            ctx.remove(c.id);
+            removed.push((c, PreemptReason::InCohortReclamation));
+            if ctx.fits(wl, usage, place, true) {
+                fit = true;
+                break;
+            }
+            continue;
+        }
+        let p = quota::share(st, &ctx.acct, t, usage);
+        let t0 = quota::share(st, &ctx.acct, target, &[]);
+        while let Some(c) = by_team.get_mut(&target).and_then(|q| q.pop_front()) {
+            ctx.remove(c.id);
+            let t1 = quota::share(st, &ctx.acct, target, &[]);
+            if passes(first, p, t0, t1) {
+                removed.push((c, PreemptReason::InCohortFairSharing));
+                if ctx.fits(wl, usage, place, true) {
+                    fit = true;
+                    break 'outer;
+                }
+                continue 'outer;
+            }
+            ctx.restore(c.id);
+            retry.entry(target).or_default().push_back(c);
+        }
+    }
+    if !fit {
+        if let Some(s2) = second {
+            let mut used: BTreeSet<TeamId> = BTreeSet::new();
+            while let Some(target) = pick(ctx, &retry, &used) {
+                used.insert(target);
+                let p = quota::share(st, &ctx.acct, t, usage);
+                let t0 = quota::share(st, &ctx.acct, target, &[]);
+                let Some(c) = retry.get_mut(&target).and_then(|q| q.pop_front()) else { continue };
+                if passes(s2, p, t0, t0) {
+                    ctx.remove(c.id);
+                    removed.push((c, PreemptReason::InCohortFairSharing));
+                    if ctx.fits(wl, usage, place, true) {
+                        fit = true;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    if fit {
+        return Some(fill_back(ctx, wl, usage, place, true, removed));
+    }
+    for (c, _) in removed.iter().rev() {
+        ctx.restore(c.id);
+    }
+    None
+}
+
+/// The victim's message: who took its place, why, and the numbers behind it.
+pub fn victim_message(st: &State, preemptor: &Workload, v: &Victim) -> String {
+    let victim = st.workload(v.id);
+    let pt = &st.teams[preemptor.team.idx()];
+    let vt = &st.teams[victim.team.idx()];
+    let mut msg = format!(
+        "Preempted to accommodate workload {}/{} due to {}",
+        pt.name(),
+        preemptor.spec.name,
+        v.reason.phrase()
+    );
+    let borrowed = quota::borrowed_by_resource(st, &st.acct, victim.team);
+    let detail = match v.reason {
+        PreemptReason::InClusterQueue => format!("priority {} < {}", victim.priority, preemptor.priority),
+        _ => {
+            let b: Vec<String> = borrowed
+                .iter()
+                .map(|(r, q)| format!("{} {}", st.names.resource_name(*r), st.names.format_qty(*r, *q)))
+                .collect();
+            if b.is_empty() {
+                format!("team {} was using quota lent by the cohort", vt.name())
+            } else {
+                format!("team {} was borrowing {} above its nominal", vt.name(), b.join(", "))
+            }
+        }
+    };
+    msg.push_str(&format!(" ({detail})"));
+    msg
+}

@@ -1,0 +1,275 @@
+//! Quota accounting for flat cohorts (scheduling.md §1, §6, §8).
+//!
+//! Static limits live in `State` (teams and cohorts); what changes with every admission lives in
+//! `Acct` (usage per team, pool usage per cohort, node allocations), which the scheduler clones
+//! once per cycle and updates incrementally.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use crate::ids::{CohortId, FrId, FrVec, ResId, TeamId};
+use crate::nodes::NodeSet;
+use crate::state::State;
+
+/// What changes with every admission.
+#[derive(Clone, Debug, Default)]
+pub struct Acct {
+    pub team_usage: Vec<FrVec>,
+    /// Per cohort: sum over its teams of `max(0, usage - reserved)`.
+    pub pool_used: Vec<FrVec>,
+    pub nodes: NodeSet,
+}
+
+impl Acct {
+    /// Adds `delta` to a team's usage of `fr`, keeping the cohort's pool usage in step.
+    pub fn add_usage(&mut self, st: &State, t: TeamId, fr: FrId, delta: i64) {
+        let team = &st.teams[t.idx()];
+        let reserved = team.reserved(fr);
+        let u = &mut self.team_usage[t.idx()];
+        let before = (u.get(fr) - reserved).max(0);
+        u.add(fr, delta);
+        let after = (u.get(fr) - reserved).max(0);
+        self.pool_used[team.cohort.idx()].add(fr, after - before);
+    }
+
+    pub fn usage(&self, t: TeamId, fr: FrId) -> i64 {
+        self.team_usage[t.idx()].get(fr)
+    }
+
+    pub fn add_all(&mut self, st: &State, t: TeamId, usage: &[(FrId, i64)], sign: i64) {
+        for (fr, v) in usage {
+            self.add_usage(st, t, *fr, sign * v);
+        }
+    }
+}
+
+/// How much more of `fr` team `t` may use now (scheduling.md §1).
+pub fn available(st: &State, acct: &Acct, t: TeamId, fr: FrId) -> i64 {
+    let team = &st.teams[t.idx()];
+    let Some(q) = team.quota(fr) else { return 0 };
+    let usage = acct.usage(t, fr);
+    let reserved = team.reserved(fr);
+    let cohort = &st.cohorts[team.cohort.idx()];
+    let pool_free = cohort.pool.get(fr) - acct.pool_used[team.cohort.idx()].get(fr);
+    let from_pool = match q.borrowing_limit {
+        Some(bl) => pool_free.min(q.nominal + bl - usage.max(reserved)),
+        None => pool_free,
+    };
+    ((reserved - usage).max(0) + from_pool).max(0)
+}
+
+/// The most of `fr` team `t` could ever use, with the cohort otherwise empty.
+pub fn potential_available(st: &State, t: TeamId, fr: FrId) -> i64 {
+    let team = &st.teams[t.idx()];
+    let Some(q) = team.quota(fr) else { return 0 };
+    let cohort = &st.cohorts[team.cohort.idx()];
+    let max = team.reserved(fr) + cohort.pool.get(fr);
+    match q.borrowing_limit {
+        Some(bl) => max.min(q.nominal + bl),
+        None => max,
+    }
+}
+
+/// Whether the team uses more than its nominal on `fr`.
+pub fn is_borrowing(st: &State, acct: &Acct, t: TeamId, fr: FrId) -> bool {
+    let nominal = st.teams[t.idx()].quota(fr).map(|q| q.nominal).unwrap_or(0);
+    acct.usage(t, fr) > nominal
+}
+
+/// Why a usage does not fit a team's quota.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shortfall {
+    pub fr: FrId,
+    pub requested: i64,
+    pub available: i64,
+    pub potential: i64,
+}
+
+/// The one quota test used when deciding and when applying: every (flavor, resource) of `usage`
+/// must be within what the team may use now; with `allow_borrowing == false` the team must also
+/// stay within its nominal.
+pub fn fits(
+    st: &State,
+    acct: &Acct,
+    t: TeamId,
+    usage: &[(FrId, i64)],
+    allow_borrowing: bool,
+) -> Result<(), Shortfall> {
+    for (fr, v) in usage {
+        let avail = available(st, acct, t, *fr);
+        let within_nominal = allow_borrowing
+            || acct.usage(t, *fr) + v <= st.teams[t.idx()].quota(*fr).map(|q| q.nominal).unwrap_or(0);
+        if *v > avail || !within_nominal {
+            return Err(Shortfall {
+                fr: *fr,
+                requested: *v,
+                available: avail,
+                potential: potential_available(st, t, *fr),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A weighted dominant-resource share, compared exactly (no floating point).
+///
+/// Finite shares are `num / den`; a team with weight 0 that borrows has an infinite share, and
+/// two infinite shares compare by their unweighted value (kept in `num / den`).
+#[derive(Clone, Copy, Debug)]
+pub struct Share {
+    pub infinite: bool,
+    pub num: i128,
+    pub den: i128,
+}
+
+impl Share {
+    pub const ZERO: Share = Share {
+        infinite: false,
+        num: 0,
+        den: 1,
+    };
+    pub fn value(&self) -> f64 {
+        if self.infinite {
+            f64::INFINITY
+        } else {
+            self.num as f64 / self.den as f64
+        }
+    }
+    /// The unweighted or weighted ratio as a float, for display.
+    pub fn ratio(&self) -> f64 {
+        self.num as f64 / self.den as f64
+    }
+}
+
+impl PartialEq for Share {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Share {}
+impl PartialOrd for Share {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Share {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.infinite
+            .cmp(&other.infinite)
+            .then_with(|| (self.num * other.den).cmp(&(other.num * self.den)))
+    }
+}
+
+/// Weighted share of team `t` with `extra` usage added (scheduling.md §6): the maximum over
+/// resources of 1000 × borrowed / lendable-to-it, divided by the team's weight.
+pub fn share(st: &State, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) -> Share {
+    let team = &st.teams[t.idx()];
+    let cohort = &st.cohorts[team.cohort.idx()];
+    let mut borrowed: BTreeMap<ResId, i64> = BTreeMap::new();
+    for (fr, q) in &team.quotas {
+        let (_, r) = st.names.fr_parts(*fr);
+        let mut u = acct.usage(t, *fr);
+        for (efr, v) in extra {
+            if efr == fr {
+                u += v;
+            }
+        }
+        *borrowed.entry(r).or_insert(0) += (u - q.nominal).max(0);
+    }
+    // The dominant resource: the largest borrowed / lendable ratio; ties keep the smaller name.
+    let mut best: Option<(i128, i128)> = None;
+    for (r, b) in &borrowed {
+        let lendable = cohort.lendable_by_res.get(r).copied().unwrap_or(0);
+        if lendable <= 0 {
+            continue;
+        }
+        let cand = (i128::from(*b) * 1000, i128::from(lendable));
+        best = match best {
+            Some(cur) if cur.0 * cand.1 >= cand.0 * cur.1 => Some(cur),
+            _ => Some(cand),
+        };
+    }
+    let Some((num, den)) = best else {
+        return Share::ZERO;
+    };
+    if num == 0 {
+        return Share::ZERO;
+    }
+    if team.spec.fair_share_weight == 0 {
+        return Share {
+            infinite: true,
+            num,
+            den,
+        };
+    }
+    Share {
+        infinite: false,
+        num,
+        den: den * i128::from(team.spec.fair_share_weight),
+    }
+}
+
+/// What a team borrows per resource (summed over flavors).
+pub fn borrowed_by_resource(st: &State, acct: &Acct, t: TeamId) -> BTreeMap<ResId, i64> {
+    let mut m = BTreeMap::new();
+    for (fr, q) in &st.teams[t.idx()].quotas {
+        let b = (acct.usage(t, *fr) - q.nominal).max(0);
+        if b > 0 {
+            let (_, r) = st.names.fr_parts(*fr);
+            *m.entry(r).or_insert(0) += b;
+        }
+    }
+    m
+}
+
+/// Per-cohort check used by invariants: pool usage within the pool.
+pub fn cohort_within_pool(st: &State, acct: &Acct, c: CohortId) -> Result<(), String> {
+    let cohort = &st.cohorts[c.idx()];
+    for (i, used) in acct.pool_used[c.idx()].0.iter().enumerate() {
+        let fr = FrId(i as u32);
+        if *used > cohort.pool.get(fr) {
+            return Err(format!(
+                "cohort {} uses {} of its pool of {} for {}",
+                cohort.name,
+                used,
+                cohort.pool.get(fr),
+                st.names.describe_fr(fr)
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_compare_exactly() {
+        // 8000/12/80 == 2000/12/20 exactly, which floating point might not say.
+        let a = Share {
+            infinite: false,
+            num: 8000,
+            den: 12 * 80,
+        };
+        let b = Share {
+            infinite: false,
+            num: 2000,
+            den: 12 * 20,
+        };
+        assert_eq!(a, b);
+        let inf_small = Share {
+            infinite: true,
+            num: 1000,
+            den: 9,
+        };
+        let inf_big = Share {
+            infinite: true,
+            num: 3000,
+            den: 9,
+        };
+        assert!(inf_small > a);
+        assert!(inf_big > inf_small);
+        assert!(Share::ZERO < a);
+    }
+}

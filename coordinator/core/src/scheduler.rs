@@ -1,0 +1,778 @@
+//! One scheduling cycle: `schedule(&state, now) -> Plan`.
+//!
+//! Every pending workload is considered in one cycle. Each team's queue is walked in its own
+//! order (priority, submit time); across teams the next workload is picked by a tournament over
+//! the teams' heads: preemptors whose victims are leaving first, then workloads that fit without
+//! borrowing, then (fair sharing on) the lower weighted share after admission, then priority,
+//! submit time and name. Decisions are applied to a working copy of the accounting as they are
+//! made, so later workloads see earlier ones.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use allot_common::quota::{
+    BorrowWithinCohortPolicy, FungibilityPreference, QueueingStrategy, ReclaimWithinCohort, WhenCanBorrow,
+    WhenCanPreempt,
+};
+
+use crate::ids::{FlavorId, FrId, ResId, TeamId, WlId};
+use crate::nodes::PodAlloc;
+use crate::plan::{Plan, PlannedAdmission, PlannedPreemption};
+use crate::preemption::{self, Victim};
+use crate::quota::{self, Acct, Share};
+use crate::state::{Admission, PodSetAdmission, State, Time, Workload};
+
+/// Flavor-assignment modes, worst to best (Kueue's ranking).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mode {
+    NoFit,
+    NoCandidates,
+    Preempt,
+    Reclaim,
+    Fit,
+}
+
+/// The working state of a cycle.
+pub struct Ctx<'a> {
+    pub st: &'a State,
+    pub acct: Acct,
+    /// Workloads removed from `acct` (victims) in this cycle or in a running search.
+    pub removed: BTreeSet<WlId>,
+    pub now: Time,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(st: &'a State, now: Time) -> Self {
+        Ctx {
+            st,
+            acct: st.acct.clone(),
+            removed: BTreeSet::new(),
+            now,
+        }
+    }
+
+    /// Removes an admitted workload's usage and pods from the working copy.
+    pub fn remove(&mut self, id: WlId) {
+        let wl = self.st.workload(id);
+        if let Some(adm) = &wl.admission {
+            for (_, p) in &adm.placement {
+                self.acct.nodes.release(p);
+            }
+            self.acct.add_all(self.st, wl.team, &adm.usage, -1);
+        }
+        self.removed.insert(id);
+    }
+
+    /// Undoes `remove`.
+    pub fn restore(&mut self, id: WlId) {
+        let wl = self.st.workload(id);
+        if let Some(adm) = &wl.admission {
+            for (_, p) in &adm.placement {
+                // The same allocation was released by `remove`; nothing else holds it now.
+                let _ = self.acct.nodes.take_exact(p);
+            }
+            self.acct.add_all(self.st, wl.team, &adm.usage, 1);
+        }
+        self.removed.remove(&id);
+    }
+
+    /// Places every pod set on its flavor; on success the pods stay allocated in the working
+    /// copy. All or nothing.
+    pub fn place_all(&mut self, wl: &Workload, place: &[(usize, FlavorId, u32)]) -> Result<Vec<(usize, PodAlloc)>, (usize, FlavorId)> {
+        let mut out: Vec<(usize, PodAlloc)> = Vec::new();
+        for (i, f, count) in place {
+            match self.acct.nodes.place(*f, &wl.pod_reqs[*i], *count) {
+                Ok(allocs) => out.extend(allocs.into_iter().map(|a| (*i, a))),
+                Err(_) => {
+                    for (_, a) in out.iter().rev() {
+                        self.acct.nodes.release(a);
+                    }
+                    return Err((*i, *f));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The shared admission test: quota (`quota::fits`) and, with placement, room on nodes.
+    pub fn fits(&mut self, wl: &Workload, usage: &[(FrId, i64)], place: &[(usize, FlavorId, u32)], allow_borrowing: bool) -> bool {
+        if quota::fits(self.st, &self.acct, wl.team, usage, allow_borrowing).is_err() {
+            return false;
+        }
+        if !self.st.placement || place.is_empty() {
+            return true;
+        }
+        match self.place_all(wl, place) {
+            Ok(allocs) => {
+                for (_, a) in allocs.iter().rev() {
+                    self.acct.nodes.release(a);
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// The flavors chosen for a workload at given pod counts, and how well they fit.
+#[derive(Clone, Debug)]
+pub struct Assignment {
+    pub counts: Vec<u32>,
+    /// Per pod set: flavor per requested resource.
+    pub flavors: Vec<Vec<(ResId, FlavorId)>>,
+    pub usage: Vec<(FrId, i64)>,
+    pub mode: Mode,
+    pub borrows: bool,
+    /// Pairs on which quota is short, and flavors whose nodes lack room.
+    pub contested: BTreeSet<FrId>,
+    pub contested_flavors: BTreeSet<FlavorId>,
+    /// (pod set index, flavor, count) for placement.
+    pub place: Vec<(usize, FlavorId, u32)>,
+    /// Per pod set, why it does not fit as it stands.
+    pub messages: Vec<String>,
+    pub reason: &'static str,
+}
+
+struct FlavorEval {
+    flavor: FlavorId,
+    mode: Mode,
+    borrows: bool,
+    contested: BTreeSet<FrId>,
+    placement_short: bool,
+    reasons: Vec<String>,
+    exceeds_max: bool,
+}
+
+fn preferred(a: &FlavorEval, b: &FlavorEval, pref: FungibilityPreference) -> bool {
+    // Is `a` preferred over `b`?
+    let viable = |m: Mode| m >= Mode::Preempt;
+    if viable(a.mode) != viable(b.mode) {
+        return viable(a.mode);
+    }
+    match pref {
+        FungibilityPreference::BorrowingOverPreemption => {
+            if a.mode != b.mode {
+                return a.mode > b.mode;
+            }
+            !a.borrows && b.borrows
+        }
+        FungibilityPreference::PreemptionOverBorrowing => {
+            if a.borrows != b.borrows {
+                return !a.borrows;
+            }
+            a.mode > b.mode
+        }
+    }
+}
+
+/// Whether a team's policy allows any preemption for a request that does not fit quota.
+fn may_preempt_for_quota(st: &State, wl: &Workload, nominal: i64, val: i64) -> bool {
+    let p = &st.teams[wl.team.idx()].spec.preemption;
+    nominal >= val
+        || p.borrow_within_cohort.policy != BorrowWithinCohortPolicy::Never
+        || (st.policy.fair_share && p.reclaim_within_cohort != ReclaimWithinCohort::Never)
+}
+
+/// Assigns flavors to every pod set at `counts` (Kueue's flavor assigner with fungibility), with
+/// placement checks when the state has nodes. With `quick`, preemption is assumed possible where
+/// the policy allows it, without searching for victims (used only to order the queue).
+pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assignment {
+    let st = ctx.st;
+    let team = &st.teams[wl.team.idx()];
+    let fung = team.spec.flavor_fungibility;
+    let mut acc: BTreeMap<FrId, i64> = BTreeMap::new();
+    let mut flavors_out = Vec::new();
+    let mut messages = Vec::new();
+    let mut mode = Mode::Fit;
+    let mut borrows = false;
+    let mut contested = BTreeSet::new();
+    let mut contested_flavors = BTreeSet::new();
+    let mut place = Vec::new();
+    let mut tentative: Vec<PodAlloc> = Vec::new();
+    let mut reason = "WaitingForQuota";
+    for (i, ps) in wl.spec.pod_sets.iter().enumerate() {
+        let count = counts[i];
+        let reqs = &wl.pod_reqs[i];
+        let mut chosen: Vec<(ResId, FlavorId)> = Vec::new();
+        let mut ps_reasons: Vec<String> = Vec::new();
+        let mut ps_mode = Mode::Fit;
+        // Resources no group covers.
+        for (r, _) in reqs {
+            if !team.groups.iter().any(|g| g.resources.contains(r)) {
+                ps_reasons.push(format!("resource {} unavailable in team {}", st.names.resource_name(*r), team.name()));
+                ps_mode = Mode::NoFit;
+                reason = "NoMatchingFlavor";
+            }
+        }
+        let mut single_flavor: Option<FlavorId> = None;
+        let mut placement_checked = false;
+        for g in &team.groups {
+            let group_reqs: Vec<(ResId, i64)> = reqs.iter().filter(|(r, _)| g.resources.contains(r)).copied().collect();
+            if group_reqs.is_empty() || ps_mode == Mode::NoFit {
+                continue;
+            }
+            let covers_all = group_reqs.len() == reqs.len();
+            let mut best: Option<FlavorEval> = None;
+            let mut group_reasons: Vec<String> = Vec::new();
+            for &f in &g.flavors {
+                if wl.pinned.is_some_and(|p| p != f) {
+                    continue;
+                }
+                let ev = eval_flavor(ctx, wl, i, count, f, &group_reqs, &acc, covers_all, &tentative, quick);
+                group_reasons.extend(ev.reasons.iter().cloned());
+                let stop = match ev.mode {
+                    Mode::Fit => !ev.borrows || fung.when_can_borrow == WhenCanBorrow::MayStopSearch,
+                    Mode::Preempt | Mode::Reclaim => fung.when_can_preempt == WhenCanPreempt::MayStopSearch,
+                    _ => false,
+                };
+                let better = match &best {
+                    None => ev.mode > Mode::NoFit,
+                    Some(b) => preferred(&ev, b, fung.preference),
+                };
+                if better {
+                    best = Some(ev);
+                } else if best.is_none() && ev.exceeds_max {
+                    reason = "ExceedsMaxQuota";
+                }
+                if stop {
+                    break;
+                }
+            }
+            match best {
+                Some(ev) if ev.mode > Mode::NoFit => {
+                    if ev.mode < Mode::Fit {
+                        group_reasons.retain(|_| true);
+                        ps_reasons.extend(group_reasons);
+                    }
+                    ps_mode = ps_mode.min(ev.mode);
+                    borrows |= ev.borrows;
+                    contested.extend(ev.contested.iter().copied());
+                    if ev.placement_short {
+                        contested_flavors.insert(ev.flavor);
+                    }
+                    for (r, v) in &group_reqs {
+                        chosen.push((*r, ev.flavor));
+                        if let Some(fr) = st.names.find_fr(ev.flavor, *r) {
+                            *acc.entry(fr).or_insert(0) += v * i64::from(count);
+                        }
+                    }
+                    if covers_all {
+                        placement_checked = true;
+                    }
+                    single_flavor = match single_flavor {
+                        None => Some(ev.flavor),
+                        Some(prev) if prev == ev.flavor => Some(prev),
+                        Some(_) => {
+                            if st.placement {
+                                ps_reasons.push(format!(
+                                    "pod set {} would take resources from two flavors; a pod runs on one node",
+                                    ps.name
+                                ));
+                                ps_mode = Mode::NoFit;
+                            }
+                            Some(ev.flavor)
+                        }
+                    };
+                }
+                _ => {
+                    if group_reasons.is_empty() {
+                        group_reasons.push(match wl.pinned {
+                            Some(p) => format!("instance type {} is not among the flavors for {}", st.names.flavor_name(p), describe_res(st, &group_reqs)),
+                            None => format!("no flavor for {}", describe_res(st, &group_reqs)),
+                        });
+                    }
+                    ps_reasons.extend(group_reasons);
+                    ps_mode = Mode::NoFit;
+                }
+            }
+        }
+        // Placement for pod sets whose resources span groups (checked after the choice).
+        if st.placement && ps_mode == Mode::Fit && !placement_checked {
+            if let Some(f) = single_flavor {
+                match ctx.acct.nodes.place(f, reqs, count) {
+                    Ok(allocs) => tentative.extend(allocs),
+                    Err(_) => {
+                        ps_reasons.push(format!(
+                            "no room on nodes of flavor {} for pod set {}: {}",
+                            st.names.flavor_name(f),
+                            ps.name,
+                            ctx.acct.nodes.describe_room(f, reqs, &st.names)
+                        ));
+                        ps_mode = Mode::NoFit;
+                    }
+                }
+            }
+        } else if st.placement && ps_mode == Mode::Fit {
+            // Keep this pod set's pods allocated so later pod sets see them.
+            if let Some(f) = single_flavor {
+                if let Ok(allocs) = ctx.acct.nodes.place(f, reqs, count) {
+                    tentative.extend(allocs);
+                }
+            }
+        }
+        if let Some(f) = single_flavor {
+            if !reqs.is_empty() {
+                place.push((i, f, count));
+            }
+        }
+        if !ps_reasons.is_empty() && ps_mode < Mode::Fit {
+            messages.push(format!("couldn't assign flavors to pod set {}: {}", ps.name, ps_reasons.join(", ")));
+        }
+        mode = mode.min(ps_mode);
+        flavors_out.push(chosen);
+    }
+    for a in tentative.iter().rev() {
+        ctx.acct.nodes.release(a);
+    }
+    Assignment {
+        counts: counts.to_vec(),
+        flavors: flavors_out,
+        usage: acc.into_iter().filter(|(_, v)| *v > 0).collect(),
+        mode,
+        borrows,
+        contested,
+        contested_flavors,
+        place,
+        messages,
+        reason,
+    }
+}
+
+fn describe_res(st: &State, reqs: &[(ResId, i64)]) -> String {
+    reqs.iter().map(|(r, _)| st.names.resource_name(*r).to_string()).collect::<Vec<_>>().join(", ")
+}
+
+#[allow(clippy::too_many_arguments)]
+fn eval_flavor(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    ps: usize,
+    count: u32,
+    f: FlavorId,
+    group_reqs: &[(ResId, i64)],
+    acc: &BTreeMap<FrId, i64>,
+    covers_all: bool,
+    tentative: &[PodAlloc],
+    quick: bool,
+) -> FlavorEval {
+    let st = ctx.st;
+    let t = wl.team;
+    let team = &st.teams[t.idx()];
+    let fname = st.names.flavor_name(f);
+    let mut ev = FlavorEval {
+        flavor: f,
+        mode: Mode::Fit,
+        borrows: false,
+        contested: BTreeSet::new(),
+        placement_short: false,
+        reasons: Vec::new(),
+        exceeds_max: false,
+    };
+    let mut usage_here: Vec<(FrId, i64)> = Vec::new();
+    for (r, per_pod) in group_reqs {
+        let rname = st.names.resource_name(*r);
+        let Some(fr) = st.names.find_fr(f, *r).filter(|fr| team.quota(*fr).is_some()) else {
+            ev.reasons.push(format!("flavor {fname} has no quota for {rname} in team {}", team.name()));
+            ev.mode = Mode::NoFit;
+            return ev;
+        };
+        let q = team.quota(fr).copied().unwrap_or_default();
+        let earlier = acc.get(&fr).copied().unwrap_or(0);
+        let request = per_pod * i64::from(count);
+        let val = earlier + request;
+        usage_here.push((fr, val));
+        let usage = ctx.acct.usage(t, fr);
+        let fmt = |v: i64| st.names.format_qty(*r, v);
+        let potential = quota::potential_available(st, t, fr);
+        if val > potential {
+            ev.exceeds_max = true;
+            ev.mode = Mode::NoFit;
+            let borrowed_now = (usage - q.nominal).max(0);
+            match q.borrowing_limit {
+                Some(bl) if q.nominal + bl <= potential => ev.reasons.push(format!(
+                    "borrowing limit for {rname} in flavor {fname} exceeded (requested {}, nominal {}, borrowing limit {}, borrowed now {})",
+                    fmt(val),
+                    fmt(q.nominal),
+                    fmt(bl),
+                    fmt(borrowed_now)
+                )),
+                _ => ev.reasons.push(if earlier > 0 {
+                    format!(
+                        "insufficient quota for {rname} in flavor {fname}, previously considered podsets requests ({}) + current podset request ({}) > maximum capacity ({})",
+                        fmt(earlier),
+                        fmt(request),
+                        fmt(potential)
+                    )
+                } else {
+                    format!(
+                        "insufficient quota for {rname} in flavor {fname}, request {} > maximum capacity {} (nominal {}, {} more the cohort can lend)",
+                        fmt(val),
+                        fmt(potential),
+                        fmt(q.nominal),
+                        fmt(potential - team.reserved(fr))
+                    )
+                }),
+            }
+            return ev;
+        }
+        if usage + val > q.nominal {
+            ev.borrows = true;
+        }
+        let avail = quota::available(st, &ctx.acct, t, fr);
+        if val > avail {
+            ev.reasons.push(format!(
+                "insufficient unused quota for {rname} in flavor {fname}, {} more needed (requested {}, available {}; team uses {} of nominal {})",
+                fmt(val - avail),
+                fmt(val),
+                fmt(avail),
+                fmt(usage),
+                fmt(q.nominal)
+            ));
+            if may_preempt_for_quota(st, wl, q.nominal, val) {
+                ev.mode = ev.mode.min(Mode::Preempt);
+                ev.contested.insert(fr);
+            } else {
+                ev.mode = Mode::NoFit;
+            }
+        }
+    }
+    if ev.mode == Mode::NoFit {
+        return ev;
+    }
+    // Placement on the flavor's nodes, with this workload's earlier pod sets already placed.
+    if st.placement && covers_all {
+        let reqs = &wl.pod_reqs[ps];
+        if !ctx.acct.nodes.has_flavor(f) {
+            ev.reasons.push(format!("no nodes of flavor {fname} in the cluster"));
+            ev.mode = Mode::NoFit;
+            return ev;
+        }
+        if ev.mode == Mode::Fit {
+            match ctx.acct.nodes.place(f, reqs, count) {
+                Ok(allocs) => {
+                    for a in allocs.iter().rev() {
+                        ctx.acct.nodes.release(a);
+                    }
+                }
+                Err(fail) => {
+                    ev.reasons.push(format!(
+                        "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit; {})",
+                        wl.spec.pod_sets[ps].name,
+                        fail.placed,
+                        fail.wanted,
+                        ctx.acct.nodes.describe_room(f, reqs, &st.names)
+                    ));
+                    ev.mode = Mode::Preempt;
+                    ev.placement_short = true;
+                }
+            }
+        } else {
+            ev.placement_short = true;
+        }
+    }
+    if ev.mode == Mode::Preempt && !quick {
+        let _ = tentative;
+        let place = if st.placement && covers_all { vec![(ps, f, count)] } else { Vec::new() };
+        let contested_flavors: BTreeSet<FlavorId> = if ev.placement_short { [f].into() } else { BTreeSet::new() };
+        match preemption::find_victims(ctx, wl, &usage_here, &place, &ev.contested, &contested_flavors) {
+            Some(v) if !v.is_empty() => {
+                ev.mode = if v.iter().all(|x| ctx.st.workload(x.id).team != t) { Mode::Reclaim } else { Mode::Preempt };
+            }
+            Some(_) => ev.mode = Mode::Fit,
+            None => {
+                ev.mode = Mode::NoCandidates;
+            }
+        }
+    }
+    ev
+}
+
+/// The part of `usage` that would be above the team's nominal, per resource.
+pub fn borrowed_part(st: &State, acct: &Acct, t: TeamId, usage: &[(FrId, i64)]) -> Vec<(ResId, i64)> {
+    let mut m: BTreeMap<ResId, i64> = BTreeMap::new();
+    for (fr, v) in usage {
+        let nominal = st.teams[t.idx()].quota(*fr).map(|q| q.nominal).unwrap_or(0);
+        let u = acct.usage(t, *fr);
+        let over = (u + v - nominal).max(0) - (u - nominal).max(0);
+        if over > 0 {
+            let (_, r) = st.names.fr_parts(*fr);
+            *m.entry(r).or_insert(0) += over;
+        }
+    }
+    m.into_iter().collect()
+}
+
+/// What happened to one workload in the cycle.
+enum Outcome {
+    Admitted(Admission),
+    Preempting(Vec<Victim>, Assignment),
+    Pending { reason: String, message: String, hold: Vec<(FrId, i64)> },
+}
+
+fn full_counts(wl: &Workload) -> Vec<u32> {
+    wl.spec.pod_sets.iter().map(|p| p.count).collect()
+}
+
+/// Decides one workload against the working state.
+fn process(ctx: &mut Ctx, wl: &Workload) -> Outcome {
+    let full = full_counts(wl);
+    let a = assign(ctx, wl, &full, false);
+    if let Some(o) = try_assignment(ctx, wl, &a) {
+        return o;
+    }
+    // Partial admission: the largest counts >= min_count that fit or can preempt.
+    let deltas: Vec<u32> = wl.spec.pod_sets.iter().map(|p| p.count - p.min_count.unwrap_or(p.count)).collect();
+    let total: u32 = deltas.iter().sum();
+    if total > 0 {
+        let counts_at = |i: u32| -> Vec<u32> {
+            wl.spec
+                .pod_sets
+                .iter()
+                .zip(&deltas)
+                .map(|(p, d)| p.count - ((u64::from(*d) * u64::from(i)) / u64::from(total)) as u32)
+                .collect()
+        };
+        // Smallest i in 1..=total whose counts fit or can preempt (binary search, as Kueue).
+        let (mut lo, mut hi) = (1u32, total + 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let m = assign(ctx, wl, &counts_at(mid), false).mode;
+            if m >= Mode::Preempt {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        if lo <= total {
+            let pa = assign(ctx, wl, &counts_at(lo), false);
+            if let Some(o) = try_assignment(ctx, wl, &pa) {
+                return o;
+            }
+        }
+    }
+    // Pending: say why, and hold capacity when preemption was possible in principle.
+    let team = &ctx.st.teams[wl.team.idx()];
+    let mut hold = Vec::new();
+    if a.mode == Mode::NoCandidates && team.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::Any {
+        for (fr, v) in &a.usage {
+            let q = team.quota(*fr).copied().unwrap_or_default();
+            let u = ctx.acct.usage(wl.team, *fr);
+            let h = if a.borrows {
+                match q.borrowing_limit {
+                    Some(bl) => (*v).min(q.nominal + bl - u),
+                    None => *v,
+                }
+            } else {
+                (*v).min(q.nominal - u).max(0)
+            };
+            if h > 0 {
+                hold.push((*fr, h));
+            }
+        }
+    }
+    let mut message = if a.messages.is_empty() {
+        "waiting for quota".to_string()
+    } else {
+        a.messages.join("; ")
+    };
+    if a.mode == Mode::NoCandidates {
+        message.push_str(". No workload may be preempted for it under the team's preemption policy");
+    }
+    Outcome::Pending {
+        reason: a.reason.to_string(),
+        message,
+        hold,
+    }
+}
+
+fn try_assignment(ctx: &mut Ctx, wl: &Workload, a: &Assignment) -> Option<Outcome> {
+    match a.mode {
+        Mode::Fit => {
+            let placement = if ctx.st.placement {
+                match ctx.place_all(wl, &a.place) {
+                    Ok(p) => {
+                        for (_, al) in p.iter().rev() {
+                            ctx.acct.nodes.release(al);
+                        }
+                        p
+                    }
+                    Err(_) => return None,
+                }
+            } else {
+                Vec::new()
+            };
+            let borrowed = borrowed_part(ctx.st, &ctx.acct, wl.team, &a.usage);
+            Some(Outcome::Admitted(Admission {
+                pod_sets: wl
+                    .spec
+                    .pod_sets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| PodSetAdmission {
+                        name: p.name.clone(),
+                        count: a.counts[i],
+                        flavors: a.flavors[i].clone(),
+                    })
+                    .collect(),
+                usage: a.usage.clone(),
+                placement,
+                borrowed,
+            }))
+        }
+        Mode::Preempt | Mode::Reclaim => {
+            let mut contested = a.contested.clone();
+            // Quota shortfalls of the whole workload (pod sets together) count as contested.
+            for (fr, v) in &a.usage {
+                if *v > quota::available(ctx.st, &ctx.acct, wl.team, *fr) {
+                    contested.insert(*fr);
+                }
+            }
+            let victims = preemption::find_victims(ctx, wl, &a.usage, &a.place, &contested, &a.contested_flavors)?;
+            if victims.is_empty() {
+                // Fits after all (a victim search found room without evicting): admit.
+                let mut fit = a.clone();
+                fit.mode = Mode::Fit;
+                return try_assignment(ctx, wl, &fit);
+            }
+            Some(Outcome::Preempting(victims, a.clone()))
+        }
+        Mode::NoFit | Mode::NoCandidates => None,
+    }
+}
+
+/// The order key of a team's head in the cross-team tournament.
+type EntryKey = (bool, bool, Share, i64, Time, String, WlId);
+
+fn entry_key(ctx: &mut Ctx, wl: &Workload) -> EntryKey {
+    let full = full_counts(wl);
+    let a = assign(ctx, wl, &full, true);
+    let share = if ctx.st.policy.fair_share {
+        quota::share(ctx.st, &ctx.acct, wl.team, &a.usage)
+    } else {
+        Share::ZERO
+    };
+    (
+        !wl.preempting,
+        a.borrows,
+        share,
+        -i64::from(wl.priority),
+        wl.submit_time,
+        wl.spec.name.clone(),
+        wl.id,
+    )
+}
+
+/// Runs one scheduling cycle over every pending workload. Pure: the state is not changed.
+pub fn schedule(st: &State, now: Time) -> Plan {
+    let mut ctx = Ctx::new(st, now);
+    let mut plan = Plan::default();
+    // Team cursors: the next pending workload of each team, in its queue order.
+    let mut cursors: BTreeMap<TeamId, std::collections::btree_set::Iter<'_, crate::state::QueueKey>> = BTreeMap::new();
+    let mut heads: BTreeMap<TeamId, EntryKey> = BTreeMap::new();
+    let mut heap: BTreeSet<(EntryKey, TeamId)> = BTreeSet::new();
+    for (i, team) in st.teams.iter().enumerate() {
+        if !team.pending.is_empty() {
+            cursors.insert(TeamId(i as u32), team.pending.iter());
+        }
+    }
+    let advance = |ctx: &mut Ctx,
+                   t: TeamId,
+                   cursors: &mut BTreeMap<TeamId, std::collections::btree_set::Iter<'_, crate::state::QueueKey>>,
+                   heads: &mut BTreeMap<TeamId, EntryKey>,
+                   heap: &mut BTreeSet<(EntryKey, TeamId)>| {
+        if let Some(old) = heads.remove(&t) {
+            heap.remove(&(old, t));
+        }
+        let Some(it) = cursors.get_mut(&t) else { return };
+        if let Some(k) = it.next() {
+            let wl = st.workload(k.id);
+            let key = entry_key(ctx, wl);
+            heads.insert(t, key.clone());
+            heap.insert((key, t));
+        } else {
+            cursors.remove(&t);
+        }
+    };
+    let team_ids: Vec<TeamId> = cursors.keys().copied().collect();
+    for t in team_ids {
+        advance(&mut ctx, t, &mut cursors, &mut heads, &mut heap);
+    }
+    while let Some((key, t)) = heap.pop_first() {
+        heads.remove(&t);
+        let wl = st.workload(key.6);
+        plan.considered += 1;
+        let outcome = process(&mut ctx, wl);
+        let mut blocked = false;
+        let mut rekey: BTreeSet<TeamId> = BTreeSet::new();
+        match outcome {
+            Outcome::Admitted(adm) => {
+                for (_, p) in &adm.placement {
+                    let _ = ctx.acct.nodes.take_exact(p);
+                }
+                ctx.acct.add_all(st, wl.team, &adm.usage, 1);
+                plan.admissions.push(PlannedAdmission { wl: wl.id, admission: adm });
+            }
+            Outcome::Preempting(victims, a) => {
+                let names: Vec<String> = victims.iter().map(|v| st.workload(v.id).spec.name.clone()).collect();
+                for v in &victims {
+                    ctx.remove(v.id);
+                    let vt = st.workload(v.id).team;
+                    if vt != t {
+                        rekey.insert(vt);
+                    }
+                    plan.preemptions.push(PlannedPreemption {
+                        victim: v.id,
+                        preemptor: wl.id,
+                        reason: v.reason,
+                        message: preemption::victim_message(st, wl, v),
+                    });
+                }
+                // Reserve what the preemptor will take, so later workloads cannot.
+                ctx.acct.add_all(st, wl.team, &a.usage, 1);
+                if st.placement {
+                    if let Ok(p) = ctx.place_all(wl, &a.place) {
+                        drop(p);
+                    }
+                }
+                plan.pending.push((
+                    wl.id,
+                    "WaitingForPreemptedWorkloads".into(),
+                    format!(
+                        "{}. Pending the preemption of {} workload(s): {}",
+                        if a.messages.is_empty() { "waiting for room".to_string() } else { a.messages.join("; ") },
+                        victims.len(),
+                        names.join(", ")
+                    ),
+                ));
+                blocked = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
+            }
+            Outcome::Pending { reason, message, hold } => {
+                for (fr, h) in &hold {
+                    ctx.acct.add_usage(st, wl.team, *fr, *h);
+                }
+                plan.pending.push((wl.id, reason, message));
+                blocked = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
+            }
+        }
+        if blocked {
+            // StrictFIFO: the head blocks the rest of its team for this cycle.
+            for k in cursors.remove(&t).into_iter().flatten() {
+                plan.pending.push((
+                    k.id,
+                    "WaitingForQuota".into(),
+                    format!("StrictFIFO: waiting behind {} in team {}", wl.spec.name, st.teams[t.idx()].name()),
+                ));
+            }
+        } else {
+            advance(&mut ctx, t, &mut cursors, &mut heads, &mut heap);
+        }
+        for vt in rekey {
+            if let Some(old) = heads.remove(&vt) {
+                heap.remove(&(old.clone(), vt));
+                let key = entry_key(&mut ctx, st.workload(old.6));
+                heads.insert(vt, key.clone());
+                heap.insert((key, vt));
+            }
+        }
+    }
+    plan
+}

@@ -1,0 +1,881 @@
+//! The replicated state machine: teams, cohorts, nodes and workloads, changed only by commands,
+//! each of which reports what happened as events. Deterministic: no clock (time is passed in),
+//! no randomness, ordered maps only.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use allot_common::quota::{validate_cohort_name, validate_quotas, validate_team_name, DEFAULT_COHORT};
+use allot_common::{ClusterPolicy, CohortSpec, PriorityRef, ResourceName, ResourceQuota, Resources, TeamSpec, WorkloadSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{CohortId, FlavorId, FrId, FrVec, Interner, NodeId, ResId, TeamId, WlId};
+use crate::nodes::PodAlloc;
+use crate::plan::{Plan, PreemptReason};
+use crate::quota::{self, Acct};
+
+/// Milliseconds on the caller's clock.
+pub type Time = i64;
+
+#[derive(Clone, Debug)]
+pub struct GroupRt {
+    pub resources: Vec<ResId>,
+    pub flavors: Vec<FlavorId>,
+}
+
+#[derive(Clone, Debug)]
+pub struct TeamRt {
+    pub spec: TeamSpec,
+    pub cohort: CohortId,
+    /// Quota per (flavor, resource), sorted by id.
+    pub quotas: Vec<(FrId, ResourceQuota)>,
+    quota_idx: Vec<Option<ResourceQuota>>,
+    pub groups: Vec<GroupRt>,
+    /// Pending workloads in queue order: higher priority, earlier submission, name.
+    pub pending: BTreeSet<QueueKey>,
+    /// Workloads holding quota (admitted, running or being evicted).
+    pub admitted: BTreeSet<WlId>,
+}
+
+impl TeamRt {
+    pub fn quota(&self, fr: FrId) -> Option<&ResourceQuota> {
+        self.quota_idx.get(fr.idx()).and_then(|q| q.as_ref())
+    }
+    /// The part of nominal never lent: `nominal - lending_limit`.
+    pub fn reserved(&self, fr: FrId) -> i64 {
+        match self.quota(fr) {
+            Some(q) => q.nominal - q.lending_limit.unwrap_or(q.nominal),
+            None => 0,
+        }
+    }
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CohortRt {
+    pub name: String,
+    /// A team without a cohort gets a private one that holds only its own quota.
+    pub private: bool,
+    pub spec: Option<CohortSpec>,
+    pub members: Vec<TeamId>,
+    /// Lendable quota of the members plus cohort-owned quota.
+    pub pool: FrVec,
+    /// `pool` summed over flavors, per resource: what the cohort can lend (fair-share divisor).
+    pub lendable_by_res: BTreeMap<ResId, i64>,
+}
+
+/// Queue order inside a team: higher priority first, then submit time, name, id.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct QueueKey {
+    pub neg_priority: i64,
+    pub submit: Time,
+    pub name: String,
+    pub id: WlId,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WlState {
+    Pending,
+    Admitted,
+    Running,
+    Evicting,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl WlState {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            WlState::Pending => "Pending",
+            WlState::Admitted => "Admitted",
+            WlState::Running => "Running",
+            WlState::Evicting => "Evicting",
+            WlState::Succeeded => "Succeeded",
+            WlState::Failed => "Failed",
+            WlState::Cancelled => "Cancelled",
+        }
+    }
+    pub fn holds_quota(&self) -> bool {
+        matches!(self, WlState::Admitted | WlState::Running | WlState::Evicting)
+    }
+}
+
+/// A Kueue-style condition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Condition {
+    pub kind: String,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+    pub time: Time,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodSetAdmission {
+    pub name: String,
+    pub count: u32,
+    /// Flavor per requested resource.
+    pub flavors: Vec<(ResId, FlavorId)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admission {
+    pub pod_sets: Vec<PodSetAdmission>,
+    /// Total usage per (flavor, resource), sorted by id.
+    pub usage: Vec<(FrId, i64)>,
+    /// One entry per pod, in pod-set order; empty without placement.
+    pub placement: Vec<(usize, PodAlloc)>,
+    /// The part of this admission above the team's nominal, per resource.
+    pub borrowed: Vec<(ResId, i64)>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub id: WlId,
+    pub spec: WorkloadSpec,
+    pub team: TeamId,
+    pub priority: i32,
+    pub submit_time: Time,
+    pub state: WlState,
+    /// Per pod set: per-pod requests with interned resource ids.
+    pub pod_reqs: Vec<Vec<(ResId, i64)>>,
+    pub pinned: Option<FlavorId>,
+    pub admission: Option<Admission>,
+    pub admitted_at: Option<Time>,
+    pub conditions: Vec<Condition>,
+    pub preemptions: u32,
+    /// Set while this workload waits for the victims it chose to go.
+    pub preempting: bool,
+    /// Why it is being evicted, once eviction started.
+    pub eviction: Option<(String, String)>,
+}
+
+impl Workload {
+    pub fn queue_key(&self) -> QueueKey {
+        QueueKey {
+            neg_priority: -i64::from(self.priority),
+            submit: self.submit_time,
+            name: self.spec.name.clone(),
+            id: self.id,
+        }
+    }
+    pub fn condition(&self, kind: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.kind == kind)
+    }
+    fn set_condition(&mut self, kind: &str, status: bool, reason: &str, message: &str, now: Time) {
+        let c = Condition {
+            kind: kind.to_string(),
+            status,
+            reason: reason.to_string(),
+            message: message.to_string(),
+            time: now,
+        };
+        match self.conditions.iter_mut().find(|c| c.kind == kind) {
+            Some(old) => {
+                if old.status != status || old.reason != reason || old.message != message {
+                    *old = c;
+                }
+            }
+            None => self.conditions.push(c),
+        }
+    }
+    /// The pending reason and message shown to users.
+    pub fn pending_status(&self) -> Option<(&str, &str)> {
+        self.condition("QuotaReserved")
+            .filter(|c| !c.status)
+            .map(|c| (c.reason.as_str(), c.message.as_str()))
+    }
+}
+
+/// Something that happened, for watchers and the simulator's timeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Submitted { wl: WlId },
+    Admitted { wl: WlId },
+    Preempted { wl: WlId, by: WlId, reason: PreemptReason, message: String },
+    Evicted { wl: WlId, reason: String, message: String },
+    Requeued { wl: WlId },
+    Finished { wl: WlId, succeeded: bool },
+    Cancelled { wl: WlId },
+    /// An admission decided by the scheduler no longer fitted when applied; it was not applied.
+    AdmissionRetried { wl: WlId, message: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("unknown team {name:?}; teams: {known}")]
+    UnknownTeam { name: String, known: String },
+    #[error("unknown workload {0:?}")]
+    UnknownWorkload(String),
+    #[error("workload {0:?} already exists")]
+    DuplicateWorkload(String),
+    #[error("unknown node {0:?}")]
+    UnknownNode(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct State {
+    pub policy: ClusterPolicy,
+    pub names: Interner,
+    pub teams: Vec<TeamRt>,
+    pub team_ids: BTreeMap<String, TeamId>,
+    pub cohorts: Vec<CohortRt>,
+    pub cohort_specs: BTreeMap<String, CohortSpec>,
+    pub workloads: BTreeMap<WlId, Workload>,
+    pub by_name: BTreeMap<String, WlId>,
+    pub acct: Acct,
+    /// Whether admission must place pods on nodes (false: quota-only, as `allot simulate`
+    /// without nodes).
+    pub placement: bool,
+    next_id: u64,
+    /// Node capacity per flavor above all teams' nominal, lent by the default cohort when
+    /// `IdleResourceSharing` is on.
+    pub idle_capacity: BTreeMap<FrId, i64>,
+    /// Warnings about the configuration (quota above capacity).
+    pub warnings: Vec<String>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State::new(ClusterPolicy::default())
+    }
+}
+
+impl State {
+    pub fn new(policy: ClusterPolicy) -> Self {
+        State {
+            policy,
+            names: Interner::default(),
+            teams: Vec::new(),
+            team_ids: BTreeMap::new(),
+            cohorts: Vec::new(),
+            cohort_specs: BTreeMap::new(),
+            workloads: BTreeMap::new(),
+            by_name: BTreeMap::new(),
+            acct: Acct::default(),
+            placement: false,
+            next_id: 1,
+            idle_capacity: BTreeMap::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn team_id(&self, name: &str) -> Result<TeamId, StateError> {
+        self.team_ids.get(name).copied().ok_or_else(|| StateError::UnknownTeam {
+            name: name.to_string(),
+            known: self.team_ids.keys().cloned().collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    pub fn workload(&self, id: WlId) -> &Workload {
+        &self.workloads[&id]
+    }
+
+    pub fn find_workload(&self, name: &str) -> Result<WlId, StateError> {
+        self.by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| StateError::UnknownWorkload(name.to_string()))
+    }
+
+    // ---------------------------------------------------------------- configuration commands
+
+    pub fn set_policy(&mut self, policy: ClusterPolicy) -> Result<(), StateError> {
+        policy.validate().map_err(|e| StateError::Invalid(e.to_string()))?;
+        self.policy = policy;
+        self.rebuild();
+        Ok(())
+    }
+
+    pub fn set_cohort(&mut self, spec: CohortSpec) -> Result<(), StateError> {
+        validate_cohort_name(&spec.name).map_err(|e| StateError::Invalid(e.to_string()))?;
+        if let Some(p) = &spec.parent {
+            return Err(StateError::Invalid(format!(
+                "cohort {}: parent {p:?}: nested cohorts are not supported yet; give parent: null",
+                spec.name
+            )));
+        }
+        validate_quotas(&format!("cohort {}", spec.name), &spec.quotas, &[], true)
+            .map_err(|e| StateError::Invalid(e.to_string()))?;
+        if spec
+            .quotas
+            .iter()
+            .flat_map(|f| f.resources.iter())
+            .any(|(_, q)| q.borrowing_limit.is_some() || q.lending_limit.is_some())
+        {
+            return Err(StateError::Invalid(format!(
+                "cohort {}: borrowing and lending limits on a cohort need a parent cohort; give only nominal",
+                spec.name
+            )));
+        }
+        self.cohort_specs.insert(spec.name.clone(), spec);
+        self.rebuild();
+        Ok(())
+    }
+
+    /// Creates a team or replaces its allocation; workloads keep running.
+    pub fn set_team(&mut self, spec: TeamSpec) -> Result<TeamId, StateError> {
+        validate_team_name(&spec.name).map_err(|e| StateError::Invalid(e.to_string()))?;
+        if let Some(c) = &spec.cohort {
+            validate_cohort_name(c).map_err(|e| StateError::Invalid(e.to_string()))?;
+        }
+        if spec.fair_share_weight > 100 {
+            return Err(StateError::Invalid(format!(
+                "team {}: fair_share_weight {} is out of range 0..=100",
+                spec.name, spec.fair_share_weight
+            )));
+        }
+        validate_quotas(
+            &format!("team {}", spec.name),
+            &spec.quotas,
+            &spec.resource_groups,
+            spec.cohort.is_some(),
+        )
+        .map_err(|e| StateError::Invalid(e.to_string()))?;
+        let groups = spec.effective_resource_groups();
+        for fq in &spec.quotas {
+            for (r, _) in &fq.resources {
+                if !groups.iter().any(|g| g.covered.contains(r)) {
+                    return Err(StateError::Invalid(format!(
+                        "team {}: resource {r} of flavor {} is not covered by any resource group",
+                        spec.name, fq.flavor
+                    )));
+                }
+            }
+        }
+        use allot_common::quota::{BorrowWithinCohortPolicy, ReclaimWithinCohort};
+        if spec.preemption.reclaim_within_cohort == ReclaimWithinCohort::Never
+            && spec.preemption.borrow_within_cohort.policy != BorrowWithinCohortPolicy::Never
+        {
+            return Err(StateError::Invalid(format!(
+                "team {}: borrow_within_cohort.policy {:?} needs reclaim_within_cohort LowerPriority or Any (it is Never)",
+                spec.name, spec.preemption.borrow_within_cohort.policy
+            )));
+        }
+        let id = match self.team_ids.get(&spec.name) {
+            Some(id) => {
+                self.teams[id.idx()].spec = spec;
+                *id
+            }
+            None => {
+                let id = TeamId(self.teams.len() as u32);
+                self.team_ids.insert(spec.name.clone(), id);
+                self.teams.push(TeamRt {
+                    spec,
+                    cohort: CohortId(0),
+                    quotas: Vec::new(),
+                    quota_idx: Vec::new(),
+                    groups: Vec::new(),
+                    pending: BTreeSet::new(),
+                    admitted: BTreeSet::new(),
+                });
+                self.acct.team_usage.push(FrVec::default());
+                id
+            }
+        };
+        self.rebuild();
+        Ok(id)
+    }
+
+    /// Adds a node of `flavor` with `capacity`, healthy and schedulable.
+    pub fn add_node(&mut self, name: &str, flavor: &str, capacity: &Resources) -> Result<NodeId, StateError> {
+        let f = self.names.flavor(flavor);
+        let cap: Vec<(ResId, i64, bool)> = capacity
+            .iter()
+            .map(|(r, v)| (self.names.resource(r), v, r.is_device()))
+            .collect();
+        let id = self.acct.nodes.add(name, f, cap).map_err(StateError::Invalid)?;
+        self.placement = true;
+        self.rebuild();
+        Ok(id)
+    }
+
+    /// Recomputes everything derived from the configuration: quota indices, cohorts, pools,
+    /// pool usage. Usage itself is kept.
+    fn rebuild(&mut self) {
+        // Quotas and groups.
+        for t in 0..self.teams.len() {
+            let spec = self.teams[t].spec.clone();
+            let mut quotas = Vec::new();
+            for fq in &spec.quotas {
+                let f = self.names.flavor(&fq.flavor);
+                for (r, q) in &fq.resources {
+                    let rid = self.names.resource(r);
+                    quotas.push((self.names.fr(f, rid), *q));
+                }
+            }
+            quotas.sort_by_key(|(fr, _)| *fr);
+            let mut idx = vec![None; quotas.iter().map(|(fr, _)| fr.idx() + 1).max().unwrap_or(0)];
+            for (fr, q) in &quotas {
+                idx[fr.idx()] = Some(*q);
+            }
+            let groups = spec
+                .effective_resource_groups()
+                .iter()
+                .map(|g| GroupRt {
+                    resources: g.covered.iter().map(|r| self.names.resource(r)).collect(),
+                    flavors: g.flavors.iter().map(|f| self.names.flavor(f)).collect(),
+                })
+                .collect();
+            let team = &mut self.teams[t];
+            team.quotas = quotas;
+            team.quota_idx = idx;
+            team.groups = groups;
+        }
+        // Idle capacity: healthy node capacity that no team's nominal covers.
+        self.idle_capacity.clear();
+        self.warnings.clear();
+        let capacity = self.acct.nodes.healthy_capacity();
+        let mut nominal_sum: BTreeMap<FrId, i64> = BTreeMap::new();
+        for t in &self.teams {
+            for (fr, q) in &t.quotas {
+                *nominal_sum.entry(*fr).or_insert(0) += q.nominal;
+            }
+        }
+        if self.placement {
+            for ((f, r), cap) in &capacity {
+                let fr = self.names.fr(*f, *r);
+                let nominal = nominal_sum.get(&fr).copied().unwrap_or(0);
+                if cap > &nominal {
+                    self.idle_capacity.insert(fr, cap - nominal);
+                }
+            }
+            for (fr, nominal) in &nominal_sum {
+                let (f, r) = self.names.fr_parts(*fr);
+                let cap = capacity.get(&(f, r)).copied().unwrap_or(0);
+                if *nominal > cap && self.acct.nodes.has_flavor(f) {
+                    self.warnings.push(format!(
+                        "total nominal quota of {} ({}) is above the healthy capacity ({}): admission also needs room on nodes",
+                        self.names.describe_fr(*fr),
+                        self.names.format_qty(r, *nominal),
+                        self.names.format_qty(r, cap)
+                    ));
+                }
+            }
+        }
+        // Cohorts: named ones in name order, then private ones in team order.
+        let mut cohort_names: BTreeSet<String> = self.cohort_specs.keys().cloned().collect();
+        for t in &self.teams {
+            if let Some(c) = &t.spec.cohort {
+                cohort_names.insert(c.clone());
+            }
+        }
+        let mut cohorts: Vec<CohortRt> = cohort_names
+            .iter()
+            .map(|n| CohortRt {
+                name: n.clone(),
+                private: false,
+                spec: self.cohort_specs.get(n).cloned(),
+                members: Vec::new(),
+                pool: FrVec::default(),
+                lendable_by_res: BTreeMap::new(),
+            })
+            .collect();
+        for (i, t) in self.teams.iter_mut().enumerate() {
+            let cid = match &t.spec.cohort {
+                Some(c) => cohorts.iter().position(|x| &x.name == c).unwrap_or(0),
+                None => {
+                    cohorts.push(CohortRt {
+                        name: format!("(team {})", t.spec.name),
+                        private: true,
+                        spec: None,
+                        members: Vec::new(),
+                        pool: FrVec::default(),
+                        lendable_by_res: BTreeMap::new(),
+                    });
+                    cohorts.len() - 1
+                }
+            };
+            t.cohort = CohortId(cid as u32);
+            cohorts[cid].members.push(TeamId(i as u32));
+        }
+        for c in cohorts.iter_mut() {
+            for m in &c.members {
+                let t = &self.teams[m.idx()];
+                for (fr, q) in &t.quotas {
+                    c.pool.add(*fr, q.lending_limit.unwrap_or(q.nominal));
+                }
+            }
+            if let Some(spec) = &c.spec {
+                for fq in &spec.quotas {
+                    let f = self.names.flavor(&fq.flavor);
+                    for (r, q) in &fq.resources {
+                        let rid = self.names.resource(r);
+                        let fr = self.names.fr(f, rid);
+                        c.pool.add(fr, q.nominal);
+                    }
+                }
+            }
+            if self.policy.idle_resource_sharing && c.name == DEFAULT_COHORT && !c.private {
+                for (fr, v) in &self.idle_capacity {
+                    c.pool.add(*fr, *v);
+                }
+            }
+            for (i, v) in c.pool.0.iter().enumerate() {
+                let (_, r) = self.names.fr_parts(FrId(i as u32));
+                *c.lendable_by_res.entry(r).or_insert(0) += v;
+            }
+        }
+        self.cohorts = cohorts;
+        // Pool usage from team usage.
+        let mut pool_used = vec![FrVec::default(); self.cohorts.len()];
+        for (i, t) in self.teams.iter().enumerate() {
+            for (k, u) in self.acct.team_usage[i].0.iter().enumerate() {
+                let fr = FrId(k as u32);
+                let over = (u - t.reserved(fr)).max(0);
+                if over != 0 {
+                    pool_used[t.cohort.idx()].add(fr, over);
+                }
+            }
+        }
+        self.acct.pool_used = pool_used;
+    }
+
+    // ---------------------------------------------------------------- workload commands
+
+    /// Accepts a workload into its team's queue. Errors are rejections, with the reason.
+    pub fn submit(&mut self, spec: WorkloadSpec, now: Time) -> Result<(WlId, Vec<Event>), StateError> {
+        spec.validate().map_err(|e| StateError::Invalid(e.to_string()))?;
+        if self.by_name.contains_key(&spec.name) {
+            return Err(StateError::DuplicateWorkload(spec.name.clone()));
+        }
+        let team = self.team_id(&spec.team)?;
+        let priority = match &spec.priority {
+            PriorityRef::None => 0,
+            PriorityRef::Value(v) => *v,
+            PriorityRef::Class(c) => self
+                .policy
+                .class_priority(c)
+                .map_err(|e| StateError::Invalid(format!("workload {}: {e}", spec.name)))?,
+        };
+        let pinned = match &spec.instance_type {
+            Some(f) => {
+                let t = &self.teams[team.idx()];
+                if !t.spec.quotas.iter().any(|q| &q.flavor == f) {
+                    return Err(StateError::Invalid(format!(
+                        "workload {}: instance type {f} is not in team {}'s quota (its flavors: {})",
+                        spec.name,
+                        t.spec.name,
+                        t.spec.quotas.iter().map(|q| q.flavor.as_str()).collect::<Vec<_>>().join(", ")
+                    )));
+                }
+                Some(self.names.flavor(f))
+            }
+            None => None,
+        };
+        let pod_reqs = spec
+            .pod_sets
+            .iter()
+            .map(|ps| {
+                ps.requests
+                    .iter()
+                    .filter(|(_, v)| *v > 0)
+                    .map(|(r, v)| (self.names.resource(r), v))
+                    .collect()
+            })
+            .collect();
+        let id = WlId(self.next_id);
+        self.next_id += 1;
+        let wl = Workload {
+            id,
+            spec,
+            team,
+            priority,
+            submit_time: now,
+            state: WlState::Pending,
+            pod_reqs,
+            pinned,
+            admission: None,
+            admitted_at: None,
+            conditions: Vec::new(),
+            preemptions: 0,
+            preempting: false,
+            eviction: None,
+        };
+        self.teams[team.idx()].pending.insert(wl.queue_key());
+        self.by_name.insert(wl.spec.name.clone(), id);
+        self.workloads.insert(id, wl);
+        Ok((id, vec![Event::Submitted { wl: id }]))
+    }
+
+    /// Removes a workload: pending ones leave the queue, admitted ones release their quota.
+    pub fn cancel(&mut self, id: WlId, now: Time) -> Result<Vec<Event>, StateError> {
+        let st = self.workloads.get(&id).map(|w| w.state).ok_or_else(|| StateError::UnknownWorkload(format!("{id:?}")))?;
+        match st {
+            WlState::Pending => self.dequeue(id),
+            s if s.holds_quota() => self.release(id),
+            _ => return Ok(Vec::new()),
+        }
+        let wl = self.workloads.get_mut(&id).expect("checked above");
+        wl.state = WlState::Cancelled;
+        wl.set_condition("Finished", true, "Cancelled", "cancelled by the user", now);
+        Ok(vec![Event::Cancelled { wl: id }])
+    }
+
+    /// A workload ended on its own.
+    pub fn finish(&mut self, id: WlId, succeeded: bool, now: Time) -> Result<Vec<Event>, StateError> {
+        let st = self.workloads.get(&id).map(|w| w.state).ok_or_else(|| StateError::UnknownWorkload(format!("{id:?}")))?;
+        match st {
+            WlState::Pending => self.dequeue(id),
+            s if s.holds_quota() => self.release(id),
+            _ => return Ok(Vec::new()),
+        }
+        let wl = self.workloads.get_mut(&id).expect("checked above");
+        wl.state = if succeeded { WlState::Succeeded } else { WlState::Failed };
+        let reason = if succeeded { "Succeeded" } else { "Failed" };
+        wl.set_condition("Finished", true, reason, &format!("the workload {}", reason.to_lowercase()), now);
+        Ok(vec![Event::Finished { wl: id, succeeded }])
+    }
+
+    /// Agents report the pods started.
+    pub fn mark_running(&mut self, id: WlId) {
+        if let Some(wl) = self.workloads.get_mut(&id) {
+            if wl.state == WlState::Admitted {
+                wl.state = WlState::Running;
+            }
+        }
+    }
+
+    /// A node failed or came back. Workloads with pods on a failed node are evicted and
+    /// requeued.
+    pub fn set_node_health(&mut self, name: &str, healthy: bool, now: Time) -> Result<Vec<Event>, StateError> {
+        let node = self.acct.nodes.find(name).ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
+        let mut events = Vec::new();
+        if !healthy {
+            let hit: Vec<WlId> = self
+                .workloads
+                .values()
+                .filter(|w| w.state.holds_quota())
+                .filter(|w| w.admission.as_ref().is_some_and(|a| a.placement.iter().any(|(_, p)| p.node == node)))
+                .map(|w| w.id)
+                .collect();
+            for id in hit {
+                let msg = format!("node {name} failed; its pods were lost");
+                if let Some(wl) = self.workloads.get_mut(&id) {
+                    wl.set_condition("Evicted", true, "NodeFailures", &msg, now);
+                }
+                events.push(Event::Evicted { wl: id, reason: "NodeFailures".into(), message: msg });
+                events.extend(self.complete_eviction(id, now));
+            }
+        }
+        self.acct.nodes.set_health(node, healthy);
+        self.rebuild();
+        Ok(events)
+    }
+
+    fn dequeue(&mut self, id: WlId) {
+        let wl = &self.workloads[&id];
+        let key = wl.queue_key();
+        self.teams[wl.team.idx()].pending.remove(&key);
+    }
+
+    /// Gives back a workload's quota and node allocations.
+    fn release(&mut self, id: WlId) {
+        let Some(wl) = self.workloads.get_mut(&id) else { return };
+        let team = wl.team;
+        if let Some(adm) = wl.admission.take() {
+            for (_, p) in &adm.placement {
+                self.acct.nodes.release(p);
+            }
+            let usage = adm.usage;
+            // `add_all` needs &State; split the borrow by taking the acct out briefly.
+            let mut acct = std::mem::take(&mut self.acct);
+            acct.add_all(self, team, &usage, -1);
+            self.acct = acct;
+        }
+        self.teams[team.idx()].admitted.remove(&id);
+    }
+
+    /// Eviction finished (pods gone): quota is released and the workload is requeued with its
+    /// original submit time.
+    pub fn complete_eviction(&mut self, id: WlId, now: Time) -> Vec<Event> {
+        let Some(state) = self.workloads.get(&id).map(|w| w.state) else {
+            return Vec::new();
+        };
+        if !state.holds_quota() {
+            return Vec::new();
+        }
+        self.release(id);
+        let wl = self.workloads.get_mut(&id).expect("present above");
+        wl.state = WlState::Pending;
+        wl.admitted_at = None;
+        let (reason, msg) = wl.eviction.take().unwrap_or_else(|| ("Evicted".into(), String::new()));
+        wl.set_condition("QuotaReserved", false, "Pending", &msg, now);
+        wl.set_condition("Admitted", false, "NoReservation", "The workload has no reservation", now);
+        wl.set_condition("Requeued", true, &reason, "requeued with its original submit time", now);
+        let key = wl.queue_key();
+        let team = wl.team;
+        self.teams[team.idx()].pending.insert(key);
+        vec![Event::Requeued { wl: id }]
+    }
+
+    // ---------------------------------------------------------------- applying plans
+
+    /// Applies a scheduling plan: pending messages, evictions (started, not completed), then
+    /// admissions, each of which is checked again with the same `fits` and applied whole or not
+    /// at all.
+    pub fn apply_plan(&mut self, plan: &Plan, now: Time) -> Vec<Event> {
+        let mut events = Vec::new();
+        for (id, reason, message) in &plan.pending {
+            if let Some(wl) = self.workloads.get_mut(id) {
+                if wl.state == WlState::Pending {
+                    wl.set_condition("QuotaReserved", false, reason, message, now);
+                }
+            }
+        }
+        for p in &plan.preemptions {
+            let Some(victim) = self.workloads.get(&p.victim) else { continue };
+            if matches!(victim.state, WlState::Admitted | WlState::Running) {
+                let v = self.workloads.get_mut(&p.victim).expect("checked");
+                v.state = WlState::Evicting;
+                v.preemptions += 1;
+                v.eviction = Some(("Preempted".into(), p.message.clone()));
+                v.set_condition("Evicted", true, "Preempted", &p.message, now);
+                v.set_condition("Preempted", true, p.reason.as_str(), &p.message, now);
+                events.push(Event::Preempted { wl: p.victim, by: p.preemptor, reason: p.reason, message: p.message.clone() });
+            }
+            if let Some(w) = self.workloads.get_mut(&p.preemptor) {
+                w.preempting = true;
+            }
+        }
+        for a in &plan.admissions {
+            match self.admit(a.wl, &a.admission, now) {
+                Ok(ev) => events.extend(ev),
+                Err(message) => {
+                    if let Some(wl) = self.workloads.get_mut(&a.wl) {
+                        wl.set_condition("QuotaReserved", false, "Pending", &message, now);
+                    }
+                    events.push(Event::AdmissionRetried { wl: a.wl, message });
+                }
+            }
+        }
+        events
+    }
+
+    /// Checks an admission against the current state with the shared `fits` (quota) and exact
+    /// device re-take (placement), then commits it. Nothing changes when it fails.
+    pub fn admit(&mut self, id: WlId, adm: &Admission, now: Time) -> Result<Vec<Event>, String> {
+        let wl = self.workloads.get(&id).ok_or_else(|| format!("workload {id:?} does not exist"))?;
+        if wl.state != WlState::Pending {
+            return Err(format!("workload {} is {}, not Pending", wl.spec.name, wl.state.as_str()));
+        }
+        let team = wl.team;
+        check_admission(self, &self.acct, wl, adm)?;
+        quota::fits(self, &self.acct, team, &adm.usage, true).map_err(|s| {
+            format!(
+                "admission no longer fits at apply time: {} requested {}, available {}; it will be retried",
+                self.names.describe_fr(s.fr),
+                s.requested,
+                s.available
+            )
+        })?;
+        let mut taken: Vec<&PodAlloc> = Vec::new();
+        for (_, p) in &adm.placement {
+            if let Err(e) = self.acct.nodes.take_exact(p) {
+                for t in taken {
+                    self.acct.nodes.release(t);
+                }
+                return Err(format!("placement no longer fits at apply time: {e}; it will be retried"));
+            }
+            taken.push(p);
+        }
+        let mut acct = std::mem::take(&mut self.acct);
+        acct.add_all(self, team, &adm.usage, 1);
+        self.acct = acct;
+        self.dequeue(id);
+        let team_name = self.teams[team.idx()].name().to_string();
+        let wl = self.workloads.get_mut(&id).expect("checked");
+        wl.state = WlState::Admitted;
+        wl.admission = Some(adm.clone());
+        wl.admitted_at = Some(now);
+        wl.preempting = false;
+        wl.set_condition("QuotaReserved", true, "QuotaReserved", &format!("Quota reserved in team {team_name}"), now);
+        wl.set_condition("Admitted", true, "Admitted", "The workload is admitted", now);
+        if let Some(c) = wl.conditions.iter_mut().find(|c| (c.kind == "Evicted" || c.kind == "Preempted") && c.status) {
+            c.status = false;
+            c.message = format!("Previously: {}", c.message);
+            c.reason = "QuotaReserved".into();
+            c.time = now;
+        }
+        self.teams[team.idx()].admitted.insert(id);
+        Ok(vec![Event::Admitted { wl: id }])
+    }
+
+    /// Builds the admission of a workload on the given flavor per resource (every pod set at full
+    /// count), placing pods when the state has nodes. Used to load already-admitted workloads.
+    pub fn admission_on(&mut self, id: WlId, flavor_of: &dyn Fn(&ResourceName) -> Option<String>) -> Result<Admission, String> {
+        let wl = self.workloads.get(&id).ok_or("unknown workload")?.clone();
+        let mut pod_sets = Vec::new();
+        let mut usage: BTreeMap<FrId, i64> = BTreeMap::new();
+        let mut placement = Vec::new();
+        for (i, ps) in wl.spec.pod_sets.iter().enumerate() {
+            let mut flavors = Vec::new();
+            let mut placed_flavor = None;
+            for (r, v) in &wl.pod_reqs[i] {
+                let rname = self.names.resource_name(*r).clone();
+                let fname = flavor_of(&rname).ok_or_else(|| format!("no flavor given for resource {rname}"))?;
+                let f = self.names.find_flavor(&fname).ok_or_else(|| format!("flavor {fname} is not in any quota"))?;
+                let fr = self.names.find_fr(f, *r).ok_or_else(|| format!("team has no quota for {rname} in flavor {fname}"))?;
+                *usage.entry(fr).or_insert(0) += v * i64::from(ps.count);
+                flavors.push((*r, f));
+                placed_flavor = Some(f);
+            }
+            if self.placement {
+                if let Some(f) = placed_flavor {
+                    let allocs = self
+                        .acct
+                        .nodes
+                        .place(f, &wl.pod_reqs[i], ps.count)
+                        .map_err(|e| format!("pod set {} does not fit on the nodes ({} of {} pods placed)", ps.name, e.placed, e.wanted))?;
+                    placement.extend(allocs.into_iter().map(|a| (i, a)));
+                }
+            }
+            pod_sets.push(PodSetAdmission { name: ps.name.clone(), count: ps.count, flavors });
+        }
+        for (_, p) in &placement {
+            self.acct.nodes.release(p);
+        }
+        let usage: Vec<(FrId, i64)> = usage.into_iter().collect();
+        let borrowed = crate::scheduler::borrowed_part(self, &self.acct, wl.team, &usage);
+        Ok(Admission { pod_sets, usage, placement, borrowed })
+    }
+
+    /// Checks the invariants that must hold after every step; returns the first violation.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        crate::invariants::check(self)
+    }
+}
+
+/// Structural checks of an admission against its workload (pod counts, usage consistent with
+/// requests, placement present when required).
+fn check_admission(st: &State, _acct: &Acct, wl: &Workload, adm: &Admission) -> Result<(), String> {
+    if adm.pod_sets.len() != wl.spec.pod_sets.len() {
+        return Err(format!("admission of {} has {} pod sets, the workload {}", wl.spec.name, adm.pod_sets.len(), wl.spec.pod_sets.len()));
+    }
+    let mut expect: BTreeMap<FrId, i64> = BTreeMap::new();
+    for (i, (psa, ps)) in adm.pod_sets.iter().zip(&wl.spec.pod_sets).enumerate() {
+        if psa.count > ps.count || psa.count < ps.min_count.unwrap_or(ps.count) {
+            return Err(format!("pod set {}: count {} outside {}..={}", ps.name, psa.count, ps.min_count.unwrap_or(ps.count), ps.count));
+        }
+        for (r, v) in &wl.pod_reqs[i] {
+            let f = psa.flavors.iter().find(|(rr, _)| rr == r).map(|(_, f)| *f).ok_or_else(|| format!("pod set {}: no flavor for {}", ps.name, st.names.resource_name(*r)))?;
+            let fr = st.names.find_fr(f, *r).ok_or_else(|| "no quota for the assigned flavor".to_string())?;
+            *expect.entry(fr).or_insert(0) += v * i64::from(psa.count);
+        }
+        if st.placement {
+            let pods = adm.placement.iter().filter(|(k, _)| *k == i).count();
+            if pods != psa.count as usize && !wl.pod_reqs[i].is_empty() {
+                return Err(format!("pod set {}: {} pods placed, {} admitted", ps.name, pods, psa.count));
+            }
+        }
+    }
+    let expect: Vec<(FrId, i64)> = expect.into_iter().collect();
+    if expect != adm.usage {
+        return Err(format!("admission of {}: usage does not match its requests", wl.spec.name));
+    }
+    Ok(())
+}

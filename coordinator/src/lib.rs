@@ -1,0 +1,1 @@
+pub use allot_core;
