@@ -2340,11 +2340,12 @@ mod tests {
         assert_eq!(lines[1], "    {InstanceType=ml.g5.8xlarge,Cnt=2}");
         assert_eq!(lines[2], format!("  {}^", " ".repeat(30)));
         // Non-ASCII input: the caret counts characters.
-        let e = parse_err("ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Cöunt=1}]");
-        assert_eq!(e.pos, 51);
+        let e = parse_err("ComputeQuotaResources=[{InstanceType=\"é\",Bad=1}]");
+        assert_eq!(e.pos, 42); // bytes: 'é' is two
+        assert_eq!(e.line_and_column(), (1, 42));
         let text = e.to_string();
         assert!(
-            text.ends_with(&format!("\n  {}^", " ".repeat(51))),
+            text.ends_with(&format!("\n  {}^", " ".repeat(41))),
             "{text}"
         );
     }

@@ -469,6 +469,12 @@ fn eval_flavor(
             ev.placement_short = true;
         }
     }
+    if ev.mode == Mode::Preempt && quick {
+        // Without a search, assume preemption inside the team could bring it within nominal.
+        ev.borrows = usage_here
+            .iter()
+            .any(|(fr, val)| *val > team.quota(*fr).map(|q| q.nominal).unwrap_or(0));
+    }
     if ev.mode == Mode::Preempt && !quick {
         let _ = tentative;
         let place = if st.placement && covers_all { vec![(ps, f, count)] } else { Vec::new() };
@@ -476,6 +482,19 @@ fn eval_flavor(
         match preemption::find_victims(ctx, wl, &usage_here, &place, &ev.contested, &contested_flavors) {
             Some(v) if !v.is_empty() => {
                 ev.mode = if v.iter().all(|x| ctx.st.workload(x.id).team != t) { Mode::Reclaim } else { Mode::Preempt };
+                // The borrow level counts after the victims are gone (Kueue does the same).
+                ev.borrows = usage_here.iter().any(|(fr, val)| {
+                    let freed: i64 = v
+                        .iter()
+                        .map(|x| ctx.st.workload(x.id))
+                        .filter(|w| w.team == t)
+                        .filter_map(|w| w.admission.as_ref())
+                        .flat_map(|a| a.usage.iter())
+                        .filter(|(u, _)| u == fr)
+                        .map(|(_, q)| *q)
+                        .sum();
+                    ctx.acct.usage(t, *fr) - freed + val > team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
+                });
             }
             Some(_) => ev.mode = Mode::Fit,
             None => {
