@@ -9,7 +9,11 @@ mod scenario;
 mod simulate;
 
 #[derive(Parser)]
-#[command(name = "allot", version, about = "Governs a shared GPU cluster: quotas, fair sharing, priorities, preemption and placement")]
+#[command(
+    name = "allot",
+    version,
+    about = "Governs a shared GPU cluster: quotas, fair sharing, priorities, preemption and placement"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -52,7 +56,11 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let format = output.unwrap_or(if std::io::stdout().is_terminal() { Output::Table } else { Output::Json });
+            let format = output.unwrap_or(if std::io::stdout().is_terminal() {
+                Output::Table
+            } else {
+                Output::Json
+            });
             match format {
                 Output::Json => {
                     let v = serde_json::json!({"events": outcome.events, "final": outcome.final_state,

@@ -7,13 +7,14 @@ use std::fmt;
 use allot_common::hyperpod::{parse_scheduler_config, ComputeQuotaConfig};
 use allot_common::policy::PriorityClass;
 use allot_common::quota::{
-    BorrowWithinCohort, BorrowWithinCohortPolicy, FlavorFungibility, FungibilityPreference, PreemptionPolicy,
-    QueueingStrategy, ReclaimWithinCohort, WhenCanBorrow, WhenCanPreempt, WithinTeam, DEFAULT_COHORT,
+    BorrowWithinCohort, BorrowWithinCohortPolicy, FlavorFungibility, FungibilityPreference,
+    PreemptionPolicy, QueueingStrategy, ReclaimWithinCohort, WhenCanBorrow, WhenCanPreempt,
+    WithinTeam, DEFAULT_COHORT,
 };
 use allot_common::workload::MAIN_POD_SET;
 use allot_common::{
-    Catalog, ClusterPolicy, CohortSpec, FairSharingStrategy, FlavorQuota, PodSet, PriorityRef, ResourceGroup,
-    ResourceName, ResourceQuota, Resources, TeamSpec, WorkloadSpec,
+    Catalog, ClusterPolicy, CohortSpec, FairSharingStrategy, FlavorQuota, PodSet, PriorityRef,
+    ResourceGroup, ResourceName, ResourceQuota, Resources, TeamSpec, WorkloadSpec,
 };
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -278,14 +279,18 @@ pub fn err(path: impl Into<String>, message: impl Into<String>) -> ScenarioError
 pub fn parse(text: &str) -> Result<ScenarioIn, ScenarioError> {
     let value: Value = match serde_json::from_str(text) {
         Ok(v) => v,
-        Err(_) => serde_saphyr::from_str(text).map_err(|e| err("", format!("not valid YAML or JSON: {e}")))?,
+        Err(_) => serde_saphyr::from_str(text)
+            .map_err(|e| err("", format!("not valid YAML or JSON: {e}")))?,
     };
     let sc: ScenarioIn = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         err(path, e.into_inner().to_string())
     })?;
     if sc.version != 1 {
-        return Err(err("version", format!("version {} is not supported; use version: 1", sc.version)));
+        return Err(err(
+            "version",
+            format!("version {} is not supported; use version: 1", sc.version),
+        ));
     }
     if sc.teams.is_empty() {
         return Err(err("teams", "at least one team is required"));
@@ -304,9 +309,14 @@ fn resources(path: &str, m: &OrderedMap<Qty>) -> Result<Resources, ScenarioError
     let mut r = Resources::new();
     for (k, q) in &m.0 {
         let name = ResourceName::parse(k).map_err(|e| err(format!("{path}.{k}"), e.to_string()))?;
-        let v = q.resolve(&name).map_err(|e| err(format!("{path}.{k}"), e))?;
+        let v = q
+            .resolve(&name)
+            .map_err(|e| err(format!("{path}.{k}"), e))?;
         if r.0.contains_key(&name) {
-            return Err(err(format!("{path}.{k}"), format!("resource {name} is given twice (aliases count as the same resource)")));
+            return Err(err(
+                format!("{path}.{k}"),
+                format!("resource {name} is given twice (aliases count as the same resource)"),
+            ));
         }
         r.set(name, v);
     }
@@ -326,8 +336,16 @@ fn quota_list(path: &str, q: &QuotaIn) -> Result<Vec<FlavorQuota>, ScenarioError
             let conv = |x: &Qty, k: &str| x.resolve(&name).map_err(|e| err(format!("{p}.{k}"), e));
             let quota = ResourceQuota {
                 nominal: conv(&rq.nominal, "nominal")?,
-                borrowing_limit: rq.borrowing_limit.as_ref().map(|x| conv(x, "borrowing_limit")).transpose()?,
-                lending_limit: rq.lending_limit.as_ref().map(|x| conv(x, "lending_limit")).transpose()?,
+                borrowing_limit: rq
+                    .borrowing_limit
+                    .as_ref()
+                    .map(|x| conv(x, "borrowing_limit"))
+                    .transpose()?,
+                lending_limit: rq
+                    .lending_limit
+                    .as_ref()
+                    .map(|x| conv(x, "lending_limit"))
+                    .transpose()?,
             };
             if fq.get(&name).is_some() {
                 return Err(err(&p, format!("resource {name} is given twice")));
@@ -341,16 +359,24 @@ fn quota_list(path: &str, q: &QuotaIn) -> Result<Vec<FlavorQuota>, ScenarioError
 }
 
 /// Builds the cluster policy: the shorthand `scheduler_config` or the structured keys.
-pub fn policy(path: &str, p: &PolicyIn, base: &ClusterPolicy) -> Result<ClusterPolicy, ScenarioError> {
+pub fn policy(
+    path: &str,
+    p: &PolicyIn,
+    base: &ClusterPolicy,
+) -> Result<ClusterPolicy, ScenarioError> {
     let mut out = match &p.scheduler_config {
         Some(s) => {
-            if p.priority_classes.is_some() || p.fair_share.is_some() || p.idle_resource_sharing.is_some() {
+            if p.priority_classes.is_some()
+                || p.fair_share.is_some()
+                || p.idle_resource_sharing.is_some()
+            {
                 return Err(err(
                     format!("{path}.scheduler_config"),
                     "give either scheduler_config or priority_classes/fair_share/idle_resource_sharing, not both",
                 ));
             }
-            let mut pol = parse_scheduler_config(s).map_err(|e| err(format!("{path}.scheduler_config"), e.to_string()))?;
+            let mut pol = parse_scheduler_config(s)
+                .map_err(|e| err(format!("{path}.scheduler_config"), e.to_string()))?;
             if let Some(s) = &p.fair_sharing_strategies {
                 pol.fair_sharing_strategies = s.clone();
             }
@@ -392,23 +418,40 @@ pub fn team(path: &str, t: &TeamIn) -> Result<TeamSpec, ScenarioError> {
         Value::Null => None,
         Value::String(s) if s == "\u{0}absent" => Some(DEFAULT_COHORT.to_string()),
         Value::String(s) => Some(s.clone()),
-        other => return Err(err(format!("{path}.cohort"), format!("expected a cohort name or null, got {other}"))),
+        other => {
+            return Err(err(
+                format!("{path}.cohort"),
+                format!("expected a cohort name or null, got {other}"),
+            ))
+        }
     };
     let mut spec = TeamSpec::new(&t.name, Vec::new());
     spec.cohort = cohort;
     match (&t.compute_quota, &t.quota) {
         (Some(_), Some(_)) => {
-            return Err(err(path, "give either compute_quota (HyperPod form) or quota (advanced form), not both"));
+            return Err(err(
+                path,
+                "give either compute_quota (HyperPod form) or quota (advanced form), not both",
+            ));
         }
-        (None, None) => return Err(err(path, "a team needs compute_quota (HyperPod form) or quota (advanced form)")),
+        (None, None) => {
+            return Err(err(
+                path,
+                "a team needs compute_quota (HyperPod form) or quota (advanced form)",
+            ))
+        }
         (Some(cq), None) => {
             let p = format!("{path}.compute_quota");
             let cfg = match cq {
-                Value::String(s) => ComputeQuotaConfig::parse_shorthand(s).map_err(|e| err(&p, e.to_string()))?,
+                Value::String(s) => {
+                    ComputeQuotaConfig::parse_shorthand(s).map_err(|e| err(&p, e.to_string()))?
+                }
                 v => serde_path_to_error::deserialize::<_, ComputeQuotaConfig>(v.clone())
                     .map_err(|e| err(format!("{p}.{}", e.path()), e.into_inner().to_string()))?,
             };
-            spec.quotas = cfg.to_quotas(Catalog::builtin()).map_err(|e| err(&p, e.to_string()))?;
+            spec.quotas = cfg
+                .to_quotas(Catalog::builtin())
+                .map_err(|e| err(&p, e.to_string()))?;
             spec.preemption = cfg.preemption_policy();
             spec.fair_share_weight = t.fair_share_weight.unwrap_or(0);
             if t.preemption.is_some() || t.resource_groups.is_some() {
@@ -424,7 +467,14 @@ pub fn team(path: &str, t: &TeamIn) -> Result<TeamSpec, ScenarioError> {
                     let covered = g
                         .covered
                         .iter()
-                        .map(|r| ResourceName::parse(r).map_err(|e| err(format!("{path}.resource_groups[{i}].covered"), e.to_string())))
+                        .map(|r| {
+                            ResourceName::parse(r).map_err(|e| {
+                                err(
+                                    format!("{path}.resource_groups[{i}].covered"),
+                                    e.to_string(),
+                                )
+                            })
+                        })
                         .collect::<Result<Vec<_>, _>>()?;
                     gs.push(ResourceGroup {
                         covered,
@@ -437,7 +487,9 @@ pub fn team(path: &str, t: &TeamIn) -> Result<TeamSpec, ScenarioError> {
                 let d = PreemptionPolicy::default();
                 spec.preemption = PreemptionPolicy {
                     within_team: p.within_team.unwrap_or(d.within_team),
-                    reclaim_within_cohort: p.reclaim_within_cohort.unwrap_or(d.reclaim_within_cohort),
+                    reclaim_within_cohort: p
+                        .reclaim_within_cohort
+                        .unwrap_or(d.reclaim_within_cohort),
                     borrow_within_cohort: match &p.borrow_within_cohort {
                         Some(b) => BorrowWithinCohort {
                             policy: b.policy.unwrap_or(d.borrow_within_cohort.policy),
@@ -486,8 +538,18 @@ pub fn cohort(path: &str, c: &CohortIn) -> Result<CohortSpec, ScenarioError> {
 /// Builds a workload spec. Priorities written as integers are used as given.
 pub fn workload(path: &str, w: &WorkloadIn) -> Result<WorkloadSpec, ScenarioError> {
     let pod_sets = match (&w.podsets, &w.requests) {
-        (Some(_), Some(_)) => return Err(err(path, "give either requests (with count) or podsets, not both")),
-        (Some(_), None) if w.count.is_some() => return Err(err(format!("{path}.count"), "count belongs to each pod set when podsets is given")),
+        (Some(_), Some(_)) => {
+            return Err(err(
+                path,
+                "give either requests (with count) or podsets, not both",
+            ))
+        }
+        (Some(_), None) if w.count.is_some() => {
+            return Err(err(
+                format!("{path}.count"),
+                "count belongs to each pod set when podsets is given",
+            ))
+        }
         (Some(ps), None) => ps
             .iter()
             .enumerate()
@@ -512,9 +574,12 @@ pub fn workload(path: &str, w: &WorkloadIn) -> Result<WorkloadSpec, ScenarioErro
     };
     let priority = match &w.priority {
         None => PriorityRef::None,
-        Some(PriorityIn::Int(v)) => PriorityRef::Value(
-            i32::try_from(*v).map_err(|_| err(format!("{path}.priority"), format!("{v} is out of the 32-bit range")))?,
-        ),
+        Some(PriorityIn::Int(v)) => PriorityRef::Value(i32::try_from(*v).map_err(|_| {
+            err(
+                format!("{path}.priority"),
+                format!("{v} is out of the 32-bit range"),
+            )
+        })?),
         Some(PriorityIn::Name(n)) => PriorityRef::Class(n.clone()),
     };
     let spec = WorkloadSpec {
@@ -543,14 +608,21 @@ pub fn nodes(nodes: &[NodeIn]) -> Result<Vec<(String, String, Resources)>, Scena
         match (&n.name, &n.name_prefix) {
             (Some(name), None) => {
                 if n.count.is_some_and(|c| c != 1) {
-                    return Err(err(format!("{path}.count"), "count needs name_prefix instead of name"));
+                    return Err(err(
+                        format!("{path}.count"),
+                        "count needs name_prefix instead of name",
+                    ));
                 }
                 out.push((name.clone(), n.instance_type.clone(), capacity));
             }
             (None, Some(prefix)) => {
                 let count = n.count.unwrap_or(1);
                 for k in 0..count {
-                    out.push((format!("{prefix}{k}"), n.instance_type.clone(), capacity.clone()));
+                    out.push((
+                        format!("{prefix}{k}"),
+                        n.instance_type.clone(),
+                        capacity.clone(),
+                    ));
                 }
             }
             _ => return Err(err(&path, "give exactly one of name or name_prefix")),
@@ -563,10 +635,17 @@ pub fn nodes(nodes: &[NodeIn]) -> Result<Vec<(String, String, Resources)>, Scena
 pub fn admitted_flavors(a: &AdmittedIn) -> BTreeMap<String, String> {
     match &a.flavor {
         FlavorIn::One(f) => BTreeMap::from([("*".to_string(), f.clone())]),
-        FlavorIn::PerResource(m) => m
-            .0
-            .iter()
-            .map(|(r, f)| (ResourceName::parse(r).map(|n| n.to_string()).unwrap_or_else(|_| r.clone()), f.clone()))
-            .collect(),
+        FlavorIn::PerResource(m) => {
+            m.0.iter()
+                .map(|(r, f)| {
+                    (
+                        ResourceName::parse(r)
+                            .map(|n| n.to_string())
+                            .unwrap_or_else(|_| r.clone()),
+                        f.clone(),
+                    )
+                })
+                .collect()
+        }
     }
 }

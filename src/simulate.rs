@@ -8,8 +8,8 @@ use allot_common::workload::MAIN_POD_SET;
 use allot_common::ResourceName;
 use allot_core::ids::{ResId, WlId};
 use allot_core::quota;
-use allot_core::state::{Event, State, Time, WlState};
 use allot_core::schedule;
+use allot_core::state::{Event, State, Time, WlState};
 use serde_json::{json, Map, Value};
 
 use crate::scenario::{self, err, ScenarioError, ScenarioIn};
@@ -91,7 +91,9 @@ impl Sim {
     fn record(&mut self, t: Time, events: Vec<Event>) {
         for e in events {
             let v = match &e {
-                Event::Submitted { wl } => json!({"t": time_json(t), "type": "submitted", "workload": self.name(*wl), "team": self.team_of(*wl)}),
+                Event::Submitted { wl } => {
+                    json!({"t": time_json(t), "type": "submitted", "workload": self.name(*wl), "team": self.team_of(*wl)})
+                }
                 Event::Admitted { wl } => {
                     self.admitted += 1;
                     if let Some(d) = self.durations.get(wl).copied() {
@@ -99,18 +101,33 @@ impl Sim {
                     }
                     self.admitted_json(t, *wl)
                 }
-                Event::Preempted { wl, by, reason, message } => {
+                Event::Preempted {
+                    wl,
+                    by,
+                    reason,
+                    message,
+                } => {
                     self.preempted += 1;
                     json!({"t": time_json(t), "type": "preempted", "workload": self.name(*wl), "by": self.name(*by),
                            "reason": reason.as_str(), "message": message})
                 }
-                Event::Evicted { wl, reason, message } => {
+                Event::Evicted {
+                    wl,
+                    reason,
+                    message,
+                } => {
                     json!({"t": time_json(t), "type": "evicted", "workload": self.name(*wl), "reason": reason, "message": message})
                 }
-                Event::Requeued { wl } => json!({"t": time_json(t), "type": "requeued", "workload": self.name(*wl)}),
-                Event::Finished { wl, succeeded } => json!({"t": time_json(t), "type": "finished", "workload": self.name(*wl),
-                    "result": if *succeeded { "Succeeded" } else { "Failed" }}),
-                Event::Cancelled { wl } => json!({"t": time_json(t), "type": "cancelled", "workload": self.name(*wl)}),
+                Event::Requeued { wl } => {
+                    json!({"t": time_json(t), "type": "requeued", "workload": self.name(*wl)})
+                }
+                Event::Finished { wl, succeeded } => {
+                    json!({"t": time_json(t), "type": "finished", "workload": self.name(*wl),
+                    "result": if *succeeded { "Succeeded" } else { "Failed" }})
+                }
+                Event::Cancelled { wl } => {
+                    json!({"t": time_json(t), "type": "cancelled", "workload": self.name(*wl)})
+                }
                 Event::AdmissionRetried { wl, message } => {
                     json!({"t": time_json(t), "type": "retried", "workload": self.name(*wl), "message": message})
                 }
@@ -186,18 +203,27 @@ impl Sim {
             Action::Submit(w, path) => self.submit(t, &w, &path, None)?,
             Action::Cancel(name) => {
                 let id = self.lookup(&name)?;
-                let ev = self.state.cancel(id, t).map_err(|e| err("events", e.to_string()))?;
+                let ev = self
+                    .state
+                    .cancel(id, t)
+                    .map_err(|e| err("events", e.to_string()))?;
                 self.record(t, ev);
             }
             Action::Finish(name) => {
                 let id = self.lookup(&name)?;
-                let ev = self.state.finish(id, true, t).map_err(|e| err("events", e.to_string()))?;
+                let ev = self
+                    .state
+                    .finish(id, true, t)
+                    .map_err(|e| err("events", e.to_string()))?;
                 self.record(t, ev);
             }
             Action::Complete(id, admitted_at) => {
                 let wl = self.state.workload(id);
                 if wl.state.holds_quota() && wl.admitted_at == Some(admitted_at) {
-                    let ev = self.state.finish(id, true, t).map_err(|e| err("events", e.to_string()))?;
+                    let ev = self
+                        .state
+                        .finish(id, true, t)
+                        .map_err(|e| err("events", e.to_string()))?;
                     self.record(t, ev);
                 }
             }
@@ -209,35 +235,57 @@ impl Sim {
                 return Err(err("events", format!("unknown node {n:?}")));
             }
             Action::NodeDown(n) => {
-                let ev = self.state.set_node_health(&n, false, t).map_err(|e| err("events", e.to_string()))?;
+                let ev = self
+                    .state
+                    .set_node_health(&n, false, t)
+                    .map_err(|e| err("events", e.to_string()))?;
                 self.record(t, ev);
             }
             Action::NodeUp(n) => {
-                let ev = self.state.set_node_health(&n, true, t).map_err(|e| err("events", e.to_string()))?;
+                let ev = self
+                    .state
+                    .set_node_health(&n, true, t)
+                    .map_err(|e| err("events", e.to_string()))?;
                 self.record(t, ev);
             }
             Action::SetTeam(team, path) => {
                 let spec = scenario::team(&path, &team)?;
-                self.state.set_team(spec).map_err(|e| err(&path, e.to_string()))?;
+                self.state
+                    .set_team(spec)
+                    .map_err(|e| err(&path, e.to_string()))?;
             }
             Action::SetPolicy(p, path) => {
                 let pol = scenario::policy(&path, &p, &self.state.policy)?;
-                self.state.set_policy(pol).map_err(|e| err(&path, e.to_string()))?;
+                self.state
+                    .set_policy(pol)
+                    .map_err(|e| err(&path, e.to_string()))?;
             }
         }
         Ok(())
     }
 
     fn lookup(&self, name: &str) -> Result<WlId, ScenarioError> {
-        self.state
-            .find_workload(name)
-            .map_err(|_| err("events", format!("unknown workload {name:?} (it must be submitted before this event)")))
+        self.state.find_workload(name).map_err(|_| {
+            err(
+                "events",
+                format!("unknown workload {name:?} (it must be submitted before this event)"),
+            )
+        })
     }
 
-    fn submit(&mut self, t: Time, w: &scenario::WorkloadIn, path: &str, admitted_at: Option<Time>) -> Result<(), ScenarioError> {
+    fn submit(
+        &mut self,
+        t: Time,
+        w: &scenario::WorkloadIn,
+        path: &str,
+        admitted_at: Option<Time>,
+    ) -> Result<(), ScenarioError> {
         let spec = scenario::workload(path, w)?;
         if self.rejected.contains_key(&spec.name) || self.state.by_name.contains_key(&spec.name) {
-            return Err(err(format!("{path}.name"), format!("workload {:?} is defined twice", spec.name)));
+            return Err(err(
+                format!("{path}.name"),
+                format!("workload {:?} is defined twice", spec.name),
+            ));
         }
         if let Err(e) = self.state.team_id(&spec.team) {
             return Err(err(format!("{path}.team"), e.to_string()));
@@ -247,23 +295,32 @@ impl Sim {
         match self.state.submit(spec, t) {
             Ok((id, ev)) => {
                 if let Some(d) = w.duration {
-                    self.durations.insert(id, scenario::seconds_to_ms(&format!("{path}.duration"), d)?);
+                    self.durations
+                        .insert(id, scenario::seconds_to_ms(&format!("{path}.duration"), d)?);
                 }
                 if let Some(g) = w.grace {
-                    self.graces.insert(id, scenario::seconds_to_ms(&format!("{path}.grace"), g)?);
+                    self.graces
+                        .insert(id, scenario::seconds_to_ms(&format!("{path}.grace"), g)?);
                 }
                 self.record(t, ev);
                 if let (Some(a), Some(at)) = (&w.admitted, admitted_at) {
                     let flavors = scenario::admitted_flavors(a);
-                    let lookup = |r: &ResourceName| flavors.get(r.as_str()).or_else(|| flavors.get("*")).cloned();
+                    let lookup = |r: &ResourceName| {
+                        flavors
+                            .get(r.as_str())
+                            .or_else(|| flavors.get("*"))
+                            .cloned()
+                    };
                     let adm = self
                         .state
                         .admission_on(id, &lookup)
                         .map_err(|e| err(format!("{path}.admitted"), e))?;
-                    let ev = self
-                        .state
-                        .admit(id, &adm, at)
-                        .map_err(|e| err(format!("{path}.admitted"), format!("does not fit the initial state: {e}")))?;
+                    let ev = self.state.admit(id, &adm, at).map_err(|e| {
+                        err(
+                            format!("{path}.admitted"),
+                            format!("does not fit the initial state: {e}"),
+                        )
+                    })?;
                     self.admitted += 1;
                     if let Some(d) = self.durations.get(&id).copied() {
                         self.push(at + d, Action::Complete(id, at));
@@ -312,7 +369,10 @@ impl Sim {
         }
         Err(err(
             "",
-            format!("the scheduler did not settle after {MAX_CYCLES_PER_INSTANT} cycles at t={}s", t as f64 / 1000.0),
+            format!(
+                "the scheduler did not settle after {MAX_CYCLES_PER_INSTANT} cycles at t={}s",
+                t as f64 / 1000.0
+            ),
         ))
     }
 }
@@ -339,21 +399,33 @@ pub fn run(sc: &ScenarioIn) -> Result<Outcome, ScenarioError> {
     for (i, c) in sc.cohorts.iter().flatten().enumerate() {
         let path = format!("cohorts[{i}]");
         let spec = scenario::cohort(&path, c)?;
-        sim.state.set_cohort(spec).map_err(|e| err(&path, e.to_string()))?;
+        sim.state
+            .set_cohort(spec)
+            .map_err(|e| err(&path, e.to_string()))?;
     }
     let mut team_names = BTreeSet::new();
     for (i, t) in sc.teams.iter().enumerate() {
         let path = format!("teams[{i}]");
         if !team_names.insert(t.name.clone()) {
-            return Err(err(format!("{path}.name"), format!("duplicate team {:?}", t.name)));
+            return Err(err(
+                format!("{path}.name"),
+                format!("duplicate team {:?}", t.name),
+            ));
         }
         let spec = scenario::team(&path, t)?;
-        sim.state.set_team(spec).map_err(|e| err(&path, e.to_string()))?;
+        sim.state
+            .set_team(spec)
+            .map_err(|e| err(&path, e.to_string()))?;
     }
     for (name, flavor, cap) in scenario::nodes(sc.nodes.as_deref().unwrap_or(&[]))? {
-        sim.state.add_node(&name, &flavor, &cap).map_err(|e| err("nodes", e.to_string()))?;
+        sim.state
+            .add_node(&name, &flavor, &cap)
+            .map_err(|e| err("nodes", e.to_string()))?;
     }
-    let until = sc.until.map(|u| scenario::seconds_to_ms("until", u)).transpose()?;
+    let until = sc
+        .until
+        .map(|u| scenario::seconds_to_ms("until", u))
+        .transpose()?;
     // Already-admitted workloads first, in file order; the rest queue at their submit times.
     let workloads = sc.workloads.clone().unwrap_or_default();
     let mut admitted_first: Vec<(usize, Time, Time)> = Vec::new();
@@ -362,7 +434,10 @@ pub fn run(sc: &ScenarioIn) -> Result<Outcome, ScenarioError> {
         let t = scenario::seconds_to_ms(&format!("{path}.submit_at"), w.submit_at.unwrap_or(0.0))?;
         match &w.admitted {
             Some(a) => {
-                let at = scenario::seconds_to_ms(&format!("{path}.admitted.at"), a.at.unwrap_or(w.submit_at.unwrap_or(0.0)))?;
+                let at = scenario::seconds_to_ms(
+                    &format!("{path}.admitted.at"),
+                    a.at.unwrap_or(w.submit_at.unwrap_or(0.0)),
+                )?;
                 admitted_first.push((i, t, at));
             }
             None => sim.push(t, Action::Submit(Box::new(w.clone()), path)),
@@ -388,13 +463,22 @@ pub fn run(sc: &ScenarioIn) -> Result<Outcome, ScenarioError> {
             actions.push(Action::NodeUp(n.clone()));
         }
         if let Some(w) = &e.submit {
-            actions.push(Action::Submit(Box::new(w.clone()), format!("{path}.submit")));
+            actions.push(Action::Submit(
+                Box::new(w.clone()),
+                format!("{path}.submit"),
+            ));
         }
         if let Some(tm) = &e.set_team {
-            actions.push(Action::SetTeam(Box::new(tm.clone()), format!("{path}.set_team")));
+            actions.push(Action::SetTeam(
+                Box::new(tm.clone()),
+                format!("{path}.set_team"),
+            ));
         }
         if let Some(p) = &e.set_policy {
-            actions.push(Action::SetPolicy(Box::new(p.clone()), format!("{path}.set_policy")));
+            actions.push(Action::SetPolicy(
+                Box::new(p.clone()),
+                format!("{path}.set_policy"),
+            ));
         }
         if actions.len() != 1 {
             return Err(err(&path, "an event needs exactly one of cancel, finish, node_down, node_up, submit, set_team, set_policy"));
@@ -404,8 +488,7 @@ pub fn run(sc: &ScenarioIn) -> Result<Outcome, ScenarioError> {
     let start = sim.queue.keys().next().map(|(t, _)| *t).unwrap_or(0).min(0);
     let mut now = start;
     sim.settle(now)?;
-    loop {
-        let Some(((t, _), _)) = sim.queue.first_key_value() else { break };
+    while let Some(((t, _), _)) = sim.queue.first_key_value() {
         let t = *t;
         if until.is_some_and(|u| t > u) {
             break;
@@ -445,15 +528,20 @@ fn final_json(sim: &Sim, t: Time) -> Value {
         };
         let mut v = json!({"state": state.as_str(), "team": st.teams[wl.team.idx()].name(), "priority": wl.priority,
                            "flavors": flavors, "counts": counts, "preemptions": wl.preemptions});
-        if let Some((reason, message)) = wl.pending_status().filter(|_| wl.state == WlState::Pending) {
+        if let Some((reason, message)) =
+            wl.pending_status().filter(|_| wl.state == WlState::Pending)
+        {
             v["reason"] = json!(reason);
             v["message"] = json!(message);
         }
         wls.insert(wl.spec.name.clone(), v);
     }
     for (name, (team, message)) in &sim.rejected {
-        wls.insert(name.clone(), json!({"state": "Rejected", "team": team, "reason": "Rejected", "message": message,
-                                        "flavors": null, "counts": null, "preemptions": 0}));
+        wls.insert(
+            name.clone(),
+            json!({"state": "Rejected", "team": team, "reason": "Rejected", "message": message,
+                                        "flavors": null, "counts": null, "preemptions": 0}),
+        );
     }
     let mut teams = Map::new();
     for (i, team) in st.teams.iter().enumerate() {
@@ -464,14 +552,24 @@ fn final_json(sim: &Sim, t: Time) -> Value {
             let entry = usage
                 .entry(st.names.flavor_name(f).to_string())
                 .or_insert_with(|| Value::Object(Map::new()));
-            entry[st.names.resource_name(r).as_str()] = qty_json(st.names.resource_name(r), st.acct.usage(tid, *fr));
+            entry[st.names.resource_name(r).as_str()] =
+                qty_json(st.names.resource_name(r), st.acct.usage(tid, *fr));
         }
         let borrowed: Map<String, Value> = quota::borrowed_by_resource(st, &st.acct, tid)
             .into_iter()
-            .map(|(r, q)| (st.names.resource_name(r).to_string(), qty_json(st.names.resource_name(r), q)))
+            .map(|(r, q)| {
+                (
+                    st.names.resource_name(r).to_string(),
+                    qty_json(st.names.resource_name(r), q),
+                )
+            })
             .collect();
         let share = quota::share(st, &st.acct, tid, &[]);
-        let ws = if share.infinite { json!(i64::MAX) } else { json!(share.value()) };
+        let ws = if share.infinite {
+            json!(i64::MAX)
+        } else {
+            json!(share.value())
+        };
         teams.insert(team.name().to_string(), json!({"usage": usage, "borrowed": borrowed, "weighted_share": ws,
             "cohort": if st.cohorts[team.cohort.idx()].private { Value::Null } else { json!(st.cohorts[team.cohort.idx()].name) }}));
     }
@@ -496,12 +594,21 @@ pub fn table(o: &Outcome) -> String {
                     d.push_str(&format!(" borrowed {}", e["borrowed"]));
                 }
                 if let Some(p) = e["placement"].as_array() {
-                    let nodes: BTreeSet<&str> = p.iter().filter_map(|x| x["node"].as_str()).collect();
-                    d.push_str(&format!(" on {}", nodes.into_iter().collect::<Vec<_>>().join(",")));
+                    let nodes: BTreeSet<&str> =
+                        p.iter().filter_map(|x| x["node"].as_str()).collect();
+                    d.push_str(&format!(
+                        " on {}",
+                        nodes.into_iter().collect::<Vec<_>>().join(",")
+                    ));
                 }
                 d
             }
-            "preempted" => format!("by {} [{}] {}", e["by"].as_str().unwrap_or(""), e["reason"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or("")),
+            "preempted" => format!(
+                "by {} [{}] {}",
+                e["by"].as_str().unwrap_or(""),
+                e["reason"].as_str().unwrap_or(""),
+                e["message"].as_str().unwrap_or("")
+            ),
             "finished" => e["result"].as_str().unwrap_or("").to_string(),
             "rejected" | "evicted" | "retried" => e["message"].as_str().unwrap_or("").to_string(),
             _ => String::new(),
@@ -509,11 +616,18 @@ pub fn table(o: &Outcome) -> String {
         s.push_str(&format!("  t={t:<6} {kind:<10} {wl:<28} {detail}\n"));
     }
     s.push_str(&format!("\nFINAL (t={})\n", o.final_state["time"]));
-    s.push_str(&format!("  {:<28} {:<10} {:<14} {:<24} {}\n", "WORKLOAD", "STATE", "TEAM", "FLAVORS", "WHY"));
+    s.push_str(&format!(
+        "  {:<28} {:<10} {:<14} {:<24} {}\n",
+        "WORKLOAD", "STATE", "TEAM", "FLAVORS", "WHY"
+    ));
     if let Some(m) = o.final_state["workloads"].as_object() {
         for (name, w) in m {
             let flavors = match w["flavors"].as_object() {
-                Some(f) => f.iter().map(|(r, v)| format!("{r}:{}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(","),
+                Some(f) => f
+                    .iter()
+                    .map(|(r, v)| format!("{r}:{}", v.as_str().unwrap_or("")))
+                    .collect::<Vec<_>>()
+                    .join(","),
                 None => "-".into(),
             };
             s.push_str(&format!(
@@ -526,12 +640,24 @@ pub fn table(o: &Outcome) -> String {
             ));
         }
     }
-    s.push_str(&format!("\n  {:<16} {:<40} {:<24} {}\n", "TEAM", "USAGE", "BORROWED", "WEIGHTED SHARE"));
+    s.push_str(&format!(
+        "\n  {:<16} {:<40} {:<24} {}\n",
+        "TEAM", "USAGE", "BORROWED", "WEIGHTED SHARE"
+    ));
     if let Some(m) = o.final_state["teams"].as_object() {
         for (name, t) in m {
-            s.push_str(&format!("  {:<16} {:<40} {:<24} {}\n", name, t["usage"].to_string(), t["borrowed"].to_string(), t["weighted_share"]));
+            s.push_str(&format!(
+                "  {:<16} {:<40} {:<24} {}\n",
+                name,
+                t["usage"].to_string(),
+                t["borrowed"].to_string(),
+                t["weighted_share"]
+            ));
         }
     }
-    s.push_str(&format!("\n{} cycles, {} admissions, {} preemptions, {} ms\n", o.stats["cycles"], o.stats["admitted"], o.stats["preempted"], o.stats["wall_ms"]));
+    s.push_str(&format!(
+        "\n{} cycles, {} admissions, {} preemptions, {} ms\n",
+        o.stats["cycles"], o.stats["admitted"], o.stats["preempted"], o.stats["wall_ms"]
+    ));
     s
 }

@@ -87,8 +87,9 @@ impl Catalog {
         static CATALOG: OnceLock<Catalog> = OnceLock::new();
         CATALOG.get_or_init(|| {
             // The file is part of the source tree; a unit test checks it parses.
-            let file: CatalogFile = serde_json::from_str(CATALOG_JSON)
-                .unwrap_or(CatalogFile { instance_types: BTreeMap::new() });
+            let file: CatalogFile = serde_json::from_str(CATALOG_JSON).unwrap_or(CatalogFile {
+                instance_types: BTreeMap::new(),
+            });
             let types = file
                 .instance_types
                 .into_iter()
@@ -121,7 +122,10 @@ mod tests {
     fn builtin_catalog_parses() {
         let file: CatalogFile = serde_json::from_str(CATALOG_JSON).expect("catalog parses");
         assert!(file.instance_types.len() >= 10);
-        assert_eq!(Catalog::builtin().names().count(), file.instance_types.len());
+        assert_eq!(
+            Catalog::builtin().names().count(),
+            file.instance_types.len()
+        );
     }
 
     #[test]
@@ -137,15 +141,27 @@ mod tests {
 
     #[test]
     fn unknown_type_lists_known_ones() {
-        let err = Catalog::builtin().get("ml.x9.huge").unwrap_err().to_string();
-        assert!(err.contains("ml.x9.huge") && err.contains("ml.g5.8xlarge"), "{err}");
+        let err = Catalog::builtin()
+            .get("ml.x9.huge")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("ml.x9.huge") && err.contains("ml.g5.8xlarge"),
+            "{err}"
+        );
     }
 
     #[test]
     fn copy_matches_shared_data_when_present() {
-        let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/instance-types.json");
+        let shared = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/data/instance-types.json"
+        );
         if let Ok(text) = std::fs::read_to_string(shared) {
-            assert_eq!(text, CATALOG_JSON, "common/data/instance-types.json is out of date");
+            assert_eq!(
+                text, CATALOG_JSON,
+                "common/data/instance-types.json is out of date"
+            );
         }
     }
 }

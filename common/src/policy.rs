@@ -86,7 +86,9 @@ impl ClusterPolicy {
         let s = &self.fair_sharing_strategies;
         let valid = matches!(
             s.as_slice(),
-            [LessThanOrEqualToFinalShare] | [LessThanInitialShare] | [LessThanOrEqualToFinalShare, LessThanInitialShare]
+            [LessThanOrEqualToFinalShare]
+                | [LessThanInitialShare]
+                | [LessThanOrEqualToFinalShare, LessThanInitialShare]
         );
         if !valid {
             return Err(PolicyError::Strategies(s.clone()));
@@ -124,27 +126,49 @@ mod tests {
     fn unknown_class_lists_valid_names() {
         let p = ClusterPolicy {
             priority_classes: vec![
-                PriorityClass { name: "inference".into(), weight: 90 },
-                PriorityClass { name: "training".into(), weight: 70 },
+                PriorityClass {
+                    name: "inference".into(),
+                    weight: 90,
+                },
+                PriorityClass {
+                    name: "training".into(),
+                    weight: 70,
+                },
             ],
             ..Default::default()
         };
         assert_eq!(p.class_priority("training").unwrap(), 70);
         let e = p.class_priority("nope").unwrap_err().to_string();
-        assert!(e.contains("nope") && e.contains("inference, training"), "{e}");
+        assert!(
+            e.contains("nope") && e.contains("inference, training"),
+            "{e}"
+        );
     }
 
     #[test]
     fn validation_ranges() {
         let mut p = ClusterPolicy::default();
-        p.priority_classes.push(PriorityClass { name: "x".into(), weight: 101 });
+        p.priority_classes.push(PriorityClass {
+            name: "x".into(),
+            weight: 101,
+        });
         assert!(p.validate().unwrap_err().to_string().contains("101"));
         p.priority_classes[0].weight = 100;
         assert!(p.validate().is_ok());
-        p.priority_classes = (0..11).map(|i| PriorityClass { name: format!("c{i}"), weight: 1 }).collect();
+        p.priority_classes = (0..11)
+            .map(|i| PriorityClass {
+                name: format!("c{i}"),
+                weight: 1,
+            })
+            .collect();
         assert!(p.validate().is_err());
-        let mut q = ClusterPolicy::default();
-        q.fair_sharing_strategies = vec![FairSharingStrategy::LessThanInitialShare, FairSharingStrategy::LessThanOrEqualToFinalShare];
+        let q = ClusterPolicy {
+            fair_sharing_strategies: vec![
+                FairSharingStrategy::LessThanInitialShare,
+                FairSharingStrategy::LessThanOrEqualToFinalShare,
+            ],
+            ..Default::default()
+        };
         assert!(q.validate().is_err());
     }
 }

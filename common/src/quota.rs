@@ -40,7 +40,10 @@ impl FlavorQuota {
         self.resources.iter().find(|(n, _)| n == r).map(|(_, q)| q)
     }
     pub fn get_mut(&mut self, r: &ResourceName) -> Option<&mut ResourceQuota> {
-        self.resources.iter_mut().find(|(n, _)| n == r).map(|(_, q)| q)
+        self.resources
+            .iter_mut()
+            .find(|(n, _)| n == r)
+            .map(|(_, q)| q)
     }
 }
 
@@ -202,7 +205,8 @@ pub enum SpecError {
 fn is_dns_label(s: &str, max: usize) -> bool {
     !s.is_empty()
         && s.len() <= max
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -242,7 +246,10 @@ pub fn validate_quotas(
         }
         for (j, (r, q)) in fq.resources.iter().enumerate() {
             if fq.resources[..j].iter().any(|(o, _)| o == r) {
-                return Err(err(format!("resource {r} is listed twice in flavor {}", fq.flavor)));
+                return Err(err(format!(
+                    "resource {r} is listed twice in flavor {}",
+                    fq.flavor
+                )));
             }
             let at = format!("flavor {} resource {r}", fq.flavor);
             if q.nominal < 0 {
@@ -277,11 +284,15 @@ pub fn validate_quotas(
     let mut seen_resources: Vec<&ResourceName> = Vec::new();
     for g in groups {
         if g.covered.is_empty() || g.flavors.is_empty() {
-            return Err(err("a resource group needs at least one covered resource and one flavor".into()));
+            return Err(err(
+                "a resource group needs at least one covered resource and one flavor".into(),
+            ));
         }
         for r in &g.covered {
             if seen_resources.contains(&r) {
-                return Err(err(format!("resource {r} is covered by two resource groups")));
+                return Err(err(format!(
+                    "resource {r} is covered by two resource groups"
+                )));
             }
             seen_resources.push(r);
         }
@@ -293,7 +304,11 @@ pub fn validate_quotas(
             if !quotas.iter().any(|q| &q.flavor == f) {
                 return Err(err(format!(
                     "resource group names flavor {f}, which has no quota (flavors with quota: {})",
-                    quotas.iter().map(|q| q.flavor.as_str()).collect::<Vec<_>>().join(", ")
+                    quotas
+                        .iter()
+                        .map(|q| q.flavor.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )));
             }
         }
@@ -350,8 +365,13 @@ mod tests {
                 },
             )],
         }];
-        let msg = validate_quotas("team t", &q, &[], true).unwrap_err().to_string();
-        assert!(msg.contains("lending_limit 3") && msg.contains("nominal 2"), "{msg}");
+        let msg = validate_quotas("team t", &q, &[], true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("lending_limit 3") && msg.contains("nominal 2"),
+            "{msg}"
+        );
         let q2 = vec![FlavorQuota {
             flavor: "f".into(),
             resources: vec![(

@@ -48,7 +48,8 @@ impl ResourceName {
         }
         let ok = !t.is_empty()
             && t.len() <= 253
-            && t.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
             && t.starts_with(|c: char| c.is_ascii_alphanumeric());
         if !ok {
             return Err(ResourceError::BadName(s.to_string()));
@@ -304,13 +305,26 @@ mod tests {
 
     #[test]
     fn aliases_map_to_short_names() {
-        assert_eq!(ResourceName::parse("nvidia.com/gpu").unwrap().as_str(), "gpu");
         assert_eq!(
-            ResourceName::parse("aws.amazon.com/neurondevice").unwrap().as_str(),
+            ResourceName::parse("nvidia.com/gpu").unwrap().as_str(),
+            "gpu"
+        );
+        assert_eq!(
+            ResourceName::parse("aws.amazon.com/neurondevice")
+                .unwrap()
+                .as_str(),
             "neuron"
         );
-        assert_eq!(ResourceName::parse("vpc.amazonaws.com/efa").unwrap().as_str(), "efa");
-        assert_eq!(ResourceName::parse("example.com/fpga").unwrap().as_str(), "example.com/fpga");
+        assert_eq!(
+            ResourceName::parse("vpc.amazonaws.com/efa")
+                .unwrap()
+                .as_str(),
+            "efa"
+        );
+        assert_eq!(
+            ResourceName::parse("example.com/fpga").unwrap().as_str(),
+            "example.com/fpga"
+        );
         assert!(ResourceName::parse("").is_err());
         assert!(ResourceName::parse("bad name").is_err());
     }

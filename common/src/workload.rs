@@ -43,8 +43,14 @@ pub enum WorkloadError {
     #[error("workload {0:?}: pod set {1:?} is listed twice")]
     DuplicatePodSet(String, String),
     #[error("workload {name:?}: pod set {pod_set:?}: {what}")]
-    PodSet { name: String, pod_set: String, what: String },
-    #[error("invalid workload name {0:?}: use 1 to 253 characters of letters, digits, '.', '-' and '_'")]
+    PodSet {
+        name: String,
+        pod_set: String,
+        what: String,
+    },
+    #[error(
+        "invalid workload name {0:?}: use 1 to 253 characters of letters, digits, '.', '-' and '_'"
+    )]
     Name(String),
 }
 
@@ -55,7 +61,10 @@ impl WorkloadSpec {
     pub fn validate(&self) -> Result<(), WorkloadError> {
         let ok = !self.name.is_empty()
             && self.name.len() <= 253
-            && self.name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
         if !ok {
             return Err(WorkloadError::Name(self.name.clone()));
         }
@@ -69,7 +78,10 @@ impl WorkloadSpec {
                 what,
             };
             if self.pod_sets[..i].iter().any(|o| o.name == ps.name) {
-                return Err(WorkloadError::DuplicatePodSet(self.name.clone(), ps.name.clone()));
+                return Err(WorkloadError::DuplicatePodSet(
+                    self.name.clone(),
+                    ps.name.clone(),
+                ));
             }
             if i >= MAX_POD_SETS {
                 return Err(bad(format!("at most {MAX_POD_SETS} pod sets are allowed")));
@@ -79,7 +91,10 @@ impl WorkloadSpec {
             }
             if let Some(m) = ps.min_count {
                 if m == 0 || m > ps.count {
-                    return Err(bad(format!("min_count {m} must be between 1 and count {}", ps.count)));
+                    return Err(bad(format!(
+                        "min_count {m} must be between 1 and count {}",
+                        ps.count
+                    )));
                 }
             }
             if let Some((r, v)) = ps.requests.iter().find(|(_, v)| *v < 0) {

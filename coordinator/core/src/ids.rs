@@ -93,7 +93,11 @@ impl Interner {
     /// `memory in flavor ml.g5.8xlarge` style description.
     pub fn describe_fr(&self, fr: FrId) -> String {
         let (f, r) = self.fr_parts(fr);
-        format!("{} in flavor {}", self.resource_name(r), self.flavor_name(f))
+        format!(
+            "{} in flavor {}",
+            self.resource_name(r),
+            self.flavor_name(f)
+        )
     }
     pub fn format_qty(&self, r: ResId, q: i64) -> String {
         self.resource_name(r).format(q)

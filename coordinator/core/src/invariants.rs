@@ -15,33 +15,59 @@ pub fn check(st: &State) -> Result<(), String> {
     for wl in st.workloads.values() {
         let holds = st.teams[wl.team.idx()].admitted.contains(&wl.id);
         if holds != wl.state.holds_quota() {
-            return Err(format!("workload {} is {} but admitted-set membership is {holds}", wl.spec.name, wl.state.as_str()));
+            return Err(format!(
+                "workload {} is {} but admitted-set membership is {holds}",
+                wl.spec.name,
+                wl.state.as_str()
+            ));
         }
         let queued = st.teams[wl.team.idx()].pending.contains(&wl.queue_key());
         if queued != (wl.state == crate::state::WlState::Pending) {
-            return Err(format!("workload {} is {} but queue membership is {queued}", wl.spec.name, wl.state.as_str()));
+            return Err(format!(
+                "workload {} is {} but queue membership is {queued}",
+                wl.spec.name,
+                wl.state.as_str()
+            ));
         }
         if !wl.state.holds_quota() {
             if wl.admission.is_some() {
-                return Err(format!("workload {} is {} yet has an admission", wl.spec.name, wl.state.as_str()));
+                return Err(format!(
+                    "workload {} is {} yet has an admission",
+                    wl.spec.name,
+                    wl.state.as_str()
+                ));
             }
             continue;
         }
         let Some(adm) = &wl.admission else {
-            return Err(format!("workload {} holds quota without an admission", wl.spec.name));
+            return Err(format!(
+                "workload {} holds quota without an admission",
+                wl.spec.name
+            ));
         };
         // Gang: every pod set admitted, at a count within min..=count, every pod placed.
         if adm.pod_sets.len() != wl.spec.pod_sets.len() {
-            return Err(format!("workload {}: {} of {} pod sets admitted", wl.spec.name, adm.pod_sets.len(), wl.spec.pod_sets.len()));
+            return Err(format!(
+                "workload {}: {} of {} pod sets admitted",
+                wl.spec.name,
+                adm.pod_sets.len(),
+                wl.spec.pod_sets.len()
+            ));
         }
         for (i, (a, ps)) in adm.pod_sets.iter().zip(&wl.spec.pod_sets).enumerate() {
             if a.count > ps.count || a.count < ps.min_count.unwrap_or(ps.count) {
-                return Err(format!("workload {} pod set {}: count {} outside its range", wl.spec.name, ps.name, a.count));
+                return Err(format!(
+                    "workload {} pod set {}: count {} outside its range",
+                    wl.spec.name, ps.name, a.count
+                ));
             }
             if st.placement && !wl.pod_reqs[i].is_empty() {
                 let placed = adm.placement.iter().filter(|(k, _)| *k == i).count();
                 if placed != a.count as usize {
-                    return Err(format!("workload {} pod set {}: {placed} pods placed, {} admitted", wl.spec.name, ps.name, a.count));
+                    return Err(format!(
+                        "workload {} pod set {}: {placed} pods placed, {} admitted",
+                        wl.spec.name, ps.name, a.count
+                    ));
                 }
             }
         }
@@ -58,7 +84,11 @@ pub fn check(st: &State) -> Result<(), String> {
                     if let Some(other) = devices.insert((p.node, *r, *d), wl.spec.name.clone()) {
                         return Err(format!(
                             "device {} {} on node {} given to both {} and {}",
-                            st.names.resource_name(*r), d, node.name, other, wl.spec.name
+                            st.names.resource_name(*r),
+                            d,
+                            node.name,
+                            other,
+                            wl.spec.name
                         ));
                     }
                 }
@@ -72,7 +102,10 @@ pub fn check(st: &State) -> Result<(), String> {
             if usage[i].get(fr) != st.acct.team_usage[i].get(fr) {
                 return Err(format!(
                     "team {}: accounted usage {} of {} but admitted workloads use {}",
-                    t.name(), st.acct.team_usage[i].get(fr), st.names.describe_fr(fr), usage[i].get(fr)
+                    t.name(),
+                    st.acct.team_usage[i].get(fr),
+                    st.names.describe_fr(fr),
+                    usage[i].get(fr)
                 ));
             }
             if let Some(q) = t.quota(fr) {
@@ -80,15 +113,29 @@ pub fn check(st: &State) -> Result<(), String> {
                     if usage[i].get(fr) > q.nominal + bl {
                         return Err(format!(
                             "team {} uses {} of {}, above nominal {} + borrowing limit {}",
-                            t.name(), usage[i].get(fr), st.names.describe_fr(fr), q.nominal, bl
+                            t.name(),
+                            usage[i].get(fr),
+                            st.names.describe_fr(fr),
+                            q.nominal,
+                            bl
                         ));
                     }
                 }
-                if usage[i].get(fr) > quota::potential_available(st, crate::ids::TeamId(i as u32), fr) {
-                    return Err(format!("team {} uses more {} than it could ever have", t.name(), st.names.describe_fr(fr)));
+                if usage[i].get(fr)
+                    > quota::potential_available(st, crate::ids::TeamId(i as u32), fr)
+                {
+                    return Err(format!(
+                        "team {} uses more {} than it could ever have",
+                        t.name(),
+                        st.names.describe_fr(fr)
+                    ));
                 }
             } else if usage[i].get(fr) != 0 {
-                return Err(format!("team {} uses {} without quota for it", t.name(), st.names.describe_fr(fr)));
+                return Err(format!(
+                    "team {} uses {} without quota for it",
+                    t.name(),
+                    st.names.describe_fr(fr)
+                ));
             }
         }
     }
@@ -101,16 +148,34 @@ pub fn check(st: &State) -> Result<(), String> {
         for r in &node.res {
             let used = node_used.get(&(nid, r.res)).copied().unwrap_or(0);
             if used != r.used {
-                return Err(format!("node {}: {} used {} but placements add up to {used}", node.name, st.names.resource_name(r.res), r.used));
+                return Err(format!(
+                    "node {}: {} used {} but placements add up to {used}",
+                    node.name,
+                    st.names.resource_name(r.res),
+                    r.used
+                ));
             }
             if r.used > r.cap {
-                return Err(format!("node {} over capacity for {}: {} > {}", node.name, st.names.resource_name(r.res), r.used, r.cap));
+                return Err(format!(
+                    "node {} over capacity for {}: {} > {}",
+                    node.name,
+                    st.names.resource_name(r.res),
+                    r.used,
+                    r.cap
+                ));
             }
         }
         let used: BTreeSet<(ResId, u8)> = st.acct.nodes.used_devices(nid).into_iter().collect();
-        let held: BTreeSet<(ResId, u8)> = devices.keys().filter(|(n, _, _)| *n == nid).map(|(_, r, d)| (*r, *d)).collect();
+        let held: BTreeSet<(ResId, u8)> = devices
+            .keys()
+            .filter(|(n, _, _)| *n == nid)
+            .map(|(_, r, d)| (*r, *d))
+            .collect();
         if used != held {
-            return Err(format!("node {}: device masks disagree with placements", node.name));
+            return Err(format!(
+                "node {}: device masks disagree with placements",
+                node.name
+            ));
         }
     }
     Ok(())

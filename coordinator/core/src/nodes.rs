@@ -41,7 +41,11 @@ impl Node {
             .unwrap_or(0)
     }
     pub fn capacity(&self, r: ResId) -> i64 {
-        self.res.iter().find(|x| x.res == r).map(|x| x.cap).unwrap_or(0)
+        self.res
+            .iter()
+            .find(|x| x.res == r)
+            .map(|x| x.cap)
+            .unwrap_or(0)
     }
     pub fn schedulable(&self) -> bool {
         self.healthy && !self.cordoned
@@ -126,7 +130,13 @@ impl NodeSet {
                     "node {name:?}: {cap} devices of one kind; at most {MAX_DEVICES} are supported"
                 ));
             }
-            let free_mask = is_device.then(|| if cap == 64 { u64::MAX } else { (1u64 << cap) - 1 });
+            let free_mask = is_device.then(|| {
+                if cap == 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << cap) - 1
+                }
+            });
             res.push(NodeRes {
                 res: r,
                 cap,
@@ -412,8 +422,17 @@ impl NodeSet {
     }
 
     /// Describes the free room of a flavor for messages: `3 schedulable nodes, free gpu 1 of 8`.
-    pub fn describe_room(&self, flavor: FlavorId, req: &[(ResId, i64)], names: &Interner) -> String {
-        let nodes = self.flavors.get(&flavor).map(|f| f.index.len()).unwrap_or(0);
+    pub fn describe_room(
+        &self,
+        flavor: FlavorId,
+        req: &[(ResId, i64)],
+        names: &Interner,
+    ) -> String {
+        let nodes = self
+            .flavors
+            .get(&flavor)
+            .map(|f| f.index.len())
+            .unwrap_or(0);
         let parts: Vec<String> = req
             .iter()
             .filter(|(_, v)| *v > 0)
@@ -443,8 +462,12 @@ mod tests {
         let c = i.resource(&ResourceName::cpu());
         let mut ns = NodeSet::default();
         for k in 0..n {
-            ns.add(&format!("n{k}"), f, vec![(g, gpus, true), (c, 32_000, false)])
-                .unwrap();
+            ns.add(
+                &format!("n{k}"),
+                f,
+                vec![(g, gpus, true), (c, 32_000, false)],
+            )
+            .unwrap();
         }
         (ns, i, f, g, c)
     }

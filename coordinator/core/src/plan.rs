@@ -29,7 +29,9 @@ impl PreemptReason {
             PreemptReason::InClusterQueue => "prioritization in the team",
             PreemptReason::InCohortReclamation => "reclamation within the cohort",
             PreemptReason::InCohortFairSharing => "fair sharing within the cohort",
-            PreemptReason::InCohortReclaimWhileBorrowing => "reclamation within the cohort while borrowing",
+            PreemptReason::InCohortReclaimWhileBorrowing => {
+                "reclamation within the cohort while borrowing"
+            }
         }
     }
 }

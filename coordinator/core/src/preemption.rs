@@ -86,7 +86,9 @@ fn uses_any(st: &State, id: WlId, f_set: &BTreeSet<FrId>) -> bool {
 }
 
 fn borrowing_in(ctx: &Ctx, t: TeamId, f_set: &BTreeSet<FrId>) -> bool {
-    f_set.iter().any(|fr| quota::is_borrowing(ctx.st, &ctx.acct, t, *fr))
+    f_set
+        .iter()
+        .any(|fr| quota::is_borrowing(ctx.st, &ctx.acct, t, *fr))
 }
 
 fn own_allowed(policy: WithinTeam, wl: &Workload, c: &Workload) -> bool {
@@ -94,7 +96,8 @@ fn own_allowed(policy: WithinTeam, wl: &Workload, c: &Workload) -> bool {
         WithinTeam::Never => false,
         WithinTeam::LowerPriority => c.priority < wl.priority,
         WithinTeam::LowerOrNewerEqualPriority => {
-            c.priority < wl.priority || (c.priority == wl.priority && c.submit_time > wl.submit_time)
+            c.priority < wl.priority
+                || (c.priority == wl.priority && c.submit_time > wl.submit_time)
         }
     }
 }
@@ -120,7 +123,13 @@ fn order(st: &State, own: TeamId, cands: &mut [Cand]) {
     });
 }
 
-fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrId>, fair: bool) -> Vec<Cand> {
+fn collect(
+    ctx: &Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    f_set: &BTreeSet<FrId>,
+    fair: bool,
+) -> Vec<Cand> {
     let st = ctx.st;
     let t = wl.team;
     let team = &st.teams[t.idx()];
@@ -131,14 +140,18 @@ fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrI
             continue;
         }
         if own_allowed(policy.within_team, wl, st.workload(*id)) {
-            cands.push(Cand { id: *id, team: t, kind: Kind::Own });
+            cands.push(Cand {
+                id: *id,
+                team: t,
+                kind: Kind::Own,
+            });
         }
     }
     let cohort = &st.cohorts[team.cohort.idx()];
     if policy.reclaim_within_cohort != ReclaimWithinCohort::Never && !cohort.private {
-        let advantage = usage
-            .iter()
-            .all(|(fr, v)| ctx.acct.usage(t, *fr) + v <= team.quota(*fr).map(|q| q.nominal).unwrap_or(0));
+        let advantage = usage.iter().all(|(fr, v)| {
+            ctx.acct.usage(t, *fr) + v <= team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
+        });
         let bwc = policy.borrow_within_cohort;
         for m in &cohort.members {
             if *m == t || !borrowing_in(ctx, *m, f_set) {
@@ -149,7 +162,9 @@ fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrI
                     continue;
                 }
                 let c = st.workload(*id);
-                if policy.reclaim_within_cohort == ReclaimWithinCohort::LowerPriority && c.priority >= wl.priority {
+                if policy.reclaim_within_cohort == ReclaimWithinCohort::LowerPriority
+                    && c.priority >= wl.priority
+                {
                     continue;
                 }
                 let kind = if fair || advantage {
@@ -162,7 +177,11 @@ fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrI
                 } else {
                     Kind::WhileBorrowing
                 };
-                cands.push(Cand { id: *id, team: *m, kind });
+                cands.push(Cand {
+                    id: *id,
+                    team: *m,
+                    kind,
+                });
             }
         }
     }
@@ -216,7 +235,8 @@ fn classical(
         return None;
     }
     let others = cands.iter().any(|c| c.kind != Kind::Own);
-    let bwc_off = team.spec.preemption.borrow_within_cohort.policy == BorrowWithinCohortPolicy::Never;
+    let bwc_off =
+        team.spec.preemption.borrow_within_cohort.policy == BorrowWithinCohortPolicy::Never;
     let below_nominal = f_set
         .iter()
         .all(|fr| ctx.acct.usage(t, *fr) < team.quota(*fr).map(|q| q.nominal).unwrap_or(0));
@@ -271,7 +291,10 @@ fn fair_sharing(
         by_team.entry(c.team).or_default().push_back(c);
     }
     let strategies = &st.policy.fair_sharing_strategies;
-    let first = strategies.first().copied().unwrap_or(FairSharingStrategy::LessThanOrEqualToFinalShare);
+    let first = strategies
+        .first()
+        .copied()
+        .unwrap_or(FairSharingStrategy::LessThanOrEqualToFinalShare);
     let second = strategies.get(1).copied();
     let passes = |s: FairSharingStrategy, p: Share, t0: Share, t1: Share| match s {
         FairSharingStrategy::LessThanOrEqualToFinalShare => p <= t1,
@@ -285,7 +308,10 @@ fn fair_sharing(
     };
     // The team with the highest share that still has candidates; ties go to the team whose next
     // candidate ranks first (BTreeMap order of team ids keeps it deterministic).
-    let pick = |ctx: &Ctx, pool: &BTreeMap<TeamId, VecDeque<Cand>>, used: &BTreeSet<TeamId>| -> Option<TeamId> {
+    let pick = |ctx: &Ctx,
+                pool: &BTreeMap<TeamId, VecDeque<Cand>>,
+                used: &BTreeSet<TeamId>|
+     -> Option<TeamId> {
         let mut best: Option<(Share, TeamId)> = None;
         for (tid, q) in pool {
             if q.is_empty() || used.contains(tid) {
@@ -294,7 +320,11 @@ fn fair_sharing(
             if *tid != t && !borrowing_in(ctx, *tid, f_set) {
                 continue;
             }
-            let s = if *tid == t { quota::share(ctx.st, &ctx.acct, t, usage) } else { quota::share(ctx.st, &ctx.acct, *tid, &[]) };
+            let s = if *tid == t {
+                quota::share(ctx.st, &ctx.acct, t, usage)
+            } else {
+                quota::share(ctx.st, &ctx.acct, *tid, &[])
+            };
             if best.as_ref().is_none_or(|(bs, _)| s > *bs) {
                 best = Some((s, *tid));
             }
@@ -307,7 +337,10 @@ fn fair_sharing(
     let mut fit = false;
     'outer: while let Some(target) = pick(ctx, &by_team, &none) {
         if target == t {
-            let c = by_team.get_mut(&target).and_then(|q| q.pop_front()).expect("picked team has candidates");
+            let c = by_team
+                .get_mut(&target)
+                .and_then(|q| q.pop_front())
+                .expect("picked team has candidates");
             ctx.remove(c.id);
             removed.push((c, PreemptReason::InClusterQueue));
             if ctx.fits(wl, usage, place, true) {
@@ -317,7 +350,10 @@ fn fair_sharing(
             continue;
         }
         if within_nominal_after(ctx) {
-            let c = by_team.get_mut(&target).and_then(|q| q.pop_front()).expect("picked team has candidates");
+            let c = by_team
+                .get_mut(&target)
+                .and_then(|q| q.pop_front())
+                .expect("picked team has candidates");
             ctx.remove(c.id);
             removed.push((c, PreemptReason::InCohortReclamation));
             if ctx.fits(wl, usage, place, true) {
@@ -350,7 +386,9 @@ fn fair_sharing(
                 used.insert(target);
                 let p = quota::share(st, &ctx.acct, t, usage);
                 let t0 = quota::share(st, &ctx.acct, target, &[]);
-                let Some(c) = retry.get_mut(&target).and_then(|q| q.pop_front()) else { continue };
+                let Some(c) = retry.get_mut(&target).and_then(|q| q.pop_front()) else {
+                    continue;
+                };
                 if passes(s2, p, t0, t0) {
                     ctx.remove(c.id);
                     removed.push((c, PreemptReason::InCohortFairSharing));
@@ -384,16 +422,28 @@ pub fn victim_message(st: &State, preemptor: &Workload, v: &Victim) -> String {
     );
     let borrowed = quota::borrowed_by_resource(st, &st.acct, victim.team);
     let detail = match v.reason {
-        PreemptReason::InClusterQueue => format!("priority {} < {}", victim.priority, preemptor.priority),
+        PreemptReason::InClusterQueue => {
+            format!("priority {} < {}", victim.priority, preemptor.priority)
+        }
         _ => {
             let b: Vec<String> = borrowed
                 .iter()
-                .map(|(r, q)| format!("{} {}", st.names.resource_name(*r), st.names.format_qty(*r, *q)))
+                .map(|(r, q)| {
+                    format!(
+                        "{} {}",
+                        st.names.resource_name(*r),
+                        st.names.format_qty(*r, *q)
+                    )
+                })
                 .collect();
             if b.is_empty() {
                 format!("team {} was using quota lent by the cohort", vt.name())
             } else {
-                format!("team {} was borrowing {} above its nominal", vt.name(), b.join(", "))
+                format!(
+                    "team {} was borrowing {} above its nominal",
+                    vt.name(),
+                    b.join(", ")
+                )
             }
         }
     };

@@ -98,7 +98,8 @@ pub fn fits(
     for (fr, v) in usage {
         let avail = available(st, acct, t, *fr);
         let within_nominal = allow_borrowing
-            || acct.usage(t, *fr) + v <= st.teams[t.idx()].quota(*fr).map(|q| q.nominal).unwrap_or(0);
+            || acct.usage(t, *fr) + v
+                <= st.teams[t.idx()].quota(*fr).map(|q| q.nominal).unwrap_or(0);
         if *v > avail || !within_nominal {
             return Err(Shortfall {
                 fr: *fr,

@@ -10,8 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use allot_common::quota::{
-    BorrowWithinCohortPolicy, FungibilityPreference, QueueingStrategy, ReclaimWithinCohort, WhenCanBorrow,
-    WhenCanPreempt,
+    BorrowWithinCohortPolicy, FungibilityPreference, QueueingStrategy, ReclaimWithinCohort,
+    WhenCanBorrow, WhenCanPreempt,
 };
 
 use crate::ids::{FlavorId, FrId, ResId, TeamId, WlId};
@@ -77,7 +77,11 @@ impl<'a> Ctx<'a> {
 
     /// Places every pod set on its flavor; on success the pods stay allocated in the working
     /// copy. All or nothing.
-    pub fn place_all(&mut self, wl: &Workload, place: &[(usize, FlavorId, u32)]) -> Result<Vec<(usize, PodAlloc)>, (usize, FlavorId)> {
+    pub fn place_all(
+        &mut self,
+        wl: &Workload,
+        place: &[(usize, FlavorId, u32)],
+    ) -> Result<Vec<(usize, PodAlloc)>, (usize, FlavorId)> {
         let mut out: Vec<(usize, PodAlloc)> = Vec::new();
         for (i, f, count) in place {
             match self.acct.nodes.place(*f, &wl.pod_reqs[*i], *count) {
@@ -94,7 +98,13 @@ impl<'a> Ctx<'a> {
     }
 
     /// The shared admission test: quota (`quota::fits`) and, with placement, room on nodes.
-    pub fn fits(&mut self, wl: &Workload, usage: &[(FrId, i64)], place: &[(usize, FlavorId, u32)], allow_borrowing: bool) -> bool {
+    pub fn fits(
+        &mut self,
+        wl: &Workload,
+        usage: &[(FrId, i64)],
+        place: &[(usize, FlavorId, u32)],
+        allow_borrowing: bool,
+    ) -> bool {
         if quota::fits(self.st, &self.acct, wl.team, usage, allow_borrowing).is_err() {
             return false;
         }
@@ -198,7 +208,11 @@ pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assi
         // Resources no group covers.
         for (r, _) in reqs {
             if !team.groups.iter().any(|g| g.resources.contains(r)) {
-                ps_reasons.push(format!("resource {} unavailable in team {}", st.names.resource_name(*r), team.name()));
+                ps_reasons.push(format!(
+                    "resource {} unavailable in team {}",
+                    st.names.resource_name(*r),
+                    team.name()
+                ));
                 ps_mode = Mode::NoFit;
                 reason = "NoMatchingFlavor";
             }
@@ -206,7 +220,11 @@ pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assi
         let mut single_flavor: Option<FlavorId> = None;
         let mut placement_checked = false;
         for g in &team.groups {
-            let group_reqs: Vec<(ResId, i64)> = reqs.iter().filter(|(r, _)| g.resources.contains(r)).copied().collect();
+            let group_reqs: Vec<(ResId, i64)> = reqs
+                .iter()
+                .filter(|(r, _)| g.resources.contains(r))
+                .copied()
+                .collect();
             if group_reqs.is_empty() || ps_mode == Mode::NoFit {
                 continue;
             }
@@ -217,11 +235,26 @@ pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assi
                 if wl.pinned.is_some_and(|p| p != f) {
                     continue;
                 }
-                let ev = eval_flavor(ctx, wl, i, count, f, &group_reqs, &acc, covers_all, &tentative, quick);
+                let ev = eval_flavor(
+                    ctx,
+                    wl,
+                    i,
+                    count,
+                    f,
+                    &group_reqs,
+                    &acc,
+                    covers_all,
+                    &tentative,
+                    quick,
+                );
                 group_reasons.extend(ev.reasons.iter().cloned());
                 let stop = match ev.mode {
-                    Mode::Fit => !ev.borrows || fung.when_can_borrow == WhenCanBorrow::MayStopSearch,
-                    Mode::Preempt | Mode::Reclaim => fung.when_can_preempt == WhenCanPreempt::MayStopSearch,
+                    Mode::Fit => {
+                        !ev.borrows || fung.when_can_borrow == WhenCanBorrow::MayStopSearch
+                    }
+                    Mode::Preempt | Mode::Reclaim => {
+                        fung.when_can_preempt == WhenCanPreempt::MayStopSearch
+                    }
                     _ => false,
                 };
                 let better = match &best {
@@ -276,7 +309,11 @@ pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assi
                 _ => {
                     if group_reasons.is_empty() {
                         group_reasons.push(match wl.pinned {
-                            Some(p) => format!("instance type {} is not among the flavors for {}", st.names.flavor_name(p), describe_res(st, &group_reqs)),
+                            Some(p) => format!(
+                                "instance type {} is not among the flavors for {}",
+                                st.names.flavor_name(p),
+                                describe_res(st, &group_reqs)
+                            ),
                             None => format!("no flavor for {}", describe_res(st, &group_reqs)),
                         });
                     }
@@ -315,7 +352,11 @@ pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assi
             }
         }
         if !ps_reasons.is_empty() && ps_mode < Mode::Fit {
-            messages.push(format!("couldn't assign flavors to pod set {}: {}", ps.name, ps_reasons.join(", ")));
+            messages.push(format!(
+                "couldn't assign flavors to pod set {}: {}",
+                ps.name,
+                ps_reasons.join(", ")
+            ));
         }
         mode = mode.min(ps_mode);
         flavors_out.push(chosen);
@@ -338,7 +379,10 @@ pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assi
 }
 
 fn describe_res(st: &State, reqs: &[(ResId, i64)]) -> String {
-    reqs.iter().map(|(r, _)| st.names.resource_name(*r).to_string()).collect::<Vec<_>>().join(", ")
+    reqs.iter()
+        .map(|(r, _)| st.names.resource_name(*r).to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -370,8 +414,15 @@ fn eval_flavor(
     let mut usage_here: Vec<(FrId, i64)> = Vec::new();
     for (r, per_pod) in group_reqs {
         let rname = st.names.resource_name(*r);
-        let Some(fr) = st.names.find_fr(f, *r).filter(|fr| team.quota(*fr).is_some()) else {
-            ev.reasons.push(format!("flavor {fname} has no quota for {rname} in team {}", team.name()));
+        let Some(fr) = st
+            .names
+            .find_fr(f, *r)
+            .filter(|fr| team.quota(*fr).is_some())
+        else {
+            ev.reasons.push(format!(
+                "flavor {fname} has no quota for {rname} in team {}",
+                team.name()
+            ));
             ev.mode = Mode::NoFit;
             return ev;
         };
@@ -442,7 +493,8 @@ fn eval_flavor(
     if st.placement && covers_all {
         let reqs = &wl.pod_reqs[ps];
         if !ctx.acct.nodes.has_flavor(f) {
-            ev.reasons.push(format!("no nodes of flavor {fname} in the cluster"));
+            ev.reasons
+                .push(format!("no nodes of flavor {fname} in the cluster"));
             ev.mode = Mode::NoFit;
             return ev;
         }
@@ -477,11 +529,30 @@ fn eval_flavor(
     }
     if ev.mode == Mode::Preempt && !quick {
         let _ = tentative;
-        let place = if st.placement && covers_all { vec![(ps, f, count)] } else { Vec::new() };
-        let contested_flavors: BTreeSet<FlavorId> = if ev.placement_short { [f].into() } else { BTreeSet::new() };
-        match preemption::find_victims(ctx, wl, &usage_here, &place, &ev.contested, &contested_flavors) {
+        let place = if st.placement && covers_all {
+            vec![(ps, f, count)]
+        } else {
+            Vec::new()
+        };
+        let contested_flavors: BTreeSet<FlavorId> = if ev.placement_short {
+            [f].into()
+        } else {
+            BTreeSet::new()
+        };
+        match preemption::find_victims(
+            ctx,
+            wl,
+            &usage_here,
+            &place,
+            &ev.contested,
+            &contested_flavors,
+        ) {
             Some(v) if !v.is_empty() => {
-                ev.mode = if v.iter().all(|x| ctx.st.workload(x.id).team != t) { Mode::Reclaim } else { Mode::Preempt };
+                ev.mode = if v.iter().all(|x| ctx.st.workload(x.id).team != t) {
+                    Mode::Reclaim
+                } else {
+                    Mode::Preempt
+                };
                 // The borrow level counts after the victims are gone (Kueue does the same).
                 ev.borrows = usage_here.iter().any(|(fr, val)| {
                     let freed: i64 = v
@@ -493,7 +564,8 @@ fn eval_flavor(
                         .filter(|(u, _)| u == fr)
                         .map(|(_, q)| *q)
                         .sum();
-                    ctx.acct.usage(t, *fr) - freed + val > team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
+                    ctx.acct.usage(t, *fr) - freed + val
+                        > team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
                 });
             }
             Some(_) => ev.mode = Mode::Fit,
@@ -506,7 +578,12 @@ fn eval_flavor(
 }
 
 /// The part of `usage` that would be above the team's nominal, per resource.
-pub fn borrowed_part(st: &State, acct: &Acct, t: TeamId, usage: &[(FrId, i64)]) -> Vec<(ResId, i64)> {
+pub fn borrowed_part(
+    st: &State,
+    acct: &Acct,
+    t: TeamId,
+    usage: &[(FrId, i64)],
+) -> Vec<(ResId, i64)> {
     let mut m: BTreeMap<ResId, i64> = BTreeMap::new();
     for (fr, v) in usage {
         let nominal = st.teams[t.idx()].quota(*fr).map(|q| q.nominal).unwrap_or(0);
@@ -524,7 +601,11 @@ pub fn borrowed_part(st: &State, acct: &Acct, t: TeamId, usage: &[(FrId, i64)]) 
 enum Outcome {
     Admitted(Admission),
     Preempting(Vec<Victim>, Assignment),
-    Pending { reason: String, message: String, hold: Vec<(FrId, i64)> },
+    Pending {
+        reason: String,
+        message: String,
+        hold: Vec<(FrId, i64)>,
+    },
 }
 
 fn full_counts(wl: &Workload) -> Vec<u32> {
@@ -539,7 +620,12 @@ fn process(ctx: &mut Ctx, wl: &Workload) -> Outcome {
         return o;
     }
     // Partial admission: the largest counts >= min_count that fit or can preempt.
-    let deltas: Vec<u32> = wl.spec.pod_sets.iter().map(|p| p.count - p.min_count.unwrap_or(p.count)).collect();
+    let deltas: Vec<u32> = wl
+        .spec
+        .pod_sets
+        .iter()
+        .map(|p| p.count - p.min_count.unwrap_or(p.count))
+        .collect();
     let total: u32 = deltas.iter().sum();
     if total > 0 {
         let counts_at = |i: u32| -> Vec<u32> {
@@ -571,7 +657,9 @@ fn process(ctx: &mut Ctx, wl: &Workload) -> Outcome {
     // Pending: say why, and hold capacity when preemption was possible in principle.
     let team = &ctx.st.teams[wl.team.idx()];
     let mut hold = Vec::new();
-    if a.mode == Mode::NoCandidates && team.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::Any {
+    if a.mode == Mode::NoCandidates
+        && team.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::Any
+    {
         for (fr, v) in &a.usage {
             let q = team.quota(*fr).copied().unwrap_or_default();
             let u = ctx.acct.usage(wl.team, *fr);
@@ -594,7 +682,8 @@ fn process(ctx: &mut Ctx, wl: &Workload) -> Outcome {
         a.messages.join("; ")
     };
     if a.mode == Mode::NoCandidates {
-        message.push_str(". No workload may be preempted for it under the team's preemption policy");
+        message
+            .push_str(". No workload may be preempted for it under the team's preemption policy");
     }
     Outcome::Pending {
         reason: a.reason.to_string(),
@@ -645,7 +734,14 @@ fn try_assignment(ctx: &mut Ctx, wl: &Workload, a: &Assignment) -> Option<Outcom
                     contested.insert(*fr);
                 }
             }
-            let victims = preemption::find_victims(ctx, wl, &a.usage, &a.place, &contested, &a.contested_flavors)?;
+            let victims = preemption::find_victims(
+                ctx,
+                wl,
+                &a.usage,
+                &a.place,
+                &contested,
+                &a.contested_flavors,
+            )?;
             if victims.is_empty() {
                 // Fits after all (a victim search found room without evicting): admit.
                 let mut fit = a.clone();
@@ -685,7 +781,10 @@ pub fn schedule(st: &State, now: Time) -> Plan {
     let mut ctx = Ctx::new(st, now);
     let mut plan = Plan::default();
     // Team cursors: the next pending workload of each team, in its queue order.
-    let mut cursors: BTreeMap<TeamId, std::collections::btree_set::Iter<'_, crate::state::QueueKey>> = BTreeMap::new();
+    let mut cursors: BTreeMap<
+        TeamId,
+        std::collections::btree_set::Iter<'_, crate::state::QueueKey>,
+    > = BTreeMap::new();
     let mut heads: BTreeMap<TeamId, EntryKey> = BTreeMap::new();
     let mut heap: BTreeSet<(EntryKey, TeamId)> = BTreeSet::new();
     for (i, team) in st.teams.iter().enumerate() {
@@ -695,13 +794,18 @@ pub fn schedule(st: &State, now: Time) -> Plan {
     }
     let advance = |ctx: &mut Ctx,
                    t: TeamId,
-                   cursors: &mut BTreeMap<TeamId, std::collections::btree_set::Iter<'_, crate::state::QueueKey>>,
+                   cursors: &mut BTreeMap<
+        TeamId,
+        std::collections::btree_set::Iter<'_, crate::state::QueueKey>,
+    >,
                    heads: &mut BTreeMap<TeamId, EntryKey>,
                    heap: &mut BTreeSet<(EntryKey, TeamId)>| {
         if let Some(old) = heads.remove(&t) {
             heap.remove(&(old, t));
         }
-        let Some(it) = cursors.get_mut(&t) else { return };
+        let Some(it) = cursors.get_mut(&t) else {
+            return;
+        };
         if let Some(k) = it.next() {
             let wl = st.workload(k.id);
             let key = entry_key(ctx, wl);
@@ -728,10 +832,16 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                     let _ = ctx.acct.nodes.take_exact(p);
                 }
                 ctx.acct.add_all(st, wl.team, &adm.usage, 1);
-                plan.admissions.push(PlannedAdmission { wl: wl.id, admission: adm });
+                plan.admissions.push(PlannedAdmission {
+                    wl: wl.id,
+                    admission: adm,
+                });
             }
             Outcome::Preempting(victims, a) => {
-                let names: Vec<String> = victims.iter().map(|v| st.workload(v.id).spec.name.clone()).collect();
+                let names: Vec<String> = victims
+                    .iter()
+                    .map(|v| st.workload(v.id).spec.name.clone())
+                    .collect();
                 for v in &victims {
                     ctx.remove(v.id);
                     let vt = st.workload(v.id).team;
@@ -757,14 +867,22 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                     "WaitingForPreemptedWorkloads".into(),
                     format!(
                         "{}. Pending the preemption of {} workload(s): {}",
-                        if a.messages.is_empty() { "waiting for room".to_string() } else { a.messages.join("; ") },
+                        if a.messages.is_empty() {
+                            "waiting for room".to_string()
+                        } else {
+                            a.messages.join("; ")
+                        },
                         victims.len(),
                         names.join(", ")
                     ),
                 ));
                 blocked = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
             }
-            Outcome::Pending { reason, message, hold } => {
+            Outcome::Pending {
+                reason,
+                message,
+                hold,
+            } => {
                 for (fr, h) in &hold {
                     ctx.acct.add_usage(st, wl.team, *fr, *h);
                 }
@@ -778,7 +896,11 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                 plan.pending.push((
                     k.id,
                     "WaitingForQuota".into(),
-                    format!("StrictFIFO: waiting behind {} in team {}", wl.spec.name, st.teams[t.idx()].name()),
+                    format!(
+                        "StrictFIFO: waiting behind {} in team {}",
+                        wl.spec.name,
+                        st.teams[t.idx()].name()
+                    ),
                 ));
             }
         } else {

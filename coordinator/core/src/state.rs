@@ -4,8 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use allot_common::quota::{validate_cohort_name, validate_quotas, validate_team_name, DEFAULT_COHORT};
-use allot_common::{ClusterPolicy, CohortSpec, PriorityRef, ResourceName, ResourceQuota, Resources, TeamSpec, WorkloadSpec};
+use allot_common::quota::{
+    validate_cohort_name, validate_quotas, validate_team_name, DEFAULT_COHORT,
+};
+use allot_common::{
+    ClusterPolicy, CohortSpec, PriorityRef, ResourceName, ResourceQuota, Resources, TeamSpec,
+    WorkloadSpec,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{CohortId, FlavorId, FrId, FrVec, Interner, NodeId, ResId, TeamId, WlId};
@@ -98,7 +103,10 @@ impl WlState {
         }
     }
     pub fn holds_quota(&self) -> bool {
-        matches!(self, WlState::Admitted | WlState::Running | WlState::Evicting)
+        matches!(
+            self,
+            WlState::Admitted | WlState::Running | WlState::Evicting
+        )
     }
 }
 
@@ -192,15 +200,38 @@ impl Workload {
 /// Something that happened, for watchers and the simulator's timeline.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    Submitted { wl: WlId },
-    Admitted { wl: WlId },
-    Preempted { wl: WlId, by: WlId, reason: PreemptReason, message: String },
-    Evicted { wl: WlId, reason: String, message: String },
-    Requeued { wl: WlId },
-    Finished { wl: WlId, succeeded: bool },
-    Cancelled { wl: WlId },
+    Submitted {
+        wl: WlId,
+    },
+    Admitted {
+        wl: WlId,
+    },
+    Preempted {
+        wl: WlId,
+        by: WlId,
+        reason: PreemptReason,
+        message: String,
+    },
+    Evicted {
+        wl: WlId,
+        reason: String,
+        message: String,
+    },
+    Requeued {
+        wl: WlId,
+    },
+    Finished {
+        wl: WlId,
+        succeeded: bool,
+    },
+    Cancelled {
+        wl: WlId,
+    },
     /// An admission decided by the scheduler no longer fitted when applied; it was not applied.
-    AdmissionRetried { wl: WlId, message: String },
+    AdmissionRetried {
+        wl: WlId,
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -265,10 +296,13 @@ impl State {
     }
 
     pub fn team_id(&self, name: &str) -> Result<TeamId, StateError> {
-        self.team_ids.get(name).copied().ok_or_else(|| StateError::UnknownTeam {
-            name: name.to_string(),
-            known: self.team_ids.keys().cloned().collect::<Vec<_>>().join(", "),
-        })
+        self.team_ids
+            .get(name)
+            .copied()
+            .ok_or_else(|| StateError::UnknownTeam {
+                name: name.to_string(),
+                known: self.team_ids.keys().cloned().collect::<Vec<_>>().join(", "),
+            })
     }
 
     pub fn workload(&self, id: WlId) -> &Workload {
@@ -285,7 +319,9 @@ impl State {
     // ---------------------------------------------------------------- configuration commands
 
     pub fn set_policy(&mut self, policy: ClusterPolicy) -> Result<(), StateError> {
-        policy.validate().map_err(|e| StateError::Invalid(e.to_string()))?;
+        policy
+            .validate()
+            .map_err(|e| StateError::Invalid(e.to_string()))?;
         self.policy = policy;
         self.rebuild();
         Ok(())
@@ -382,13 +418,22 @@ impl State {
     }
 
     /// Adds a node of `flavor` with `capacity`, healthy and schedulable.
-    pub fn add_node(&mut self, name: &str, flavor: &str, capacity: &Resources) -> Result<NodeId, StateError> {
+    pub fn add_node(
+        &mut self,
+        name: &str,
+        flavor: &str,
+        capacity: &Resources,
+    ) -> Result<NodeId, StateError> {
         let f = self.names.flavor(flavor);
         let cap: Vec<(ResId, i64, bool)> = capacity
             .iter()
             .map(|(r, v)| (self.names.resource(r), v, r.is_device()))
             .collect();
-        let id = self.acct.nodes.add(name, f, cap).map_err(StateError::Invalid)?;
+        let id = self
+            .acct
+            .nodes
+            .add(name, f, cap)
+            .map_err(StateError::Invalid)?;
         self.placement = true;
         self.rebuild();
         Ok(id)
@@ -538,8 +583,13 @@ impl State {
     // ---------------------------------------------------------------- workload commands
 
     /// Accepts a workload into its team's queue. Errors are rejections, with the reason.
-    pub fn submit(&mut self, spec: WorkloadSpec, now: Time) -> Result<(WlId, Vec<Event>), StateError> {
-        spec.validate().map_err(|e| StateError::Invalid(e.to_string()))?;
+    pub fn submit(
+        &mut self,
+        spec: WorkloadSpec,
+        now: Time,
+    ) -> Result<(WlId, Vec<Event>), StateError> {
+        spec.validate()
+            .map_err(|e| StateError::Invalid(e.to_string()))?;
         if self.by_name.contains_key(&spec.name) {
             return Err(StateError::DuplicateWorkload(spec.name.clone()));
         }
@@ -604,7 +654,11 @@ impl State {
 
     /// Removes a workload: pending ones leave the queue, admitted ones release their quota.
     pub fn cancel(&mut self, id: WlId, now: Time) -> Result<Vec<Event>, StateError> {
-        let st = self.workloads.get(&id).map(|w| w.state).ok_or_else(|| StateError::UnknownWorkload(format!("{id:?}")))?;
+        let st = self
+            .workloads
+            .get(&id)
+            .map(|w| w.state)
+            .ok_or_else(|| StateError::UnknownWorkload(format!("{id:?}")))?;
         match st {
             WlState::Pending => self.dequeue(id),
             s if s.holds_quota() => self.release(id),
@@ -617,17 +671,36 @@ impl State {
     }
 
     /// A workload ended on its own.
-    pub fn finish(&mut self, id: WlId, succeeded: bool, now: Time) -> Result<Vec<Event>, StateError> {
-        let st = self.workloads.get(&id).map(|w| w.state).ok_or_else(|| StateError::UnknownWorkload(format!("{id:?}")))?;
+    pub fn finish(
+        &mut self,
+        id: WlId,
+        succeeded: bool,
+        now: Time,
+    ) -> Result<Vec<Event>, StateError> {
+        let st = self
+            .workloads
+            .get(&id)
+            .map(|w| w.state)
+            .ok_or_else(|| StateError::UnknownWorkload(format!("{id:?}")))?;
         match st {
             WlState::Pending => self.dequeue(id),
             s if s.holds_quota() => self.release(id),
             _ => return Ok(Vec::new()),
         }
         let wl = self.workloads.get_mut(&id).expect("checked above");
-        wl.state = if succeeded { WlState::Succeeded } else { WlState::Failed };
+        wl.state = if succeeded {
+            WlState::Succeeded
+        } else {
+            WlState::Failed
+        };
         let reason = if succeeded { "Succeeded" } else { "Failed" };
-        wl.set_condition("Finished", true, reason, &format!("the workload {}", reason.to_lowercase()), now);
+        wl.set_condition(
+            "Finished",
+            true,
+            reason,
+            &format!("the workload {}", reason.to_lowercase()),
+            now,
+        );
         Ok(vec![Event::Finished { wl: id, succeeded }])
     }
 
@@ -642,15 +715,28 @@ impl State {
 
     /// A node failed or came back. Workloads with pods on a failed node are evicted and
     /// requeued.
-    pub fn set_node_health(&mut self, name: &str, healthy: bool, now: Time) -> Result<Vec<Event>, StateError> {
-        let node = self.acct.nodes.find(name).ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
+    pub fn set_node_health(
+        &mut self,
+        name: &str,
+        healthy: bool,
+        now: Time,
+    ) -> Result<Vec<Event>, StateError> {
+        let node = self
+            .acct
+            .nodes
+            .find(name)
+            .ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
         let mut events = Vec::new();
         if !healthy {
             let hit: Vec<WlId> = self
                 .workloads
                 .values()
                 .filter(|w| w.state.holds_quota())
-                .filter(|w| w.admission.as_ref().is_some_and(|a| a.placement.iter().any(|(_, p)| p.node == node)))
+                .filter(|w| {
+                    w.admission
+                        .as_ref()
+                        .is_some_and(|a| a.placement.iter().any(|(_, p)| p.node == node))
+                })
                 .map(|w| w.id)
                 .collect();
             for id in hit {
@@ -658,7 +744,11 @@ impl State {
                 if let Some(wl) = self.workloads.get_mut(&id) {
                     wl.set_condition("Evicted", true, "NodeFailures", &msg, now);
                 }
-                events.push(Event::Evicted { wl: id, reason: "NodeFailures".into(), message: msg });
+                events.push(Event::Evicted {
+                    wl: id,
+                    reason: "NodeFailures".into(),
+                    message: msg,
+                });
                 events.extend(self.complete_eviction(id, now));
             }
         }
@@ -675,7 +765,9 @@ impl State {
 
     /// Gives back a workload's quota and node allocations.
     fn release(&mut self, id: WlId) {
-        let Some(wl) = self.workloads.get_mut(&id) else { return };
+        let Some(wl) = self.workloads.get_mut(&id) else {
+            return;
+        };
         let team = wl.team;
         if let Some(adm) = wl.admission.take() {
             for (_, p) in &adm.placement {
@@ -703,10 +795,25 @@ impl State {
         let wl = self.workloads.get_mut(&id).expect("present above");
         wl.state = WlState::Pending;
         wl.admitted_at = None;
-        let (reason, msg) = wl.eviction.take().unwrap_or_else(|| ("Evicted".into(), String::new()));
+        let (reason, msg) = wl
+            .eviction
+            .take()
+            .unwrap_or_else(|| ("Evicted".into(), String::new()));
         wl.set_condition("QuotaReserved", false, "Pending", &msg, now);
-        wl.set_condition("Admitted", false, "NoReservation", "The workload has no reservation", now);
-        wl.set_condition("Requeued", true, &reason, "requeued with its original submit time", now);
+        wl.set_condition(
+            "Admitted",
+            false,
+            "NoReservation",
+            "The workload has no reservation",
+            now,
+        );
+        wl.set_condition(
+            "Requeued",
+            true,
+            &reason,
+            "requeued with its original submit time",
+            now,
+        );
         let key = wl.queue_key();
         let team = wl.team;
         self.teams[team.idx()].pending.insert(key);
@@ -728,7 +835,9 @@ impl State {
             }
         }
         for p in &plan.preemptions {
-            let Some(victim) = self.workloads.get(&p.victim) else { continue };
+            let Some(victim) = self.workloads.get(&p.victim) else {
+                continue;
+            };
             if matches!(victim.state, WlState::Admitted | WlState::Running) {
                 let v = self.workloads.get_mut(&p.victim).expect("checked");
                 v.state = WlState::Evicting;
@@ -736,7 +845,12 @@ impl State {
                 v.eviction = Some(("Preempted".into(), p.message.clone()));
                 v.set_condition("Evicted", true, "Preempted", &p.message, now);
                 v.set_condition("Preempted", true, p.reason.as_str(), &p.message, now);
-                events.push(Event::Preempted { wl: p.victim, by: p.preemptor, reason: p.reason, message: p.message.clone() });
+                events.push(Event::Preempted {
+                    wl: p.victim,
+                    by: p.preemptor,
+                    reason: p.reason,
+                    message: p.message.clone(),
+                });
             }
             if let Some(w) = self.workloads.get_mut(&p.preemptor) {
                 w.preempting = true;
@@ -759,9 +873,16 @@ impl State {
     /// Checks an admission against the current state with the shared `fits` (quota) and exact
     /// device re-take (placement), then commits it. Nothing changes when it fails.
     pub fn admit(&mut self, id: WlId, adm: &Admission, now: Time) -> Result<Vec<Event>, String> {
-        let wl = self.workloads.get(&id).ok_or_else(|| format!("workload {id:?} does not exist"))?;
+        let wl = self
+            .workloads
+            .get(&id)
+            .ok_or_else(|| format!("workload {id:?} does not exist"))?;
         if wl.state != WlState::Pending {
-            return Err(format!("workload {} is {}, not Pending", wl.spec.name, wl.state.as_str()));
+            return Err(format!(
+                "workload {} is {}, not Pending",
+                wl.spec.name,
+                wl.state.as_str()
+            ));
         }
         let team = wl.team;
         check_admission(self, &self.acct, wl, adm)?;
@@ -779,7 +900,9 @@ impl State {
                 for t in taken {
                     self.acct.nodes.release(t);
                 }
-                return Err(format!("placement no longer fits at apply time: {e}; it will be retried"));
+                return Err(format!(
+                    "placement no longer fits at apply time: {e}; it will be retried"
+                ));
             }
             taken.push(p);
         }
@@ -793,9 +916,25 @@ impl State {
         wl.admission = Some(adm.clone());
         wl.admitted_at = Some(now);
         wl.preempting = false;
-        wl.set_condition("QuotaReserved", true, "QuotaReserved", &format!("Quota reserved in team {team_name}"), now);
-        wl.set_condition("Admitted", true, "Admitted", "The workload is admitted", now);
-        if let Some(c) = wl.conditions.iter_mut().find(|c| (c.kind == "Evicted" || c.kind == "Preempted") && c.status) {
+        wl.set_condition(
+            "QuotaReserved",
+            true,
+            "QuotaReserved",
+            &format!("Quota reserved in team {team_name}"),
+            now,
+        );
+        wl.set_condition(
+            "Admitted",
+            true,
+            "Admitted",
+            "The workload is admitted",
+            now,
+        );
+        if let Some(c) = wl
+            .conditions
+            .iter_mut()
+            .find(|c| (c.kind == "Evicted" || c.kind == "Preempted") && c.status)
+        {
             c.status = false;
             c.message = format!("Previously: {}", c.message);
             c.reason = "QuotaReserved".into();
@@ -807,7 +946,11 @@ impl State {
 
     /// Builds the admission of a workload on the given flavor per resource (every pod set at full
     /// count), placing pods when the state has nodes. Used to load already-admitted workloads.
-    pub fn admission_on(&mut self, id: WlId, flavor_of: &dyn Fn(&ResourceName) -> Option<String>) -> Result<Admission, String> {
+    pub fn admission_on(
+        &mut self,
+        id: WlId,
+        flavor_of: &dyn Fn(&ResourceName) -> Option<String>,
+    ) -> Result<Admission, String> {
         let wl = self.workloads.get(&id).ok_or("unknown workload")?.clone();
         let mut pod_sets = Vec::new();
         let mut usage: BTreeMap<FrId, i64> = BTreeMap::new();
@@ -817,9 +960,16 @@ impl State {
             let mut placed_flavor = None;
             for (r, v) in &wl.pod_reqs[i] {
                 let rname = self.names.resource_name(*r).clone();
-                let fname = flavor_of(&rname).ok_or_else(|| format!("no flavor given for resource {rname}"))?;
-                let f = self.names.find_flavor(&fname).ok_or_else(|| format!("flavor {fname} is not in any quota"))?;
-                let fr = self.names.find_fr(f, *r).ok_or_else(|| format!("team has no quota for {rname} in flavor {fname}"))?;
+                let fname = flavor_of(&rname)
+                    .ok_or_else(|| format!("no flavor given for resource {rname}"))?;
+                let f = self
+                    .names
+                    .find_flavor(&fname)
+                    .ok_or_else(|| format!("flavor {fname} is not in any quota"))?;
+                let fr = self
+                    .names
+                    .find_fr(f, *r)
+                    .ok_or_else(|| format!("team has no quota for {rname} in flavor {fname}"))?;
                 *usage.entry(fr).or_insert(0) += v * i64::from(ps.count);
                 flavors.push((*r, f));
                 placed_flavor = Some(f);
@@ -830,18 +980,32 @@ impl State {
                         .acct
                         .nodes
                         .place(f, &wl.pod_reqs[i], ps.count)
-                        .map_err(|e| format!("pod set {} does not fit on the nodes ({} of {} pods placed)", ps.name, e.placed, e.wanted))?;
+                        .map_err(|e| {
+                            format!(
+                                "pod set {} does not fit on the nodes ({} of {} pods placed)",
+                                ps.name, e.placed, e.wanted
+                            )
+                        })?;
                     placement.extend(allocs.into_iter().map(|a| (i, a)));
                 }
             }
-            pod_sets.push(PodSetAdmission { name: ps.name.clone(), count: ps.count, flavors });
+            pod_sets.push(PodSetAdmission {
+                name: ps.name.clone(),
+                count: ps.count,
+                flavors,
+            });
         }
         for (_, p) in &placement {
             self.acct.nodes.release(p);
         }
         let usage: Vec<(FrId, i64)> = usage.into_iter().collect();
         let borrowed = crate::scheduler::borrowed_part(self, &self.acct, wl.team, &usage);
-        Ok(Admission { pod_sets, usage, placement, borrowed })
+        Ok(Admission {
+            pod_sets,
+            usage,
+            placement,
+            borrowed,
+        })
     }
 
     /// Checks the invariants that must hold after every step; returns the first violation.
@@ -854,28 +1018,59 @@ impl State {
 /// requests, placement present when required).
 fn check_admission(st: &State, _acct: &Acct, wl: &Workload, adm: &Admission) -> Result<(), String> {
     if adm.pod_sets.len() != wl.spec.pod_sets.len() {
-        return Err(format!("admission of {} has {} pod sets, the workload {}", wl.spec.name, adm.pod_sets.len(), wl.spec.pod_sets.len()));
+        return Err(format!(
+            "admission of {} has {} pod sets, the workload {}",
+            wl.spec.name,
+            adm.pod_sets.len(),
+            wl.spec.pod_sets.len()
+        ));
     }
     let mut expect: BTreeMap<FrId, i64> = BTreeMap::new();
     for (i, (psa, ps)) in adm.pod_sets.iter().zip(&wl.spec.pod_sets).enumerate() {
         if psa.count > ps.count || psa.count < ps.min_count.unwrap_or(ps.count) {
-            return Err(format!("pod set {}: count {} outside {}..={}", ps.name, psa.count, ps.min_count.unwrap_or(ps.count), ps.count));
+            return Err(format!(
+                "pod set {}: count {} outside {}..={}",
+                ps.name,
+                psa.count,
+                ps.min_count.unwrap_or(ps.count),
+                ps.count
+            ));
         }
         for (r, v) in &wl.pod_reqs[i] {
-            let f = psa.flavors.iter().find(|(rr, _)| rr == r).map(|(_, f)| *f).ok_or_else(|| format!("pod set {}: no flavor for {}", ps.name, st.names.resource_name(*r)))?;
-            let fr = st.names.find_fr(f, *r).ok_or_else(|| "no quota for the assigned flavor".to_string())?;
+            let f = psa
+                .flavors
+                .iter()
+                .find(|(rr, _)| rr == r)
+                .map(|(_, f)| *f)
+                .ok_or_else(|| {
+                    format!(
+                        "pod set {}: no flavor for {}",
+                        ps.name,
+                        st.names.resource_name(*r)
+                    )
+                })?;
+            let fr = st
+                .names
+                .find_fr(f, *r)
+                .ok_or_else(|| "no quota for the assigned flavor".to_string())?;
             *expect.entry(fr).or_insert(0) += v * i64::from(psa.count);
         }
         if st.placement {
             let pods = adm.placement.iter().filter(|(k, _)| *k == i).count();
             if pods != psa.count as usize && !wl.pod_reqs[i].is_empty() {
-                return Err(format!("pod set {}: {} pods placed, {} admitted", ps.name, pods, psa.count));
+                return Err(format!(
+                    "pod set {}: {} pods placed, {} admitted",
+                    ps.name, pods, psa.count
+                ));
             }
         }
     }
     let expect: Vec<(FrId, i64)> = expect.into_iter().collect();
     if expect != adm.usage {
-        return Err(format!("admission of {}: usage does not match its requests", wl.spec.name));
+        return Err(format!(
+            "admission of {}: usage does not match its requests",
+            wl.spec.name
+        ));
     }
     Ok(())
 }

@@ -1,0 +1,918 @@
+//! One test (or more) per rule of shared/spec/scheduling.md, including its worked examples and
+//! Kueue's where the spec defers to them.
+
+use allot_common::quota::{
+    BorrowWithinCohortPolicy, FlavorFungibility, PreemptionPolicy, QueueingStrategy,
+    ReclaimWithinCohort, ResourceQuota, WhenCanBorrow, WithinTeam,
+};
+use allot_common::{
+    ClusterPolicy, CohortSpec, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, TeamSpec,
+    WorkloadSpec,
+};
+use allot_core::quota::{self, Share};
+use allot_core::state::{Event, State, WlState};
+use allot_core::{schedule, verify, PreemptReason, TeamId};
+
+const F: &str = "ml.g5.8xlarge";
+
+fn rq(nominal: i64, bl: Option<i64>, ll: Option<i64>) -> ResourceQuota {
+    ResourceQuota {
+        nominal,
+        borrowing_limit: bl,
+        lending_limit: ll,
+    }
+}
+
+fn team(name: &str, flavors: &[(&str, &[(&str, ResourceQuota)])]) -> TeamSpec {
+    let quotas = flavors
+        .iter()
+        .map(|(f, res)| FlavorQuota {
+            flavor: f.to_string(),
+            resources: {
+                let mut v: Vec<_> = res
+                    .iter()
+                    .map(|(r, q)| (ResourceName::parse(r).unwrap(), *q))
+                    .collect();
+                v.sort_by(|a, b| a.0.cmp(&b.0));
+                v
+            },
+        })
+        .collect();
+    let mut t = TeamSpec::new(name, quotas);
+    t.fair_share_weight = 1;
+    t
+}
+
+fn gpu_team(name: &str, nominal: i64, bl: Option<i64>) -> TeamSpec {
+    team(name, &[(F, &[("gpu", rq(nominal, bl, None))])])
+}
+
+fn wl(name: &str, team: &str, priority: i32, count: u32, reqs: &[(&str, &str)]) -> WorkloadSpec {
+    let mut r = Resources::new();
+    for (k, v) in reqs {
+        let n = ResourceName::parse(k).unwrap();
+        let q = n.parse_quantity(v).unwrap();
+        r.set(n, q);
+    }
+    WorkloadSpec {
+        name: name.into(),
+        team: team.into(),
+        priority: PriorityRef::Value(priority),
+        instance_type: None,
+        pod_sets: vec![PodSet {
+            name: "main".into(),
+            count,
+            min_count: None,
+            requests: r,
+        }],
+    }
+}
+
+struct Sim {
+    st: State,
+    now: i64,
+    events: Vec<Event>,
+}
+
+impl Sim {
+    fn new(policy: ClusterPolicy, teams: Vec<TeamSpec>) -> Self {
+        let mut st = State::new(policy);
+        for t in teams {
+            st.set_team(t).unwrap();
+        }
+        Sim {
+            st,
+            now: 0,
+            events: Vec::new(),
+        }
+    }
+    fn classical(teams: Vec<TeamSpec>) -> Self {
+        Sim::new(
+            ClusterPolicy {
+                fair_share: false,
+                ..Default::default()
+            },
+            teams,
+        )
+    }
+    fn nodes(&mut self, prefix: &str, n: usize, gpus: i64) {
+        for i in 0..n {
+            let mut r = Resources::new();
+            r.set(ResourceName::gpu(), gpus);
+            r.set(ResourceName::cpu(), 32_000);
+            r.set(ResourceName::memory(), 128 << 30);
+            self.st.add_node(&format!("{prefix}{i}"), F, &r).unwrap();
+        }
+    }
+    fn at(&mut self, t: i64) -> &mut Self {
+        self.now = t;
+        self
+    }
+    fn submit(&mut self, w: WorkloadSpec) -> &mut Self {
+        let (_, ev) = self.st.submit(w, self.now).unwrap();
+        self.events.extend(ev);
+        self
+    }
+    fn settle(&mut self) -> &mut Self {
+        for _ in 0..1000 {
+            let plan = schedule(&self.st, self.now);
+            assert!(verify(&self.st, &plan).iter().all(|r| r.is_ok()));
+            let ev = self.st.apply_plan(&plan, self.now);
+            self.st.check_invariants().unwrap();
+            let victims: Vec<_> = ev
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Preempted { wl, .. } => Some(*wl),
+                    _ => None,
+                })
+                .collect();
+            self.events.extend(ev);
+            for v in victims {
+                let ev = self.st.complete_eviction(v, self.now);
+                self.events.extend(ev);
+            }
+            self.st.check_invariants().unwrap();
+            if !plan.has_decisions() {
+                return self;
+            }
+        }
+        panic!("did not settle");
+    }
+    fn state(&self, name: &str) -> WlState {
+        self.st.workload(self.st.find_workload(name).unwrap()).state
+    }
+    fn message(&self, name: &str) -> String {
+        let w = self.st.workload(self.st.find_workload(name).unwrap());
+        w.pending_status()
+            .map(|(_, m)| m.to_string())
+            .unwrap_or_default()
+    }
+    fn preemptions(&self) -> Vec<(String, String, PreemptReason)> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Preempted { wl, by, reason, .. } => Some((
+                    self.st.workload(*wl).spec.name.clone(),
+                    self.st.workload(*by).spec.name.clone(),
+                    *reason,
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+    fn admitted_order(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Admitted { wl } => Some(self.st.workload(*wl).spec.name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+    fn fr(&self, res: &str) -> allot_core::FrId {
+        let f = self.st.names.find_flavor(F).unwrap();
+        let r = self
+            .st
+            .names
+            .find_resource(&ResourceName::parse(res).unwrap())
+            .unwrap();
+        self.st.names.find_fr(f, r).unwrap()
+    }
+    fn tid(&self, name: &str) -> TeamId {
+        self.st.team_id(name).unwrap()
+    }
+}
+
+// ---------------------------------------------------------------- §1 quota
+
+#[test]
+fn lending_limit_example_pool_of_four() {
+    // Kueue: lend-a nominal 3 / lending limit 2, lend-b nominal 2 / lending limit 2: pool 4;
+    // lend-b using 2 can get 2 more, not 3. lend-a keeps 1 for itself.
+    let mut s = Sim::classical(vec![
+        team("lend-a", &[(F, &[("cpu", rq(3000, None, Some(2000)))])]),
+        team("lend-b", &[(F, &[("cpu", rq(2000, None, Some(2000)))])]),
+    ]);
+    s.submit(wl("b-2", "lend-b", 0, 1, &[("cpu", "2")]))
+        .settle();
+    let fr = s.fr("cpu");
+    assert_eq!(
+        quota::available(&s.st, &s.st.acct, s.tid("lend-b"), fr),
+        2000
+    );
+    assert_eq!(
+        quota::available(&s.st, &s.st.acct, s.tid("lend-a"), fr),
+        3000
+    );
+    s.submit(wl("b-3", "lend-b", 0, 1, &[("cpu", "3")]))
+        .settle();
+    assert_eq!(s.state("b-3"), WlState::Pending);
+    assert!(
+        s.message("b-3").contains("1 more needed"),
+        "{}",
+        s.message("b-3")
+    );
+    s.submit(wl("b-2b", "lend-b", 0, 1, &[("cpu", "2")]))
+        .settle();
+    assert_eq!(s.state("b-2b"), WlState::Admitted);
+    // lend-a still has its reserved 1 CPU.
+    assert_eq!(
+        quota::available(&s.st, &s.st.acct, s.tid("lend-a"), fr),
+        1000
+    );
+}
+
+#[test]
+fn borrowing_limit_caps_use_and_message_has_numbers() {
+    let mut s = Sim::classical(vec![gpu_team("a", 2, Some(1)), gpu_team("b", 10, None)]);
+    s.submit(wl("big", "a", 0, 4, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("big"), WlState::Pending);
+    let m = s.message("big");
+    assert!(
+        m.contains("borrowing limit for gpu in flavor ml.g5.8xlarge exceeded (requested 4, nominal 2, borrowing limit 1, borrowed now 0)"),
+        "{m}"
+    );
+    s.submit(wl("three", "a", 0, 3, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("three"), WlState::Admitted);
+}
+
+#[test]
+fn team_without_cohort_never_exceeds_nominal() {
+    let mut t = gpu_team("solo", 2, None);
+    t.cohort = None;
+    let mut s = Sim::classical(vec![t, gpu_team("rich", 10, None)]);
+    s.submit(wl("w", "solo", 0, 3, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("w"), WlState::Pending);
+    s.submit(wl("w2", "solo", 0, 2, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("w2"), WlState::Admitted);
+}
+
+#[test]
+fn quota_without_room_waits_with_a_message() {
+    // Quotas add up to 4 GPUs on 2 nodes: the team has quota but no node has room.
+    let mut s = Sim::classical(vec![gpu_team("a", 2, Some(0)), gpu_team("b", 2, Some(0))]);
+    s.nodes("g", 2, 1);
+    s.submit(wl("a1", "a", 0, 2, &[("gpu", "1")])).settle();
+    s.submit(wl("b1", "b", 0, 1, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("a1"), WlState::Admitted);
+    assert_eq!(s.state("b1"), WlState::Pending);
+    let m = s.message("b1");
+    assert!(
+        m.contains("no room") && m.contains("gpu free 0 of 2"),
+        "{m}"
+    );
+    assert!(s
+        .st
+        .warnings
+        .iter()
+        .any(|w| w.contains("above the healthy capacity")));
+}
+
+// ---------------------------------------------------------------- §3 order
+
+#[test]
+fn non_borrowing_first_then_priority_then_time_then_name() {
+    let mut s = Sim::classical(vec![gpu_team("a", 1, None), gpu_team("b", 1, None)]);
+    // All at t=0 in one cycle: a-hi would borrow (2 > 1), b-lo fits its nominal.
+    s.submit(wl("a-hi", "a", 10, 2, &[("gpu", "1")]))
+        .submit(wl("b-lo", "b", 0, 1, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(s.admitted_order(), vec!["b-lo"]);
+    assert_eq!(s.state("a-hi"), WlState::Pending);
+
+    let mut s = Sim::classical(vec![gpu_team("a", 1, None), gpu_team("b", 1, None)]);
+    s.submit(wl("z-first", "a", 0, 1, &[("gpu", "1")]))
+        .submit(wl("a-second", "b", 0, 1, &[("gpu", "1")]))
+        .submit(wl("hi", "a", 5, 1, &[("gpu", "1")]))
+        .settle();
+    // hi (priority 5) first; then z-first and a-second tie on everything but the name.
+    let order = s.admitted_order();
+    assert_eq!(order[0], "hi");
+    assert_eq!(order[1], "a-second");
+}
+
+#[test]
+fn every_pending_workload_is_considered_in_one_cycle() {
+    let mut s = Sim::classical(vec![gpu_team("a", 100, None)]);
+    for i in 0..50 {
+        s.submit(wl(&format!("w{i:02}"), "a", 0, 1, &[("gpu", "1")]));
+    }
+    let plan = schedule(&s.st, 0);
+    assert_eq!(
+        plan.admissions.len(),
+        50,
+        "Kueue admits one per queue per cycle; allot admits all that fit"
+    );
+}
+
+#[test]
+fn best_effort_fifo_lets_smaller_work_pass_strict_fifo_blocks() {
+    for (strategy, small_admitted) in [
+        (QueueingStrategy::BestEffortFIFO, true),
+        (QueueingStrategy::StrictFIFO, false),
+    ] {
+        let mut t = gpu_team("a", 2, Some(0));
+        t.queueing = strategy;
+        let mut s = Sim::classical(vec![t, gpu_team("b", 0, None)]);
+        s.at(0).submit(wl("big", "a", 0, 3, &[("gpu", "1")]));
+        s.at(1)
+            .submit(wl("small", "a", 0, 1, &[("gpu", "1")]))
+            .settle();
+        assert_eq!(
+            s.state("small") == WlState::Admitted,
+            small_admitted,
+            "{strategy:?}"
+        );
+        // Other teams are never blocked.
+        let mut t2 = gpu_team("c", 1, None);
+        t2.queueing = QueueingStrategy::StrictFIFO;
+        s.st.set_team(t2).unwrap();
+        s.submit(wl("other", "c", 0, 1, &[("gpu", "1")])).settle();
+        assert_eq!(s.state("other"), WlState::Admitted);
+    }
+}
+
+#[test]
+fn flavor_order_prefers_fit_without_borrowing() {
+    let mut s = Sim::classical(vec![
+        team(
+            "a",
+            &[
+                ("small", &[("gpu", rq(1, None, None))]),
+                ("large", &[("gpu", rq(4, None, None))]),
+            ],
+        ),
+        team(
+            "lender",
+            &[
+                ("small", &[("gpu", rq(8, None, None))]),
+                ("large", &[("gpu", rq(0, None, None))]),
+            ],
+        ),
+    ]);
+    s.submit(wl("two", "a", 0, 2, &[("gpu", "1")])).settle();
+    // "small" fits only by borrowing (MayStopSearch stops there by default)...
+    let adm =
+        s.st.workload(s.st.find_workload("two").unwrap())
+            .admission
+            .clone()
+            .unwrap();
+    assert_eq!(
+        s.st.names.flavor_name(adm.pod_sets[0].flavors[0].1),
+        "small"
+    );
+    // ...with TryNextFlavor the search goes on and prefers "large" without borrowing.
+    let mut t = team(
+        "b",
+        &[
+            ("small", &[("gpu", rq(1, None, None))]),
+            ("large", &[("gpu", rq(4, None, None))]),
+        ],
+    );
+    t.flavor_fungibility = FlavorFungibility {
+        when_can_borrow: WhenCanBorrow::TryNextFlavor,
+        ..Default::default()
+    };
+    s.st.set_team(t).unwrap();
+    s.submit(wl("two-b", "b", 0, 2, &[("gpu", "1")])).settle();
+    let adm =
+        s.st.workload(s.st.find_workload("two-b").unwrap())
+            .admission
+            .clone()
+            .unwrap();
+    assert_eq!(
+        s.st.names.flavor_name(adm.pod_sets[0].flavors[0].1),
+        "large"
+    );
+}
+
+#[test]
+fn pinned_instance_type_is_respected() {
+    let mut s = Sim::classical(vec![team(
+        "a",
+        &[
+            ("first", &[("gpu", rq(4, None, None))]),
+            ("second", &[("gpu", rq(4, None, None))]),
+        ],
+    )]);
+    let mut w = wl("pinned", "a", 0, 1, &[("gpu", "1")]);
+    w.instance_type = Some("second".into());
+    s.submit(w).settle();
+    let adm =
+        s.st.workload(s.st.find_workload("pinned").unwrap())
+            .admission
+            .clone()
+            .unwrap();
+    assert_eq!(
+        s.st.names.flavor_name(adm.pod_sets[0].flavors[0].1),
+        "second"
+    );
+    let mut bad = wl("bad", "a", 0, 1, &[("gpu", "1")]);
+    bad.instance_type = Some("third".into());
+    let e = s.st.submit(bad, 0).unwrap_err().to_string();
+    assert!(e.contains("third") && e.contains("first, second"), "{e}");
+}
+
+#[test]
+fn gang_of_pod_sets_is_all_or_nothing() {
+    let mut s = Sim::classical(vec![team(
+        "a",
+        &[(
+            F,
+            &[
+                ("gpu", rq(4, Some(0), None)),
+                ("cpu", rq(2000, Some(0), None)),
+            ],
+        )],
+    )]);
+    let mut w = wl("gang", "a", 0, 1, &[("cpu", "1")]);
+    w.pod_sets.push(PodSet {
+        name: "workers".into(),
+        count: 5,
+        min_count: None,
+        requests: {
+            let mut r = Resources::new();
+            r.set(ResourceName::gpu(), 1);
+            r
+        },
+    });
+    s.submit(w).settle();
+    assert_eq!(s.state("gang"), WlState::Pending);
+    assert_eq!(
+        s.st.acct.usage(s.tid("a"), s.fr("cpu")),
+        0,
+        "the launcher alone is not admitted"
+    );
+}
+
+#[test]
+fn partial_admission_examples() {
+    // 50 pods x 2 CPU, min 20, quota 50 CPU -> 25 pods.
+    let mut s = Sim::classical(vec![team("a", &[(F, &[("cpu", rq(50_000, None, None))])])]);
+    let mut w = wl("new", "a", 0, 50, &[("cpu", "2")]);
+    w.pod_sets[0].min_count = Some(20);
+    s.submit(w).settle();
+    let adm =
+        s.st.workload(s.st.find_workload("new").unwrap())
+            .admission
+            .clone()
+            .unwrap();
+    assert_eq!(adm.pod_sets[0].count, 25);
+    // Kueue's multi-pod-set example: 20 fixed / 30 (min 10) / 15 (min 5) of 1 CPU in 50 -> 20/20/10.
+    let mut s = Sim::classical(vec![team("a", &[(F, &[("cpu", rq(50_000, None, None))])])]);
+    let ps = |name: &str, count: u32, min: Option<u32>| PodSet {
+        name: name.into(),
+        count,
+        min_count: min,
+        requests: {
+            let mut r = Resources::new();
+            r.set(ResourceName::cpu(), 1000);
+            r
+        },
+    };
+    let mut w = wl("multi", "a", 0, 1, &[]);
+    w.pod_sets = vec![
+        ps("one", 20, None),
+        ps("two", 30, Some(10)),
+        ps("three", 15, Some(5)),
+    ];
+    s.submit(w).settle();
+    let adm =
+        s.st.workload(s.st.find_workload("multi").unwrap())
+            .admission
+            .clone()
+            .unwrap();
+    let counts: Vec<u32> = adm.pod_sets.iter().map(|p| p.count).collect();
+    assert_eq!(counts, vec![20, 20, 10]);
+}
+
+#[test]
+fn no_candidates_holds_capacity_unless_reclaim_any() {
+    // Kueue case 28 by hand: the hold is capped by the borrowing limit.
+    let mut shared = team("shared", &[(F, &[("cpu", rq(4000, Some(0), None))])]);
+    shared.preemption = PreemptionPolicy {
+        within_team: WithinTeam::Never,
+        reclaim_within_cohort: ReclaimWithinCohort::Never,
+        borrow_within_cohort: Default::default(),
+    };
+    shared.preemption.borrow_within_cohort.policy = BorrowWithinCohortPolicy::Never;
+    let mut a = team("cq-a", &[(F, &[("cpu", rq(0, Some(3000), None))])]);
+    a.preemption.reclaim_within_cohort = ReclaimWithinCohort::LowerPriority;
+    a.preemption.within_team = WithinTeam::Never;
+    let mut b = team("cq-b", &[(F, &[("cpu", rq(0, None, None))])]);
+    b.preemption.reclaim_within_cohort = ReclaimWithinCohort::LowerPriority;
+    let mut s = Sim::classical(vec![shared, a, b]);
+    s.submit(wl("admitted-a", "cq-a", 0, 1, &[("cpu", "2")]))
+        .settle();
+    s.at(1).submit(wl("a", "cq-a", 0, 1, &[("cpu", "3")]));
+    s.at(2).submit(wl("b", "cq-b", 0, 1, &[("cpu", "2")]));
+    let plan = schedule(&s.st, 2);
+    // a holds 1 CPU (its borrowing limit leaves 1), so b (2 CPU) no longer fits this cycle.
+    assert!(plan.admissions.is_empty(), "{plan:?}");
+}
+
+// ---------------------------------------------------------------- §4 preemption
+
+#[test]
+fn within_team_lower_priority_and_newer_equal() {
+    let mut t = gpu_team("a", 2, Some(0));
+    t.preemption.within_team = WithinTeam::LowerOrNewerEqualPriority;
+    let mut s = Sim::classical(vec![t]);
+    s.at(0)
+        .submit(wl("old", "a", 0, 2, &[("gpu", "1")]))
+        .settle();
+    s.at(5)
+        .submit(wl("new-eq", "a", 0, 2, &[("gpu", "1")]))
+        .settle();
+    assert!(
+        s.preemptions().is_empty(),
+        "a newer equal-priority workload does not preempt an older one"
+    );
+    // An older one submitted later in wall time cannot exist; a higher one preempts.
+    s.at(6)
+        .submit(wl("high", "a", 1, 2, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(
+        s.preemptions(),
+        vec![("old".into(), "high".into(), PreemptReason::InClusterQueue)]
+    );
+}
+
+#[test]
+fn larger_than_nominal_preempts_only_through_borrow_within_cohort() {
+    let mut a = gpu_team("a", 1, None);
+    a.preemption.borrow_within_cohort.policy = BorrowWithinCohortPolicy::Never;
+    let mut s = Sim::classical(vec![a, gpu_team("b", 2, None)]);
+    s.submit(wl("b-lo", "b", -5, 3, &[("gpu", "1")])).settle();
+    s.at(1)
+        .submit(wl("a-big", "a", 10, 2, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(s.state("a-big"), WlState::Pending);
+    assert!(s.preemptions().is_empty());
+    // With borrow_within_cohort LowerPriority it may preempt lower-priority borrowed work.
+    let mut a2 = gpu_team("a", 1, None);
+    a2.preemption.borrow_within_cohort.policy = BorrowWithinCohortPolicy::LowerPriority;
+    s.st.set_team(a2).unwrap();
+    s.at(2).settle();
+    assert_eq!(
+        s.preemptions(),
+        vec![(
+            "b-lo".into(),
+            "a-big".into(),
+            PreemptReason::InCohortReclaimWhileBorrowing
+        )]
+    );
+}
+
+#[test]
+fn reclaim_any_takes_back_from_higher_priority_borrower() {
+    let mut s = Sim::classical(vec![gpu_team("a", 2, None), gpu_team("b", 2, None)]);
+    s.submit(wl("b-high", "b", 100, 4, &[("gpu", "1")]))
+        .settle();
+    s.at(1)
+        .submit(wl("a-low", "a", 0, 2, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(
+        s.preemptions(),
+        vec![(
+            "b-high".into(),
+            "a-low".into(),
+            PreemptReason::InCohortReclamation
+        )]
+    );
+    assert_eq!(s.state("a-low"), WlState::Admitted);
+    // With LowerPriority reclaim it would not.
+    let mut a = gpu_team("a", 2, None);
+    a.preemption.reclaim_within_cohort = ReclaimWithinCohort::LowerPriority;
+    let mut s = Sim::classical(vec![a, gpu_team("b", 2, None)]);
+    s.submit(wl("b-high", "b", 100, 4, &[("gpu", "1")]))
+        .settle();
+    s.at(1)
+        .submit(wl("a-low", "a", 0, 2, &[("gpu", "1")]))
+        .settle();
+    assert!(s.preemptions().is_empty());
+}
+
+#[test]
+fn minimal_victim_set_keeps_unneeded_low_priority() {
+    // Kueue "minimal set excludes low priority": low (1), mid (2), high (3) of 6; in (2) evicts mid only.
+    let t = team("s", &[(F, &[("cpu", rq(6000, None, None))])]);
+    let mut t = t;
+    t.cohort = None;
+    let mut s = Sim::classical(vec![t]);
+    s.submit(wl("low", "s", -1, 1, &[("cpu", "1")]))
+        .submit(wl("mid", "s", 0, 1, &[("cpu", "2")]))
+        .submit(wl("high", "s", 1, 1, &[("cpu", "3")]))
+        .settle();
+    s.at(1)
+        .submit(wl("in", "s", 1, 1, &[("cpu", "2")]))
+        .settle();
+    assert_eq!(
+        s.preemptions(),
+        vec![("mid".into(), "in".into(), PreemptReason::InClusterQueue)]
+    );
+    assert_eq!(s.state("low"), WlState::Admitted);
+}
+
+#[test]
+fn preemption_message_names_preemptor_reason_and_numbers() {
+    let mut s = Sim::classical(vec![
+        gpu_team("team-a", 2, None),
+        gpu_team("team-b", 2, None),
+    ]);
+    s.submit(wl("train-1", "team-a", 0, 3, &[("gpu", "1")]))
+        .settle();
+    s.at(1)
+        .submit(wl("train-2", "team-b", 0, 2, &[("gpu", "1")]))
+        .settle();
+    let v = s.st.workload(s.st.find_workload("train-1").unwrap());
+    let c = v.condition("Preempted").unwrap();
+    assert!(
+        c.message.starts_with(
+            "Preempted to accommodate workload team-b/train-2 due to reclamation within the cohort"
+        ),
+        "{}",
+        c.message
+    );
+    assert!(c.message.contains("borrowing gpu 1"), "{}", c.message);
+    assert_eq!(v.preemptions, 1);
+}
+
+// ---------------------------------------------------------------- §5 placement
+
+#[test]
+fn devices_are_never_shared_and_freed_devices_are_reused() {
+    let mut s = Sim::classical(vec![gpu_team("a", 8, None)]);
+    s.nodes("p", 1, 8);
+    for i in 0..4 {
+        s.submit(wl(&format!("j{i}"), "a", 0, 1, &[("gpu", "2")]));
+    }
+    s.settle();
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..4 {
+        let w = s.st.workload(s.st.find_workload(&format!("j{i}")).unwrap());
+        for (_, p) in &w.admission.as_ref().unwrap().placement {
+            for (_, idx) in &p.devices {
+                for d in idx {
+                    assert!(seen.insert(*d), "device {d} given twice");
+                }
+            }
+        }
+    }
+    assert_eq!(seen.len(), 8);
+    let id = s.st.find_workload("j1").unwrap();
+    s.st.finish(id, true, 1).unwrap();
+    s.at(1)
+        .submit(wl("next", "a", 0, 1, &[("gpu", "2")]))
+        .settle();
+    assert_eq!(s.state("next"), WlState::Admitted);
+}
+
+#[test]
+fn reclaim_frees_devices_on_a_node_not_only_quota() {
+    // Spec's reclaim-for-placement: quota says b may run, nodes say no; a's borrowed job goes.
+    let mut s = Sim::classical(vec![gpu_team("a", 2, None), gpu_team("b", 2, None)]);
+    s.nodes("g", 3, 1);
+    s.submit(wl("a-own", "a", 0, 2, &[("gpu", "1")])).settle();
+    s.at(5)
+        .submit(wl("a-borrowed", "a", 0, 1, &[("gpu", "1")]))
+        .settle();
+    s.at(10)
+        .submit(wl("b-one", "b", 0, 1, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(
+        s.preemptions(),
+        vec![(
+            "a-borrowed".into(),
+            "b-one".into(),
+            PreemptReason::InCohortReclamation
+        )]
+    );
+    assert_eq!(s.state("a-own"), WlState::Admitted);
+    assert_eq!(s.state("b-one"), WlState::Admitted);
+}
+
+#[test]
+fn stale_admission_is_rejected_at_apply_time_not_applied_half() {
+    let mut s = Sim::classical(vec![gpu_team("a", 2, None)]);
+    s.nodes("g", 1, 2);
+    s.submit(wl("x", "a", 0, 2, &[("gpu", "1")]));
+    let plan = schedule(&s.st, 0);
+    assert_eq!(plan.admissions.len(), 1);
+    // The node fails between deciding and applying: the decision is stale.
+    s.st.set_node_health("g0", false, 0).unwrap();
+    let results = verify(&s.st, &plan);
+    assert!(results[0].is_err());
+    let ev = s.st.apply_plan(&plan, 0);
+    assert!(matches!(ev[0], Event::AdmissionRetried { .. }));
+    assert_eq!(s.state("x"), WlState::Pending);
+    s.st.check_invariants().unwrap();
+}
+
+#[test]
+fn node_failure_requeues_and_keeps_submit_time() {
+    let mut s = Sim::classical(vec![gpu_team("a", 4, None)]);
+    s.nodes("g", 2, 2);
+    s.submit(wl("w", "a", 0, 2, &[("gpu", "1")])).settle();
+    let node = {
+        let w = s.st.workload(s.st.find_workload("w").unwrap());
+        s.st.acct
+            .nodes
+            .node(w.admission.as_ref().unwrap().placement[0].1.node)
+            .name
+            .clone()
+    };
+    let ev = s.st.set_node_health(&node, false, 10).unwrap();
+    assert!(matches!(ev[0], Event::Evicted { .. }));
+    s.at(10).settle();
+    let w = s.st.workload(s.st.find_workload("w").unwrap());
+    assert_eq!(w.submit_time, 0);
+    assert_eq!(w.state, WlState::Admitted, "re-placed on the healthy node");
+    assert!(w
+        .admission
+        .as_ref()
+        .unwrap()
+        .placement
+        .iter()
+        .all(|(_, p)| s.st.acct.nodes.node(p.node).name != node));
+}
+
+// ---------------------------------------------------------------- §6 fair sharing
+
+#[test]
+fn dominant_share_examples() {
+    // Kueue: pool 8, a nominal 3 using 8 -> (8-3)/8 * 1000 = 625; weight 2 halves it.
+    let mut s = Sim::new(
+        ClusterPolicy::default(),
+        vec![gpu_team("a", 3, None), gpu_team("b", 5, None)],
+    );
+    s.submit(wl("a8", "a", 0, 8, &[("gpu", "1")])).settle();
+    let sh = quota::share(&s.st, &s.st.acct, s.tid("a"), &[]);
+    assert_eq!(
+        sh,
+        Share {
+            infinite: false,
+            num: 625,
+            den: 1
+        }
+    );
+    let mut a2 = gpu_team("a", 3, None);
+    a2.fair_share_weight = 2;
+    s.st.set_team(a2).unwrap();
+    let sh = quota::share(&s.st, &s.st.acct, s.tid("a"), &[]);
+    assert!((sh.value() - 312.5).abs() < 1e-9);
+    let mut a0 = gpu_team("a", 3, None);
+    a0.fair_share_weight = 0;
+    s.st.set_team(a0).unwrap();
+    assert!(quota::share(&s.st, &s.st.acct, s.tid("a"), &[]).infinite);
+    assert_eq!(
+        quota::share(&s.st, &s.st.acct, s.tid("b"), &[]),
+        Share::ZERO
+    );
+}
+
+#[test]
+fn idle_compute_goes_by_weight_whatever_the_submit_order() {
+    let mut heavy = gpu_team("heavy", 1, None);
+    heavy.fair_share_weight = 80;
+    let mut light = gpu_team("light", 1, None);
+    light.fair_share_weight = 20;
+    let mut idle = gpu_team("idle", 10, None);
+    idle.fair_share_weight = 50;
+    let mut s = Sim::new(ClusterPolicy::default(), vec![idle, heavy, light]);
+    for i in 0..6 {
+        s.submit(wl(&format!("l{i}"), "light", 0, 1, &[("gpu", "1")]));
+    }
+    s.settle();
+    s.at(1);
+    for i in 0..12 {
+        s.submit(wl(&format!("h{i:02}"), "heavy", 0, 1, &[("gpu", "1")]));
+    }
+    s.settle();
+    let fr = s.fr("gpu");
+    assert_eq!(s.st.acct.usage(s.tid("heavy"), fr), 9);
+    assert_eq!(s.st.acct.usage(s.tid("light"), fr), 3);
+}
+
+#[test]
+fn fair_sharing_never_preempts_back_and_forth() {
+    let mut a = gpu_team("a", 2, None);
+    a.fair_share_weight = 1;
+    let mut b = gpu_team("b", 2, None);
+    b.fair_share_weight = 1;
+    let mut s = Sim::new(
+        ClusterPolicy::default(),
+        vec![a, b, gpu_team("lender", 4, None)],
+    );
+    for i in 0..8 {
+        s.submit(wl(&format!("a{i}"), "a", 0, 1, &[("gpu", "1")]));
+    }
+    s.settle();
+    s.at(1);
+    for i in 0..8 {
+        s.submit(wl(&format!("b{i}"), "b", 0, 1, &[("gpu", "1")]));
+    }
+    s.settle();
+    let fr = s.fr("gpu");
+    assert_eq!(s.st.acct.usage(s.tid("a"), fr), 4);
+    assert_eq!(s.st.acct.usage(s.tid("b"), fr), 4);
+    // Settling again changes nothing.
+    let n = s.events.len();
+    s.at(2).settle();
+    assert_eq!(s.events.len(), n);
+}
+
+// ---------------------------------------------------------------- §8 cohort-owned quota
+
+#[test]
+fn cohort_owned_quota_and_idle_sharing() {
+    let mut s = Sim::classical(vec![gpu_team("a", 0, None)]);
+    s.st.set_cohort(CohortSpec {
+        name: "shared-pool".into(),
+        parent: None,
+        quotas: vec![FlavorQuota {
+            flavor: F.into(),
+            resources: vec![(ResourceName::gpu(), rq(3, None, None))],
+        }],
+    })
+    .unwrap();
+    s.submit(wl("w", "a", 0, 3, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("w"), WlState::Admitted);
+    let e =
+        s.st.set_cohort(CohortSpec {
+            name: "child".into(),
+            parent: Some("shared-pool".into()),
+            quotas: vec![],
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nested cohorts"), "{e}");
+
+    // Idle resource sharing: 4 GPUs on nodes, 1 of quota: 3 idle become borrowable.
+    let mut s = Sim::new(
+        ClusterPolicy {
+            idle_resource_sharing: true,
+            ..Default::default()
+        },
+        vec![gpu_team("a", 1, None)],
+    );
+    s.nodes("g", 4, 1);
+    s.submit(wl("w", "a", 0, 4, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("w"), WlState::Admitted);
+    let mut s = Sim::new(ClusterPolicy::default(), vec![gpu_team("a", 1, None)]);
+    s.nodes("g", 4, 1);
+    s.submit(wl("w", "a", 0, 4, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("w"), WlState::Pending);
+}
+
+// ---------------------------------------------------------------- §2 policy on submit
+
+#[test]
+fn unknown_priority_class_is_rejected_with_valid_names() {
+    let mut s = Sim::new(
+        ClusterPolicy {
+            priority_classes: vec![
+                allot_common::PriorityClass {
+                    name: "inference".into(),
+                    weight: 90,
+                },
+                allot_common::PriorityClass {
+                    name: "training".into(),
+                    weight: 70,
+                },
+            ],
+            ..Default::default()
+        },
+        vec![gpu_team("a", 1, None)],
+    );
+    let mut w = wl("x", "a", 0, 1, &[("gpu", "1")]);
+    w.priority = PriorityRef::Class("urgent".into());
+    let e = s.st.submit(w, 0).unwrap_err().to_string();
+    assert!(
+        e.contains("urgent") && e.contains("inference, training"),
+        "{e}"
+    );
+    let mut w = wl("y", "a", 0, 1, &[("gpu", "1")]);
+    w.priority = PriorityRef::Class("training".into());
+    let (id, _) = s.st.submit(w, 0).unwrap();
+    assert_eq!(s.st.workload(id).priority, 70);
+    let _ = s.settle();
+}
+
+#[test]
+fn same_input_same_plan() {
+    let build = || {
+        let mut s = Sim::new(
+            ClusterPolicy::default(),
+            vec![gpu_team("a", 2, None), gpu_team("b", 3, None)],
+        );
+        s.nodes("g", 3, 2);
+        for i in 0..6 {
+            s.submit(wl(&format!("a{i}"), "a", i % 3, 1, &[("gpu", "1")]));
+            s.submit(wl(&format!("b{i}"), "b", 2 - i % 3, 1, &[("gpu", "1")]));
+        }
+        s
+    };
+    let (s1, s2) = (build(), build());
+    assert_eq!(schedule(&s1.st, 0), schedule(&s2.st, 0));
+}
