@@ -263,6 +263,47 @@ impl NodeSet {
         self.index_insert(id);
     }
 
+    /// Gives back many allocations, updating the index once per touched node.
+    pub fn release_many<'a>(&mut self, allocs: impl Iterator<Item = &'a PodAlloc> + Clone) {
+        self.batch(allocs, -1);
+    }
+
+    /// Re-takes many allocations released by `release_many` (nothing else took them since).
+    pub fn retake_many<'a>(&mut self, allocs: impl Iterator<Item = &'a PodAlloc> + Clone) {
+        self.batch(allocs, 1);
+    }
+
+    fn batch<'a>(&mut self, allocs: impl Iterator<Item = &'a PodAlloc> + Clone, sign: i64) {
+        let touched: BTreeSet<NodeId> = allocs.clone().map(|a| a.node).collect();
+        for id in &touched {
+            self.index_remove(*id);
+        }
+        for a in allocs {
+            let node = &mut self.nodes[a.node.idx()];
+            for (r, v) in &a.req {
+                if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
+                    nr.used += sign * v;
+                }
+            }
+            for (r, idx) in &a.devices {
+                if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
+                    if let Some(mask) = nr.free_mask.as_mut() {
+                        for i in idx {
+                            if sign < 0 {
+                                *mask |= 1u64 << i;
+                            } else {
+                                *mask &= !(1u64 << i);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for id in &touched {
+            self.index_insert(*id);
+        }
+    }
+
     /// Re-takes an exact allocation (used when applying a decided placement). Fails without
     /// changing anything if the node is not schedulable, lacks capacity or a device is taken.
     pub fn take_exact(&mut self, a: &PodAlloc) -> Result<(), String> {

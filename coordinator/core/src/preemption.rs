@@ -78,11 +78,24 @@ pub fn find_victims(
     }
 }
 
-fn uses_any(st: &State, id: WlId, f_set: &BTreeSet<FrId>) -> bool {
-    st.workload(id)
-        .admission
-        .as_ref()
+fn uses_any(ctx: &Ctx, id: WlId, f_set: &BTreeSet<FrId>) -> bool {
+    ctx.admission_of(id)
         .is_some_and(|a| a.usage.iter().any(|(fr, v)| *v > 0 && f_set.contains(fr)))
+}
+
+/// A team's candidates: its admitted workloads and those admitted earlier in this cycle.
+fn holders<'c>(ctx: &'c Ctx, t: TeamId) -> impl Iterator<Item = WlId> + 'c {
+    ctx.st.teams[t.idx()]
+        .admitted
+        .iter()
+        .copied()
+        .chain(
+            ctx.planned
+                .iter()
+                .filter(move |(_, (pt, _))| *pt == t)
+                .map(|(id, _)| *id),
+        )
+        .filter(move |id| !ctx.removed.contains(id))
 }
 
 fn borrowing_in(ctx: &Ctx, t: TeamId, f_set: &BTreeSet<FrId>) -> bool {
@@ -104,16 +117,23 @@ fn own_allowed(policy: WithinTeam, wl: &Workload, c: &Workload) -> bool {
 
 /// Candidate order: being evicted first, other teams before the preemptor's own, lower priority,
 /// most recently admitted, name.
-fn order(st: &State, own: TeamId, cands: &mut [Cand]) {
+fn order(ctx: &Ctx, own: TeamId, cands: &mut [Cand]) {
+    let st = ctx.st;
     cands.sort_by(|a, b| {
         let wa = st.workload(a.id);
         let wb = st.workload(b.id);
         let key = |w: &Workload, c: &Cand| {
+            // Admissions planned in this cycle are the most recent of all.
+            let admitted_at = if ctx.planned.contains_key(&c.id) {
+                i64::MAX
+            } else {
+                w.admitted_at.unwrap_or(i64::MAX)
+            };
             (
                 w.state != WlState::Evicting,
                 c.team == own,
                 w.priority,
-                std::cmp::Reverse(w.admitted_at.unwrap_or(i64::MAX)),
+                std::cmp::Reverse(admitted_at),
             )
         };
         key(wa, a)
@@ -135,13 +155,13 @@ fn collect(
     let team = &st.teams[t.idx()];
     let policy = team.spec.preemption;
     let mut cands = Vec::new();
-    for id in &team.admitted {
-        if ctx.removed.contains(id) || !uses_any(st, *id, f_set) {
+    for id in holders(ctx, t) {
+        if !uses_any(ctx, id, f_set) {
             continue;
         }
-        if own_allowed(policy.within_team, wl, st.workload(*id)) {
+        if own_allowed(policy.within_team, wl, st.workload(id)) {
             cands.push(Cand {
-                id: *id,
+                id,
                 team: t,
                 kind: Kind::Own,
             });
@@ -157,11 +177,11 @@ fn collect(
             if *m == t || !borrowing_in(ctx, *m, f_set) {
                 continue;
             }
-            for id in &st.teams[m.idx()].admitted {
-                if ctx.removed.contains(id) || !uses_any(st, *id, f_set) {
+            for id in holders(ctx, *m) {
+                if !uses_any(ctx, id, f_set) {
                     continue;
                 }
-                let c = st.workload(*id);
+                let c = st.workload(id);
                 if policy.reclaim_within_cohort == ReclaimWithinCohort::LowerPriority
                     && c.priority >= wl.priority
                 {
@@ -177,16 +197,46 @@ fn collect(
                 } else {
                     Kind::WhileBorrowing
                 };
-                cands.push(Cand {
-                    id: *id,
-                    team: *m,
-                    kind,
-                });
+                cands.push(Cand { id, team: *m, kind });
             }
         }
     }
-    order(st, t, &mut cands);
     cands
+}
+
+/// An upper bound before the one-by-one search: if the preemptor does not fit even with every
+/// candidate gone, no subset of them makes room (removing usage only ever adds room).
+fn fits_without_all(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    place: &[(usize, FlavorId, u32)],
+    cands: &[Cand],
+    allow_borrowing: bool,
+) -> bool {
+    // Quota first, without touching the node index.
+    let st = ctx.st;
+    let adj = |ctx: &mut Ctx, sign: i64| {
+        for c in cands {
+            if let Some(a) = ctx.admission_of(c.id).cloned() {
+                ctx.acct.add_all(st, c.team, &a.usage, sign);
+            }
+        }
+    };
+    adj(ctx, -1);
+    let quota_ok = quota::fits(st, &ctx.acct, wl.team, usage, allow_borrowing).is_ok();
+    adj(ctx, 1);
+    if !quota_ok {
+        return false;
+    }
+    if !st.placement || place.is_empty() {
+        return true;
+    }
+    let ids: Vec<WlId> = cands.iter().map(|c| c.id).collect();
+    ctx.remove_many(&ids);
+    let fits = ctx.fits(wl, usage, place, allow_borrowing);
+    ctx.restore_many(&ids);
+    fits
 }
 
 /// Puts back every victim (last one excepted) that the preemptor does not need, newest removal
@@ -230,10 +280,11 @@ fn classical(
     let st = ctx.st;
     let t = wl.team;
     let team = &st.teams[t.idx()];
-    let cands = collect(ctx, wl, usage, f_set, false);
+    let mut cands = collect(ctx, wl, usage, f_set, false);
     if cands.is_empty() {
         return None;
     }
+    order(ctx, t, &mut cands);
     let others = cands.iter().any(|c| c.kind != Kind::Own);
     let bwc_off =
         team.spec.preemption.borrow_within_cohort.policy == BorrowWithinCohortPolicy::Never;
@@ -249,6 +300,15 @@ fn classical(
         &[true, false]
     };
     for &allow_borrowing in attempts {
+        // Upper bound for this attempt: every candidate it may use gone at once.
+        let usable: Vec<Cand> = cands
+            .iter()
+            .filter(|c| !(allow_borrowing && c.kind == Kind::WithoutBorrowing))
+            .cloned()
+            .collect();
+        if usable.is_empty() || !fits_without_all(ctx, wl, usage, place, &usable, allow_borrowing) {
+            continue;
+        }
         let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
         for c in &cands {
             if c.kind != Kind::Own {
@@ -282,10 +342,11 @@ fn fair_sharing(
     let st = ctx.st;
     let t = wl.team;
     let team = &st.teams[t.idx()];
-    let cands = collect(ctx, wl, usage, f_set, true);
-    if cands.is_empty() {
+    let mut cands = collect(ctx, wl, usage, f_set, true);
+    if cands.is_empty() || !fits_without_all(ctx, wl, usage, place, &cands, true) {
         return None;
     }
+    order(ctx, t, &mut cands);
     let mut by_team: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
     for c in cands {
         by_team.entry(c.team).or_default().push_back(c);
@@ -364,6 +425,14 @@ fn fair_sharing(
         }
         let p = quota::share(st, &ctx.acct, t, usage);
         let t0 = quota::share(st, &ctx.acct, target, &[]);
+        if p > t0 {
+            // Removing a candidate never raises its team's share (T1 <= T0 < P): neither
+            // strategy can pass for this team now, so its candidates wait for the retry pass.
+            if let Some(q) = by_team.get_mut(&target) {
+                retry.entry(target).or_default().extend(q.drain(..));
+            }
+            continue;
+        }
         while let Some(c) = by_team.get_mut(&target).and_then(|q| q.pop_front()) {
             ctx.remove(c.id);
             let t1 = quota::share(st, &ctx.acct, target, &[]);

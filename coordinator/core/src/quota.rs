@@ -166,7 +166,8 @@ impl Ord for Share {
 pub fn share(st: &State, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) -> Share {
     let team = &st.teams[t.idx()];
     let cohort = &st.cohorts[team.cohort.idx()];
-    let mut borrowed: BTreeMap<ResId, i64> = BTreeMap::new();
+    // Borrowed per resource; teams have a handful of resources, so a small vector beats a map.
+    let mut borrowed: Vec<(ResId, i64)> = Vec::with_capacity(8);
     for (fr, q) in &team.quotas {
         let (_, r) = st.names.fr_parts(*fr);
         let mut u = acct.usage(t, *fr);
@@ -175,8 +176,13 @@ pub fn share(st: &State, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) -> Share
                 u += v;
             }
         }
-        *borrowed.entry(r).or_insert(0) += (u - q.nominal).max(0);
+        let b = (u - q.nominal).max(0);
+        match borrowed.iter_mut().find(|(x, _)| *x == r) {
+            Some((_, acc)) => *acc += b,
+            None => borrowed.push((r, b)),
+        }
     }
+    borrowed.sort_by(|a, b| st.names.resource_name(a.0).cmp(st.names.resource_name(b.0)));
     // The dominant resource: the largest borrowed / lendable ratio; ties keep the smaller name.
     let mut best: Option<(i128, i128)> = None;
     for (r, b) in &borrowed {

@@ -38,6 +38,9 @@ pub struct Ctx<'a> {
     /// Workloads removed from `acct` (victims) in this cycle or in a running search.
     pub removed: BTreeSet<WlId>,
     pub now: Time,
+    /// Admissions decided earlier in this cycle. They are preemption candidates like admitted
+    /// workloads (the most recently admitted of all); taking one withdraws it from the plan.
+    pub planned: BTreeMap<WlId, (TeamId, Admission)>,
 }
 
 impl<'a> Ctx<'a> {
@@ -47,32 +50,83 @@ impl<'a> Ctx<'a> {
             acct: st.acct.clone(),
             removed: BTreeSet::new(),
             now,
+            planned: BTreeMap::new(),
         }
     }
 
-    /// Removes an admitted workload's usage and pods from the working copy.
+    /// The admission a candidate holds: decided in this cycle, or in the state.
+    pub fn admission_of(&self, id: WlId) -> Option<&Admission> {
+        match self.planned.get(&id) {
+            Some((_, a)) => Some(a),
+            None => self.st.workload(id).admission.as_ref(),
+        }
+    }
+
+    /// Removes an admitted (or planned) workload's usage and pods from the working copy.
     pub fn remove(&mut self, id: WlId) {
-        let wl = self.st.workload(id);
-        if let Some(adm) = &wl.admission {
+        let team = self.st.workload(id).team;
+        if let Some(adm) = self.admission_of(id).cloned() {
             for (_, p) in &adm.placement {
                 self.acct.nodes.release(p);
             }
-            self.acct.add_all(self.st, wl.team, &adm.usage, -1);
+            self.acct.add_all(self.st, team, &adm.usage, -1);
         }
         self.removed.insert(id);
     }
 
     /// Undoes `remove`.
     pub fn restore(&mut self, id: WlId) {
-        let wl = self.st.workload(id);
-        if let Some(adm) = &wl.admission {
+        let team = self.st.workload(id).team;
+        if let Some(adm) = self.admission_of(id).cloned() {
             for (_, p) in &adm.placement {
                 // The same allocation was released by `remove`; nothing else holds it now.
                 let _ = self.acct.nodes.take_exact(p);
             }
-            self.acct.add_all(self.st, wl.team, &adm.usage, 1);
+            self.acct.add_all(self.st, team, &adm.usage, 1);
         }
         self.removed.remove(&id);
+    }
+
+    /// Removes many candidates at once (one index update per touched node).
+    pub fn remove_many(&mut self, ids: &[WlId]) {
+        let adms: Vec<(TeamId, Admission)> = ids
+            .iter()
+            .filter_map(|id| {
+                self.admission_of(*id)
+                    .cloned()
+                    .map(|a| (self.st.workload(*id).team, a))
+            })
+            .collect();
+        self.acct.nodes.release_many(
+            adms.iter()
+                .flat_map(|(_, a)| a.placement.iter().map(|(_, p)| p)),
+        );
+        for (t, a) in &adms {
+            self.acct.add_all(self.st, *t, &a.usage, -1);
+        }
+        self.removed.extend(ids.iter().copied());
+    }
+
+    /// Undoes `remove_many`.
+    pub fn restore_many(&mut self, ids: &[WlId]) {
+        let adms: Vec<(TeamId, Admission)> = ids
+            .iter()
+            .filter_map(|id| {
+                self.admission_of(*id)
+                    .cloned()
+                    .map(|a| (self.st.workload(*id).team, a))
+            })
+            .collect();
+        self.acct.nodes.retake_many(
+            adms.iter()
+                .flat_map(|(_, a)| a.placement.iter().map(|(_, p)| p)),
+        );
+        for (t, a) in &adms {
+            self.acct.add_all(self.st, *t, &a.usage, 1);
+        }
+        for id in ids {
+            self.removed.remove(id);
+        }
     }
 
     /// Places every pod set on its flavor; on success the pods stay allocated in the working
@@ -140,6 +194,9 @@ pub struct Assignment {
     /// Per pod set, why it does not fit as it stands.
     pub messages: Vec<String>,
     pub reason: &'static str,
+    /// Victims already found while choosing the flavor, when that search was for exactly this
+    /// assignment (one pod set, one resource group).
+    pub victims: Option<Vec<Victim>>,
 }
 
 struct FlavorEval {
@@ -150,6 +207,7 @@ struct FlavorEval {
     placement_short: bool,
     reasons: Vec<String>,
     exceeds_max: bool,
+    victims: Option<Vec<Victim>>,
 }
 
 fn preferred(a: &FlavorEval, b: &FlavorEval, pref: FungibilityPreference) -> bool {
@@ -197,6 +255,8 @@ pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assi
     let mut contested = BTreeSet::new();
     let mut contested_flavors = BTreeSet::new();
     let mut place = Vec::new();
+    let mut victims_hint: Option<Vec<Victim>> = None;
+    let single = wl.spec.pod_sets.len() == 1;
     let mut tentative: Vec<PodAlloc> = Vec::new();
     let mut reason = "WaitingForQuota";
     for (i, ps) in wl.spec.pod_sets.iter().enumerate() {
@@ -272,8 +332,10 @@ pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assi
             }
             match best {
                 Some(ev) if ev.mode > Mode::NoFit => {
+                    if single && covers_all {
+                        victims_hint = ev.victims.clone();
+                    }
                     if ev.mode < Mode::Fit {
-                        group_reasons.retain(|_| true);
                         ps_reasons.extend(group_reasons);
                     }
                     ps_mode = ps_mode.min(ev.mode);
@@ -375,6 +437,7 @@ pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assi
         place,
         messages,
         reason,
+        victims: victims_hint,
     }
 }
 
@@ -410,6 +473,7 @@ fn eval_flavor(
         placement_short: false,
         reasons: Vec::new(),
         exceeds_max: false,
+        victims: None,
     };
     let mut usage_here: Vec<(FrId, i64)> = Vec::new();
     for (r, per_pod) in group_reqs {
@@ -548,6 +612,7 @@ fn eval_flavor(
             &contested_flavors,
         ) {
             Some(v) if !v.is_empty() => {
+                ev.victims = Some(v.clone());
                 ev.mode = if v.iter().all(|x| ctx.st.workload(x.id).team != t) {
                     Mode::Reclaim
                 } else {
@@ -559,7 +624,7 @@ fn eval_flavor(
                         .iter()
                         .map(|x| ctx.st.workload(x.id))
                         .filter(|w| w.team == t)
-                        .filter_map(|w| w.admission.as_ref())
+                        .filter_map(|w| ctx.admission_of(w.id))
                         .flat_map(|a| a.usage.iter())
                         .filter(|(u, _)| u == fr)
                         .map(|(_, q)| *q)
@@ -734,14 +799,17 @@ fn try_assignment(ctx: &mut Ctx, wl: &Workload, a: &Assignment) -> Option<Outcom
                     contested.insert(*fr);
                 }
             }
-            let victims = preemption::find_victims(
-                ctx,
-                wl,
-                &a.usage,
-                &a.place,
-                &contested,
-                &a.contested_flavors,
-            )?;
+            let victims = match &a.victims {
+                Some(v) => v.clone(),
+                None => preemption::find_victims(
+                    ctx,
+                    wl,
+                    &a.usage,
+                    &a.place,
+                    &contested,
+                    &a.contested_flavors,
+                )?,
+            };
             if victims.is_empty() {
                 // Fits after all (a victim search found room without evicting): admit.
                 let mut fit = a.clone();
@@ -773,6 +841,37 @@ fn entry_key(ctx: &mut Ctx, wl: &Workload) -> EntryKey {
         wl.submit_time,
         wl.spec.name.clone(),
         wl.id,
+    )
+}
+
+/// Workloads with the same shape get the same decision from the same working state (Kueue's
+/// scheduling-equivalence idea): team, priority, pinned flavor, pod sets, and the submit time
+/// only where the team's policy compares it.
+type ShapeKey = (
+    TeamId,
+    i32,
+    Option<FlavorId>,
+    Vec<(String, u32, Option<u32>, Vec<(ResId, i64)>)>,
+    Time,
+    bool,
+);
+
+fn shape_key(st: &State, wl: &Workload) -> ShapeKey {
+    use allot_common::quota::WithinTeam;
+    let team = &st.teams[wl.team.idx()];
+    let time_matters = team.spec.preemption.within_team == WithinTeam::LowerOrNewerEqualPriority;
+    (
+        wl.team,
+        wl.priority,
+        wl.pinned,
+        wl.spec
+            .pod_sets
+            .iter()
+            .zip(&wl.pod_reqs)
+            .map(|(p, r)| (p.name.clone(), p.count, p.min_count, r.clone()))
+            .collect(),
+        if time_matters { wl.submit_time } else { 0 },
+        wl.preempting,
     )
 }
 
@@ -819,11 +918,38 @@ pub fn schedule(st: &State, now: Time) -> Plan {
     for t in team_ids {
         advance(&mut ctx, t, &mut cursors, &mut heads, &mut heap);
     }
+    // Bumped whenever the working state changes; memoised "waits" are valid for one generation.
+    let mut generation: u64 = 0;
+    let mut memo: BTreeMap<ShapeKey, (u64, String, String)> = BTreeMap::new();
     while let Some((key, t)) = heap.pop_first() {
         heads.remove(&t);
         let wl = st.workload(key.6);
         plan.considered += 1;
-        let outcome = process(&mut ctx, wl);
+        let shape = shape_key(st, wl);
+        let outcome = match memo.get(&shape) {
+            Some((g, reason, message)) if *g == generation => Outcome::Pending {
+                reason: reason.clone(),
+                message: message.clone(),
+                hold: Vec::new(),
+            },
+            _ => {
+                let o = process(&mut ctx, wl);
+                if let Outcome::Pending {
+                    reason,
+                    message,
+                    hold,
+                } = &o
+                {
+                    if hold.is_empty() {
+                        memo.insert(shape, (generation, reason.clone(), message.clone()));
+                    }
+                }
+                o
+            }
+        };
+        if !matches!(&outcome, Outcome::Pending { hold, .. } if hold.is_empty()) {
+            generation += 1;
+        }
         let mut blocked = false;
         let mut rekey: BTreeSet<TeamId> = BTreeSet::new();
         match outcome {
@@ -832,6 +958,7 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                     let _ = ctx.acct.nodes.take_exact(p);
                 }
                 ctx.acct.add_all(st, wl.team, &adm.usage, 1);
+                ctx.planned.insert(wl.id, (wl.team, adm.clone()));
                 plan.admissions.push(PlannedAdmission {
                     wl: wl.id,
                     admission: adm,
@@ -847,6 +974,21 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                     let vt = st.workload(v.id).team;
                     if vt != t {
                         rekey.insert(vt);
+                    }
+                    if ctx.planned.remove(&v.id).is_some() {
+                        // Decided earlier in this cycle and not started: withdraw it instead.
+                        plan.admissions.retain(|a| a.wl != v.id);
+                        plan.pending.push((
+                            v.id,
+                            "Pending".into(),
+                            format!(
+                                "admission withdrawn in the cycle that decided it, to make room for {}/{} ({})",
+                                st.teams[wl.team.idx()].name(),
+                                wl.spec.name,
+                                v.reason.phrase()
+                            ),
+                        ));
+                        continue;
                     }
                     plan.preemptions.push(PlannedPreemption {
                         victim: v.id,
