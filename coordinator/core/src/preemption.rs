@@ -92,7 +92,9 @@ fn holders<'c>(ctx: &'c Ctx, t: TeamId) -> impl Iterator<Item = WlId> + 'c {
         .chain(
             ctx.planned
                 .iter()
-                .filter(move |(_, (pt, _))| *pt == t)
+                // A preemptor admitted into the room its victims left is not taken back in the
+                // same cycle: that would waste the evictions made for it.
+                .filter(move |(id, (pt, _))| *pt == t && ctx.st.workload(**id).preempting.is_none())
                 .map(|(id, _)| *id),
         )
         .filter(move |id| !ctx.removed.contains(id))
@@ -216,16 +218,25 @@ fn fits_without_all(
 ) -> bool {
     // Quota first, without touching the node index.
     let st = ctx.st;
-    let adj = |ctx: &mut Ctx, sign: i64| {
+    let quota_ok = {
+        let Ctx { acct, planned, .. } = &mut *ctx;
+        let adm = |id: WlId| match planned.get(&id) {
+            Some((_, a)) => Some(a),
+            None => st.workload(id).admission.as_ref(),
+        };
         for c in cands {
-            if let Some(a) = ctx.admission_of(c.id).cloned() {
-                ctx.acct.add_all(st, c.team, &a.usage, sign);
+            if let Some(a) = adm(c.id) {
+                acct.add_all(st, c.team, &a.usage, -1);
             }
         }
+        let ok = quota::fits(st, acct, wl.team, usage, allow_borrowing).is_ok();
+        for c in cands {
+            if let Some(a) = adm(c.id) {
+                acct.add_all(st, c.team, &a.usage, 1);
+            }
+        }
+        ok
     };
-    adj(ctx, -1);
-    let quota_ok = quota::fits(st, &ctx.acct, wl.team, usage, allow_borrowing).is_ok();
-    adj(ctx, 1);
     if !quota_ok {
         return false;
     }
@@ -396,6 +407,7 @@ fn fair_sharing(
     let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
     let none = BTreeSet::new();
     let mut fit = false;
+    let mut hopeless = false;
     'outer: while let Some(target) = pick(ctx, &by_team, &none) {
         if target == t {
             let c = by_team
@@ -426,12 +438,11 @@ fn fair_sharing(
         let p = quota::share(st, &ctx.acct, t, usage);
         let t0 = quota::share(st, &ctx.acct, target, &[]);
         if p > t0 {
-            // Removing a candidate never raises its team's share (T1 <= T0 < P): neither
-            // strategy can pass for this team now, so its candidates wait for the retry pass.
-            if let Some(q) = by_team.get_mut(&target) {
-                retry.entry(target).or_default().extend(q.drain(..));
-            }
-            continue;
+            // The target has the highest share of all teams with candidates, and removing a
+            // candidate never raises a share: every team ends at T1 <= T0 < P and starts at
+            // T0 < P, so neither strategy can pass anywhere. Kueue's loops would find nothing.
+            hopeless = true;
+            break;
         }
         while let Some(c) = by_team.get_mut(&target).and_then(|q| q.pop_front()) {
             ctx.remove(c.id);
@@ -448,7 +459,7 @@ fn fair_sharing(
             retry.entry(target).or_default().push_back(c);
         }
     }
-    if !fit {
+    if !fit && !hopeless {
         if let Some(s2) = second {
             let mut used: BTreeSet<TeamId> = BTreeSet::new();
             while let Some(target) = pick(ctx, &retry, &used) {

@@ -89,43 +89,42 @@ impl<'a> Ctx<'a> {
 
     /// Removes many candidates at once (one index update per touched node).
     pub fn remove_many(&mut self, ids: &[WlId]) {
-        let adms: Vec<(TeamId, Admission)> = ids
-            .iter()
-            .filter_map(|id| {
-                self.admission_of(*id)
-                    .cloned()
-                    .map(|a| (self.st.workload(*id).team, a))
-            })
-            .collect();
-        self.acct.nodes.release_many(
-            adms.iter()
-                .flat_map(|(_, a)| a.placement.iter().map(|(_, p)| p)),
-        );
-        for (t, a) in &adms {
-            self.acct.add_all(self.st, *t, &a.usage, -1);
-        }
+        self.batch(ids, -1);
         self.removed.extend(ids.iter().copied());
     }
 
     /// Undoes `remove_many`.
     pub fn restore_many(&mut self, ids: &[WlId]) {
-        let adms: Vec<(TeamId, Admission)> = ids
-            .iter()
-            .filter_map(|id| {
-                self.admission_of(*id)
-                    .cloned()
-                    .map(|a| (self.st.workload(*id).team, a))
-            })
-            .collect();
-        self.acct.nodes.retake_many(
-            adms.iter()
-                .flat_map(|(_, a)| a.placement.iter().map(|(_, p)| p)),
-        );
-        for (t, a) in &adms {
-            self.acct.add_all(self.st, *t, &a.usage, 1);
-        }
+        self.batch(ids, 1);
         for id in ids {
             self.removed.remove(id);
+        }
+    }
+
+    fn batch(&mut self, ids: &[WlId], sign: i64) {
+        let Ctx {
+            st, acct, planned, ..
+        } = self;
+        let adms: Vec<(TeamId, &Admission)> = ids
+            .iter()
+            .filter_map(|id| {
+                let a = match planned.get(id) {
+                    Some((_, a)) => Some(a),
+                    None => st.workload(*id).admission.as_ref(),
+                };
+                a.map(|a| (st.workload(*id).team, a))
+            })
+            .collect();
+        let pods = adms
+            .iter()
+            .flat_map(|(_, a)| a.placement.iter().map(|(_, p)| p));
+        if sign < 0 {
+            acct.nodes.release_many(pods);
+        } else {
+            acct.nodes.retake_many(pods);
+        }
+        for (t, a) in &adms {
+            acct.add_all(st, *t, &a.usage, sign);
         }
     }
 
@@ -823,7 +822,7 @@ fn try_assignment(ctx: &mut Ctx, wl: &Workload, a: &Assignment) -> Option<Outcom
 }
 
 /// The order key of a team's head in the cross-team tournament.
-type EntryKey = (bool, bool, Share, i64, Time, String, WlId);
+type EntryKey = (u32, bool, Share, i64, Time, String, WlId);
 
 fn entry_key(ctx: &mut Ctx, wl: &Workload) -> EntryKey {
     let full = full_counts(wl);
@@ -834,7 +833,7 @@ fn entry_key(ctx: &mut Ctx, wl: &Workload) -> EntryKey {
         Share::ZERO
     };
     (
-        !wl.preempting,
+        wl.preempting.unwrap_or(u32::MAX),
         a.borrows,
         share,
         -i64::from(wl.priority),
@@ -871,7 +870,7 @@ fn shape_key(st: &State, wl: &Workload) -> ShapeKey {
             .map(|(p, r)| (p.name.clone(), p.count, p.min_count, r.clone()))
             .collect(),
         if time_matters { wl.submit_time } else { 0 },
-        wl.preempting,
+        wl.preempting.is_some(),
     )
 }
 
@@ -920,6 +919,8 @@ pub fn schedule(st: &State, now: Time) -> Plan {
     }
     // Bumped whenever the working state changes; memoised "waits" are valid for one generation.
     let mut generation: u64 = 0;
+    let mut victim_teams: BTreeSet<TeamId> = BTreeSet::new();
+    let mut preemptor_teams: BTreeSet<TeamId> = BTreeSet::new();
     let mut memo: BTreeMap<ShapeKey, (u64, String, String)> = BTreeMap::new();
     while let Some((key, t)) = heap.pop_first() {
         heads.remove(&t);
@@ -932,26 +933,91 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                 message: message.clone(),
                 hold: Vec::new(),
             },
-            _ => {
-                let o = process(&mut ctx, wl);
-                if let Outcome::Pending {
-                    reason,
-                    message,
-                    hold,
-                } = &o
-                {
-                    if hold.is_empty() {
-                        memo.insert(shape, (generation, reason.clone(), message.clone()));
-                    }
-                }
-                o
-            }
+            _ => process(&mut ctx, wl),
         };
+        // Inside one cycle a team either takes by preemption or loses to it, never both: chains
+        // such as A takes from B while B takes from C and C from A would churn across cycles.
+        let outcome = match outcome {
+            Outcome::Preempting(victims, a)
+                if victim_teams.contains(&wl.team)
+                    || victims.iter().any(|v| {
+                        preemptor_teams.contains(&st.workload(v.id).team)
+                            && st.workload(v.id).team != wl.team
+                    }) =>
+            {
+                let _ = (victims, a);
+                Outcome::Pending {
+                    reason: "WaitingForQuota".into(),
+                    message: "preemption deferred to the next cycle: the teams involved already preempted or were preempted in this cycle".into(),
+                    hold: Vec::new(),
+                }
+            }
+            o => o,
+        };
+        if let Outcome::Pending {
+            reason,
+            message,
+            hold,
+        } = &outcome
+        {
+            if hold.is_empty() {
+                memo.entry(shape)
+                    .or_insert_with(|| (generation, reason.clone(), message.clone()));
+            }
+        }
+        if let Outcome::Preempting(victims, _) = &outcome {
+            preemptor_teams.insert(wl.team);
+            for v in victims {
+                let vt = st.workload(v.id).team;
+                if vt != wl.team {
+                    victim_teams.insert(vt);
+                }
+            }
+        }
         if !matches!(&outcome, Outcome::Pending { hold, .. } if hold.is_empty()) {
             generation += 1;
         }
         let mut blocked = false;
         let mut rekey: BTreeSet<TeamId> = BTreeSet::new();
+        // A preemption whose victims were all withdrawn admissions frees its room at once:
+        // nothing has to stop, so the preemptor is admitted in this same cycle.
+        let outcome = match outcome {
+            Outcome::Preempting(victims, a)
+                if victims.iter().all(|v| ctx.planned.contains_key(&v.id)) =>
+            {
+                for v in &victims {
+                    ctx.remove(v.id);
+                    ctx.planned.remove(&v.id);
+                    let vt = st.workload(v.id).team;
+                    if vt != t {
+                        rekey.insert(vt);
+                    }
+                    plan.admissions.retain(|x| x.wl != v.id);
+                    plan.pending.push((
+                        v.id,
+                        "Pending".into(),
+                        format!(
+                            "admission withdrawn in the cycle that decided it, to make room for {}/{} ({})",
+                            st.teams[wl.team.idx()].name(),
+                            wl.spec.name,
+                            v.reason.phrase()
+                        ),
+                    ));
+                }
+                let mut fit = a.clone();
+                fit.mode = Mode::Fit;
+                fit.victims = None;
+                match try_assignment(&mut ctx, wl, &fit) {
+                    Some(o @ Outcome::Admitted(_)) => o,
+                    _ => Outcome::Pending {
+                        reason: "WaitingForQuota".into(),
+                        message: a.messages.join("; "),
+                        hold: Vec::new(),
+                    },
+                }
+            }
+            o => o,
+        };
         match outcome {
             Outcome::Admitted(adm) => {
                 for (_, p) in &adm.placement {

@@ -155,7 +155,9 @@ pub struct Workload {
     pub conditions: Vec<Condition>,
     pub preemptions: u32,
     /// Set while this workload waits for the victims it chose to go.
-    pub preempting: bool,
+    /// Set for one cycle after this workload chose victims: its place among that cycle's
+    /// preemptors. It goes first in the next cycle, in that order, and finds the room it freed.
+    pub preempting: Option<u32>,
     /// Why it is being evicted, once eviction started.
     pub eviction: Option<(String, String)>,
 }
@@ -268,6 +270,8 @@ pub struct State {
     pub idle_capacity: BTreeMap<FrId, i64>,
     /// Warnings about the configuration (quota above capacity).
     pub warnings: Vec<String>,
+    /// Workloads whose `preempting` mark is set.
+    pub preemptors: BTreeSet<WlId>,
 }
 
 impl Default for State {
@@ -292,6 +296,7 @@ impl State {
             next_id: 1,
             idle_capacity: BTreeMap::new(),
             warnings: Vec::new(),
+            preemptors: BTreeSet::new(),
         }
     }
 
@@ -643,7 +648,7 @@ impl State {
             admitted_at: None,
             conditions: Vec::new(),
             preemptions: 0,
-            preempting: false,
+            preempting: None,
             eviction: None,
         };
         self.teams[team.idx()].pending.insert(wl.queue_key());
@@ -827,6 +832,13 @@ impl State {
     /// at all.
     pub fn apply_plan(&mut self, plan: &Plan, now: Time) -> Vec<Event> {
         let mut events = Vec::new();
+        // Last cycle's preemptors lose their head start: it was for this cycle only.
+        for id in std::mem::take(&mut self.preemptors) {
+            if let Some(w) = self.workloads.get_mut(&id) {
+                w.preempting = None;
+            }
+        }
+        let mut order: u32 = 0;
         for (id, reason, message) in &plan.pending {
             if let Some(wl) = self.workloads.get_mut(id) {
                 if wl.state == WlState::Pending {
@@ -853,7 +865,11 @@ impl State {
                 });
             }
             if let Some(w) = self.workloads.get_mut(&p.preemptor) {
-                w.preempting = true;
+                if w.preempting.is_none() {
+                    w.preempting = Some(order);
+                    order += 1;
+                    self.preemptors.insert(p.preemptor);
+                }
             }
         }
         for a in &plan.admissions {
@@ -915,7 +931,8 @@ impl State {
         wl.state = WlState::Admitted;
         wl.admission = Some(adm.clone());
         wl.admitted_at = Some(now);
-        wl.preempting = false;
+        wl.preempting = None;
+        self.preemptors.remove(&id);
         wl.set_condition(
             "QuotaReserved",
             true,
