@@ -121,8 +121,15 @@ pub fn check(st: &State) -> Result<(), String> {
                         ));
                     }
                 }
+                // A pool that shrank under running work (see `State::pool_excess`) may leave a
+                // team above what it could be admitted to now; never more than that excess.
+                let excess = st
+                    .pool_excess
+                    .get(t.cohort.idx())
+                    .map(|e| e.get(fr))
+                    .unwrap_or(0);
                 if usage[i].get(fr)
-                    > quota::potential_available(st, crate::ids::TeamId(i as u32), fr)
+                    > quota::potential_available(st, crate::ids::TeamId(i as u32), fr) + excess
                 {
                     return Err(format!(
                         "team {} uses more {} than it could ever have",

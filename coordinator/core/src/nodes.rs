@@ -523,7 +523,7 @@ mod tests {
         ns.release(&a[0]);
         let c = ns.place(f, &[(g, 4)], 1).unwrap();
         assert_eq!(c[0].devices, vec![(g, vec![0, 1, 2, 5])]);
-        assert!(ns.place(f, &[(g, 1)], 1).is_err());
+        assert!(ns.place(f, &[(g, 3)], 1).is_err());
     }
 
     #[test]

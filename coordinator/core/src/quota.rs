@@ -234,7 +234,8 @@ pub fn cohort_within_pool(st: &State, acct: &Acct, c: CohortId) -> Result<(), St
     let cohort = &st.cohorts[c.idx()];
     for (i, used) in acct.pool_used[c.idx()].0.iter().enumerate() {
         let fr = FrId(i as u32);
-        if *used > cohort.pool.get(fr) {
+        let allowed = st.pool_excess.get(c.idx()).map(|e| e.get(fr)).unwrap_or(0);
+        if *used > cohort.pool.get(fr) + allowed {
             return Err(format!(
                 "cohort {} uses {} of its pool of {} for {}",
                 cohort.name,

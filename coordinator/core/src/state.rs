@@ -272,6 +272,10 @@ pub struct State {
     pub warnings: Vec<String>,
     /// Workloads whose `preempting` mark is set.
     pub preemptors: BTreeSet<WlId>,
+    /// Per cohort: pool usage above the pool left behind when the pool shrank (a node failed
+    /// under idle sharing, a quota was lowered). Running work is not evicted for it; it only
+    /// shrinks as work leaves, and admissions never add to it.
+    pub pool_excess: Vec<FrVec>,
 }
 
 impl Default for State {
@@ -297,6 +301,7 @@ impl State {
             idle_capacity: BTreeMap::new(),
             warnings: Vec::new(),
             preemptors: BTreeSet::new(),
+            pool_excess: Vec::new(),
         }
     }
 
@@ -583,6 +588,21 @@ impl State {
             }
         }
         self.acct.pool_used = pool_used;
+        self.pool_excess = (0..self.cohorts.len())
+            .map(|c| self.current_excess(c))
+            .collect();
+    }
+
+    fn current_excess(&self, c: usize) -> FrVec {
+        let mut e = FrVec::default();
+        for (i, used) in self.acct.pool_used[c].0.iter().enumerate() {
+            let fr = FrId(i as u32);
+            let over = used - self.cohorts[c].pool.get(fr);
+            if over > 0 {
+                e.set(fr, over);
+            }
+        }
+        e
     }
 
     // ---------------------------------------------------------------- workload commands
@@ -783,6 +803,14 @@ impl State {
             let mut acct = std::mem::take(&mut self.acct);
             acct.add_all(self, team, &usage, -1);
             self.acct = acct;
+            // An excess left by a shrunk pool only ever shrinks.
+            let c = self.teams[team.idx()].cohort.idx();
+            let now_excess = self.current_excess(c);
+            if let Some(allow) = self.pool_excess.get_mut(c) {
+                for (i, v) in allow.0.iter_mut().enumerate() {
+                    *v = (*v).min(now_excess.get(FrId(i as u32)));
+                }
+            }
         }
         self.teams[team.idx()].admitted.remove(&id);
     }
