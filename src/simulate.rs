@@ -228,8 +228,12 @@ impl Sim {
                 }
             }
             Action::EvictionDone(id) => {
-                let ev = self.state.complete_eviction(id, t);
-                self.record(t, ev);
+                // The timer is stale if the workload left Evicting some other way (a node
+                // failure requeued it, and it may even run again).
+                if self.state.workload(id).state == WlState::Evicting {
+                    let ev = self.state.complete_eviction(id, t);
+                    self.record(t, ev);
+                }
             }
             Action::NodeDown(n) | Action::NodeUp(n) if self.state.acct.nodes.find(&n).is_none() => {
                 return Err(err("events", format!("unknown node {n:?}")));

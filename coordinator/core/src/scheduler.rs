@@ -1056,6 +1056,11 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                         ));
                         continue;
                     }
+                    if st.workload(v.id).state == crate::state::WlState::Evicting {
+                        // Already on its way out (grace period running): waiting for it is not
+                        // a new decision, so a settled cluster stays settled.
+                        continue;
+                    }
                     plan.preemptions.push(PlannedPreemption {
                         victim: v.id,
                         preemptor: wl.id,
@@ -1068,6 +1073,14 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                 if st.placement {
                     if let Ok(p) = ctx.place_all(wl, &a.place) {
                         drop(p);
+                    }
+                }
+                // Victims already on their way out (grace running) still hold their room until
+                // they are gone: nothing else may be planned into it in this cycle.
+                for v in &victims {
+                    if st.workload(v.id).state == crate::state::WlState::Evicting {
+                        ctx.restore(v.id);
+                        ctx.removed.insert(v.id);
                     }
                 }
                 plan.pending.push((

@@ -1,23 +1,32 @@
 //! Seeded simulation tests of the core, in the style of TigerBeetle's VOPR and FoundationDB's
 //! simulator: generate a random cluster (policy, flavors, nodes, teams with quotas and policies)
-//! and a random stream of operations over simulated time, drive the real scheduler exactly as
-//! `allot simulate` does (`schedule`, `apply_plan`, `complete_eviction` until nothing changes),
-//! and check after every step:
+//! and a random stream of operations over simulated time (submit, cancel, finish, mark running,
+//! node down/up, advance time), drive the real scheduler exactly as `allot simulate` does
+//! (`schedule`, `apply_plan`, `complete_eviction` until nothing changes; with `grace`, evictions
+//! complete only when time advances), and check after every step:
 //!
 //! - `State::check_invariants` (accounting, limits, pools, devices, node capacity, gangs);
 //! - a model of every workload's lifecycle, rebuilt from the events alone, agrees with the state
 //!   (legal transitions only, a requeued workload keeps its submit time);
 //! - every pod of a workload holding quota sits on a healthy node of the flavor it was assigned;
-//! - every plan: `verify` accepts all its admissions, applying it retries none, a second
-//!   `schedule` on a copy of the state gives the same plan, each preemption is allowed by the
-//!   preemptor's policy and names a victim that holds quota, and (when the plan has exactly one
-//!   preemptor and nothing else changed the cycle's working state) the victims make room and
-//!   every one of them is needed;
-//! - the settle loop ends within `MAX_CYCLES_PER_INSTANT` cycles;
+//! - submissions are rejected exactly when they name an unknown class or a foreign flavor;
+//! - every plan: a second `schedule` on a copy of the state gives the same plan; `verify`
+//!   accepts all its admissions and `apply_plan` agrees with `verify` on each of them (no
+//!   `AdmissionRetried`); no workload is admitted twice or both admitted and preempted; each
+//!   preemption is allowed by the preemptor's policy (scheduling.md §4, §6) and names a pending
+//!   preemptor and a victim that holds quota; cross-team victims come from borrowing teams; and,
+//!   when the plan has one preemptor, the victims make room and every one of them is needed;
+//! - liveness: the settle loop ends (a plan with decisions that repeats an earlier plan of the
+//!   same instant is a livelock, reported at once; `MAX_CYCLES_PER_INSTANT` bounds the rest),
+//!   and once settled on an idle cluster no workload that fits alone is left pending;
 //! - running the same scenario twice gives the same plans and events.
 //!
+//! Known core bugs are reproduced by the `#[ignore]`d tests at the end; `KNOWN_BUG_*` constants
+//! let the generated histories step around them (each says how) until they are fixed.
+//!
 //! The seed is fixed so runs are reproducible; set `PROPTEST_RNG_SEED` to explore others and
-//! `PROPTEST_CASES` to change the number of cases. A failure prints the shrunk scenario.
+//! `PROPTEST_CASES` to change the number of cases (e.g. `PROPTEST_CASES=2000`, about 20 s in
+//! debug). A failure prints the shrunk scenario.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -65,6 +74,11 @@ const KNOWN_BUG_PREEMPTOR_NEVER_ADMITTED: bool = true;
 /// pair of a flavor contested. While it stands, a scenario whose repeating plans contain a cycle
 /// of preemptions (A evicts B ... evicts A) is cut short; set this to `false` once fixed.
 const KNOWN_BUG_MUTUAL_PREEMPTION: bool = true;
+/// Known core bug (see the ignored test `waiting_for_an_evicting_victim_is_not_a_decision`):
+/// while a victim is `Evicting`, every cycle plans its preemption again, so `has_decisions()`
+/// never turns false and the settle loop never ends. While it stands, the driver does not count
+/// such preemptions as decisions; set this to `false` once fixed.
+const KNOWN_BUG_EVICTING_REPLANNED: bool = false;
 /// Known gap (tests/settles.rs, `contended_cluster_settles_fair_sharing_seed_42`): with fair
 /// sharing on, preemptions can still cycle. While it stands, a fair-sharing scenario whose plans
 /// repeat is cut short (counted in the stats); set this to `false` once fixed.
@@ -148,6 +162,9 @@ enum Op {
 #[derive(Clone, Debug)]
 struct Scenario {
     policy: ClusterPolicy,
+    /// Preempted workloads take time to stop: their eviction completes at the next `Advance`
+    /// (as `grace` in `allot simulate`), so victims stay `Evicting`, holding their quota.
+    grace: bool,
     nodes: Vec<NodeGen>,
     teams: Vec<TeamSpec>,
     ops: Vec<Op>,
@@ -351,17 +368,18 @@ fn op_strategy(nf: usize) -> impl Strategy<Value = Op> {
 }
 
 fn scenario_strategy() -> impl Strategy<Value = Scenario> {
-    (1usize..=4, policy_strategy())
-        .prop_flat_map(|(nf, policy)| {
+    (1usize..=4, policy_strategy(), prop::bool::weighted(0.3))
+        .prop_flat_map(|(nf, policy, grace)| {
             (
-                Just(policy),
+                Just((policy, grace)),
                 prop_oneof![1 => Just(Vec::new()), 3 => vec(node_strategy(nf), 1..=6)],
                 vec(team_strategy(nf), 1..=5),
                 vec(op_strategy(nf), 10..=40),
             )
         })
-        .prop_map(|(policy, nodes, teams, ops)| Scenario {
+        .prop_map(|((policy, grace), nodes, teams, ops)| Scenario {
             policy,
+            grace,
             nodes,
             teams: teams
                 .into_iter()
@@ -393,8 +411,9 @@ struct Stats {
     node_evictions: Cell<u64>,
     submitted: Cell<u64>,
     rejected: Cell<u64>,
-    /// Scenarios cut short by a known bug.
-    abandoned: Cell<u64>,
+    /// Scenarios cut short by a known livelock: preemptor never admitted, mutual preemption,
+    /// fair sharing.
+    abandoned: [Cell<u64>; 3],
 }
 
 fn bump(c: &Cell<u64>, n: u64) {
@@ -410,6 +429,9 @@ struct Sim<'s> {
     /// Everything decided and everything that happened, for the determinism check.
     trace: Vec<String>,
     checked: bool,
+    grace: bool,
+    /// Victims whose eviction completes at the next `Advance` (with `grace`).
+    evicting: Vec<WlId>,
     /// Set when the scenario hit a known bug that leaves nothing meaningful to check after it.
     abandoned: bool,
     stats: &'s Stats,
@@ -451,6 +473,8 @@ impl<'s> Sim<'s> {
             model: BTreeMap::new(),
             trace: Vec::new(),
             checked,
+            grace: sc.grace,
+            evicting: Vec::new(),
             abandoned: false,
             stats,
         })
@@ -589,7 +613,17 @@ impl<'s> Sim<'s> {
                     self.observe(ev)?;
                 }
             }
-            Op::Advance(ms) => self.now += ms,
+            Op::Advance(ms) => {
+                self.now += ms;
+                // Grace periods end. A victim requeued meanwhile (its node failed) and perhaps
+                // admitted again is not evicted by its old grace period.
+                for id in std::mem::take(&mut self.evicting) {
+                    if self.st.workload(id).state == WlState::Evicting {
+                        let ev = self.st.complete_eviction(id, self.now);
+                        self.observe(ev)?;
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -713,7 +747,20 @@ impl<'s> Sim<'s> {
             let plan = schedule(&self.st, self.now);
             bump(&self.stats.cycles, 1);
             let text = format!("{plan:?}");
-            if plan.has_decisions() {
+            // Whether the plan changes anything: with the known bug, preemptions of victims
+            // already evicting are planned again every cycle and change nothing.
+            let decides = if KNOWN_BUG_EVICTING_REPLANNED {
+                !plan.admissions.is_empty()
+                    || plan.preemptions.iter().any(|p| {
+                        matches!(
+                            self.st.workload(p.victim).state,
+                            WlState::Admitted | WlState::Running
+                        )
+                    })
+            } else {
+                plan.has_decisions()
+            };
+            if decides {
                 if let Some(j) = seen.iter().position(|(t, _)| *t == text) {
                     let period = &seen[j..];
                     let preemptors: BTreeSet<WlId> = period
@@ -736,9 +783,16 @@ impl<'s> Sim<'s> {
                         || (KNOWN_BUG_MUTUAL_PREEMPTION && mutual)
                         || (KNOWN_GAP_FAIR_SHARING_LIVELOCK && self.st.policy.fair_share);
                     if known {
+                        let kind = if never_admitted {
+                            0
+                        } else if mutual {
+                            1
+                        } else {
+                            2
+                        };
                         // See `preemption_for_a_flavor_assignment_that_is_not_kept_does_not_livelock`,
                         // `cross_resource_reclamation_does_not_ping_pong` and tests/settles.rs.
-                        bump(&self.stats.abandoned, 1);
+                        bump(&self.stats.abandoned[kind], 1);
                         self.trace
                             .push(format!("abandoned: known livelock at cycle {cycle}"));
                         self.abandoned = true;
@@ -828,12 +882,16 @@ impl<'s> Sim<'s> {
                 )
             })?;
             for id in evicting {
+                if self.grace {
+                    self.evicting.push(id);
+                    continue;
+                }
                 let ev = self.st.complete_eviction(id, self.now);
                 self.observe(ev)?;
                 self.check_state()
                     .map_err(|e| format!("cycle {cycle}, after eviction of {id:?}: {e}"))?;
             }
-            if !plan.has_decisions() {
+            if !decides {
                 if self.checked {
                     self.check_idle_cluster(&plan)
                         .map_err(|e| format!("settled with plan {plan:#?}: {e}"))?;
@@ -1216,7 +1274,7 @@ fn simulated_histories_keep_every_invariant() {
         panic!("{e}");
     }
     eprintln!(
-        "submitted {} (rejected {}), cycles {}, admissions {}, preemptions {}, node evictions {}, victim sets checked {} ({} with 2+ victims), abandoned (known livelock) {}",
+        "submitted {} (rejected {}), cycles {}, admissions {}, preemptions {}, node evictions {}, victim sets checked {} ({} with 2+ victims), cut short by a known livelock {:?}",
         stats.submitted.get(),
         stats.rejected.get(),
         stats.cycles.get(),
@@ -1225,7 +1283,7 @@ fn simulated_histories_keep_every_invariant() {
         stats.node_evictions.get(),
         stats.minimal_checked.get(),
         stats.minimal_checked_multi.get(),
-        stats.abandoned.get()
+        stats.abandoned.iter().map(Cell::get).collect::<Vec<_>>()
     );
     // The suite is not vacuous: the generated histories do admit, preempt and fail nodes.
     assert!(stats.admissions.get() > 0);
@@ -1761,4 +1819,160 @@ fn cross_resource_reclamation_does_not_ping_pong() {
     }
     log.truncate(4);
     panic!("not settled after 100 cycles: {log:?} ...");
+}
+
+/// BUG (ignored until fixed in the core): with a grace period the victim stays `Evicting` (still
+/// holding its quota) for a while. Every cycle meanwhile plans the same preemption again; the
+/// plan is non-empty, `has_decisions()` stays true and the settle loop of `allot simulate` never
+/// ends: `grace: 30` on a preempted workload of examples/walkthrough.yaml gives "the scheduler did
+/// not settle after 10000 cycles at t=300s". Either a preemption whose victims are all already
+/// evicting is not a decision, or it is not planned again.
+#[test]
+fn waiting_for_an_evicting_victim_is_not_a_decision() {
+    let mut st = cluster(4, &[]);
+    let wl = |name: &str, prio: i32| WorkloadSpec {
+        name: name.into(),
+        team: "team-a".into(),
+        priority: PriorityRef::Value(prio),
+        instance_type: None,
+        pod_sets: vec![PodSet {
+            name: "main".into(),
+            count: 1,
+            min_count: None,
+            requests: res(4, 0),
+        }],
+    };
+    let (low, _) = st.submit(wl("low", 0), 0).expect("submit");
+    settle(&mut st, 0);
+    st.submit(wl("high", 10), 1).expect("submit");
+    let plan = schedule(&st, 1);
+    st.apply_plan(&plan, 1);
+    assert_eq!(st.workload(low).state, WlState::Evicting);
+    // The eviction's grace period runs: nothing changes until it ends.
+    let again = schedule(&st, 1);
+    assert!(!again.has_decisions(), "{again:#?}");
+}
+
+/// BUG (ignored until fixed in the core): livelock, the preemptor is never admitted. Found by
+/// `simulated_histories_keep_every_invariant` (seed 42, shrunk); kept as the generated scenario
+/// because each piece matters. At t=2, `w13` (team-0) reclaims from `w9` (team-1) and `w8`
+/// (team-2). In the next cycle `w13` is not its team's queue head (older team-0 workloads that
+/// do not fit come first), so its one-cycle head start does not apply: `w8` comes back first and,
+/// its team reclaiming `Never`, holds cpu for itself; `w10` (team-1, priority 50, borrowing 4
+/// GPUs) is admitted into the GPUs freed for `w13`; `w13` now lacks cpu (held, not preemptable)
+/// and waits. The cycle after, `w13` reclaims from `w10` again, and so on forever.
+#[test]
+#[ignore = "core bug: the room a preemptor freed is taken by others when it is not its team's head"]
+fn a_preemptor_not_at_its_team_head_keeps_the_room_it_freed() {
+    let n = ResourceQuota::nominal;
+    let fq = |c: ResourceQuota, g: i64| {
+        vec![FlavorQuota {
+            flavor: flavor_name(0),
+            resources: vec![(cpu(), c), (gpu(), n(g))],
+        }]
+    };
+    let fung = FlavorFungibility {
+        when_can_borrow: WhenCanBorrow::TryNextFlavor,
+        when_can_preempt: WhenCanPreempt::TryNextFlavor,
+        preference: FungibilityPreference::PreemptionOverBorrowing,
+    };
+    let never = PreemptionPolicy {
+        within_team: WithinTeam::Never,
+        reclaim_within_cohort: ReclaimWithinCohort::Never,
+        borrow_within_cohort: BorrowWithinCohort {
+            policy: BorrowWithinCohortPolicy::Never,
+            max_priority_threshold: None,
+        },
+    };
+    let mut t0 = TeamSpec::new("team-0", fq(n(2000), 3));
+    t0.preemption = PreemptionPolicy {
+        reclaim_within_cohort: ReclaimWithinCohort::Any,
+        ..never
+    };
+    t0.flavor_fungibility = fung;
+    let mut t1 = TeamSpec::new("team-1", fq(n(0), 0));
+    t1.preemption = never;
+    t1.flavor_fungibility = fung;
+    let mut t2 = TeamSpec::new(
+        "team-2",
+        fq(
+            ResourceQuota {
+                nominal: 3000,
+                borrowing_limit: None,
+                lending_limit: Some(0),
+            },
+            3,
+        ),
+    );
+    t2.preemption = never;
+    t2.flavor_fungibility = fung;
+    let pg = |count: u32, gpus: i64, cpu_millis: i64| PodGen {
+        count,
+        min_count: None,
+        gpus,
+        cpu_millis,
+    };
+    let sub = |team: usize, prio: Prio, pod_sets: Vec<PodGen>| Op::Submit {
+        team,
+        prio,
+        pin: None,
+        pod_sets,
+    };
+    let sc = Scenario {
+        policy: ClusterPolicy {
+            priority_classes: vec![
+                PriorityClass {
+                    name: "class-0".into(),
+                    weight: 50,
+                },
+                PriorityClass {
+                    name: "class-1".into(),
+                    weight: 50,
+                },
+            ],
+            fair_share: false,
+            fair_sharing_strategies: vec![FairSharingStrategy::LessThanInitialShare],
+            idle_resource_sharing: false,
+        },
+        grace: false,
+        nodes: vec![
+            NodeGen {
+                flavor: 0,
+                gpus: 3,
+                cpu_cores: 4,
+                memory_gib: 64,
+            },
+            NodeGen {
+                flavor: 0,
+                gpus: 2,
+                cpu_cores: 4,
+                memory_gib: 64,
+            },
+        ],
+        teams: vec![t0, t1, t2],
+        ops: vec![
+            sub(0, Prio::None, vec![pg(1, 0, 0)]),
+            sub(0, Prio::None, vec![pg(2, 0, 1500)]),
+            Op::Advance(1),
+            sub(0, Prio::None, vec![pg(1, 0, 0)]),
+            Op::Advance(1),
+            sub(0, Prio::None, vec![pg(1, 1, 0)]),
+            sub(0, Prio::None, vec![pg(3, 0, 1000)]),
+            sub(0, Prio::None, vec![pg(2, 0, 1500)]),
+            sub(2, Prio::Value(1), vec![pg(1, 1, 2000), pg(1, 0, 1500)]),
+            sub(1, Prio::None, vec![pg(1, 1, 500)]),
+            sub(1, Prio::Class(0), vec![pg(1, 3, 0), pg(1, 1, 0)]),
+            sub(0, Prio::None, vec![pg(1, 3, 0)]),
+            sub(0, Prio::None, vec![pg(1, 3, 0)]),
+            sub(0, Prio::None, vec![pg(2, 1, 1000)]),
+        ],
+    };
+    let stats = Stats::default();
+    let mut sim = Sim::new(&sc, false, &stats).expect("scenario");
+    sim.run(&sc).expect("run");
+    assert!(
+        !sim.trace.iter().any(|l| l.starts_with("abandoned")),
+        "livelock: {:#?}",
+        &sim.trace[sim.trace.len().saturating_sub(8)..]
+    );
 }
