@@ -325,13 +325,7 @@ impl Sim {
                             format!("does not fit the initial state: {e}"),
                         )
                     })?;
-                    self.admitted += 1;
-                    if let Some(d) = self.durations.get(&id).copied() {
-                        self.push(at + d, Action::Complete(id, at));
-                    }
-                    let _ = ev;
-                    let v = self.admitted_json(at, id);
-                    self.out.push(v);
+                    self.record(at, ev);
                 }
             }
             Err(e) => {

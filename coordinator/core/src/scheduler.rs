@@ -294,18 +294,7 @@ pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assi
                 if wl.pinned.is_some_and(|p| p != f) {
                     continue;
                 }
-                let ev = eval_flavor(
-                    ctx,
-                    wl,
-                    i,
-                    count,
-                    f,
-                    &group_reqs,
-                    &acc,
-                    covers_all,
-                    &tentative,
-                    quick,
-                );
+                let ev = eval_flavor(ctx, wl, i, count, f, &group_reqs, &acc, covers_all, quick);
                 group_reasons.extend(ev.reasons.iter().cloned());
                 let stop = match ev.mode {
                     Mode::Fit => {
@@ -457,7 +446,6 @@ fn eval_flavor(
     group_reqs: &[(ResId, i64)],
     acc: &BTreeMap<FrId, i64>,
     covers_all: bool,
-    tentative: &[PodAlloc],
     quick: bool,
 ) -> FlavorEval {
     let st = ctx.st;
@@ -591,7 +579,6 @@ fn eval_flavor(
             .any(|(fr, val)| *val > team.quota(*fr).map(|q| q.nominal).unwrap_or(0));
     }
     if ev.mode == Mode::Preempt && !quick {
-        let _ = tentative;
         let place = if st.placement && covers_all {
             vec![(ps, f, count)]
         } else {
@@ -821,6 +808,23 @@ fn try_assignment(ctx: &mut Ctx, wl: &Workload, a: &Assignment) -> Option<Outcom
     }
 }
 
+/// Takes back an admission planned earlier in this cycle to make room for `wl`: it leaves the
+/// plan and waits with a message that says why.
+fn withdraw(ctx: &mut Ctx, plan: &mut Plan, wl: &Workload, v: &Victim) {
+    ctx.planned.remove(&v.id);
+    plan.admissions.retain(|a| a.wl != v.id);
+    plan.pending.push((
+        v.id,
+        "Pending".into(),
+        format!(
+            "admission withdrawn in the cycle that decided it, to make room for {}/{} ({})",
+            ctx.st.teams[wl.team.idx()].name(),
+            wl.spec.name,
+            v.reason.phrase()
+        ),
+    ));
+}
+
 /// The order key of a team's head in the cross-team tournament.
 type EntryKey = (u32, bool, Share, i64, Time, String, WlId);
 
@@ -987,22 +991,11 @@ pub fn schedule(st: &State, now: Time) -> Plan {
             {
                 for v in &victims {
                     ctx.remove(v.id);
-                    ctx.planned.remove(&v.id);
                     let vt = st.workload(v.id).team;
                     if vt != t {
                         rekey.insert(vt);
                     }
-                    plan.admissions.retain(|x| x.wl != v.id);
-                    plan.pending.push((
-                        v.id,
-                        "Pending".into(),
-                        format!(
-                            "admission withdrawn in the cycle that decided it, to make room for {}/{} ({})",
-                            st.teams[wl.team.idx()].name(),
-                            wl.spec.name,
-                            v.reason.phrase()
-                        ),
-                    ));
+                    withdraw(&mut ctx, &mut plan, wl, v);
                 }
                 let mut fit = a.clone();
                 fit.mode = Mode::Fit;
@@ -1041,19 +1034,9 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                     if vt != t {
                         rekey.insert(vt);
                     }
-                    if ctx.planned.remove(&v.id).is_some() {
+                    if ctx.planned.contains_key(&v.id) {
                         // Decided earlier in this cycle and not started: withdraw it instead.
-                        plan.admissions.retain(|a| a.wl != v.id);
-                        plan.pending.push((
-                            v.id,
-                            "Pending".into(),
-                            format!(
-                                "admission withdrawn in the cycle that decided it, to make room for {}/{} ({})",
-                                st.teams[wl.team.idx()].name(),
-                                wl.spec.name,
-                                v.reason.phrase()
-                            ),
-                        ));
+                        withdraw(&mut ctx, &mut plan, wl, v);
                         continue;
                     }
                     if st.workload(v.id).state == crate::state::WlState::Evicting {

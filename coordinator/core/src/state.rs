@@ -929,7 +929,7 @@ impl State {
             ));
         }
         let team = wl.team;
-        check_admission(self, &self.acct, wl, adm)?;
+        check_admission(self, wl, adm)?;
         quota::fits(self, &self.acct, team, &adm.usage, true).map_err(|s| {
             format!(
                 "admission no longer fits at apply time: {} requested {}, available {}; it will be retried",
@@ -1061,7 +1061,7 @@ impl State {
 
 /// Structural checks of an admission against its workload (pod counts, usage consistent with
 /// requests, placement present when required).
-fn check_admission(st: &State, _acct: &Acct, wl: &Workload, adm: &Admission) -> Result<(), String> {
+fn check_admission(st: &State, wl: &Workload, adm: &Admission) -> Result<(), String> {
     if adm.pod_sets.len() != wl.spec.pod_sets.len() {
         return Err(format!(
             "admission of {} has {} pod sets, the workload {}",
