@@ -1,11 +1,14 @@
 //! Domain types shared by every part of allot: resources and quantities, the instance catalog,
 //! teams and quotas, the cluster policy, workloads, and the HyperPod input forms.
 
+pub mod api;
 pub mod catalog;
 pub mod hyperpod;
 pub mod policy;
 pub mod quota;
 pub mod resource;
+pub mod tls;
+pub mod wire;
 pub mod workload;
 
 pub use catalog::{Catalog, InstanceType};

@@ -1,1 +1,5 @@
-pub use allot_core;
+//! The allot coordinator around the pure core: raft-rs driven through its Ready loop
+//! (`replica`), the durable log (`raftlog`), and the server that puts them on the network.
+
+pub mod raftlog;
+pub mod replica;

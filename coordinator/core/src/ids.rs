@@ -31,7 +31,7 @@ id_type!(NodeId);
 pub struct WlId(pub u64);
 
 /// Interns flavors, resources and (flavor, resource) pairs. Ids only ever grow.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Interner {
     flavors: Vec<String>,
     flavor_ids: BTreeMap<String, FlavorId>,
@@ -105,7 +105,7 @@ impl Interner {
 }
 
 /// A dense vector indexed by `FrId` that reads 0 past its end and grows on write.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrVec(pub Vec<i64>);
 
 impl FrVec {

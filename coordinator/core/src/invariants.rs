@@ -108,9 +108,10 @@ pub fn check(st: &State) -> Result<(), String> {
                     usage[i].get(fr)
                 ));
             }
+            let team_excess = st.team_excess.get(i).map(|e| e.get(fr)).unwrap_or(0);
             if let Some(q) = t.quota(fr) {
                 if let Some(bl) = q.borrowing_limit {
-                    if usage[i].get(fr) > q.nominal + bl {
+                    if usage[i].get(fr) > q.nominal + bl + team_excess {
                         return Err(format!(
                             "team {} uses {} of {}, above nominal {} + borrowing limit {}",
                             t.name(),
@@ -129,7 +130,9 @@ pub fn check(st: &State) -> Result<(), String> {
                     .map(|e| e.get(fr))
                     .unwrap_or(0);
                 if usage[i].get(fr)
-                    > quota::potential_available(st, crate::ids::TeamId(i as u32), fr) + excess
+                    > quota::potential_available(st, crate::ids::TeamId(i as u32), fr)
+                        + excess
+                        + team_excess
                 {
                     return Err(format!(
                         "team {} uses more {} than it could ever have",
@@ -137,7 +140,7 @@ pub fn check(st: &State) -> Result<(), String> {
                         st.names.describe_fr(fr)
                     ));
                 }
-            } else if usage[i].get(fr) != 0 {
+            } else if usage[i].get(fr) > team_excess {
                 return Err(format!(
                     "team {} uses {} without quota for it",
                     t.name(),

@@ -6,12 +6,14 @@
 
 pub mod ids;
 pub mod invariants;
+pub mod machine;
 pub mod nodes;
 pub mod plan;
 pub mod preemption;
 pub mod quota;
 pub mod scheduler;
 pub mod state;
+pub mod views;
 
 pub use ids::{FlavorId, FrId, NodeId, ResId, TeamId, WlId};
 pub use plan::{verify, Plan, PreemptReason};

@@ -13,7 +13,7 @@ use crate::ids::{FlavorId, Interner, NodeId, ResId};
 /// Device indices are tracked in a 64-bit mask per device resource.
 pub const MAX_DEVICES: i64 = 64;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRes {
     pub res: ResId,
     pub cap: i64,
@@ -22,7 +22,7 @@ pub struct NodeRes {
     pub free_mask: Option<u64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
     pub name: String,
     pub flavor: FlavorId,
@@ -72,13 +72,13 @@ pub struct PodAlloc {
     pub devices: Vec<(ResId, Vec<u8>)>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct FlavorNodes {
     primary: Option<ResId>,
     index: BTreeSet<(i64, NodeId)>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct NodeSet {
     pub nodes: Vec<Node>,
     by_name: BTreeMap<String, NodeId>,

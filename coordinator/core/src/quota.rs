@@ -12,7 +12,7 @@ use crate::nodes::NodeSet;
 use crate::state::State;
 
 /// What changes with every admission.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Acct {
     pub team_usage: Vec<FrVec>,
     /// Per cohort: sum over its teams of `max(0, usage - reserved)`.

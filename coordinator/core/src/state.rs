@@ -21,13 +21,13 @@ use crate::quota::{self, Acct};
 /// Milliseconds on the caller's clock.
 pub type Time = i64;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GroupRt {
     pub resources: Vec<ResId>,
     pub flavors: Vec<FlavorId>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TeamRt {
     pub spec: TeamSpec,
     pub cohort: CohortId,
@@ -57,7 +57,7 @@ impl TeamRt {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CohortRt {
     pub name: String,
     /// A team without a cohort gets a private one that holds only its own quota.
@@ -71,7 +71,7 @@ pub struct CohortRt {
 }
 
 /// Queue order inside a team: higher priority first, then submit time, name, id.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct QueueKey {
     pub neg_priority: i64,
     pub submit: Time,
@@ -139,7 +139,7 @@ pub struct Admission {
     pub borrowed: Vec<(ResId, i64)>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Workload {
     pub id: WlId,
     pub spec: WorkloadSpec,
@@ -250,7 +250,7 @@ pub enum StateError {
     UnknownNode(String),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct State {
     pub policy: ClusterPolicy,
     pub names: Interner,
@@ -276,6 +276,10 @@ pub struct State {
     /// under idle sharing, a quota was lowered). Running work is not evicted for it; it only
     /// shrinks as work leaves, and admissions never add to it.
     pub pool_excess: Vec<FrVec>,
+    /// Per team: usage above nominal + borrowing limit (or on a flavor it no longer has quota
+    /// for) left when its quota was lowered under running work. Like `pool_excess`, it only
+    /// shrinks as work leaves.
+    pub team_excess: Vec<FrVec>,
 }
 
 impl Default for State {
@@ -302,6 +306,7 @@ impl State {
             warnings: Vec::new(),
             preemptors: BTreeSet::new(),
             pool_excess: Vec::new(),
+            team_excess: Vec::new(),
         }
     }
 
@@ -425,6 +430,27 @@ impl State {
         };
         self.rebuild();
         Ok(id)
+    }
+
+    /// Removes a team that has no pending or admitted workloads. Its id stays allocated (ids are
+    /// never reused) with no quota and no cohort, and its name is free again.
+    pub fn remove_team(&mut self, name: &str) -> Result<(), StateError> {
+        let id = self.team_id(name)?;
+        let t = &self.teams[id.idx()];
+        if !t.pending.is_empty() || !t.admitted.is_empty() {
+            return Err(StateError::Invalid(format!(
+                "team {name} still has {} pending and {} admitted workloads; cancel them first",
+                t.pending.len(),
+                t.admitted.len()
+            )));
+        }
+        let t = &mut self.teams[id.idx()];
+        t.spec.quotas.clear();
+        t.spec.resource_groups.clear();
+        t.spec.cohort = None;
+        self.team_ids.remove(name);
+        self.rebuild();
+        Ok(())
     }
 
     /// Adds a node of `flavor` with `capacity`, healthy and schedulable.
@@ -591,6 +617,29 @@ impl State {
         self.pool_excess = (0..self.cohorts.len())
             .map(|c| self.current_excess(c))
             .collect();
+        self.team_excess = (0..self.teams.len())
+            .map(|t| self.current_team_excess(t))
+            .collect();
+    }
+
+    /// Usage of team `t` above what its quota allows it to hold now.
+    fn current_team_excess(&self, t: usize) -> FrVec {
+        let mut e = FrVec::default();
+        let team = &self.teams[t];
+        for (k, &u) in self.acct.team_usage[t].0.iter().enumerate() {
+            let fr = FrId(k as u32);
+            let limit = match team.quota(fr) {
+                Some(q) => match q.borrowing_limit {
+                    Some(bl) => q.nominal + bl,
+                    None => continue,
+                },
+                None => 0,
+            };
+            if u > limit {
+                e.set(fr, u - limit);
+            }
+        }
+        e
     }
 
     fn current_excess(&self, c: usize) -> FrVec {
@@ -809,6 +858,12 @@ impl State {
             if let Some(allow) = self.pool_excess.get_mut(c) {
                 for (i, v) in allow.0.iter_mut().enumerate() {
                     *v = (*v).min(now_excess.get(FrId(i as u32)));
+                }
+            }
+            let team_now = self.current_team_excess(team.idx());
+            if let Some(allow) = self.team_excess.get_mut(team.idx()) {
+                for (i, v) in allow.0.iter_mut().enumerate() {
+                    *v = (*v).min(team_now.get(FrId(i as u32)));
                 }
             }
         }

@@ -1,0 +1,298 @@
+//! The coordinator's API: what clients (the CLI, agents, `allot bench`) send and get back.
+//! Encoded by `wire`; every request carries the protocol version it was written for.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hyperpod::ComputeQuotaConfig;
+use crate::resource::Resources;
+use crate::workload::WorkloadSpec;
+
+/// How to run a workload's pods (the agent's part; the scheduler ignores it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// Program and arguments. Empty = the workload only holds its allocation.
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub workdir: Option<String>,
+    /// Seconds between SIGTERM and SIGKILL on eviction (default 30).
+    pub grace_seconds: Option<u32>,
+}
+
+/// Whether a compute quota is in force.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ActivationState {
+    #[default]
+    Enabled,
+    Disabled,
+}
+
+impl ActivationState {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ActivationState::Enabled => "Enabled",
+            ActivationState::Disabled => "Disabled",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "Enabled" => Ok(ActivationState::Enabled),
+            "Disabled" => Ok(ActivationState::Disabled),
+            o => Err(format!(
+                "activation state {o:?} is not one of Enabled, Disabled"
+            )),
+        }
+    }
+}
+
+/// `create-compute-quota` / `update-compute-quota`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ComputeQuotaInput {
+    pub name: String,
+    pub description: Option<String>,
+    pub team: String,
+    pub fair_share_weight: u32,
+    pub config: ComputeQuotaConfig,
+    pub activation: ActivationState,
+}
+
+/// A compute quota as `describe-compute-quota` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ComputeQuotaView {
+    pub id: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub team: String,
+    pub fair_share_weight: u32,
+    /// The configuration in the AWS CLI shorthand.
+    pub config: String,
+    pub activation: ActivationState,
+    pub version: u64,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+/// The cluster scheduler configuration as `describe-cluster-scheduler-config` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerConfigView {
+    pub name: String,
+    pub config: String,
+    pub version: u64,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConditionView {
+    pub kind: String,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+    pub time_ms: i64,
+}
+
+/// Where one pod runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodView {
+    pub pod_set: String,
+    pub index: u32,
+    pub node: String,
+    /// Device indices per device resource (`gpu` → [0, 1]).
+    pub devices: BTreeMap<String, Vec<u8>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadView {
+    pub id: u64,
+    pub name: String,
+    pub team: String,
+    pub priority: i32,
+    pub priority_class: Option<String>,
+    pub state: String,
+    pub submitted_ms: i64,
+    pub admitted_ms: Option<i64>,
+    /// Flavor per resource of each pod set, once admitted.
+    pub flavors: BTreeMap<String, BTreeMap<String, String>>,
+    pub pods: Vec<PodView>,
+    pub requests: Resources,
+    pub count: u32,
+    pub preemptions: u32,
+    pub conditions: Vec<ConditionView>,
+    pub run: Option<RunSpec>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub name: String,
+    pub instance_type: String,
+    pub healthy: bool,
+    pub cordoned: bool,
+    pub capacity: Resources,
+    pub used: Resources,
+}
+
+/// One team's standing: quota, usage, what it borrows and lends, its weighted share.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TeamView {
+    pub name: String,
+    pub cohort: Option<String>,
+    pub fair_share_weight: u32,
+    /// Nominal quota summed over flavors, per resource.
+    pub nominal: Resources,
+    pub usage: Resources,
+    pub borrowed: Resources,
+    pub lent: Resources,
+    /// `None` = infinite (weight 0 while borrowing).
+    pub weighted_share: Option<f64>,
+    pub pending: u32,
+    pub admitted: u32,
+}
+
+/// Which workloads `get workloads` lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadFilter {
+    pub team: Option<String>,
+    /// Include finished and cancelled workloads.
+    pub all: bool,
+}
+
+/// A workload to submit, as `allot submit -f job.yaml` sends it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitInput {
+    pub spec: WorkloadSpec,
+    pub run: Option<RunSpec>,
+    /// Makes retries idempotent: a submit with the name and token of an existing workload
+    /// returns that workload instead of failing.
+    pub client_token: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Body {
+    /// Learn the server's version, id and leader.
+    Hello,
+    CreateComputeQuota(ComputeQuotaInput),
+    UpdateComputeQuota {
+        input: ComputeQuotaInput,
+        target_version: u64,
+    },
+    DeleteComputeQuota {
+        name: String,
+    },
+    DescribeComputeQuota {
+        name: String,
+    },
+    ListComputeQuotas,
+    CreateSchedulerConfig {
+        name: String,
+        config: String,
+    },
+    UpdateSchedulerConfig {
+        name: String,
+        config: String,
+        target_version: u64,
+    },
+    DescribeSchedulerConfig,
+    Submit(SubmitInput),
+    SubmitBatch(Vec<SubmitInput>),
+    Cancel {
+        name: String,
+    },
+    GetWorkloads(WorkloadFilter),
+    DescribeWorkload {
+        name: String,
+    },
+    GetNodes,
+    GetTeams,
+    /// Register or refresh a node (its agent, or an admin).
+    RegisterNode {
+        name: String,
+        instance_type: String,
+        capacity: Resources,
+    },
+    SetNodeHealth {
+        name: String,
+        healthy: bool,
+        reason: String,
+    },
+    /// Report that a workload's pods ended.
+    WorkloadExited {
+        name: String,
+        succeeded: bool,
+    },
+    /// Report that a workload's pods started.
+    WorkloadStarted {
+        name: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    pub version: u32,
+    pub body: Body,
+}
+
+/// What kind of failure, so clients can react (retry elsewhere, fix input, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// The input is wrong; the message says what would be accepted.
+    Invalid,
+    NotFound,
+    /// Already exists, or a version check failed.
+    Conflict,
+    /// The caller's certificate does not allow this.
+    Forbidden,
+    /// This replica is not the leader; retry on the hinted address (or any other).
+    NotLeader,
+    /// Try again (leadership changed, timeout); a write may or may not have been applied.
+    Unavailable,
+    /// Client and server speak different protocol versions.
+    Version,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// With `NotLeader`: the leader's client address, when known.
+    pub leader: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ApiError {
+            kind,
+            message: message.into(),
+            leader: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    Hello {
+        version: u32,
+        replica: u64,
+        leader: Option<u64>,
+        leader_addr: Option<String>,
+        identity: String,
+    },
+    Done,
+    Quota(ComputeQuotaView),
+    Quotas(Vec<ComputeQuotaView>),
+    SchedulerConfig(SchedulerConfigView),
+    Submitted {
+        name: String,
+        id: u64,
+        /// The workload existed already with the same client token.
+        existing: bool,
+    },
+    SubmittedBatch(Vec<Result<u64, ApiError>>),
+    Workloads(Vec<WorkloadView>),
+    Workload(Box<WorkloadView>),
+    Nodes(Vec<NodeView>),
+    Teams(Vec<TeamView>),
+}
+
+pub type Response = Result<Reply, ApiError>;

@@ -1,0 +1,526 @@
+//! The replicated state machine as Raft applies it: every change to the cluster is a `Command`
+//! in the log, stamped by the leader with the time it was proposed. Applying an entry is
+//! deterministic and has no side effects, so every replica that applies the same log reaches the
+//! same `Machine`, byte for byte (`Machine::digest` checks it).
+//!
+//! On top of the scheduling `State` this keeps what the API adds: compute quota records with
+//! versions (AWS `TargetVersion` checks), the scheduler configuration record, how each workload
+//! runs, and client tokens that make submits idempotent.
+
+use std::collections::BTreeMap;
+
+use allot_common::api::{
+    ActivationState, ApiError, ComputeQuotaInput, ComputeQuotaView, ErrorKind, Reply, RunSpec,
+    SchedulerConfigView, SubmitInput,
+};
+use allot_common::hyperpod::{parse_scheduler_config, ComputeQuotaConfig};
+use allot_common::{Catalog, ClusterPolicy, Resources, TeamSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::WlId;
+use crate::plan::Plan;
+use crate::state::{Event, State, StateError, Time, WlState};
+
+/// One entry of the replicated log: a command and the leader's clock when it was proposed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub now: Time,
+    pub cmd: Command,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    CreateComputeQuota(ComputeQuotaInput),
+    UpdateComputeQuota {
+        input: ComputeQuotaInput,
+        target_version: u64,
+    },
+    DeleteComputeQuota {
+        name: String,
+    },
+    CreateSchedulerConfig {
+        name: String,
+        config: String,
+    },
+    UpdateSchedulerConfig {
+        name: String,
+        config: String,
+        target_version: u64,
+    },
+    Submit(SubmitInput),
+    SubmitBatch(Vec<SubmitInput>),
+    /// `team`: when set (a user's request), the workload must belong to it.
+    Cancel {
+        name: String,
+        team: Option<String>,
+    },
+    RegisterNode {
+        name: String,
+        instance_type: String,
+        capacity: Resources,
+    },
+    SetNodeHealth {
+        name: String,
+        healthy: bool,
+        reason: String,
+    },
+    /// `node`: when set (an agent's report), the workload must have a pod on it.
+    WorkloadStarted {
+        name: String,
+        node: Option<String>,
+    },
+    WorkloadExited {
+        name: String,
+        succeeded: bool,
+        node: Option<String>,
+    },
+    /// One scheduling cycle's decisions, verified again as they are applied.
+    Plan(Plan),
+}
+
+impl Command {
+    /// A short name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::CreateComputeQuota(_) => "create-compute-quota",
+            Command::UpdateComputeQuota { .. } => "update-compute-quota",
+            Command::DeleteComputeQuota { .. } => "delete-compute-quota",
+            Command::CreateSchedulerConfig { .. } => "create-cluster-scheduler-config",
+            Command::UpdateSchedulerConfig { .. } => "update-cluster-scheduler-config",
+            Command::Submit(_) => "submit",
+            Command::SubmitBatch(_) => "submit-batch",
+            Command::Cancel { .. } => "cancel",
+            Command::RegisterNode { .. } => "register-node",
+            Command::SetNodeHealth { .. } => "set-node-health",
+            Command::WorkloadStarted { .. } => "workload-started",
+            Command::WorkloadExited { .. } => "workload-exited",
+            Command::Plan(_) => "plan",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QuotaRecord {
+    pub id: String,
+    pub input: ComputeQuotaInput,
+    pub version: u64,
+    pub created: Time,
+    pub updated: Time,
+}
+
+impl QuotaRecord {
+    pub fn view(&self) -> ComputeQuotaView {
+        ComputeQuotaView {
+            id: self.id.clone(),
+            name: self.input.name.clone(),
+            description: self.input.description.clone(),
+            team: self.input.team.clone(),
+            fair_share_weight: self.input.fair_share_weight,
+            config: self.input.config.to_shorthand(),
+            activation: self.input.activation,
+            version: self.version,
+            created_ms: self.created,
+            updated_ms: self.updated,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerConfigRecord {
+    pub view: SchedulerConfigView,
+}
+
+/// Totals since the log began (replicated, so every replica reports the same).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    pub submitted: u64,
+    pub admitted: u64,
+    pub preempted: u64,
+    pub retried: u64,
+    pub finished: u64,
+    pub plans: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Machine {
+    pub state: State,
+    pub quotas: BTreeMap<String, QuotaRecord>,
+    pub scheduler_config: Option<SchedulerConfigRecord>,
+    pub runs: BTreeMap<WlId, RunSpec>,
+    pub tokens: BTreeMap<WlId, String>,
+    pub counters: Counters,
+    next_quota: u64,
+}
+
+impl Default for Machine {
+    fn default() -> Self {
+        Machine::new()
+    }
+}
+
+fn invalid(m: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorKind::Invalid, m)
+}
+
+fn not_found(m: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorKind::NotFound, m)
+}
+
+fn conflict(m: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorKind::Conflict, m)
+}
+
+fn forbidden(m: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorKind::Forbidden, m)
+}
+
+impl From<StateError> for ApiError {
+    fn from(e: StateError) -> Self {
+        let kind = match &e {
+            StateError::Invalid(_) => ErrorKind::Invalid,
+            StateError::UnknownTeam { .. }
+            | StateError::UnknownWorkload(_)
+            | StateError::UnknownNode(_) => ErrorKind::NotFound,
+            StateError::DuplicateWorkload(_) => ErrorKind::Conflict,
+        };
+        ApiError::new(kind, e.to_string())
+    }
+}
+
+/// Maps a compute quota to the team it configures (HyperPod §2 mapping).
+pub fn team_spec(input: &ComputeQuotaInput) -> Result<TeamSpec, ApiError> {
+    let cfg: &ComputeQuotaConfig = &input.config;
+    cfg.validate()
+        .map_err(|e| invalid(format!("compute quota {}: {e}", input.name)))?;
+    let quotas = match input.activation {
+        ActivationState::Enabled => cfg
+            .to_quotas(Catalog::builtin())
+            .map_err(|e| invalid(format!("compute quota {}: {e}", input.name)))?,
+        ActivationState::Disabled => Vec::new(),
+    };
+    let mut spec = TeamSpec::new(&input.team, quotas);
+    spec.preemption = cfg.preemption_policy();
+    spec.fair_share_weight = input.fair_share_weight;
+    Ok(spec)
+}
+
+impl Machine {
+    pub fn new() -> Self {
+        let mut state = State::new(ClusterPolicy::default());
+        // A real cluster admits only what it can place: no nodes, no admission.
+        state.placement = true;
+        Machine {
+            state,
+            quotas: BTreeMap::new(),
+            scheduler_config: None,
+            runs: BTreeMap::new(),
+            tokens: BTreeMap::new(),
+            counters: Counters::default(),
+            next_quota: 1,
+        }
+    }
+
+    /// Applies one log entry. Errors are the command's rejection (nothing changed); the events
+    /// say what happened to workloads.
+    pub fn apply(&mut self, entry: &Entry) -> (Result<Reply, ApiError>, Vec<Event>) {
+        let now = entry.now;
+        let mut events = Vec::new();
+        let r = self.apply_cmd(&entry.cmd, now, &mut events);
+        for e in &events {
+            match e {
+                Event::Submitted { .. } => self.counters.submitted += 1,
+                Event::Admitted { .. } => self.counters.admitted += 1,
+                Event::Preempted { .. } => self.counters.preempted += 1,
+                Event::AdmissionRetried { .. } => self.counters.retried += 1,
+                Event::Finished { .. } | Event::Cancelled { .. } => self.counters.finished += 1,
+                _ => {}
+            }
+        }
+        (r, events)
+    }
+
+    fn apply_cmd(
+        &mut self,
+        cmd: &Command,
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, ApiError> {
+        match cmd {
+            Command::CreateComputeQuota(input) => {
+                if self.quotas.contains_key(&input.name) {
+                    return Err(conflict(format!(
+                        "compute quota {:?} already exists; use update-compute-quota to change it",
+                        input.name
+                    )));
+                }
+                if let Some(q) = self.quotas.values().find(|q| q.input.team == input.team) {
+                    return Err(conflict(format!(
+                        "team {:?} already has compute quota {:?}; a team has one compute quota",
+                        input.team, q.input.name
+                    )));
+                }
+                let spec = team_spec(input)?;
+                self.state.set_team(spec)?;
+                let rec = QuotaRecord {
+                    id: format!("cq-{:08}", self.next_quota),
+                    input: input.clone(),
+                    version: 1,
+                    created: now,
+                    updated: now,
+                };
+                self.next_quota += 1;
+                let view = rec.view();
+                self.quotas.insert(input.name.clone(), rec);
+                Ok(Reply::Quota(view))
+            }
+            Command::UpdateComputeQuota {
+                input,
+                target_version,
+            } => {
+                let rec = self
+                    .quotas
+                    .get(&input.name)
+                    .ok_or_else(|| self.unknown_quota(&input.name))?;
+                if rec.version != *target_version {
+                    return Err(conflict(format!(
+                        "compute quota {:?} is at version {}, the update targets version {target_version}; describe it and retry with --target-version {}",
+                        input.name, rec.version, rec.version
+                    )));
+                }
+                if rec.input.team != input.team {
+                    return Err(invalid(format!(
+                        "compute quota {:?} belongs to team {:?}; its team cannot change to {:?}",
+                        input.name, rec.input.team, input.team
+                    )));
+                }
+                let spec = team_spec(input)?;
+                self.state.set_team(spec)?;
+                let rec = self.quotas.get_mut(&input.name).expect("checked above");
+                rec.input = input.clone();
+                rec.version += 1;
+                rec.updated = now;
+                Ok(Reply::Quota(rec.view()))
+            }
+            Command::DeleteComputeQuota { name } => {
+                let team = self
+                    .quotas
+                    .get(name)
+                    .ok_or_else(|| self.unknown_quota(name))?
+                    .input
+                    .team
+                    .clone();
+                self.state.remove_team(&team)?;
+                self.quotas.remove(name);
+                Ok(Reply::Done)
+            }
+            Command::CreateSchedulerConfig { name, config } => {
+                if let Some(r) = &self.scheduler_config {
+                    return Err(conflict(format!(
+                        "the cluster already has scheduler config {:?}; use update-cluster-scheduler-config",
+                        r.view.name
+                    )));
+                }
+                let policy = parse_policy(config)?;
+                self.state.set_policy(policy)?;
+                let view = SchedulerConfigView {
+                    name: name.clone(),
+                    config: config.clone(),
+                    version: 1,
+                    created_ms: now,
+                    updated_ms: now,
+                };
+                self.scheduler_config = Some(SchedulerConfigRecord { view: view.clone() });
+                Ok(Reply::SchedulerConfig(view))
+            }
+            Command::UpdateSchedulerConfig {
+                name,
+                config,
+                target_version,
+            } => {
+                let Some(rec) = &self.scheduler_config else {
+                    return Err(not_found(
+                        "the cluster has no scheduler config yet; create one with create-cluster-scheduler-config",
+                    ));
+                };
+                if &rec.view.name != name {
+                    return Err(not_found(format!(
+                        "unknown scheduler config {name:?}; the cluster's is {:?}",
+                        rec.view.name
+                    )));
+                }
+                if rec.view.version != *target_version {
+                    return Err(conflict(format!(
+                        "scheduler config {name:?} is at version {}, the update targets version {target_version}",
+                        rec.view.version
+                    )));
+                }
+                let policy = parse_policy(config)?;
+                self.state.set_policy(policy)?;
+                let rec = self.scheduler_config.as_mut().expect("checked above");
+                rec.view.config = config.clone();
+                rec.view.version += 1;
+                rec.view.updated_ms = now;
+                Ok(Reply::SchedulerConfig(rec.view.clone()))
+            }
+            Command::Submit(input) => {
+                let (id, existing) = self.submit(input, now, events)?;
+                Ok(Reply::Submitted {
+                    name: input.spec.name.clone(),
+                    id: id.0,
+                    existing,
+                })
+            }
+            Command::SubmitBatch(inputs) => Ok(Reply::SubmittedBatch(
+                inputs
+                    .iter()
+                    .map(|i| self.submit(i, now, events).map(|(id, _)| id.0))
+                    .collect(),
+            )),
+            Command::Cancel { name, team } => {
+                let id = self.state.find_workload(name)?;
+                self.check_team(id, team.as_deref())?;
+                events.extend(self.state.cancel(id, now)?);
+                Ok(Reply::Done)
+            }
+            Command::RegisterNode {
+                name,
+                instance_type,
+                capacity,
+            } => {
+                if let Some(n) = self.state.acct.nodes.find(name) {
+                    let node = self.state.acct.nodes.node(n);
+                    let flavor = self.state.names.flavor_name(node.flavor).to_string();
+                    if &flavor != instance_type {
+                        return Err(conflict(format!(
+                            "node {name:?} is registered as {flavor}, not {instance_type}; a node keeps its instance type"
+                        )));
+                    }
+                    if !node.healthy {
+                        events.extend(self.state.set_node_health(name, true, now)?);
+                    }
+                    return Ok(Reply::Done);
+                }
+                if instance_type.is_empty() {
+                    return Err(invalid(format!(
+                        "node {name:?}: an instance type is required"
+                    )));
+                }
+                self.state.add_node(name, instance_type, capacity)?;
+                Ok(Reply::Done)
+            }
+            Command::SetNodeHealth { name, healthy, .. } => {
+                events.extend(self.state.set_node_health(name, *healthy, now)?);
+                Ok(Reply::Done)
+            }
+            Command::WorkloadStarted { name, node } => {
+                let id = self.state.find_workload(name)?;
+                self.check_node(id, node.as_deref())?;
+                self.state.mark_running(id);
+                Ok(Reply::Done)
+            }
+            Command::WorkloadExited {
+                name,
+                succeeded,
+                node,
+            } => {
+                let id = self.state.find_workload(name)?;
+                self.check_node(id, node.as_deref())?;
+                match self.state.workload(id).state {
+                    WlState::Evicting => events.extend(self.state.complete_eviction(id, now)),
+                    WlState::Admitted | WlState::Running => {
+                        events.extend(self.state.finish(id, *succeeded, now)?)
+                    }
+                    // Stale report: the workload already moved on.
+                    _ => {}
+                }
+                Ok(Reply::Done)
+            }
+            Command::Plan(plan) => {
+                self.counters.plans += 1;
+                events.extend(self.state.apply_plan(plan, now));
+                Ok(Reply::Done)
+            }
+        }
+    }
+
+    fn unknown_quota(&self, name: &str) -> ApiError {
+        not_found(format!(
+            "unknown compute quota {name:?}; compute quotas: {}",
+            if self.quotas.is_empty() {
+                "(none)".to_string()
+            } else {
+                self.quotas.keys().cloned().collect::<Vec<_>>().join(", ")
+            }
+        ))
+    }
+
+    fn submit(
+        &mut self,
+        input: &SubmitInput,
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<(WlId, bool), ApiError> {
+        if let Ok(id) = self.state.find_workload(&input.spec.name) {
+            if input.client_token.is_some() && self.tokens.get(&id) == input.client_token.as_ref() {
+                return Ok((id, true));
+            }
+            return Err(StateError::DuplicateWorkload(input.spec.name.clone()).into());
+        }
+        let (id, ev) = self.state.submit(input.spec.clone(), now)?;
+        events.extend(ev);
+        if let Some(run) = &input.run {
+            self.runs.insert(id, run.clone());
+        }
+        if let Some(t) = &input.client_token {
+            self.tokens.insert(id, t.clone());
+        }
+        Ok((id, false))
+    }
+
+    /// A user acts only on its own team's workloads.
+    pub fn check_team(&self, id: WlId, team: Option<&str>) -> Result<(), ApiError> {
+        let Some(team) = team else { return Ok(()) };
+        let wl = self.state.workload(id);
+        let owner = self.state.teams[wl.team.idx()].name();
+        if owner != team {
+            return Err(forbidden(format!(
+                "workload {:?} belongs to team {owner:?}; your certificate acts for team {team:?} only",
+                wl.spec.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// A node reports only on workloads that have pods on it.
+    fn check_node(&self, id: WlId, node: Option<&str>) -> Result<(), ApiError> {
+        let Some(node) = node else { return Ok(()) };
+        let wl = self.state.workload(id);
+        let on_node = wl.admission.as_ref().is_some_and(|a| {
+            a.placement
+                .iter()
+                .any(|(_, p)| self.state.acct.nodes.node(p.node).name == node)
+        });
+        if !on_node {
+            return Err(forbidden(format!(
+                "workload {:?} has no pod on node {node:?}; a node reports only its own workloads",
+                wl.spec.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Cheap fingerprint of the whole machine, equal on replicas with equal applied logs.
+    pub fn digest(&self, encode: impl Fn(&Machine) -> Vec<u8>) -> u64 {
+        // FNV-1a over the canonical encoding.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in encode(self) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h
+    }
+}
+
+fn parse_policy(config: &str) -> Result<ClusterPolicy, ApiError> {
+    parse_scheduler_config(config).map_err(|e| invalid(format!("--scheduler-config: {e}")))
+}

@@ -1,0 +1,204 @@
+//! Read-only views of the machine for the API: workloads, nodes, teams.
+
+use std::collections::BTreeMap;
+
+use allot_common::api::{ConditionView, NodeView, PodView, TeamView, WorkloadFilter, WorkloadView};
+use allot_common::{PriorityRef, Resources};
+
+use crate::ids::{TeamId, WlId};
+use crate::machine::Machine;
+use crate::quota;
+use crate::state::WlState;
+
+pub fn workload(m: &Machine, id: WlId) -> WorkloadView {
+    let st = &m.state;
+    let w = st.workload(id);
+    let mut flavors = BTreeMap::new();
+    let mut pods = Vec::new();
+    if let Some(a) = &w.admission {
+        for ps in &a.pod_sets {
+            let per_res: BTreeMap<String, String> = ps
+                .flavors
+                .iter()
+                .map(|(r, f)| {
+                    (
+                        st.names.resource_name(*r).to_string(),
+                        st.names.flavor_name(*f).to_string(),
+                    )
+                })
+                .collect();
+            flavors.insert(ps.name.clone(), per_res);
+        }
+        let mut idx_in_set: BTreeMap<usize, u32> = BTreeMap::new();
+        for (ps, alloc) in &a.placement {
+            let i = idx_in_set.entry(*ps).or_insert(0);
+            pods.push(PodView {
+                pod_set: a
+                    .pod_sets
+                    .get(*ps)
+                    .map(|p| p.name.clone())
+                    .unwrap_or_default(),
+                index: *i,
+                node: st.acct.nodes.node(alloc.node).name.clone(),
+                devices: alloc
+                    .devices
+                    .iter()
+                    .map(|(r, d)| (st.names.resource_name(*r).to_string(), d.clone()))
+                    .collect(),
+            });
+            *i += 1;
+        }
+    }
+    let (requests, count) = match w.spec.pod_sets.first() {
+        Some(ps) if w.spec.pod_sets.len() == 1 => (ps.requests.clone(), ps.count),
+        _ => (
+            w.spec.total_requests(),
+            w.spec.pod_sets.iter().map(|p| p.count).sum(),
+        ),
+    };
+    WorkloadView {
+        id: id.0,
+        name: w.spec.name.clone(),
+        team: st.teams[w.team.idx()].name().to_string(),
+        priority: w.priority,
+        priority_class: match &w.spec.priority {
+            PriorityRef::Class(c) => Some(c.clone()),
+            _ => None,
+        },
+        state: w.state.as_str().to_string(),
+        submitted_ms: w.submit_time,
+        admitted_ms: w.admitted_at,
+        flavors,
+        pods,
+        requests,
+        count,
+        preemptions: w.preemptions,
+        conditions: w
+            .conditions
+            .iter()
+            .map(|c| ConditionView {
+                kind: c.kind.clone(),
+                status: c.status,
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                time_ms: c.time,
+            })
+            .collect(),
+        run: m.runs.get(&id).cloned(),
+    }
+}
+
+pub fn workloads(m: &Machine, f: &WorkloadFilter) -> Vec<WorkloadView> {
+    let team: Option<TeamId> = match &f.team {
+        Some(t) => match m.state.team_ids.get(t) {
+            Some(id) => Some(*id),
+            None => return Vec::new(),
+        },
+        None => None,
+    };
+    m.state
+        .workloads
+        .values()
+        .filter(|w| team.is_none_or(|t| w.team == t))
+        .filter(|w| {
+            f.all
+                || !matches!(
+                    w.state,
+                    WlState::Succeeded | WlState::Failed | WlState::Cancelled
+                )
+        })
+        .map(|w| workload(m, w.id))
+        .collect()
+}
+
+pub fn nodes(m: &Machine) -> Vec<NodeView> {
+    let st = &m.state;
+    st.acct
+        .nodes
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut capacity = Resources::new();
+            let mut used = Resources::new();
+            for r in &n.res {
+                let name = st.names.resource_name(r.res);
+                capacity.add(name, r.cap);
+                used.add(name, r.used);
+            }
+            NodeView {
+                name: n.name.clone(),
+                instance_type: st.names.flavor_name(n.flavor).to_string(),
+                healthy: n.healthy,
+                cordoned: n.cordoned,
+                capacity,
+                used,
+            }
+        })
+        .collect()
+}
+
+pub fn teams(m: &Machine) -> Vec<TeamView> {
+    let st = &m.state;
+    st.team_ids
+        .values()
+        .map(|&t| {
+            let team = &st.teams[t.idx()];
+            let mut nominal = Resources::new();
+            let mut usage = Resources::new();
+            let mut lent = Resources::new();
+            for (fr, q) in &team.quotas {
+                let (_, r) = st.names.fr_parts(*fr);
+                let name = st.names.resource_name(r);
+                let u = st.acct.usage(t, *fr);
+                nominal.add(name, q.nominal);
+                usage.add(name, u);
+                // Lent: the unused part of nominal that others use (bounded by what they borrow
+                // in the pool; shown as the team's idle lendable nominal in use by others).
+                let idle = (q.nominal - u)
+                    .max(0)
+                    .min(q.lending_limit.unwrap_or(q.nominal));
+                let cohort_used = cohort_borrowed(m, t, *fr);
+                let l = idle.min(cohort_used);
+                if l > 0 {
+                    lent.add(name, l);
+                }
+            }
+            let mut borrowed = Resources::new();
+            for (r, b) in quota::borrowed_by_resource(st, &st.acct, t) {
+                borrowed.add(st.names.resource_name(r), b);
+            }
+            let share = quota::share(st, &st.acct, t, &[]);
+            TeamView {
+                name: team.name().to_string(),
+                cohort: team.spec.cohort.clone(),
+                fair_share_weight: team.spec.fair_share_weight,
+                nominal,
+                usage,
+                borrowed,
+                lent,
+                weighted_share: if share.infinite {
+                    None
+                } else {
+                    Some(share.value())
+                },
+                pending: team.pending.len() as u32,
+                admitted: team.admitted.len() as u32,
+            }
+        })
+        .collect()
+}
+
+/// What the other members of `t`'s cohort borrow of `fr`'s flavor and resource.
+fn cohort_borrowed(m: &Machine, t: TeamId, fr: crate::ids::FrId) -> i64 {
+    let st = &m.state;
+    let c = st.teams[t.idx()].cohort;
+    st.cohorts[c.idx()]
+        .members
+        .iter()
+        .filter(|&&o| o != t)
+        .map(|&o| {
+            let q = st.teams[o.idx()].quota(fr).map(|q| q.nominal).unwrap_or(0);
+            (st.acct.usage(o, fr) - q).max(0)
+        })
+        .sum()
+}

@@ -1,0 +1,399 @@
+//! Raft's log and hard state: an in-memory cache that raft-rs reads through its `Storage` trait,
+//! written through to a `Disk` that makes it durable before anything is acknowledged.
+//!
+//! Two disks: `RedbDisk` (redb, every write committed with fsync) for the real coordinator, and
+//! `MemDisk` for the deterministic simulation, which keeps staged writes apart from synced ones so
+//! a simulated crash can lose exactly what a real one could.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, StorageError};
+use redb::ReadableDatabase;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    #[error("raft storage {path}: {what}")]
+    Io { path: String, what: String },
+    #[error("raft storage is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// What raft-rs needs back after a restart.
+#[derive(Clone, Debug, Default)]
+pub struct Persisted {
+    pub hard_state: HardState,
+    pub conf_state: ConfState,
+    /// The latest snapshot, data included (empty when none was taken).
+    pub snapshot: Snapshot,
+    /// Entries after the snapshot.
+    pub entries: Vec<Entry>,
+}
+
+/// One batch of changes, written atomically.
+#[derive(Default)]
+pub struct Batch<'a> {
+    pub hard_state: Option<&'a HardState>,
+    /// Appended; entries at and after the first one's index are replaced.
+    pub entries: &'a [Entry],
+    /// A snapshot received from the leader: replaces the whole log.
+    pub install: Option<&'a Snapshot>,
+    /// A snapshot taken locally of applied state: kept, the log stays.
+    pub local: Option<&'a Snapshot>,
+    /// Drop entries before this index (after a local snapshot).
+    pub compact_to: Option<u64>,
+}
+
+pub trait Disk {
+    /// What was synced before; `Persisted::default()` on a fresh disk.
+    fn load(&mut self) -> Result<Persisted, DiskError>;
+    /// Writes a batch and makes it durable before returning.
+    fn write(&mut self, b: &Batch<'_>) -> Result<(), DiskError>;
+}
+
+// ---------------------------------------------------------------------------------- the cache
+
+/// The log as raft-rs sees it. Everything here has been written to the disk first.
+#[derive(Default)]
+pub struct LogCache {
+    pub hard_state: HardState,
+    pub conf_state: ConfState,
+    pub snapshot: Snapshot,
+    pub entries: Vec<Entry>,
+}
+
+impl LogCache {
+    pub fn from_persisted(p: Persisted, voters: &[u64]) -> Self {
+        let mut conf_state = p.conf_state;
+        if conf_state.voters.is_empty() {
+            conf_state.voters = voters.to_vec();
+        }
+        LogCache {
+            hard_state: p.hard_state,
+            conf_state,
+            snapshot: p.snapshot,
+            entries: p.entries,
+        }
+    }
+    fn snap_index(&self) -> u64 {
+        self.snapshot.get_metadata().index
+    }
+    /// Entries before a local snapshot may be kept for slow followers, so the first entry can
+    /// come before the snapshot.
+    pub fn first(&self) -> u64 {
+        self.entries.first().map_or(self.snap_index() + 1, |e| {
+            e.index.min(self.snap_index() + 1)
+        })
+    }
+    pub fn last(&self) -> u64 {
+        self.entries.last().map_or(self.snap_index(), |e| e.index)
+    }
+    pub fn append(&mut self, ents: &[Entry]) {
+        let Some(first) = ents.first() else { return };
+        let keep = first.index.saturating_sub(self.first()) as usize;
+        self.entries.truncate(keep);
+        self.entries.extend_from_slice(ents);
+    }
+    /// Installs a snapshot from the leader: the whole log is replaced.
+    pub fn install(&mut self, s: &Snapshot) {
+        let meta = s.get_metadata();
+        self.entries.clear();
+        self.conf_state = meta.get_conf_state().clone();
+        if self.hard_state.commit < meta.index {
+            self.hard_state.commit = meta.index;
+        }
+        if self.hard_state.term < meta.term {
+            self.hard_state.term = meta.term;
+        }
+        self.snapshot = s.clone();
+    }
+    /// Records a snapshot taken locally; entries stay until compacted.
+    pub fn record(&mut self, s: &Snapshot) {
+        self.snapshot = s.clone();
+    }
+    pub fn compact(&mut self, to: u64) {
+        self.entries.retain(|e| e.index >= to);
+    }
+}
+
+fn store_err(e: StorageError) -> raft::Error {
+    raft::Error::Store(e)
+}
+
+impl raft::Storage for LogCache {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState {
+            hard_state: self.hard_state.clone(),
+            conf_state: self.conf_state.clone(),
+        })
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _ctx: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low < self.first() {
+            return Err(store_err(StorageError::Compacted));
+        }
+        if high > self.last() + 1 {
+            return Err(store_err(StorageError::Unavailable));
+        }
+        let off = self.first();
+        if self.entries.first().map(|e| e.index) != Some(off) && low < high {
+            return Err(store_err(StorageError::Compacted));
+        }
+        let max = max_size.into().unwrap_or(u64::MAX);
+        let mut out = Vec::new();
+        let mut size = 0u64;
+        for e in &self.entries[(low - off) as usize..(high - off) as usize] {
+            size += u64::from(e.compute_size());
+            if !out.is_empty() && size > max {
+                break;
+            }
+            out.push(e.clone());
+        }
+        Ok(out)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        let meta = self.snapshot.get_metadata();
+        if idx == meta.index {
+            return Ok(meta.term);
+        }
+        if idx > self.last() {
+            return Err(store_err(StorageError::Unavailable));
+        }
+        match self.entries.first() {
+            Some(e) if idx >= e.index => Ok(self.entries[(idx - e.index) as usize].term),
+            _ => Err(store_err(StorageError::Compacted)),
+        }
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.first())
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.last())
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        if self.snap_index() < request_index || self.snapshot.data.is_empty() {
+            return Err(store_err(StorageError::SnapshotTemporarilyUnavailable));
+        }
+        Ok(self.snapshot.clone())
+    }
+}
+
+// ---------------------------------------------------------------------------------- MemDisk
+
+/// A disk in memory for the simulation. `write` stages; `sync` makes durable; `crash` drops
+/// what was staged and not synced.
+#[derive(Clone, Default)]
+pub struct MemDisk {
+    inner: Arc<Mutex<MemDiskInner>>,
+}
+
+#[derive(Default)]
+struct MemDiskInner {
+    synced: LogCache,
+    staged: Option<LogCache>,
+    /// When set, writes stay staged until `sync` (the simulation's fault model).
+    manual_sync: bool,
+}
+
+fn copy(c: &LogCache) -> LogCache {
+    LogCache {
+        hard_state: c.hard_state.clone(),
+        conf_state: c.conf_state.clone(),
+        snapshot: c.snapshot.clone(),
+        entries: c.entries.clone(),
+    }
+}
+
+impl MemDisk {
+    pub fn new(manual_sync: bool) -> Self {
+        let d = MemDisk::default();
+        d.lock().manual_sync = manual_sync;
+        d
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemDiskInner> {
+        // A poisoned lock only means a test thread panicked; the data is still consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    /// Makes staged writes durable.
+    pub fn sync(&self) {
+        let mut g = self.lock();
+        if let Some(s) = g.staged.take() {
+            g.synced = s;
+        }
+    }
+    /// Loses everything not synced.
+    pub fn crash(&self) {
+        self.lock().staged = None;
+    }
+    pub fn synced_last_index(&self) -> u64 {
+        self.lock().synced.last()
+    }
+}
+
+impl Disk for MemDisk {
+    fn load(&mut self) -> Result<Persisted, DiskError> {
+        let g = self.lock();
+        let c = copy(&g.synced);
+        Ok(Persisted {
+            hard_state: c.hard_state,
+            conf_state: c.conf_state,
+            snapshot: c.snapshot,
+            entries: c.entries,
+        })
+    }
+    fn write(&mut self, b: &Batch<'_>) -> Result<(), DiskError> {
+        let mut g = self.lock();
+        let mut next = match &g.staged {
+            Some(s) => copy(s),
+            None => copy(&g.synced),
+        };
+        apply_batch(&mut next, b);
+        if g.manual_sync {
+            g.staged = Some(next);
+        } else {
+            g.synced = next;
+        }
+        Ok(())
+    }
+}
+
+fn apply_batch(c: &mut LogCache, b: &Batch<'_>) {
+    if let Some(s) = b.install {
+        c.install(s);
+    }
+    if let Some(s) = b.local {
+        c.record(s);
+    }
+    c.append(b.entries);
+    if let Some(hs) = b.hard_state {
+        c.hard_state = hs.clone();
+    }
+    if let Some(to) = b.compact_to {
+        c.compact(to);
+    }
+}
+
+// ---------------------------------------------------------------------------------- RedbDisk
+
+const LOG: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("raft_log");
+const META: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("raft_meta");
+
+/// The durable log in a redb file; every batch is one transaction committed with fsync.
+pub struct RedbDisk {
+    db: redb::Database,
+    path: String,
+}
+
+impl RedbDisk {
+    pub fn open(path: &Path) -> Result<Self, DiskError> {
+        let p = path.display().to_string();
+        let io = |what: String| DiskError::Io {
+            path: p.clone(),
+            what,
+        };
+        let db = redb::Database::create(path).map_err(|e| io(e.to_string()))?;
+        let tx = db.begin_write().map_err(|e| io(e.to_string()))?;
+        tx.open_table(LOG).map_err(|e| io(e.to_string()))?;
+        tx.open_table(META).map_err(|e| io(e.to_string()))?;
+        tx.commit().map_err(|e| io(e.to_string()))?;
+        Ok(RedbDisk { db, path: p })
+    }
+    fn io(&self, e: impl std::fmt::Display) -> DiskError {
+        DiskError::Io {
+            path: self.path.clone(),
+            what: e.to_string(),
+        }
+    }
+}
+
+fn decode<M: protobuf::Message>(what: &str, b: &[u8]) -> Result<M, DiskError> {
+    M::parse_from_bytes(b).map_err(|e| DiskError::Corrupt(format!("{what}: {e}")))
+}
+
+fn encode<M: protobuf::Message>(m: &M) -> Result<Vec<u8>, DiskError> {
+    m.write_to_bytes()
+        .map_err(|e| DiskError::Corrupt(format!("encoding: {e}")))
+}
+
+impl Disk for RedbDisk {
+    fn load(&mut self) -> Result<Persisted, DiskError> {
+        let tx = self.db.begin_read().map_err(|e| self.io(e))?;
+        let meta = tx.open_table(META).map_err(|e| self.io(e))?;
+        let log = tx.open_table(LOG).map_err(|e| self.io(e))?;
+        let mut p = Persisted::default();
+        if let Some(v) = meta.get("hard_state").map_err(|e| self.io(e))? {
+            p.hard_state = decode("hard state", v.value())?;
+        }
+        if let Some(v) = meta.get("snapshot").map_err(|e| self.io(e))? {
+            p.snapshot = decode("snapshot", v.value())?;
+            p.conf_state = p.snapshot.get_metadata().get_conf_state().clone();
+        }
+        if let Some(v) = meta.get("conf_state").map_err(|e| self.io(e))? {
+            p.conf_state = decode("conf state", v.value())?;
+        }
+        for item in log.range(0..).map_err(|e| self.io(e))? {
+            let (k, v) = item.map_err(|e| self.io(e))?;
+            let e: Entry = decode("log entry", v.value())?;
+            if e.index != k.value() {
+                return Err(DiskError::Corrupt(format!(
+                    "log key {} holds entry {}",
+                    k.value(),
+                    e.index
+                )));
+            }
+            p.entries.push(e);
+        }
+        Ok(p)
+    }
+
+    fn write(&mut self, b: &Batch<'_>) -> Result<(), DiskError> {
+        let mut tx = self.db.begin_write().map_err(|e| self.io(e))?;
+        tx.set_durability(redb::Durability::Immediate)
+            .map_err(|e| self.io(e))?;
+        {
+            let mut log = tx.open_table(LOG).map_err(|e| self.io(e))?;
+            let mut meta = tx.open_table(META).map_err(|e| self.io(e))?;
+            if let Some(s) = b.install.or(b.local) {
+                if b.install.is_some() {
+                    log.retain(|_, _| false).map_err(|e| self.io(e))?;
+                }
+                meta.insert("snapshot", encode(s)?.as_slice())
+                    .map_err(|e| self.io(e))?;
+                meta.insert(
+                    "conf_state",
+                    encode(s.get_metadata().get_conf_state())?.as_slice(),
+                )
+                .map_err(|e| self.io(e))?;
+            }
+            if let Some(first) = b.entries.first() {
+                log.retain_in(first.index.., |_, _| false)
+                    .map_err(|e| self.io(e))?;
+                for e in b.entries {
+                    log.insert(e.index, encode(e)?.as_slice())
+                        .map_err(|e| self.io(e))?;
+                }
+            }
+            if let Some(hs) = b.hard_state {
+                meta.insert("hard_state", encode(hs)?.as_slice())
+                    .map_err(|e| self.io(e))?;
+            }
+            if let Some(to) = b.compact_to {
+                log.retain_in(..to, |_, _| false).map_err(|e| self.io(e))?;
+            }
+        }
+        tx.commit().map_err(|e| self.io(e))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,415 @@
+//! One coordinator replica, sans-I/O: raft-rs's `RawNode` driven through its Ready loop, the
+//! durable log, and the state machine it applies. Inputs are `tick`, `step`, `propose` and
+//! `read_index`; `handle_ready` persists (fsync) and applies; outputs are taken with
+//! `take_messages`, `take_applied` and `take_reads`. The real server and the deterministic
+//! simulation drive the same code.
+
+use allot_common::api::{ApiError, ErrorKind, Reply};
+use allot_core::machine::{Entry as Cmd, Machine};
+use allot_core::Event;
+use protobuf::Message as _;
+use raft::eraftpb::{Entry, EntryType, Message, Snapshot};
+use raft::{RawNode, StateRole};
+
+use crate::raftlog::{Batch, Disk, DiskError, LogCache};
+
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    pub id: u64,
+    pub voters: Vec<u64>,
+    /// Ticks without a heartbeat before a follower campaigns. The election timeout is drawn in
+    /// `[election_tick, max_election_tick)`.
+    pub election_tick: usize,
+    pub max_election_tick: usize,
+    pub heartbeat_tick: usize,
+    /// Take a snapshot after this many applied entries.
+    pub snapshot_every: u64,
+    /// Entries kept behind a snapshot for followers that lag a little.
+    pub keep_behind_snapshot: u64,
+}
+
+impl ReplicaConfig {
+    pub fn new(id: u64, voters: Vec<u64>) -> Self {
+        ReplicaConfig {
+            id,
+            voters,
+            election_tick: 10,
+            max_election_tick: 20,
+            heartbeat_tick: 2,
+            snapshot_every: 10_000,
+            keep_behind_snapshot: 1_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    #[error(transparent)]
+    Disk(#[from] DiskError),
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    #[error("snapshot: {0}")]
+    Snapshot(String),
+}
+
+/// One applied log entry.
+#[derive(Debug)]
+pub struct Applied {
+    pub index: u64,
+    pub term: u64,
+    /// Set when this replica proposed the entry: the token it gave `propose`.
+    pub token: Option<u64>,
+    pub kind: &'static str,
+    pub result: Result<Reply, ApiError>,
+    pub events: Vec<Event>,
+}
+
+pub struct Replica<D: Disk> {
+    raw: RawNode<LogCache>,
+    disk: D,
+    pub machine: Machine,
+    applied: u64,
+    last_snapshot: u64,
+    cfg: ReplicaConfig,
+    messages: Vec<Message>,
+    applied_out: Vec<Applied>,
+    reads: Vec<(u64, u64)>,
+    /// Encodes and decodes the machine for snapshots.
+    codec: SnapshotCodec,
+}
+
+/// How the machine is encoded in snapshots and log entries.
+#[derive(Clone, Copy)]
+pub struct SnapshotCodec {
+    pub encode_machine: fn(&Machine) -> Result<Vec<u8>, String>,
+    pub decode_machine: fn(&[u8]) -> Result<Machine, String>,
+    pub encode_cmd: fn(&Cmd) -> Result<Vec<u8>, String>,
+    pub decode_cmd: fn(&[u8]) -> Result<Cmd, String>,
+}
+
+impl SnapshotCodec {
+    pub fn wire() -> Self {
+        use allot_common::wire;
+        SnapshotCodec {
+            encode_machine: |m| wire::encode(m).map_err(|e| e.to_string()),
+            decode_machine: |b| wire::decode(b).map_err(|e| e.to_string()),
+            encode_cmd: |c| wire::encode(c).map_err(|e| e.to_string()),
+            decode_cmd: |b| wire::decode(b).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+fn ctx_bytes(id: u64, token: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(16);
+    v.extend_from_slice(&id.to_be_bytes());
+    v.extend_from_slice(&token.to_be_bytes());
+    v
+}
+
+fn parse_ctx(b: &[u8]) -> Option<(u64, u64)> {
+    if b.len() != 16 {
+        return None;
+    }
+    let id = u64::from_be_bytes(b[..8].try_into().ok()?);
+    let token = u64::from_be_bytes(b[8..].try_into().ok()?);
+    Some((id, token))
+}
+
+impl<D: Disk> Replica<D> {
+    /// Opens a replica on `disk`: loads the latest snapshot and the log after it. Committed
+    /// entries after the snapshot are applied again through the Ready loop.
+    pub fn open(
+        cfg: ReplicaConfig,
+        mut disk: D,
+        codec: SnapshotCodec,
+        logger: &slog::Logger,
+    ) -> Result<Self, ReplicaError> {
+        let persisted = disk.load()?;
+        let cache = LogCache::from_persisted(persisted, &cfg.voters);
+        let snap_index = cache.snapshot.get_metadata().index;
+        let machine = if cache.snapshot.data.is_empty() {
+            Machine::new()
+        } else {
+            (codec.decode_machine)(&cache.snapshot.data).map_err(ReplicaError::Snapshot)?
+        };
+        let rc = raft::Config {
+            id: cfg.id,
+            election_tick: cfg.election_tick,
+            min_election_tick: cfg.election_tick,
+            max_election_tick: cfg.max_election_tick,
+            heartbeat_tick: cfg.heartbeat_tick,
+            applied: snap_index,
+            max_size_per_msg: 4 * 1024 * 1024,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            read_only_option: raft::ReadOnlyOption::Safe,
+            ..Default::default()
+        };
+        rc.validate()?;
+        let raw = RawNode::new(&rc, cache, logger)?;
+        Ok(Replica {
+            raw,
+            disk,
+            machine,
+            applied: snap_index,
+            last_snapshot: snap_index,
+            cfg,
+            messages: Vec::new(),
+            applied_out: Vec::new(),
+            reads: Vec::new(),
+            codec,
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.cfg.id
+    }
+    pub fn tick(&mut self) {
+        self.raw.tick();
+    }
+    pub fn step(&mut self, m: Message) -> Result<(), raft::Error> {
+        self.raw.step(m)
+    }
+    pub fn campaign(&mut self) -> Result<(), raft::Error> {
+        self.raw.campaign()
+    }
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader
+    }
+    /// The leader this replica knows of (0 = none).
+    pub fn leader(&self) -> u64 {
+        self.raw.raft.leader_id
+    }
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+    pub fn commit_index(&self) -> u64 {
+        self.raw.raft.raft_log.committed
+    }
+    pub fn applied_index(&self) -> u64 {
+        self.applied
+    }
+    pub fn last_index(&self) -> u64 {
+        self.raw.raft.raft_log.last_index()
+    }
+    pub fn snapshot_index(&self) -> u64 {
+        self.last_snapshot
+    }
+    pub fn disk(&self) -> &D {
+        &self.disk
+    }
+    /// The log this replica holds: (index, term, data) from its first entry.
+    pub fn log_entries(&self) -> &[Entry] {
+        &self.raw.store().entries
+    }
+    pub fn report_unreachable(&mut self, id: u64) {
+        self.raw.report_unreachable(id);
+    }
+    /// The transport tells the leader whether a snapshot reached follower `id`; after a
+    /// failure the leader sends another.
+    pub fn report_snapshot(&mut self, id: u64, delivered: bool) {
+        let status = if delivered {
+            raft::SnapshotStatus::Finish
+        } else {
+            raft::SnapshotStatus::Failure
+        };
+        self.raw.report_snapshot(id, status);
+    }
+
+    /// Proposes a command; only the leader accepts. `token` comes back with the applied entry.
+    pub fn propose(&mut self, token: u64, cmd: &Cmd) -> Result<(), ApiError> {
+        if !self.is_leader() {
+            return Err(self.not_leader());
+        }
+        let data = (self.codec.encode_cmd)(cmd)
+            .map_err(|e| ApiError::new(ErrorKind::Invalid, format!("encoding: {e}")))?;
+        self.raw
+            .propose(ctx_bytes(self.cfg.id, token), data)
+            .map_err(|e| ApiError::new(ErrorKind::Unavailable, format!("proposal dropped: {e}")))
+    }
+
+    /// Asks for a read index; `take_reads` returns (token, index) once the leader confirmed it.
+    pub fn read_index(&mut self, token: u64) -> Result<(), ApiError> {
+        if !self.is_leader() {
+            return Err(self.not_leader());
+        }
+        self.raw.read_index(ctx_bytes(self.cfg.id, token));
+        Ok(())
+    }
+
+    pub fn not_leader(&self) -> ApiError {
+        let l = self.leader();
+        ApiError::new(
+            ErrorKind::NotLeader,
+            if l == 0 {
+                format!(
+                    "replica {} is not the leader and knows of none (an election is under way); retry shortly",
+                    self.cfg.id
+                )
+            } else {
+                format!("replica {} is not the leader; replica {l} is", self.cfg.id)
+            },
+        )
+    }
+
+    pub fn has_ready(&self) -> bool {
+        self.raw.has_ready()
+    }
+
+    /// Persists what raft-rs produced (one durable write), applies committed entries and queues
+    /// messages. Messages go out only after the write, so nothing is acknowledged unsynced.
+    pub fn handle_ready(&mut self) -> Result<bool, ReplicaError> {
+        if !self.raw.has_ready() {
+            return Ok(false);
+        }
+        let mut rd = self.raw.ready();
+        let mut msgs = rd.take_messages();
+        let install = if rd.snapshot().is_empty() {
+            None
+        } else {
+            Some(rd.snapshot().clone())
+        };
+        let entries = rd.take_entries();
+        let hs = rd.hs().cloned();
+        if install.is_some() || !entries.is_empty() || hs.is_some() {
+            self.disk.write(&Batch {
+                hard_state: hs.as_ref(),
+                entries: &entries,
+                install: install.as_ref(),
+                local: None,
+                compact_to: None,
+            })?;
+            let store = self.raw.mut_store();
+            if let Some(s) = &install {
+                store.install(s);
+            }
+            store.append(&entries);
+            if let Some(hs) = &hs {
+                store.hard_state = hs.clone();
+            }
+        }
+        if let Some(s) = &install {
+            self.machine = (self.codec.decode_machine)(&s.data).map_err(ReplicaError::Snapshot)?;
+            self.applied = s.get_metadata().index;
+            self.last_snapshot = self.applied;
+        }
+        for rs in rd.take_read_states() {
+            if let Some((id, token)) = parse_ctx(&rs.request_ctx) {
+                if id == self.cfg.id {
+                    self.reads.push((token, rs.index));
+                }
+            }
+        }
+        let committed = rd.take_committed_entries();
+        self.apply_entries(committed);
+        msgs.extend(rd.take_persisted_messages());
+        let mut light = self.raw.advance(rd);
+        if let Some(c) = light.commit_index() {
+            self.raw.mut_store().hard_state.commit = c;
+        }
+        msgs.extend(light.take_messages());
+        self.apply_entries(light.take_committed_entries());
+        self.raw.advance_apply_to(self.applied);
+        self.messages.extend(msgs);
+        self.maybe_snapshot()?;
+        Ok(true)
+    }
+
+    fn apply_entries(&mut self, entries: Vec<Entry>) {
+        for e in entries {
+            if e.index <= self.applied {
+                continue;
+            }
+            self.applied = e.index;
+            if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
+                continue;
+            }
+            let token = parse_ctx(&e.context)
+                .filter(|(id, _)| *id == self.cfg.id)
+                .map(|(_, t)| t);
+            let (kind, result, events) = match (self.codec.decode_cmd)(&e.data) {
+                Ok(cmd) => {
+                    let (r, ev) = self.machine.apply(&cmd);
+                    (cmd.cmd.kind(), r, ev)
+                }
+                // Every replica skips the same undecodable entry the same way.
+                Err(err) => (
+                    "undecodable",
+                    Err(ApiError::new(
+                        ErrorKind::Invalid,
+                        format!("log entry {} could not be decoded: {err}", e.index),
+                    )),
+                    Vec::new(),
+                ),
+            };
+            self.applied_out.push(Applied {
+                index: e.index,
+                term: e.term,
+                token,
+                kind,
+                result,
+                events,
+            });
+        }
+    }
+
+    /// Snapshots the machine every `snapshot_every` entries and compacts the log behind it.
+    fn maybe_snapshot(&mut self) -> Result<(), ReplicaError> {
+        if self.applied < self.last_snapshot + self.cfg.snapshot_every {
+            return Ok(());
+        }
+        self.snapshot_now()
+    }
+
+    /// Takes a snapshot of the applied state now.
+    pub fn snapshot_now(&mut self) -> Result<(), ReplicaError> {
+        if self.applied == self.last_snapshot {
+            return Ok(());
+        }
+        let data = (self.codec.encode_machine)(&self.machine).map_err(ReplicaError::Snapshot)?;
+        let term = raft::Storage::term(self.raw.store(), self.applied)?;
+        let mut snap = Snapshot::default();
+        snap.data = data.into();
+        let meta = snap.mut_metadata();
+        meta.index = self.applied;
+        meta.term = term;
+        meta.set_conf_state(self.raw.store().conf_state.clone());
+        let compact_to = self
+            .applied
+            .saturating_sub(self.cfg.keep_behind_snapshot)
+            .max(1);
+        self.disk.write(&Batch {
+            hard_state: None,
+            entries: &[],
+            install: None,
+            local: Some(&snap),
+            compact_to: Some(compact_to),
+        })?;
+        let store = self.raw.mut_store();
+        store.record(&snap);
+        store.compact(compact_to);
+        self.last_snapshot = self.applied;
+        Ok(())
+    }
+
+    pub fn take_messages(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.messages)
+    }
+    pub fn take_applied(&mut self) -> Vec<Applied> {
+        std::mem::take(&mut self.applied_out)
+    }
+    pub fn take_reads(&mut self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut self.reads)
+    }
+}
+
+/// Encodes a raft message for the wire (protobuf, as raft-rs defines it).
+pub fn encode_message(m: &Message) -> Result<Vec<u8>, String> {
+    m.write_to_bytes().map_err(|e| e.to_string())
+}
+
+/// Decodes a raft message. Only called on bytes from authenticated coordinator peers.
+pub fn decode_message(b: &[u8]) -> Result<Message, String> {
+    Message::parse_from_bytes(b).map_err(|e| e.to_string())
+}
