@@ -5,6 +5,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod bench;
+mod certs;
+mod cli;
+mod client;
+mod coordinator_cmd;
 mod scenario;
 mod simulate;
 
@@ -17,6 +22,8 @@ mod simulate;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    client: client::ClientOpts,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -26,7 +33,19 @@ enum Output {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)]
 enum Command {
+    /// Run a coordinator replica (Raft, QUIC API with mutual TLS, scheduler).
+    Coordinator(coordinator_cmd::CoordinatorArgs),
+    /// Create the cluster CA and issue certificates.
+    Certs {
+        #[command(subcommand)]
+        cmd: certs::CertsCmd,
+    },
+    /// Measure a local 3-replica cluster: submit-to-admit latency and durable admissions/s.
+    Bench(bench::BenchArgs),
+    #[command(flatten)]
+    Cluster(cli::ClusterCmd),
     /// Run the scheduler on a scenario file with a simulated clock and print what happened.
     Simulate {
         /// Scenario file (YAML or JSON), see shared/spec/scenario-format.md.
@@ -39,7 +58,43 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ALLOT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let async_cmd =
+        |f: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>| {
+            let rt = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            match rt.block_on(f) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        };
     match cli.command {
+        Command::Coordinator(a) => async_cmd(Box::pin(coordinator_cmd::run(a))),
+        Command::Certs { cmd } => match certs::run(cmd) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Bench(a) => async_cmd(Box::pin(bench::run(a))),
+        Command::Cluster(c) => {
+            let opts = cli.client.clone();
+            async_cmd(Box::pin(async move { cli::run(c, &opts).await }))
+        }
         Command::Simulate { file, output } => {
             let text = match std::fs::read_to_string(&file) {
                 Ok(t) => t,

@@ -155,6 +155,87 @@ pub fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, WireError> {
     Ok(value)
 }
 
+/// Largest snapshot of the replicated state (snapshots travel between coordinators only).
+pub const MAX_SNAPSHOT: usize = 1 << 30;
+
+/// Encodes a snapshot of the replicated state (same format, larger limit).
+pub fn encode_snapshot<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, WireError> {
+    let cfg = bincode::config::standard().with_limit::<MAX_SNAPSHOT>();
+    bincode::serde::encode_to_vec(v, cfg).map_err(|e| WireError::Encode {
+        type_name: type_name::<T>(),
+        message: e.to_string(),
+    })
+}
+
+/// Decodes a snapshot written by `encode_snapshot`.
+pub fn decode_snapshot<T: DeserializeOwned>(b: &[u8]) -> Result<T, WireError> {
+    let cfg = bincode::config::standard().with_limit::<MAX_SNAPSHOT>();
+    let (value, used) =
+        bincode::serde::decode_from_slice::<T, _>(b, cfg).map_err(|e| WireError::Decode {
+            type_name: type_name::<T>(),
+            message: e.to_string(),
+        })?;
+    if used != b.len() {
+        return Err(WireError::TrailingBytes {
+            type_name: type_name::<T>(),
+            used,
+            trailing: b.len().saturating_sub(used),
+        });
+    }
+    Ok(value)
+}
+
+/// Reads one frame of at most `limit` bytes (for coordinator-to-coordinator traffic, whose
+/// snapshots can exceed `MAX_FRAME`).
+pub async fn read_frame_bytes_limited<R>(
+    r: &mut R,
+    limit: usize,
+) -> Result<Option<Vec<u8>>, WireError>
+where
+    R: AsyncRead + Unpin,
+{
+    let mut len_buf = [0u8; LEN_BYTES];
+    let mut got = 0;
+    while got < LEN_BYTES {
+        let n = r.read(&mut len_buf[got..]).await?;
+        if n == 0 {
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(WireError::TruncatedLength { got })
+            };
+        }
+        got += n;
+    }
+    let len = u32::from_be_bytes(len_buf) as usize;
+    if len > limit {
+        return Err(WireError::FrameTooLarge { len: len as u64 });
+    }
+    let mut payload = Vec::with_capacity(len.min(INITIAL_READ_CAPACITY));
+    (&mut *r).take(len as u64).read_to_end(&mut payload).await?;
+    if payload.len() != len {
+        return Err(WireError::TruncatedFrame {
+            expected: len,
+            got: payload.len(),
+        });
+    }
+    Ok(Some(payload))
+}
+
+/// Writes one frame of raw bytes of any size up to `u32::MAX` (see `read_frame_bytes_limited`).
+pub async fn write_frame_bytes_large<W>(w: &mut W, payload: &[u8]) -> Result<(), WireError>
+where
+    W: AsyncWrite + Unpin,
+{
+    let len = u32::try_from(payload.len()).map_err(|_| WireError::FrameTooLarge {
+        len: payload.len() as u64,
+    })?;
+    w.write_all(&len.to_be_bytes()).await?;
+    w.write_all(payload).await?;
+    w.flush().await?;
+    Ok(())
+}
+
 /// Writes `v` as one frame (length prefix and payload) and flushes the writer.
 pub async fn write_frame<W, T>(w: &mut W, v: &T) -> Result<(), WireError>
 where

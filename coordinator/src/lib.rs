@@ -1,5 +1,8 @@
 //! The allot coordinator around the pure core: raft-rs driven through its Ready loop
 //! (`replica`), the durable log (`raftlog`), and the server that puts them on the network.
 
+pub mod http;
+pub mod metrics;
 pub mod raftlog;
 pub mod replica;
+pub mod server;

@@ -91,8 +91,8 @@ impl SnapshotCodec {
     pub fn wire() -> Self {
         use allot_common::wire;
         SnapshotCodec {
-            encode_machine: |m| wire::encode(m).map_err(|e| e.to_string()),
-            decode_machine: |b| wire::decode(b).map_err(|e| e.to_string()),
+            encode_machine: |m| wire::encode_snapshot(m).map_err(|e| e.to_string()),
+            decode_machine: |b| wire::decode_snapshot(b).map_err(|e| e.to_string()),
             encode_cmd: |c| wire::encode(c).map_err(|e| e.to_string()),
             decode_cmd: |b| wire::decode(b).map_err(|e| e.to_string()),
         }
@@ -260,11 +260,30 @@ impl<D: Disk> Replica<D> {
     /// Persists what raft-rs produced (one durable write), applies committed entries and queues
     /// messages. Messages go out only after the write, so nothing is acknowledged unsynced.
     pub fn handle_ready(&mut self) -> Result<bool, ReplicaError> {
+        let mut early = Vec::new();
+        let r = self.handle_ready_with(&mut |m| early.extend(m));
+        let mut all = early;
+        all.append(&mut self.messages);
+        self.messages = all;
+        r
+    }
+
+    /// Like `handle_ready`, but hands the leader's append messages to `send_early` before the
+    /// local write (Raft allows a leader to replicate while it persists), so replication and
+    /// the leader's fsync overlap. Messages that need the write (votes, acks) still wait.
+    pub fn handle_ready_with(
+        &mut self,
+        send_early: &mut dyn FnMut(Vec<Message>),
+    ) -> Result<bool, ReplicaError> {
         if !self.raw.has_ready() {
             return Ok(false);
         }
         let mut rd = self.raw.ready();
-        let mut msgs = rd.take_messages();
+        let early = rd.take_messages();
+        if !early.is_empty() {
+            send_early(early);
+        }
+        let mut msgs = Vec::new();
         let install = if rd.snapshot().is_empty() {
             None
         } else {

@@ -76,7 +76,7 @@ fn codec() -> SnapshotCodec {
 }
 
 fn encode_machine(m: &allot_core::machine::Machine) -> Vec<u8> {
-    allot_common::wire::encode(m).expect("machine encodes")
+    allot_common::wire::encode_snapshot(m).expect("machine encodes")
 }
 
 impl Sim {
@@ -347,7 +347,12 @@ impl Sim {
         let Some(r) = self.nodes[i].as_mut() else {
             return;
         };
-        match r.handle_ready() {
+        let mut early = Vec::new();
+        let res = r.handle_ready_with(&mut |m| early.extend(m));
+        // The leader's appends leave before its own write; they are on the network even if
+        // the write is then lost.
+        self.send(early);
+        match res {
             Ok(_) => {}
             Err(e) => {
                 let msg = format!("replica {} handle_ready: {e}", i + 1);

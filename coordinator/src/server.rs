@@ -1,0 +1,877 @@
+//! The coordinator process: one replica on a raft thread, QUIC for peers and clients (mutual
+//! TLS), and HTTP for `/metrics`, `/healthz` and `/readyz`.
+//!
+//! The raft thread owns the `Replica` and is the only place the state machine lives. Everything
+//! else talks to it through `Input`s: raft messages from peers, proposals (writes), and reads,
+//! which wait for a read index confirmed by a quorum before they run against the applied state.
+//! The leader also runs the scheduler there and proposes each cycle's plan as one log entry.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::mpsc as stdmpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use allot_common::api::{ApiError, Body, ErrorKind, Reply, Request, Response, WorkloadFilter};
+use allot_common::tls::{self, Identity, TlsFiles};
+use allot_common::wire;
+use allot_core::machine::{Command, Entry as Cmd, Machine};
+use allot_core::views;
+use raft::eraftpb::{Message, MessageType};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::metrics::Metrics;
+use crate::raftlog::RedbDisk;
+use crate::replica::{decode_message, encode_message, Replica, ReplicaConfig, SnapshotCodec};
+
+/// Largest raft message accepted from a peer (snapshots included).
+const MAX_PEER_FRAME: usize = wire::MAX_SNAPSHOT + 1024;
+/// How long a write waits to be applied before the client is told to retry.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub id: u64,
+    pub listen: SocketAddr,
+    /// Every replica's address, this one's included.
+    pub peers: BTreeMap<u64, String>,
+    pub data_dir: PathBuf,
+    pub certs: PathBuf,
+    pub http: Option<SocketAddr>,
+    pub tick_ms: u64,
+    pub election_ticks: usize,
+    pub heartbeat_ticks: usize,
+    pub snapshot_every: u64,
+    pub schedule_interval_ms: u64,
+}
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+type Query = Box<dyn FnOnce(&Machine) -> Response + Send>;
+
+enum Input {
+    Raft(Message),
+    Propose {
+        cmd: Command,
+        reply: oneshot::Sender<Response>,
+    },
+    Read {
+        query: Query,
+        reply: oneshot::Sender<Response>,
+    },
+    Unreachable(u64),
+    SnapshotStatus(u64, bool),
+}
+
+/// What the rest of the process can see of the raft thread.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    pub id: u64,
+    pub leader: u64,
+    pub term: u64,
+    pub commit: u64,
+    pub applied: u64,
+    pub is_leader: bool,
+    pub started: bool,
+}
+
+#[derive(Clone)]
+struct Shared {
+    id: u64,
+    input: stdmpsc::Sender<Input>,
+    status: Arc<Mutex<Status>>,
+    peers: Arc<BTreeMap<u64, String>>,
+}
+
+impl Shared {
+    fn status(&self) -> Status {
+        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+    fn leader_addr(&self, leader: u64) -> Option<String> {
+        self.peers.get(&leader).cloned()
+    }
+    fn with_leader(&self, mut e: ApiError) -> ApiError {
+        if e.kind == ErrorKind::NotLeader {
+            let l = self.status().leader;
+            if l != 0 {
+                e.leader = self.leader_addr(l);
+            }
+        }
+        e
+    }
+    async fn propose(&self, cmd: Command) -> Response {
+        let (tx, rx) = oneshot::channel();
+        self.input
+            .send(Input::Propose { cmd, reply: tx })
+            .map_err(|_| {
+                ApiError::new(ErrorKind::Unavailable, "the coordinator is shutting down")
+            })?;
+        match tokio::time::timeout(WRITE_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r.map_err(|e| self.with_leader(e)),
+            Ok(Err(_)) => Err(ApiError::new(
+                ErrorKind::Unavailable,
+                "leadership changed before the write was applied; it may or may not have been: retry (submits with the same client token are idempotent)",
+            )),
+            Err(_) => Err(ApiError::new(
+                ErrorKind::Unavailable,
+                format!("the write was not applied within {}s; retry", WRITE_TIMEOUT.as_secs()),
+            )),
+        }
+    }
+    async fn read(&self, query: Query) -> Response {
+        let (tx, rx) = oneshot::channel();
+        self.input
+            .send(Input::Read { query, reply: tx })
+            .map_err(|_| {
+                ApiError::new(ErrorKind::Unavailable, "the coordinator is shutting down")
+            })?;
+        match tokio::time::timeout(WRITE_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r.map_err(|e| self.with_leader(e)),
+            _ => Err(ApiError::new(
+                ErrorKind::Unavailable,
+                "the read could not be confirmed by a quorum; retry",
+            )),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+// ------------------------------------------------------------------------------ raft thread
+
+struct RaftLoop {
+    rep: Replica<RedbDisk>,
+    peers: BTreeMap<u64, mpsc::UnboundedSender<Message>>,
+    waiters: HashMap<u64, (oneshot::Sender<Response>, Instant)>,
+    pending_reads: HashMap<u64, (Query, oneshot::Sender<Response>)>,
+    ready_reads: Vec<(u64, Query, oneshot::Sender<Response>)>,
+    next_token: u64,
+    plan_token: Option<u64>,
+    plan_since: Instant,
+    dirty: bool,
+    last_schedule: Instant,
+    schedule_interval: Duration,
+    was_leader: bool,
+    status: Arc<Mutex<Status>>,
+    metrics: Arc<Metrics>,
+    last_metrics: Instant,
+}
+
+impl RaftLoop {
+    fn handle(&mut self, input: Input) {
+        match input {
+            Input::Raft(m) => {
+                // raft-rs refuses stale or unexpected messages; nothing changes then.
+                let _ = self.rep.step(m);
+            }
+            Input::Propose { cmd, reply } => {
+                let token = self.next_token;
+                self.next_token += 1;
+                match self.rep.propose(token, &Cmd { now: now_ms(), cmd }) {
+                    Ok(()) => {
+                        self.waiters.insert(token, (reply, Instant::now()));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            Input::Read { query, reply } => {
+                let token = self.next_token;
+                self.next_token += 1;
+                match self.rep.read_index(token) {
+                    Ok(()) => {
+                        self.pending_reads.insert(token, (query, reply));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            Input::Unreachable(id) => self.rep.report_unreachable(id),
+            Input::SnapshotStatus(id, ok) => self.rep.report_snapshot(id, ok),
+        }
+    }
+
+    fn schedule(&mut self) {
+        if !self.rep.is_leader() {
+            return;
+        }
+        if let Some(_t) = self.plan_token {
+            // One plan in flight at a time; give up on one that was lost with a leadership change.
+            if self.plan_since.elapsed() < WRITE_TIMEOUT {
+                return;
+            }
+            self.plan_token = None;
+        }
+        if !self.dirty && self.last_schedule.elapsed() < self.schedule_interval {
+            return;
+        }
+        self.dirty = false;
+        self.last_schedule = Instant::now();
+        let now = now_ms();
+        let t0 = Instant::now();
+        let plan = allot_core::schedule(&self.rep.machine.state, now);
+        self.metrics
+            .cycle_seconds
+            .observe(t0.elapsed().as_secs_f64());
+        let st = &self.rep.machine.state;
+        let messages_changed = plan.pending.iter().any(|(id, r, m)| {
+            st.workloads
+                .get(id)
+                .is_some_and(|w| w.pending_status() != Some((r.as_str(), m.as_str())))
+        });
+        if !plan.has_decisions() && !messages_changed {
+            return;
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        if self
+            .rep
+            .propose(
+                token,
+                &Cmd {
+                    now,
+                    cmd: Command::Plan(plan),
+                },
+            )
+            .is_ok()
+        {
+            self.plan_token = Some(token);
+            self.plan_since = Instant::now();
+        }
+    }
+
+    fn drain_ready(&mut self) -> Result<(), BoxError> {
+        while self.rep.has_ready() {
+            let peers = &self.peers;
+            self.rep.handle_ready_with(&mut |msgs| {
+                for m in msgs {
+                    if let Some(tx) = peers.get(&m.to) {
+                        let _ = tx.send(m);
+                    }
+                }
+            })?;
+            for m in self.rep.take_messages() {
+                if let Some(tx) = self.peers.get(&m.to) {
+                    let _ = tx.send(m);
+                }
+            }
+            for a in self.rep.take_applied() {
+                if a.kind != "plan" || a.result.is_err() {
+                    self.dirty = true;
+                }
+                if !a.events.is_empty() {
+                    self.dirty = true;
+                }
+                if let Some(t) = a.token {
+                    if self.plan_token == Some(t) {
+                        self.plan_token = None;
+                    }
+                    if let Some((w, _)) = self.waiters.remove(&t) {
+                        let _ = w.send(a.result);
+                    }
+                }
+            }
+            for (token, index) in self.rep.take_reads() {
+                if let Some((q, r)) = self.pending_reads.remove(&token) {
+                    self.ready_reads.push((index, q, r));
+                }
+            }
+        }
+        let applied = self.rep.applied_index();
+        let mut keep = Vec::new();
+        for (index, q, r) in std::mem::take(&mut self.ready_reads) {
+            if index <= applied {
+                let _ = r.send(q(&self.rep.machine));
+            } else {
+                keep.push((index, q, r));
+            }
+        }
+        self.ready_reads = keep;
+        Ok(())
+    }
+
+    fn after(&mut self) {
+        let leader = self.rep.is_leader();
+        if self.was_leader && !leader {
+            // Proposals may still commit under the new leader, but this replica cannot tell
+            // its clients; they retry (idempotently) elsewhere.
+            let e = self.rep.not_leader();
+            for (_, (w, _)) in self.waiters.drain() {
+                let _ = w.send(Err(e.clone()));
+            }
+            for (_, (_, r)) in self.pending_reads.drain() {
+                let _ = r.send(Err(e.clone()));
+            }
+            self.plan_token = None;
+        }
+        if leader && !self.was_leader {
+            self.dirty = true;
+        }
+        self.was_leader = leader;
+        let stale: Vec<u64> = self
+            .waiters
+            .iter()
+            .filter(|(_, (_, t))| t.elapsed() > WRITE_TIMEOUT)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in stale {
+            self.waiters.remove(&k);
+        }
+        if let Ok(mut s) = self.status.lock() {
+            s.leader = self.rep.leader();
+            s.term = self.rep.term();
+            s.commit = self.rep.commit_index();
+            s.applied = self.rep.applied_index();
+            s.is_leader = leader;
+            s.started = true;
+        }
+        if self.last_metrics.elapsed() >= Duration::from_millis(500) {
+            self.last_metrics = Instant::now();
+            self.metrics.update(&self.rep);
+        }
+    }
+
+    fn run(mut self, rx: stdmpsc::Receiver<Input>, tick: Duration) {
+        let mut next_tick = Instant::now() + tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(i) => self.handle(i),
+                Err(stdmpsc::RecvTimeoutError::Timeout) => {}
+                Err(stdmpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            // Everything queued goes into the same Ready: one fsync for many writes.
+            for i in rx.try_iter().take(50_000) {
+                self.handle(i);
+            }
+            if Instant::now() >= next_tick {
+                self.rep.tick();
+                next_tick += tick;
+                if next_tick < Instant::now() {
+                    next_tick = Instant::now() + tick;
+                }
+            }
+            // Schedule as soon as something changed, not at the next tick.
+            for _ in 0..2 {
+                self.schedule();
+                if let Err(e) = self.drain_ready() {
+                    // A disk that cannot be written must not acknowledge anything: stop.
+                    tracing::error!("raft storage failed, stopping the replica: {e}");
+                    std::process::exit(70);
+                }
+            }
+            self.after();
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------ network
+
+async fn peer_sender(
+    to: u64,
+    addr: String,
+    endpoint: quinn::Endpoint,
+    client: quinn::ClientConfig,
+    mut rx: mpsc::UnboundedReceiver<Message>,
+    input: stdmpsc::Sender<Input>,
+) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let conn = match connect(&endpoint, &client, &addr).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!("peer {to} at {addr}: {e}");
+                // Raft resends; drop what queued up and tell it about lost snapshots.
+                while let Ok(m) = rx.try_recv() {
+                    if m.get_msg_type() == MessageType::MsgSnapshot {
+                        let _ = input.send(Input::SnapshotStatus(to, false));
+                    }
+                }
+                let _ = input.send(Input::Unreachable(to));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        let mut stream = match conn.open_uni().await {
+            Ok(s) => s,
+            Err(_) => continue,
+        };
+        while let Some(m) = rx.recv().await {
+            let snap = m.get_msg_type() == MessageType::MsgSnapshot;
+            let ok = match encode_message(&m) {
+                Ok(b) => wire::write_frame_bytes_large(&mut stream, &b).await.is_ok(),
+                Err(_) => false,
+            };
+            if snap {
+                let _ = input.send(Input::SnapshotStatus(to, ok));
+            }
+            if !ok {
+                let _ = input.send(Input::Unreachable(to));
+                break;
+            }
+        }
+        if rx.is_closed() {
+            return;
+        }
+    }
+}
+
+async fn connect(
+    endpoint: &quinn::Endpoint,
+    client: &quinn::ClientConfig,
+    addr: &str,
+) -> Result<quinn::Connection, BoxError> {
+    let sock = tokio::net::lookup_host(addr)
+        .await?
+        .next()
+        .ok_or_else(|| format!("{addr} resolves to no address"))?;
+    let c = endpoint
+        .connect_with(client.clone(), sock, tls::SERVER_NAME)?
+        .await?;
+    Ok(c)
+}
+
+async fn serve_conn(conn: quinn::Connection, shared: Shared) {
+    let who = match tls::identity_of(&conn) {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::info!("refused {}: {e}", conn.remote_address());
+            conn.close(1u32.into(), b"certificate has no allot identity");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            bi = conn.accept_bi() => {
+                let Ok((send, recv)) = bi else { return };
+                let shared = shared.clone();
+                let who = who.clone();
+                tokio::spawn(async move { serve_request(send, recv, who, shared).await });
+            }
+            uni = conn.accept_uni() => {
+                let Ok(recv) = uni else { return };
+                let Identity::Coordinator { id } = who else {
+                    conn.close(2u32.into(), b"only coordinators send raft messages");
+                    return;
+                };
+                let shared = shared.clone();
+                tokio::spawn(async move { serve_raft(recv, id, shared).await });
+            }
+        }
+    }
+}
+
+async fn serve_raft(mut recv: quinn::RecvStream, peer: u64, shared: Shared) {
+    loop {
+        match wire::read_frame_bytes_limited(&mut recv, MAX_PEER_FRAME).await {
+            Ok(Some(b)) => match decode_message(&b) {
+                Ok(m) if m.from == peer && m.to == shared.id => {
+                    if shared.input.send(Input::Raft(m)).is_err() {
+                        return;
+                    }
+                }
+                Ok(m) => {
+                    tracing::warn!(
+                        "coordinator {peer} sent a raft message from {} to {}; dropped",
+                        m.from,
+                        m.to
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!("coordinator {peer} sent an undecodable raft message: {e}");
+                    return;
+                }
+            },
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!("raft stream from {peer}: {e}");
+                return;
+            }
+        }
+    }
+}
+
+async fn serve_request(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    who: Identity,
+    shared: Shared,
+) {
+    let resp: Response = match wire::read_frame::<_, Request>(&mut recv).await {
+        Ok(Some(req)) if req.version != wire::PROTOCOL_VERSION => Err(ApiError::new(
+            ErrorKind::Version,
+            format!(
+                "client speaks protocol version {}, this coordinator speaks {}; use a matching allot",
+                req.version,
+                wire::PROTOCOL_VERSION
+            ),
+        )),
+        Ok(Some(req)) => handle_request(req.body, &who, &shared).await,
+        Ok(None) => return,
+        Err(e) => Err(ApiError::new(
+            ErrorKind::Invalid,
+            format!("could not read the request: {e}"),
+        )),
+    };
+    if let Err(e) = wire::write_frame(&mut send, &resp).await {
+        tracing::debug!("reply to {who}: {e}");
+    }
+    let _ = send.finish();
+}
+
+fn forbidden(who: &Identity, what: &str) -> ApiError {
+    ApiError::new(ErrorKind::Forbidden, format!("{who} may not {what}"))
+}
+
+fn admin_only(who: &Identity, what: &str) -> Result<(), ApiError> {
+    match who {
+        Identity::Admin { .. } | Identity::Coordinator { .. } => Ok(()),
+        _ => Err(forbidden(
+            who,
+            &format!("{what}; it needs an admin certificate"),
+        )),
+    }
+}
+
+/// The team a user certificate is bound to (`None` for admins: every team).
+fn team_scope(who: &Identity, what: &str) -> Result<Option<String>, ApiError> {
+    match who {
+        Identity::Admin { .. } | Identity::Coordinator { .. } => Ok(None),
+        Identity::User { team } => Ok(Some(team.clone())),
+        Identity::Node { .. } => Err(forbidden(who, what)),
+    }
+}
+
+/// The node a node certificate is bound to (`None` for admins).
+fn node_scope(who: &Identity, node: &str, what: &str) -> Result<Option<String>, ApiError> {
+    match who {
+        Identity::Admin { .. } | Identity::Coordinator { .. } => Ok(None),
+        Identity::Node { node: mine } if mine == node => Ok(Some(mine.clone())),
+        Identity::Node { node: mine } => Err(forbidden(
+            who,
+            &format!("{what} for node {node:?}; it reports only for node {mine:?}"),
+        )),
+        Identity::User { .. } => Err(forbidden(
+            who,
+            &format!("{what}; it needs a node certificate"),
+        )),
+    }
+}
+
+async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
+    match body {
+        Body::Hello => {
+            let s = sh.status();
+            Ok(Reply::Hello {
+                version: wire::PROTOCOL_VERSION,
+                replica: sh.id,
+                leader: (s.leader != 0).then_some(s.leader),
+                leader_addr: sh.leader_addr(s.leader),
+                identity: who.to_string(),
+            })
+        }
+        Body::CreateComputeQuota(input) => {
+            admin_only(who, "create compute quotas")?;
+            allot_core::machine::team_spec(&input)?;
+            sh.propose(Command::CreateComputeQuota(input)).await
+        }
+        Body::UpdateComputeQuota {
+            input,
+            target_version,
+        } => {
+            admin_only(who, "update compute quotas")?;
+            allot_core::machine::team_spec(&input)?;
+            sh.propose(Command::UpdateComputeQuota {
+                input,
+                target_version,
+            })
+            .await
+        }
+        Body::DeleteComputeQuota { name } => {
+            admin_only(who, "delete compute quotas")?;
+            sh.propose(Command::DeleteComputeQuota { name }).await
+        }
+        Body::DescribeComputeQuota { name } => {
+            sh.read(Box::new(move |m: &Machine| match m.quotas.get(&name) {
+                Some(q) => Ok(Reply::Quota(q.view())),
+                None => Err(ApiError::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "unknown compute quota {name:?}; compute quotas: {}",
+                        m.quotas.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                )),
+            }))
+            .await
+        }
+        Body::ListComputeQuotas => {
+            sh.read(Box::new(|m: &Machine| {
+                Ok(Reply::Quotas(m.quotas.values().map(|q| q.view()).collect()))
+            }))
+            .await
+        }
+        Body::CreateSchedulerConfig { name, config } => {
+            admin_only(who, "create the cluster scheduler config")?;
+            sh.propose(Command::CreateSchedulerConfig { name, config })
+                .await
+        }
+        Body::UpdateSchedulerConfig {
+            name,
+            config,
+            target_version,
+        } => {
+            admin_only(who, "update the cluster scheduler config")?;
+            sh.propose(Command::UpdateSchedulerConfig {
+                name,
+                config,
+                target_version,
+            })
+            .await
+        }
+        Body::DescribeSchedulerConfig => {
+            sh.read(Box::new(|m: &Machine| match &m.scheduler_config {
+                Some(r) => Ok(Reply::SchedulerConfig(r.view.clone())),
+                None => Err(ApiError::new(
+                    ErrorKind::NotFound,
+                    "the cluster has no scheduler config; create one with create-cluster-scheduler-config",
+                )),
+            }))
+            .await
+        }
+        Body::Submit(input) => {
+            check_submit_team(who, &input.spec.team)?;
+            sh.propose(Command::Submit(input)).await
+        }
+        Body::SubmitBatch(inputs) => {
+            for i in &inputs {
+                check_submit_team(who, &i.spec.team)?;
+            }
+            sh.propose(Command::SubmitBatch(inputs)).await
+        }
+        Body::Cancel { name } => {
+            let team = team_scope(who, "cancel workloads")?;
+            sh.propose(Command::Cancel { name, team }).await
+        }
+        Body::GetWorkloads(filter) => {
+            let scope = team_scope(who, "list workloads")?;
+            let filter = match (scope, filter.team.clone()) {
+                (Some(mine), Some(asked)) if mine != asked => {
+                    return Err(forbidden(
+                        who,
+                        &format!("list team {asked:?}'s workloads; it acts for team {mine:?} only"),
+                    ))
+                }
+                (Some(mine), _) => WorkloadFilter {
+                    team: Some(mine),
+                    ..filter
+                },
+                (None, _) => filter,
+            };
+            sh.read(Box::new(move |m: &Machine| {
+                Ok(Reply::Workloads(views::workloads(m, &filter)))
+            }))
+            .await
+        }
+        Body::DescribeWorkload { name } => {
+            let scope = team_scope(who, "describe workloads")?;
+            sh.read(Box::new(move |m: &Machine| {
+                let id = m.state.find_workload(&name)?;
+                m.check_team(id, scope.as_deref())?;
+                Ok(Reply::Workload(Box::new(views::workload(m, id))))
+            }))
+            .await
+        }
+        Body::GetNodes => {
+            sh.read(Box::new(|m: &Machine| Ok(Reply::Nodes(views::nodes(m)))))
+                .await
+        }
+        Body::GetTeams => {
+            sh.read(Box::new(|m: &Machine| Ok(Reply::Teams(views::teams(m)))))
+                .await
+        }
+        Body::RegisterNode {
+            name,
+            instance_type,
+            capacity,
+        } => {
+            node_scope(who, &name, "register nodes")?;
+            sh.propose(Command::RegisterNode {
+                name,
+                instance_type,
+                capacity,
+            })
+            .await
+        }
+        Body::SetNodeHealth {
+            name,
+            healthy,
+            reason,
+        } => {
+            node_scope(who, &name, "report node health")?;
+            sh.propose(Command::SetNodeHealth {
+                name,
+                healthy,
+                reason,
+            })
+            .await
+        }
+        Body::WorkloadStarted { name } => {
+            let node = report_scope(who)?;
+            sh.propose(Command::WorkloadStarted { name, node }).await
+        }
+        Body::WorkloadExited { name, succeeded } => {
+            let node = report_scope(who)?;
+            sh.propose(Command::WorkloadExited {
+                name,
+                succeeded,
+                node,
+            })
+            .await
+        }
+    }
+}
+
+fn report_scope(who: &Identity) -> Result<Option<String>, ApiError> {
+    match who {
+        Identity::Admin { .. } | Identity::Coordinator { .. } => Ok(None),
+        Identity::Node { node } => Ok(Some(node.clone())),
+        Identity::User { .. } => Err(forbidden(
+            who,
+            "report workload state; it needs a node certificate",
+        )),
+    }
+}
+
+fn check_submit_team(who: &Identity, team: &str) -> Result<(), ApiError> {
+    match who {
+        Identity::Admin { .. } | Identity::Coordinator { .. } => Ok(()),
+        Identity::User { team: mine } if mine == team => Ok(()),
+        Identity::User { team: mine } => Err(forbidden(
+            who,
+            &format!("submit workloads to team {team:?}; it acts for team {mine:?} only"),
+        )),
+        Identity::Node { .. } => Err(forbidden(who, "submit workloads")),
+    }
+}
+
+// ------------------------------------------------------------------------------ startup
+
+/// A running coordinator; dropping the handle does not stop it, `shutdown` does.
+pub struct Running {
+    pub status: Arc<Mutex<Status>>,
+    pub endpoint: quinn::Endpoint,
+    pub http_addr: Option<SocketAddr>,
+}
+
+pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+        format!(
+            "could not create data directory {}: {e}",
+            cfg.data_dir.display()
+        )
+    })?;
+    let files = TlsFiles::for_identity(&cfg.certs, &Identity::Coordinator { id: cfg.id });
+    let server_tls = tls::server_config(&files)?;
+    let client_tls = tls::client_config(&files)?;
+    let disk = RedbDisk::open(&cfg.data_dir.join("raft.redb"))?;
+    let mut rcfg = ReplicaConfig::new(cfg.id, cfg.peers.keys().copied().collect());
+    rcfg.election_tick = cfg.election_ticks;
+    rcfg.max_election_tick = cfg.election_ticks * 2;
+    rcfg.heartbeat_tick = cfg.heartbeat_ticks;
+    rcfg.snapshot_every = cfg.snapshot_every;
+    let logger = slog::Logger::root(tracing_slog::TracingSlogDrain, slog::o!());
+    let rep = Replica::open(rcfg, disk, SnapshotCodec::wire(), &logger)?;
+    let endpoint = quinn::Endpoint::server(server_tls, cfg.listen)
+        .map_err(|e| format!("could not listen on {} (UDP): {e}", cfg.listen))?;
+
+    let (input_tx, input_rx) = stdmpsc::channel::<Input>();
+    let status = Arc::new(Mutex::new(Status {
+        id: cfg.id,
+        ..Default::default()
+    }));
+    let metrics = Arc::new(Metrics::new(cfg.id));
+    let mut peer_txs = BTreeMap::new();
+    for (&id, addr) in &cfg.peers {
+        if id == cfg.id {
+            continue;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        peer_txs.insert(id, tx);
+        tokio::spawn(peer_sender(
+            id,
+            addr.clone(),
+            endpoint.clone(),
+            client_tls.clone(),
+            rx,
+            input_tx.clone(),
+        ));
+    }
+    let lp = RaftLoop {
+        rep,
+        peers: peer_txs,
+        waiters: HashMap::new(),
+        pending_reads: HashMap::new(),
+        ready_reads: Vec::new(),
+        next_token: 1,
+        plan_token: None,
+        plan_since: Instant::now(),
+        dirty: true,
+        last_schedule: Instant::now(),
+        schedule_interval: Duration::from_millis(cfg.schedule_interval_ms),
+        was_leader: false,
+        status: status.clone(),
+        metrics: metrics.clone(),
+        last_metrics: Instant::now(),
+    };
+    let tick = Duration::from_millis(cfg.tick_ms);
+    std::thread::Builder::new()
+        .name(format!("raft-{}", cfg.id))
+        .spawn(move || lp.run(input_rx, tick))?;
+
+    let shared = Shared {
+        id: cfg.id,
+        input: input_tx,
+        status: status.clone(),
+        peers: Arc::new(cfg.peers.clone()),
+    };
+    let ep = endpoint.clone();
+    let sh = shared.clone();
+    tokio::spawn(async move {
+        while let Some(incoming) = ep.accept().await {
+            let sh = sh.clone();
+            tokio::spawn(async move {
+                match incoming.await {
+                    Ok(conn) => serve_conn(conn, sh).await,
+                    Err(e) => tracing::info!("refused a connection: {e}"),
+                }
+            });
+        }
+    });
+    let http_addr = match cfg.http {
+        Some(addr) => Some(crate::http::serve(addr, status.clone(), metrics).await?),
+        None => None,
+    };
+    tracing::info!(
+        "coordinator {} listening on {} (QUIC){}",
+        cfg.id,
+        cfg.listen,
+        http_addr
+            .map(|a| format!(", http on {a}"))
+            .unwrap_or_default()
+    );
+    Ok(Running {
+        status,
+        endpoint,
+        http_addr,
+    })
+}

@@ -1,0 +1,333 @@
+//! `allot bench`: starts three real coordinator processes on loopback (fsync on), and measures
+//! the disk's fsync latency (the baseline), submit-to-admit latency on an idle cluster, and
+//! sustained durable admissions per second with many nodes and teams.
+
+use std::io::Write;
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use allot_common::api::{
+    ActivationState, Body, ComputeQuotaInput, Reply, RunSpec, SubmitInput, WorkloadFilter,
+};
+use allot_common::hyperpod::ComputeQuotaConfig;
+use allot_common::tls::{self, Identity};
+use allot_common::{Catalog, PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
+use anyhow::{anyhow, bail, Context};
+
+use crate::client::{Client, ClientOpts};
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Simulated nodes registered for the throughput run.
+    #[arg(long, default_value_t = 1000)]
+    pub nodes: u32,
+    /// Teams (each with an equal compute quota).
+    #[arg(long, default_value_t = 100)]
+    pub teams: u32,
+    /// Workloads submitted in the throughput run.
+    #[arg(long, default_value_t = 50_000)]
+    pub workloads: u32,
+    /// Submit-to-admit samples on the idle cluster.
+    #[arg(long, default_value_t = 200)]
+    pub samples: u32,
+    /// Keep the data directory (printed) instead of deleting it.
+    #[arg(long)]
+    pub keep: bool,
+    /// Instance type of the simulated nodes.
+    #[arg(long, default_value = "ml.p4d.24xlarge")]
+    pub instance_type: String,
+}
+
+struct Cluster {
+    children: Vec<Child>,
+    dir: PathBuf,
+    keep: bool,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// fsync latency of the disk the data lives on: 4 KiB appended and fdatasync'ed.
+fn fsync_baseline(dir: &Path, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let path = dir.join("fsync-probe");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
+    let buf = vec![7u8; 4096];
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f.write_all(&buf)?;
+        f.sync_data()?;
+        out.push(t.elapsed());
+    }
+    let _ = std::fs::remove_file(&path);
+    out.sort();
+    Ok(out)
+}
+
+fn start_cluster(dir: &Path, keep: bool) -> anyhow::Result<(Cluster, Vec<String>)> {
+    let certs = dir.join("certs");
+    tls::init_ca(&certs, false)?;
+    tls::issue(
+        &certs,
+        &Identity::Admin {
+            name: "admin".into(),
+        },
+        &[],
+        &[],
+        30,
+    )?;
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let peers = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let exe = std::env::current_exe().context("finding the allot binary")?;
+    let mut cluster = Cluster {
+        children: Vec::new(),
+        dir: dir.to_path_buf(),
+        keep,
+    };
+    for (i, addr) in addrs.iter().enumerate() {
+        let id = i as u64 + 1;
+        tls::issue(&certs, &Identity::Coordinator { id }, &[], &[], 30)?;
+        let log = std::fs::File::create(dir.join(format!("coordinator-{id}.log")))?;
+        let child = Command::new(&exe)
+            .args(["coordinator", "--id", &id.to_string(), "--listen", addr])
+            .args(["--peers", &peers, "--http", "off"])
+            .arg("--data-dir")
+            .arg(dir.join(format!("data-{id}")))
+            .arg("--certs")
+            .arg(&certs)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting a coordinator")?;
+        cluster.children.push(child);
+    }
+    Ok((cluster, addrs))
+}
+
+async fn call(c: &mut Client, b: Body) -> anyhow::Result<Reply> {
+    c.call(b)
+        .await?
+        .map_err(|e| anyhow!("{:?}: {}", e.kind, e.message))
+}
+
+fn job(name: String, team: String, res: &ResourceName, qty: i64) -> SubmitInput {
+    let mut r = Resources::new();
+    r.add(res, qty);
+    SubmitInput {
+        client_token: Some(name.clone()),
+        spec: WorkloadSpec {
+            name,
+            team,
+            priority: PriorityRef::None,
+            instance_type: None,
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: 1,
+                min_count: None,
+                requests: r,
+            }],
+        },
+        run: Some(RunSpec::default()),
+    }
+}
+
+pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
+    let it = Catalog::builtin()
+        .get(&a.instance_type)
+        .map_err(|e| anyhow!("--instance-type: {e}"))?
+        .clone();
+    let base = std::env::temp_dir().join(format!("allot-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&base)?;
+    let fs = fsync_baseline(&base, 300)?;
+    println!(
+        "disk fsync (4 KiB append + fdatasync, {} samples): p50 {}, p99 {}",
+        fs.len(),
+        ms(pct(&fs, 0.5)),
+        ms(pct(&fs, 0.99))
+    );
+    let (_cluster, addrs) = start_cluster(&base, a.keep)?;
+    if a.keep {
+        println!("data and logs in {}", base.display());
+    }
+    let opts = ClientOpts {
+        coordinators: addrs.clone(),
+        certs: Some(base.join("certs")),
+        identity: Some("admin-admin".into()),
+    };
+    let mut c = Client::new(&opts)?;
+    // Wait for a leader.
+    let t = Instant::now();
+    loop {
+        match c.call(Body::GetNodes).await {
+            Ok(Ok(_)) => break,
+            _ if t.elapsed() > Duration::from_secs(20) => bail!("no leader after 20s"),
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    println!("3 replicas up, leader elected in {}", ms(t.elapsed()));
+
+    // Teams with an equal share of the nodes.
+    let per_team = (a.nodes / a.teams).max(1);
+    for t in 0..a.teams {
+        let cfg = ComputeQuotaConfig::parse_shorthand(&format!(
+            "ComputeQuotaResources=[{{InstanceType={},Count={per_team}}}],ResourceSharingConfig={{Strategy=LendAndBorrow,BorrowLimit=100}},PreemptTeamTasks=LowerPriority",
+            a.instance_type
+        ))
+        .map_err(|e| anyhow!("{e}"))?;
+        call(
+            &mut c,
+            Body::CreateComputeQuota(ComputeQuotaInput {
+                name: format!("quota-{t}"),
+                description: None,
+                team: format!("team-{t}"),
+                fair_share_weight: 10,
+                config: cfg,
+                activation: ActivationState::Enabled,
+            }),
+        )
+        .await?;
+    }
+    let caps = it.resources();
+    for n in 0..a.nodes {
+        call(
+            &mut c,
+            Body::RegisterNode {
+                name: format!("node-{n:05}"),
+                instance_type: a.instance_type.clone(),
+                capacity: caps.clone(),
+            },
+        )
+        .await?;
+    }
+    println!(
+        "{} teams, {} nodes of {} registered",
+        a.teams, a.nodes, a.instance_type
+    );
+
+    // Submit-to-admit latency, one workload at a time on the idle cluster.
+    let cpu = ResourceName::cpu();
+    let mut lat = Vec::new();
+    for i in 0..a.samples {
+        let name = format!("lat-{i}");
+        let t = Instant::now();
+        call(
+            &mut c,
+            Body::Submit(job(name.clone(), "team-0".into(), &cpu, 1)),
+        )
+        .await?;
+        loop {
+            if let Reply::Workload(w) =
+                call(&mut c, Body::DescribeWorkload { name: name.clone() }).await?
+            {
+                if w.state != "Pending" {
+                    break;
+                }
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                bail!("{name} not admitted within 10s");
+            }
+        }
+        lat.push(t.elapsed());
+        call(&mut c, Body::Cancel { name }).await?;
+    }
+    lat.sort();
+    println!(
+        "submit-to-admit on an idle cluster ({} samples, each polled until admitted): p50 {}, p99 {} ({:.1}x the fsync p99)",
+        lat.len(),
+        ms(pct(&lat, 0.5)),
+        ms(pct(&lat, 0.99)),
+        pct(&lat, 0.99).as_secs_f64() / pct(&fs, 0.99).as_secs_f64().max(1e-9)
+    );
+
+    // Sustained admissions: many submitters, batches of 500, until every workload is admitted.
+    let total = a.workloads;
+    let batch = 500u32;
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    let submitters = 8u32;
+    for s in 0..submitters {
+        let opts = opts.clone();
+        let teams = a.teams;
+        tasks.push(tokio::spawn(async move {
+            let mut c = Client::new(&opts)?;
+            let cpu = ResourceName::cpu();
+            let mut i = s * batch;
+            while i < total {
+                let end = (i + batch).min(total);
+                let jobs = (i..end)
+                    .map(|k| job(format!("tp-{k}"), format!("team-{}", k % teams), &cpu, 1))
+                    .collect();
+                call(&mut c, Body::SubmitBatch(jobs)).await?;
+                i += submitters * batch;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| anyhow!("submitter: {e}"))??;
+    }
+    let submitted_in = t0.elapsed();
+    let target = total as usize;
+    let admitted = loop {
+        let n = match call(&mut c, Body::GetTeams).await? {
+            Reply::Teams(ts) => ts.iter().map(|t| t.admitted as usize).sum::<usize>(),
+            _ => 0,
+        };
+        if n >= target {
+            break n;
+        }
+        if t0.elapsed() > Duration::from_secs(300) {
+            bail!("only {n} of {target} admitted after 300s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let el = t0.elapsed();
+    let pending = match call(&mut c, Body::GetWorkloads(WorkloadFilter::default())).await? {
+        Reply::Workloads(ws) => ws.iter().filter(|w| w.state == "Pending").count(),
+        _ => 0,
+    };
+    println!(
+        "sustained: {admitted} workloads submitted (in {}) and admitted durably in {} = {:.0} admissions/s ({} still pending)",
+        ms(submitted_in),
+        ms(el),
+        admitted as f64 / el.as_secs_f64(),
+        pending
+    );
+    Ok(())
+}

@@ -1,0 +1,904 @@
+//! Admin and user commands against a running cluster, named after `aws sagemaker` so HyperPod
+//! users feel at home: compute quotas and the cluster scheduler config for admins; submit,
+//! get, describe and cancel for data scientists.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use allot_common::api::{
+    ActivationState, Body, ComputeQuotaInput, ComputeQuotaView, NodeView, Reply, RunSpec,
+    SubmitInput, TeamView, WorkloadFilter, WorkloadView,
+};
+use allot_common::hyperpod::ComputeQuotaConfig;
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+
+use crate::client::{Client, ClientOpts};
+use crate::scenario;
+
+#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+pub enum Format {
+    #[default]
+    Table,
+    Json,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Out {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct QuotaArgs {
+    /// Name of the compute quota.
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub description: Option<String>,
+    /// Accepted for compatibility with `aws sagemaker`; allot governs one cluster.
+    #[arg(long)]
+    pub cluster_arn: Option<String>,
+    /// The allocation, in the AWS CLI shorthand, e.g.
+    /// "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2}],ResourceSharingConfig={Strategy=LendAndBorrow,BorrowLimit=50},PreemptTeamTasks=LowerPriority".
+    #[arg(long)]
+    pub compute_quota_config: String,
+    /// "TeamName=team-a,FairShareWeight=10".
+    #[arg(long)]
+    pub compute_quota_target: String,
+    /// Enabled or Disabled.
+    #[arg(long, default_value = "Enabled")]
+    pub activation_state: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GetWhat {
+    /// Workloads, with their state and where they run.
+    Workloads {
+        /// Only this team's (users see only their own team anyway).
+        #[arg(long)]
+        team: Option<String>,
+        /// Include finished and cancelled workloads.
+        #[arg(long)]
+        all: bool,
+        /// Keep watching and print changes.
+        #[arg(short = 'w', long)]
+        watch: bool,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Nodes with capacity and usage.
+    Nodes {
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Teams: quota, usage, borrowed, lent, weighted share.
+    Teams {
+        #[command(flatten)]
+        out: Out,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DescribeWhat {
+    /// One workload with its conditions (reasons and messages) and placement.
+    Workload {
+        name: String,
+        #[command(flatten)]
+        out: Out,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCmd {
+    /// Create a team's compute allocation (admin).
+    CreateComputeQuota {
+        #[command(flatten)]
+        q: QuotaArgs,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Change a compute allocation (admin); --target-version must be its current version.
+    UpdateComputeQuota {
+        /// The quota's id (cq-...) or name.
+        #[arg(long)]
+        compute_quota_id: String,
+        #[arg(long)]
+        target_version: u64,
+        #[command(flatten)]
+        q: QuotaArgs,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Show one compute quota.
+    DescribeComputeQuota {
+        /// The quota's id (cq-...) or name.
+        #[arg(long)]
+        compute_quota_id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// List compute quotas.
+    ListComputeQuotas {
+        #[arg(long)]
+        cluster_arn: Option<String>,
+        #[arg(long)]
+        name_contains: Option<String>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Delete a compute quota (admin); its team must have no workloads left.
+    DeleteComputeQuota {
+        #[arg(long)]
+        compute_quota_id: String,
+    },
+    /// Create the cluster's scheduler config (admin).
+    CreateClusterSchedulerConfig {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        cluster_arn: Option<String>,
+        #[arg(long)]
+        description: Option<String>,
+        /// "PriorityClasses=[{Name=inference,Weight=90},{Name=training,Weight=70}],FairShare=Enabled".
+        #[arg(long)]
+        scheduler_config: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Change the scheduler config (admin); --target-version must be its current version.
+    UpdateClusterSchedulerConfig {
+        #[arg(long)]
+        cluster_scheduler_config_id: String,
+        #[arg(long)]
+        target_version: u64,
+        #[arg(long)]
+        scheduler_config: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Show the scheduler config.
+    DescribeClusterSchedulerConfig {
+        #[arg(long)]
+        cluster_scheduler_config_id: Option<String>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Submit a workload from a job file (the scenario format's workload fields plus
+    /// command, env, workdir, grace).
+    Submit {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// List things.
+    Get {
+        #[command(subcommand)]
+        what: GetWhat,
+    },
+    /// Show one thing in detail.
+    Describe {
+        #[command(subcommand)]
+        what: DescribeWhat,
+    },
+    /// Cancel a workload (pending ones leave the queue, running ones are stopped).
+    Cancel { name: String },
+}
+
+fn api(r: anyhow::Result<Result<Reply, allot_common::api::ApiError>>) -> anyhow::Result<Reply> {
+    match r? {
+        Ok(r) => Ok(r),
+        Err(e) => Err(anyhow!("{:?}: {}", e.kind, e.message)),
+    }
+}
+
+/// "TeamName=team-a,FairShareWeight=10" (or the same as JSON).
+pub fn parse_target(s: &str) -> anyhow::Result<(String, u32)> {
+    let mut team = None;
+    let mut weight = 0u32;
+    let fields: Vec<(String, String)> = if s.trim_start().starts_with('{') {
+        let v: Value =
+            serde_json::from_str(s).context("--compute-quota-target is not valid JSON")?;
+        v.as_object()
+            .ok_or_else(|| anyhow!("--compute-quota-target must be an object"))?
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.as_str().map(String::from).unwrap_or(v.to_string()),
+                )
+            })
+            .collect()
+    } else {
+        s.split(',')
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').ok_or_else(|| {
+                    anyhow!("--compute-quota-target: {kv:?} is not Key=Value; expected TeamName=NAME,FairShareWeight=N")
+                })?;
+                Ok((k.trim().to_string(), v.trim().to_string()))
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    for (k, v) in fields {
+        match k.as_str() {
+            "TeamName" => team = Some(v),
+            "FairShareWeight" => weight = v.parse().map_err(|_| {
+                anyhow!(
+                    "--compute-quota-target: FairShareWeight {v:?} is not a whole number 0..=100"
+                )
+            })?,
+            o => bail!(
+                "--compute-quota-target: unknown key {o:?}; expected TeamName, FairShareWeight"
+            ),
+        }
+    }
+    let team = team.ok_or_else(|| anyhow!("--compute-quota-target needs TeamName=NAME"))?;
+    Ok((team, weight))
+}
+
+fn quota_input(q: &QuotaArgs, name: String) -> anyhow::Result<ComputeQuotaInput> {
+    let config = ComputeQuotaConfig::parse_shorthand(&q.compute_quota_config)
+        .map_err(|e| anyhow!("--compute-quota-config: {e}"))?;
+    let (team, fair_share_weight) = parse_target(&q.compute_quota_target)?;
+    let activation = ActivationState::parse(&q.activation_state)
+        .map_err(|e| anyhow!("--activation-state: {e}"))?;
+    Ok(ComputeQuotaInput {
+        name,
+        description: q.description.clone(),
+        team,
+        fair_share_weight,
+        config,
+        activation,
+    })
+}
+
+/// Reads a job file: the scenario format's workload fields plus how to run it.
+pub fn read_job(path: &std::path::Path) -> anyhow::Result<SubmitInput> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read job file {}", path.display()))?;
+    let mut v: Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(_) => serde_saphyr::from_str(&text)
+            .map_err(|e| anyhow!("{}: not valid YAML or JSON: {e}", path.display()))?,
+    };
+    let obj = v.as_object_mut().ok_or_else(|| {
+        anyhow!(
+            "{}: a job file is a mapping of workload fields",
+            path.display()
+        )
+    })?;
+    for k in ["submit_at", "duration", "admitted"] {
+        if obj.contains_key(k) {
+            bail!(
+                "{}: {k} belongs to simulation scenarios, not to a job file",
+                path.display()
+            );
+        }
+    }
+    let strings = |v: Option<Value>, key: &str| -> anyhow::Result<Vec<String>> {
+        match v {
+            None => Ok(Vec::new()),
+            Some(Value::String(s)) => Ok(vec![s]),
+            Some(Value::Array(a)) => a
+                .into_iter()
+                .map(|x| match x {
+                    Value::String(s) => Ok(s),
+                    Value::Number(n) => Ok(n.to_string()),
+                    o => Err(anyhow!("{key}: {o} is not a string")),
+                })
+                .collect(),
+            Some(o) => bail!("{key}: expected a string or a list of strings, got {o}"),
+        }
+    };
+    let mut command = strings(obj.remove("command"), "command")?;
+    command.extend(strings(obj.remove("args"), "args")?);
+    let env: BTreeMap<String, String> = match obj.remove("env") {
+        None => BTreeMap::new(),
+        Some(Value::Object(m)) => m
+            .into_iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    Value::String(s) => s,
+                    o => o.to_string(),
+                };
+                (k, v)
+            })
+            .collect(),
+        Some(o) => bail!("env: expected a mapping of NAME: value, got {o}"),
+    };
+    let workdir = match obj.remove("workdir") {
+        None => None,
+        Some(Value::String(s)) => Some(s),
+        Some(o) => bail!("workdir: expected a path, got {o}"),
+    };
+    let grace_seconds = match obj.get("grace") {
+        None => None,
+        Some(g) => Some(
+            g.as_u64()
+                .and_then(|g| u32::try_from(g).ok())
+                .ok_or_else(|| anyhow!("grace: expected whole seconds, got {g}"))?,
+        ),
+    };
+    obj.remove("grace");
+    let w: scenario::WorkloadIn = serde_path_to_error::deserialize(v)
+        .map_err(|e| anyhow!("{}: {}: {}", path.display(), e.path(), e.inner()))?;
+    let spec = scenario::workload("", &w).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    Ok(SubmitInput {
+        client_token: Some(format!("{}-{}", spec.name, token_suffix())),
+        spec,
+        run: Some(RunSpec {
+            command,
+            env,
+            workdir,
+            grace_seconds,
+        }),
+    })
+}
+
+fn token_suffix() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{:x}-{}", t, std::process::id())
+}
+
+async fn resolve_quota(c: &mut Client, id: &str) -> anyhow::Result<String> {
+    if !id.starts_with("cq-") {
+        return Ok(id.to_string());
+    }
+    match api(c.call(Body::ListComputeQuotas).await)? {
+        Reply::Quotas(qs) => qs
+            .into_iter()
+            .find(|q| q.id == id)
+            .map(|q| q.name)
+            .ok_or_else(|| anyhow!("NotFound: no compute quota has id {id:?}")),
+        r => bail!("unexpected reply {r:?}"),
+    }
+}
+
+pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
+    let mut c = Client::new(opts)?;
+    match cmd {
+        ClusterCmd::CreateComputeQuota { q, out } => {
+            let name = q
+                .name
+                .clone()
+                .ok_or_else(|| anyhow!("create-compute-quota needs --name"))?;
+            let input = quota_input(&q, name)?;
+            print_reply(
+                api(c.call(Body::CreateComputeQuota(input)).await)?,
+                out.format,
+            );
+        }
+        ClusterCmd::UpdateComputeQuota {
+            compute_quota_id,
+            target_version,
+            q,
+            out,
+        } => {
+            let name = resolve_quota(&mut c, &compute_quota_id).await?;
+            let input = quota_input(&q, name)?;
+            print_reply(
+                api(c
+                    .call(Body::UpdateComputeQuota {
+                        input,
+                        target_version,
+                    })
+                    .await)?,
+                out.format,
+            );
+        }
+        ClusterCmd::DescribeComputeQuota {
+            compute_quota_id,
+            out,
+        } => {
+            let name = resolve_quota(&mut c, &compute_quota_id).await?;
+            print_reply(
+                api(c.call(Body::DescribeComputeQuota { name }).await)?,
+                out.format,
+            );
+        }
+        ClusterCmd::ListComputeQuotas {
+            name_contains, out, ..
+        } => {
+            let r = api(c.call(Body::ListComputeQuotas).await)?;
+            let r = match (r, name_contains) {
+                (Reply::Quotas(qs), Some(n)) => {
+                    Reply::Quotas(qs.into_iter().filter(|q| q.name.contains(&n)).collect())
+                }
+                (r, _) => r,
+            };
+            print_reply(r, out.format);
+        }
+        ClusterCmd::DeleteComputeQuota { compute_quota_id } => {
+            let name = resolve_quota(&mut c, &compute_quota_id).await?;
+            api(c
+                .call(Body::DeleteComputeQuota { name: name.clone() })
+                .await)?;
+            println!("deleted compute quota {name}");
+        }
+        ClusterCmd::CreateClusterSchedulerConfig {
+            name,
+            scheduler_config,
+            out,
+            ..
+        } => {
+            allot_common::hyperpod::parse_scheduler_config(&scheduler_config)
+                .map_err(|e| anyhow!("--scheduler-config: {e}"))?;
+            print_reply(
+                api(c
+                    .call(Body::CreateSchedulerConfig {
+                        name,
+                        config: scheduler_config,
+                    })
+                    .await)?,
+                out.format,
+            );
+        }
+        ClusterCmd::UpdateClusterSchedulerConfig {
+            cluster_scheduler_config_id,
+            target_version,
+            scheduler_config,
+            out,
+        } => {
+            allot_common::hyperpod::parse_scheduler_config(&scheduler_config)
+                .map_err(|e| anyhow!("--scheduler-config: {e}"))?;
+            print_reply(
+                api(c
+                    .call(Body::UpdateSchedulerConfig {
+                        name: cluster_scheduler_config_id,
+                        config: scheduler_config,
+                        target_version,
+                    })
+                    .await)?,
+                out.format,
+            );
+        }
+        ClusterCmd::DescribeClusterSchedulerConfig { out, .. } => {
+            print_reply(
+                api(c.call(Body::DescribeSchedulerConfig).await)?,
+                out.format,
+            );
+        }
+        ClusterCmd::Submit { file, out } => {
+            let input = read_job(&file)?;
+            print_reply(api(c.call(Body::Submit(input)).await)?, out.format);
+        }
+        ClusterCmd::Cancel { name } => {
+            api(c.call(Body::Cancel { name: name.clone() }).await)?;
+            println!("workload {name} cancelled");
+        }
+        ClusterCmd::Describe {
+            what: DescribeWhat::Workload { name, out },
+        } => {
+            print_reply(
+                api(c.call(Body::DescribeWorkload { name }).await)?,
+                out.format,
+            );
+        }
+        ClusterCmd::Get { what } => match what {
+            GetWhat::Workloads {
+                team,
+                all,
+                watch,
+                out,
+            } => {
+                let filter = WorkloadFilter { team, all };
+                if watch {
+                    return watch_workloads(&mut c, filter).await;
+                }
+                print_reply(api(c.call(Body::GetWorkloads(filter)).await)?, out.format);
+            }
+            GetWhat::Nodes { out } => print_reply(api(c.call(Body::GetNodes).await)?, out.format),
+            GetWhat::Teams { out } => print_reply(api(c.call(Body::GetTeams).await)?, out.format),
+        },
+    }
+    Ok(())
+}
+
+async fn watch_workloads(c: &mut Client, filter: WorkloadFilter) -> anyhow::Result<()> {
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    let mut first = true;
+    loop {
+        if let Reply::Workloads(ws) = api(c.call(Body::GetWorkloads(filter.clone())).await)? {
+            let mut rows = Vec::new();
+            for w in &ws {
+                let row = workload_row(w);
+                let key = row.join("\u{1f}");
+                if seen.get(&w.name) != Some(&key) {
+                    seen.insert(w.name.clone(), key);
+                    rows.push(row);
+                }
+            }
+            if !rows.is_empty() {
+                let t = table(&WORKLOAD_HEADER, &rows);
+                if first {
+                    print!("{t}");
+                } else {
+                    // Only the changed rows, without the header.
+                    print!("{}", t.split_once('\n').map(|x| x.1).unwrap_or(""));
+                }
+                first = false;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+// ------------------------------------------------------------------------------ output
+
+const WORKLOAD_HEADER: [&str; 7] = [
+    "NAME", "TEAM", "PRIORITY", "STATE", "PODS", "NODES", "REASON",
+];
+
+fn workload_row(w: &WorkloadView) -> Vec<String> {
+    let mut nodes: Vec<String> = w.pods.iter().map(|p| p.node.clone()).collect();
+    nodes.dedup();
+    let reason = w
+        .conditions
+        .iter()
+        .find(|c| c.kind == "QuotaReserved" && !c.status)
+        .map(|c| c.reason.clone())
+        .or_else(|| {
+            w.conditions
+                .iter()
+                .find(|c| c.kind == "Evicted" && c.status)
+                .map(|c| c.reason.clone())
+        })
+        .unwrap_or_default();
+    vec![
+        w.name.clone(),
+        w.team.clone(),
+        match &w.priority_class {
+            Some(c) => format!("{c} ({})", w.priority),
+            None => w.priority.to_string(),
+        },
+        w.state.clone(),
+        w.count.to_string(),
+        nodes.join(","),
+        reason,
+    ]
+}
+
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}   ", w = widths[i]));
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(|s| s.as_str()).collect()));
+    }
+    out
+}
+
+fn fmt_res(r: &allot_common::Resources) -> String {
+    r.iter()
+        .map(|(k, v)| format!("{k}={}", k.format(v)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn ms_time(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+fn quota_json(q: &ComputeQuotaView) -> Value {
+    json!({
+        "ComputeQuotaId": q.id,
+        "Name": q.name,
+        "Description": q.description,
+        "ComputeQuotaVersion": q.version,
+        "ComputeQuotaConfig": q.config,
+        "ComputeQuotaTarget": {"TeamName": q.team, "FairShareWeight": q.fair_share_weight},
+        "ActivationState": q.activation.as_str(),
+        "CreationTime": ms_time(q.created_ms),
+        "LastModifiedTime": ms_time(q.updated_ms),
+    })
+}
+
+fn print_reply(r: Reply, format: Format) {
+    match format {
+        Format::Json => {
+            let v = match &r {
+                Reply::Quota(q) => quota_json(q),
+                Reply::Quotas(qs) => {
+                    json!({"ComputeQuotaSummaries": qs.iter().map(quota_json).collect::<Vec<_>>()})
+                }
+                Reply::SchedulerConfig(s) => json!({
+                    "Name": s.name, "SchedulerConfig": s.config,
+                    "ClusterSchedulerConfigVersion": s.version,
+                    "CreationTime": ms_time(s.created_ms), "LastModifiedTime": ms_time(s.updated_ms),
+                }),
+                other => serde_json::to_value(other).unwrap_or(Value::Null),
+            };
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string())
+            );
+        }
+        Format::Table => print!("{}", render(&r)),
+    }
+}
+
+fn render(r: &Reply) -> String {
+    match r {
+        Reply::Hello {
+            replica, leader, ..
+        } => format!("replica {replica}, leader {leader:?}\n"),
+        Reply::Done => "done\n".into(),
+        Reply::Quota(q) => render_quotas(std::slice::from_ref(q)),
+        Reply::Quotas(qs) => render_quotas(qs),
+        Reply::SchedulerConfig(s) => table(
+            &["NAME", "VERSION", "SCHEDULER CONFIG"],
+            &[vec![
+                s.name.clone(),
+                s.version.to_string(),
+                s.config.clone(),
+            ]],
+        ),
+        Reply::Submitted { name, id, existing } => {
+            if *existing {
+                format!("workload {name} already submitted (id {id})\n")
+            } else {
+                format!("workload {name} submitted (id {id})\n")
+            }
+        }
+        Reply::SubmittedBatch(v) => format!(
+            "{} submitted, {} refused\n",
+            v.iter().filter(|r| r.is_ok()).count(),
+            v.iter().filter(|r| r.is_err()).count()
+        ),
+        Reply::Workloads(ws) => table(
+            &WORKLOAD_HEADER,
+            &ws.iter().map(workload_row).collect::<Vec<_>>(),
+        ),
+        Reply::Workload(w) => describe_workload(w),
+        Reply::Nodes(ns) => render_nodes(ns),
+        Reply::Teams(ts) => render_teams(ts),
+    }
+}
+
+fn render_quotas(qs: &[ComputeQuotaView]) -> String {
+    table(
+        &[
+            "ID",
+            "NAME",
+            "TEAM",
+            "WEIGHT",
+            "VERSION",
+            "STATE",
+            "COMPUTE QUOTA CONFIG",
+        ],
+        &qs.iter()
+            .map(|q| {
+                vec![
+                    q.id.clone(),
+                    q.name.clone(),
+                    q.team.clone(),
+                    q.fair_share_weight.to_string(),
+                    q.version.to_string(),
+                    q.activation.as_str().to_string(),
+                    q.config.clone(),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn render_nodes(ns: &[NodeView]) -> String {
+    table(
+        &["NAME", "INSTANCE TYPE", "STATUS", "CAPACITY", "USED"],
+        &ns.iter()
+            .map(|n| {
+                vec![
+                    n.name.clone(),
+                    n.instance_type.clone(),
+                    if !n.healthy {
+                        "Unhealthy".into()
+                    } else if n.cordoned {
+                        "Cordoned".into()
+                    } else {
+                        "Ready".into()
+                    },
+                    fmt_res(&n.capacity),
+                    fmt_res(&n.used),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn render_teams(ts: &[TeamView]) -> String {
+    table(
+        &[
+            "TEAM", "WEIGHT", "NOMINAL", "USAGE", "BORROWED", "LENT", "SHARE", "PENDING",
+            "ADMITTED",
+        ],
+        &ts.iter()
+            .map(|t| {
+                vec![
+                    t.name.clone(),
+                    t.fair_share_weight.to_string(),
+                    fmt_res(&t.nominal),
+                    fmt_res(&t.usage),
+                    fmt_res(&t.borrowed),
+                    fmt_res(&t.lent),
+                    match t.weighted_share {
+                        Some(s) => format!("{s:.0}"),
+                        None => "inf".into(),
+                    },
+                    t.pending.to_string(),
+                    t.admitted.to_string(),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn describe_workload(w: &WorkloadView) -> String {
+    let mut s = String::new();
+    s.push_str(&format!("Name:         {}\n", w.name));
+    s.push_str(&format!("Team:         {}\n", w.team));
+    s.push_str(&format!(
+        "Priority:     {}{}\n",
+        w.priority,
+        w.priority_class
+            .as_ref()
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default()
+    ));
+    s.push_str(&format!("State:        {}\n", w.state));
+    s.push_str(&format!("Submitted:    {}\n", ms_time(w.submitted_ms)));
+    if let Some(a) = w.admitted_ms {
+        s.push_str(&format!("Admitted:     {}\n", ms_time(a)));
+    }
+    s.push_str(&format!(
+        "Pods:         {} x {}\n",
+        w.count,
+        fmt_res(&w.requests)
+    ));
+    if w.preemptions > 0 {
+        s.push_str(&format!("Preemptions:  {}\n", w.preemptions));
+    }
+    if let Some(run) = &w.run {
+        if !run.command.is_empty() {
+            s.push_str(&format!("Command:      {}\n", run.command.join(" ")));
+        }
+    }
+    if !w.flavors.is_empty() {
+        s.push_str("Flavors:\n");
+        for (ps, m) in &w.flavors {
+            let f: Vec<String> = m.iter().map(|(r, f)| format!("{r}: {f}")).collect();
+            s.push_str(&format!("  {ps}: {}\n", f.join(", ")));
+        }
+    }
+    if !w.pods.is_empty() {
+        s.push_str("Placement:\n");
+        for p in &w.pods {
+            let d: Vec<String> = p
+                .devices
+                .iter()
+                .map(|(r, ix)| {
+                    format!(
+                        "{r} [{}]",
+                        ix.iter()
+                            .map(|i| i.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )
+                })
+                .collect();
+            s.push_str(&format!(
+                "  {}[{}] on {} {}\n",
+                p.pod_set,
+                p.index,
+                p.node,
+                d.join(" ")
+            ));
+        }
+    }
+    s.push_str("Conditions:\n");
+    s.push_str(&table(
+        &["  TYPE", "STATUS", "REASON", "LAST TRANSITION", "MESSAGE"],
+        &w.conditions
+            .iter()
+            .map(|c| {
+                vec![
+                    format!("  {}", c.kind),
+                    if c.status { "True" } else { "False" }.to_string(),
+                    c.reason.clone(),
+                    ms_time(c.time_ms),
+                    c.message.clone(),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_shorthand_and_json() {
+        assert_eq!(
+            parse_target("TeamName=team-a,FairShareWeight=10").unwrap(),
+            ("team-a".to_string(), 10)
+        );
+        assert_eq!(
+            parse_target(r#"{"TeamName":"b","FairShareWeight":5}"#).unwrap(),
+            ("b".to_string(), 5)
+        );
+        let e = parse_target("TeamName=a,Weight=3").unwrap_err().to_string();
+        assert!(e.contains("unknown key \"Weight\""), "{e}");
+        let e = parse_target("FairShareWeight=3").unwrap_err().to_string();
+        assert!(e.contains("needs TeamName"), "{e}");
+    }
+
+    #[test]
+    fn dates_render_in_utc() {
+        assert_eq!(ms_time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(ms_time(1_795_000_000_000), "2026-11-18T11:06:40Z");
+    }
+
+    #[test]
+    fn job_files_carry_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.yaml");
+        std::fs::write(
+            &p,
+            "name: train\nteam: team-a\ncount: 2\nrequests: {gpu: 1}\ncommand: [python, train.py]\nenv: {EPOCHS: 3}\ngrace: 60\n",
+        )
+        .unwrap();
+        let j = read_job(&p).unwrap();
+        assert_eq!(j.spec.name, "train");
+        assert_eq!(j.spec.pod_sets[0].count, 2);
+        let run = j.run.unwrap();
+        assert_eq!(run.command, vec!["python", "train.py"]);
+        assert_eq!(run.env["EPOCHS"], "3");
+        assert_eq!(run.grace_seconds, Some(60));
+        std::fs::write(&p, "name: t\nteam: a\nduration: 5\n").unwrap();
+        let e = read_job(&p).unwrap_err().to_string();
+        assert!(e.contains("duration belongs to simulation"), "{e}");
+    }
+}
