@@ -190,7 +190,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         certs: Some(base.join("certs")),
         identity: Some("admin-admin".into()),
     };
-    let mut c = Client::new(&opts)?;
+    let mut c = opts.connect()?;
     // Wait for a leader.
     let t = Instant::now();
     loop {
@@ -285,7 +285,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         let opts = opts.clone();
         let teams = a.teams;
         tasks.push(tokio::spawn(async move {
-            let mut c = Client::new(&opts)?;
+            let mut c = opts.connect()?;
             let cpu = ResourceName::cpu();
             let mut i = s * batch;
             while i < total {

@@ -188,7 +188,9 @@ pub enum ClusterCmd {
     Cancel { name: String },
 }
 
-fn api(r: anyhow::Result<Result<Reply, allot_common::api::ApiError>>) -> anyhow::Result<Reply> {
+fn api(
+    r: Result<Result<Reply, allot_common::api::ApiError>, allot_common::client::ClientError>,
+) -> anyhow::Result<Reply> {
     match r? {
         Ok(r) => Ok(r),
         Err(e) => Err(anyhow!("{:?}: {}", e.kind, e.message)),
@@ -225,11 +227,13 @@ pub fn parse_target(s: &str) -> anyhow::Result<(String, u32)> {
     for (k, v) in fields {
         match k.as_str() {
             "TeamName" => team = Some(v),
-            "FairShareWeight" => weight = v.parse().map_err(|_| {
-                anyhow!(
+            "FairShareWeight" => {
+                weight = v.parse().map_err(|_| {
+                    anyhow!(
                     "--compute-quota-target: FairShareWeight {v:?} is not a whole number 0..=100"
                 )
-            })?,
+                })?
+            }
             o => bail!(
                 "--compute-quota-target: unknown key {o:?}; expected TeamName, FairShareWeight"
             ),
@@ -361,7 +365,7 @@ async fn resolve_quota(c: &mut Client, id: &str) -> anyhow::Result<String> {
 }
 
 pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
-    let mut c = Client::new(opts)?;
+    let mut c = opts.connect()?;
     match cmd {
         ClusterCmd::CreateComputeQuota { q, out } => {
             let name = q

@@ -63,6 +63,7 @@ fn main() -> ExitCode {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
     let async_cmd =
         |f: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>| {

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod catalog;
+pub mod client;
 pub mod hyperpod;
 pub mod policy;
 pub mod quota;

@@ -22,6 +22,8 @@ pub struct Metrics {
     applied: Gauge,
     apply_lag: Gauge,
     is_leader: Gauge,
+    snapshot_index: Gauge,
+    snapshots_installed: Gauge,
     workloads: Family<Labels, Gauge>,
     totals: Family<Labels, Gauge>,
     team_usage: Family<Labels, Gauge>,
@@ -47,6 +49,8 @@ impl Metrics {
             applied: Gauge::default(),
             apply_lag: Gauge::default(),
             is_leader: Gauge::default(),
+            snapshot_index: Gauge::default(),
+            snapshots_installed: Gauge::default(),
             workloads: Family::default(),
             totals: Family::default(),
             team_usage: Family::default(),
@@ -74,6 +78,16 @@ impl Metrics {
             "raft_is_leader",
             "1 when this replica leads",
             m.is_leader.clone(),
+        );
+        reg.register(
+            "raft_snapshot_index",
+            "Log index of the latest snapshot",
+            m.snapshot_index.clone(),
+        );
+        reg.register(
+            "raft_snapshots_installed",
+            "Snapshots received from a leader since start",
+            m.snapshots_installed.clone(),
         );
         reg.register("workloads", "Workloads by state", m.workloads.clone());
         reg.register(
@@ -114,6 +128,9 @@ impl Metrics {
         self.apply_lag
             .set(rep.commit_index().saturating_sub(rep.applied_index()) as i64);
         self.is_leader.set(i64::from(rep.is_leader()));
+        self.snapshot_index.set(rep.snapshot_index() as i64);
+        self.snapshots_installed
+            .set(rep.snapshots_installed() as i64);
         let m = &rep.machine;
         let mut counts = [0i64; 8];
         let states = [

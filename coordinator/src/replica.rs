@@ -76,6 +76,7 @@ pub struct Replica<D: Disk> {
     reads: Vec<(u64, u64)>,
     /// Encodes and decodes the machine for snapshots.
     codec: SnapshotCodec,
+    installed: u64,
 }
 
 /// How the machine is encoded in snapshots and log entries.
@@ -159,6 +160,7 @@ impl<D: Disk> Replica<D> {
             applied_out: Vec::new(),
             reads: Vec::new(),
             codec,
+            installed: 0,
         })
     }
 
@@ -195,6 +197,10 @@ impl<D: Disk> Replica<D> {
     }
     pub fn snapshot_index(&self) -> u64 {
         self.last_snapshot
+    }
+    /// Snapshots received from a leader and installed since this replica started.
+    pub fn snapshots_installed(&self) -> u64 {
+        self.installed
     }
     pub fn disk(&self) -> &D {
         &self.disk
@@ -312,6 +318,7 @@ impl<D: Disk> Replica<D> {
             self.machine = (self.codec.decode_machine)(&s.data).map_err(ReplicaError::Snapshot)?;
             self.applied = s.get_metadata().index;
             self.last_snapshot = self.applied;
+            self.installed += 1;
         }
         for rs in rd.take_read_states() {
             if let Some((id, token)) = parse_ctx(&rs.request_ctx) {
@@ -388,8 +395,10 @@ impl<D: Disk> Replica<D> {
         }
         let data = (self.codec.encode_machine)(&self.machine).map_err(ReplicaError::Snapshot)?;
         let term = raft::Storage::term(self.raw.store(), self.applied)?;
-        let mut snap = Snapshot::default();
-        snap.data = data.into();
+        let mut snap = Snapshot {
+            data: data.into(),
+            ..Default::default()
+        };
         let meta = snap.mut_metadata();
         meta.index = self.applied;
         meta.term = term;

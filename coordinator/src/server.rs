@@ -789,6 +789,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     rcfg.max_election_tick = cfg.election_ticks * 2;
     rcfg.heartbeat_tick = cfg.heartbeat_ticks;
     rcfg.snapshot_every = cfg.snapshot_every;
+    // Followers further behind than this get a snapshot instead of entries.
+    rcfg.keep_behind_snapshot = cfg.snapshot_every.min(1000);
     let logger = slog::Logger::root(tracing_slog::TracingSlogDrain, slog::o!());
     let rep = Replica::open(rcfg, disk, SnapshotCodec::wire(), &logger)?;
     let endpoint = quinn::Endpoint::server(server_tls, cfg.listen)

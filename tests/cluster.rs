@@ -1,0 +1,664 @@
+//! End-to-end: three real `allot coordinator` processes on loopback, driven through the CLI
+//! and the client library. Restart survival, leader loss in the middle of 1,000 submissions,
+//! catch-up from a snapshot, and bad input of every kind.
+
+use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use allot_common::api::{Body, ErrorKind, Reply, RunSpec, SubmitInput, WorkloadFilter};
+use allot_common::client::Client;
+use allot_common::tls::{self, Identity};
+use allot_common::{PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
+
+const BIN: &str = env!("CARGO_BIN_EXE_allot");
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    addrs: Vec<String>,
+    http: Vec<u16>,
+    procs: Vec<Option<Child>>,
+    snapshot_every: u64,
+}
+
+fn udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free UDP port")
+}
+
+fn tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free TCP port")
+}
+
+impl Cluster {
+    fn new(n: usize, snapshot_every: u64) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let certs = dir.path().join("certs");
+        tls::init_ca(&certs, false).expect("CA");
+        tls::issue(
+            &certs,
+            &Identity::Admin {
+                name: "admin".into(),
+            },
+            &[],
+            &[],
+            2,
+        )
+        .expect("admin");
+        for t in ["team-a", "team-b"] {
+            tls::issue(&certs, &Identity::User { team: t.into() }, &[], &[], 2).expect("user");
+        }
+        tls::issue(
+            &certs,
+            &Identity::Node {
+                node: "node-1".into(),
+            },
+            &[],
+            &[],
+            2,
+        )
+        .expect("node");
+        for id in 1..=n as u64 {
+            tls::issue(&certs, &Identity::Coordinator { id }, &[], &[], 2).expect("coordinator");
+        }
+        let mut c = Cluster {
+            addrs: (0..n)
+                .map(|_| format!("127.0.0.1:{}", udp_port()))
+                .collect(),
+            http: (0..n).map(|_| tcp_port()).collect(),
+            dir,
+            procs: (0..n).map(|_| None).collect(),
+            snapshot_every,
+        };
+        for i in 0..n {
+            c.start(i);
+        }
+        c
+    }
+
+    fn certs(&self) -> PathBuf {
+        self.dir.path().join("certs")
+    }
+
+    fn start(&mut self, i: usize) {
+        let peers = self
+            .addrs
+            .iter()
+            .enumerate()
+            .map(|(k, a)| format!("{}={a}", k + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("coordinator-{}.log", i + 1)))
+            .expect("log file");
+        let child = Command::new(BIN)
+            .args(["coordinator", "--id", &(i + 1).to_string()])
+            .args(["--listen", &self.addrs[i], "--peers", &peers])
+            .args(["--http", &format!("127.0.0.1:{}", self.http[i])])
+            .args(["--snapshot-every", &self.snapshot_every.to_string()])
+            .arg("--data-dir")
+            .arg(self.dir.path().join(format!("data-{}", i + 1)))
+            .arg("--certs")
+            .arg(self.certs())
+            .env("ALLOT_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start coordinator");
+        self.procs[i] = Some(child);
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.procs[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn client(&self, stem: &str) -> Client {
+        Client::new(self.addrs.clone(), &self.certs(), stem).expect("client")
+    }
+
+    fn cli(&self, stem: &str, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env("ALLOT_COORDINATORS", self.addrs.join(","))
+            .env("ALLOT_CERTS", self.certs())
+            .env("ALLOT_AS", stem)
+            .output()
+            .expect("run allot")
+    }
+
+    fn cli_ok(&self, stem: &str, args: &[&str]) -> String {
+        let o = self.cli(stem, args);
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            o.status.success(),
+            "allot {args:?} failed: {}{}\nlogs:\n{}",
+            out,
+            String::from_utf8_lossy(&o.stderr),
+            self.logs()
+        );
+        out
+    }
+
+    fn logs(&self) -> String {
+        let mut s = String::new();
+        for i in 0..self.addrs.len() {
+            let p = self.dir.path().join(format!("coordinator-{}.log", i + 1));
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            s.push_str(&format!("--- coordinator {} ---\n", i + 1));
+            for l in tail.into_iter().rev() {
+                s.push_str(l);
+                s.push('\n');
+            }
+        }
+        s
+    }
+
+    fn metric(&self, i: usize, name: &str) -> Option<f64> {
+        let url = format!("127.0.0.1:{}", self.http[i]);
+        let body = http_get(&url, "/metrics")?;
+        body.lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.procs.len() {
+            self.kill(i);
+        }
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn job(name: &str, team: &str) -> SubmitInput {
+    let mut r = Resources::new();
+    r.add(&ResourceName::gpu(), 1);
+    SubmitInput {
+        spec: WorkloadSpec {
+            name: name.into(),
+            team: team.into(),
+            priority: PriorityRef::None,
+            instance_type: None,
+            pod_sets: vec![PodSet {
+                name: "main".into(),
+                count: 1,
+                min_count: None,
+                requests: r,
+            }],
+        },
+        run: Some(RunSpec::default()),
+        client_token: Some(format!("token-{name}")),
+    }
+}
+
+const QUOTA: &str = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2}],ResourceSharingConfig={Strategy=LendAndBorrow,BorrowLimit=50},PreemptTeamTasks=LowerPriority";
+
+fn setup_team(c: &Cluster, team: &str) {
+    c.cli_ok(
+        "admin-admin",
+        &[
+            "create-compute-quota",
+            "--name",
+            &format!("{team}-quota"),
+            "--compute-quota-config",
+            QUOTA,
+            "--compute-quota-target",
+            &format!("TeamName={team},FairShareWeight=10"),
+        ],
+    );
+}
+
+async fn wait_leader(c: &mut Client) {
+    let t = Instant::now();
+    loop {
+        if let Ok(Ok(_)) = c.call(Body::GetNodes).await {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no leader within 30s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn config_and_workloads_survive_a_restart_of_every_replica() {
+    let mut c = Cluster::new(3, 10_000);
+    rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    c.cli_ok(
+        "admin-admin",
+        &[
+            "create-cluster-scheduler-config",
+            "--name",
+            "default",
+            "--scheduler-config",
+            "PriorityClasses=[{Name=inference,Weight=90},{Name=training,Weight=70}],FairShare=Enabled",
+        ],
+    );
+    setup_team(&c, "team-a");
+    let job = c.dir.path().join("job.yaml");
+    std::fs::write(
+        &job,
+        "name: train-1\nteam: team-a\npriority: training\ncount: 2\nrequests: {gpu: 1}\ncommand: [sleep, '60']\n",
+    )
+    .expect("job file");
+    let out = c.cli_ok(
+        "user-team-a",
+        &["submit", "-f", job.to_str().expect("utf-8")],
+    );
+    assert!(out.contains("train-1 submitted"), "{out}");
+    // Update with the right version works, a stale version is refused.
+    let upd = |v: &str| {
+        c.cli(
+            "admin-admin",
+            &[
+                "update-compute-quota",
+                "--compute-quota-id",
+                "team-a-quota",
+                "--target-version",
+                v,
+                "--compute-quota-config",
+                QUOTA,
+                "--compute-quota-target",
+                "TeamName=team-a,FairShareWeight=20",
+            ],
+        )
+    };
+    assert!(upd("1").status.success());
+    let stale = upd("1");
+    assert!(!stale.status.success());
+    let err = String::from_utf8_lossy(&stale.stderr);
+    assert!(err.contains("is at version 2"), "{err}");
+
+    for i in 0..3 {
+        c.kill(i);
+    }
+    for i in 0..3 {
+        c.start(i);
+    }
+    rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    let q = c.cli_ok(
+        "admin-admin",
+        &[
+            "describe-compute-quota",
+            "--compute-quota-id",
+            "team-a-quota",
+            "-o",
+            "json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&q).expect("json");
+    assert_eq!(v["ComputeQuotaVersion"], 2, "{q}");
+    assert_eq!(v["ComputeQuotaTarget"]["FairShareWeight"], 20, "{q}");
+    let p = c.cli_ok("admin-admin", &["describe-cluster-scheduler-config"]);
+    assert!(p.contains("Name=inference,Weight=90"), "{p}");
+    let w = c.cli_ok("user-team-a", &["describe", "workload", "train-1"]);
+    assert!(w.contains("Team:         team-a"), "{w}");
+    assert!(w.contains("Command:      sleep 60"), "{w}");
+    let teams = c.cli_ok("admin-admin", &["get", "teams"]);
+    assert!(teams.contains("team-a"), "{teams}");
+}
+
+#[test]
+fn leader_killed_during_1000_submissions_loses_and_duplicates_nothing() {
+    let mut c = Cluster::new(3, 200);
+    let rt = rt();
+    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    setup_team(&c, "team-a");
+    let (acked, killed) = rt.block_on(async {
+        let mut cl = c.client("admin-admin");
+        let mut acked = Vec::new();
+        let mut killed = None;
+        for i in 0..1000 {
+            if i == 300 {
+                if let Ok(Ok(Reply::Hello {
+                    leader: Some(l), ..
+                })) = cl.call(Body::Hello).await
+                {
+                    let idx = (l - 1) as usize;
+                    c.kill(idx);
+                    killed = Some(idx);
+                }
+            }
+            let name = format!("w-{i:04}");
+            match cl.call(Body::Submit(job(&name, "team-a"))).await {
+                Ok(Ok(Reply::Submitted { .. })) => acked.push(name),
+                Ok(Ok(r)) => panic!("unexpected reply {r:?}"),
+                // Not acknowledged: allowed, but then it must not be counted.
+                Ok(Err(e)) => assert!(
+                    matches!(e.kind, ErrorKind::Unavailable | ErrorKind::NotLeader),
+                    "{e:?}"
+                ),
+                Err(_) => {}
+            }
+        }
+        (acked, killed)
+    });
+    let killed = killed.expect("a leader was killed");
+    assert!(
+        acked.len() >= 900,
+        "only {} of 1000 acknowledged",
+        acked.len()
+    );
+    c.start(killed);
+    rt.block_on(async {
+        let mut cl = c.client("admin-admin");
+        wait_leader(&mut cl).await;
+        let Ok(Ok(Reply::Workloads(ws))) = cl
+            .call(Body::GetWorkloads(WorkloadFilter {
+                team: None,
+                all: true,
+            }))
+            .await
+        else {
+            panic!("listing failed");
+        };
+        let mut names: Vec<&str> = ws.iter().map(|w| w.name.as_str()).collect();
+        names.sort();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len(), "a workload is listed twice");
+        for a in &acked {
+            assert!(
+                names.binary_search(&a.as_str()).is_ok(),
+                "acknowledged {a} is missing"
+            );
+        }
+        assert!(
+            names.iter().all(|n| n.starts_with("w-")),
+            "unexpected workloads"
+        );
+        assert!(names.len() <= 1000);
+    });
+}
+
+#[test]
+fn a_follower_that_was_down_catches_up_from_a_snapshot() {
+    let mut c = Cluster::new(3, 50);
+    let rt = rt();
+    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    setup_team(&c, "team-a");
+    // Stop a follower.
+    let leader = rt.block_on(async {
+        match c.client("admin-admin").call(Body::Hello).await {
+            Ok(Ok(Reply::Hello {
+                leader: Some(l), ..
+            })) => l as usize - 1,
+            other => panic!("hello: {other:?}"),
+        }
+    });
+    let follower = (leader + 1) % 3;
+    c.kill(follower);
+    rt.block_on(async {
+        let mut cl = c.client("admin-admin");
+        for i in 0..300 {
+            let r = cl
+                .call(Body::Submit(job(&format!("s-{i}"), "team-a")))
+                .await;
+            assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+        }
+    });
+    let commit = c
+        .metric(leader, "allot_raft_commit_index")
+        .expect("leader metrics");
+    c.start(follower);
+    let t = Instant::now();
+    loop {
+        let applied = c
+            .metric(follower, "allot_raft_applied_index")
+            .unwrap_or(0.0);
+        let installed = c
+            .metric(follower, "allot_raft_snapshots_installed")
+            .unwrap_or(0.0);
+        if applied >= commit && installed >= 1.0 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "follower at {applied} of {commit}, {installed} snapshots installed\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn bad_input_is_refused_clearly_and_the_server_keeps_serving() {
+    let c = Cluster::new(1, 10_000);
+    let rt = rt();
+    rt.block_on(async {
+        let mut admin = c.client("admin-admin");
+        wait_leader(&mut admin).await;
+    });
+    setup_team(&c, "team-a");
+    setup_team(&c, "team-b");
+    rt.block_on(async {
+        let mut admin = c.client("admin-admin");
+        let mut a = c.client("user-team-a");
+        let mut node = c.client("node-node-1");
+        // A user of team A acting on team B.
+        let r = a
+            .call(Body::Submit(job("x", "team-b")))
+            .await
+            .expect("transport");
+        let e = r.expect_err("refused");
+        assert_eq!(e.kind, ErrorKind::Forbidden);
+        assert!(e.message.contains("team \"team-b\""), "{}", e.message);
+        admin
+            .call(Body::Submit(job("b-job", "team-b")))
+            .await
+            .expect("transport")
+            .expect("admin submits anywhere");
+        let e = a
+            .call(Body::Cancel {
+                name: "b-job".into(),
+            })
+            .await
+            .expect("transport")
+            .expect_err("refused");
+        assert_eq!(e.kind, ErrorKind::Forbidden, "{}", e.message);
+        let e = a
+            .call(Body::DescribeWorkload {
+                name: "b-job".into(),
+            })
+            .await
+            .expect("transport")
+            .expect_err("refused");
+        assert_eq!(e.kind, ErrorKind::Forbidden, "{}", e.message);
+        let e = a
+            .call(Body::GetWorkloads(WorkloadFilter {
+                team: Some("team-b".into()),
+                all: false,
+            }))
+            .await
+            .expect("transport")
+            .expect_err("refused");
+        assert_eq!(e.kind, ErrorKind::Forbidden, "{}", e.message);
+        // A node reporting for another node.
+        let e = node
+            .call(Body::RegisterNode {
+                name: "node-2".into(),
+                instance_type: "ml.g5.8xlarge".into(),
+                capacity: Resources::new(),
+            })
+            .await
+            .expect("transport")
+            .expect_err("refused");
+        assert_eq!(e.kind, ErrorKind::Forbidden);
+        assert!(
+            e.message.contains("only for node \"node-1\""),
+            "{}",
+            e.message
+        );
+        let e = node
+            .call(Body::WorkloadExited {
+                name: "b-job".into(),
+                succeeded: true,
+            })
+            .await
+            .expect("transport")
+            .expect_err("refused");
+        assert_eq!(e.kind, ErrorKind::Forbidden, "{}", e.message);
+        // Garbage and oversized frames on a raw stream.
+        let addr = c.addrs[0].clone();
+        for bytes in [
+            vec![0, 0, 0, 5, 0xff, 0xfe, 0xfd, 0xfc, 0xfb],
+            vec![0xff, 0xff, 0xff, 0xff],
+        ] {
+            let reply = raw_request(&c.certs(), &addr, &bytes).await;
+            let e = reply.expect_err("refused");
+            assert_eq!(e.kind, ErrorKind::Invalid, "{}", e.message);
+        }
+        // Invalid quotas.
+        let o = c.cli(
+            "admin-admin",
+            &[
+                "create-compute-quota",
+                "--name",
+                "bad",
+                "--compute-quota-config",
+                "ComputeQuotaResources=[{InstanceType=ml.nope,Count=2}]",
+                "--compute-quota-target",
+                "TeamName=team-c",
+            ],
+        );
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("ml.nope"), "{err}");
+        let o = c.cli(
+            "admin-admin",
+            &[
+                "create-compute-quota",
+                "--name",
+                "team-a-quota",
+                "--compute-quota-config",
+                QUOTA,
+                "--compute-quota-target",
+                "TeamName=team-c",
+            ],
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("already exists"), "{err}");
+        // Still serving, nothing lost.
+        let r = admin
+            .call(Body::GetWorkloads(WorkloadFilter::default()))
+            .await;
+        let Ok(Ok(Reply::Workloads(ws))) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(ws.len(), 1);
+    });
+    // An unauthenticated client (no certificate) gets nothing.
+    rt.block_on(async {
+        let r = unauthenticated(&c.certs(), &c.addrs[0]).await;
+        assert!(
+            r.is_err(),
+            "a client without a certificate was served: {r:?}"
+        );
+    });
+}
+
+/// Sends raw bytes as a request with the admin certificate and reads the reply frame.
+async fn raw_request(
+    certs: &Path,
+    addr: &str,
+    bytes: &[u8],
+) -> Result<Reply, allot_common::api::ApiError> {
+    let cfg = tls::client_config(&tls::TlsFiles::in_dir(certs, "admin-admin")).expect("cfg");
+    let ep = quinn::Endpoint::client("0.0.0.0:0".parse().expect("addr")).expect("endpoint");
+    let conn = ep
+        .connect_with(cfg, addr.parse().expect("addr"), tls::SERVER_NAME)
+        .expect("connect")
+        .await
+        .expect("connected");
+    let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+    send.write_all(bytes).await.expect("write");
+    send.finish().expect("finish");
+    let r: Option<Result<Reply, allot_common::api::ApiError>> =
+        allot_common::wire::read_frame(&mut recv)
+            .await
+            .expect("reply frame");
+    r.expect("a reply")
+}
+
+async fn unauthenticated(certs: &Path, addr: &str) -> Result<(), String> {
+    use std::sync::Arc;
+    let ca = std::fs::read(certs.join("ca.pem")).map_err(|e| e.to_string())?;
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(&ca) {
+        roots
+            .add(c.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![allot_common::wire::ALPN.to_vec()];
+    let qc = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
+    let cfg = quinn::ClientConfig::new(Arc::new(qc));
+    let ep =
+        quinn::Endpoint::client("0.0.0.0:0".parse().expect("addr")).map_err(|e| e.to_string())?;
+    let conn = ep
+        .connect_with(cfg, addr.parse().expect("addr"), tls::SERVER_NAME)
+        .map_err(|e| e.to_string())?
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+    let req = allot_common::api::Request {
+        version: allot_common::wire::PROTOCOL_VERSION,
+        body: Body::GetWorkloads(WorkloadFilter::default()),
+    };
+    allot_common::wire::write_frame(&mut send, &req)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = send.finish();
+    let r: Option<Result<Reply, allot_common::api::ApiError>> =
+        allot_common::wire::read_frame(&mut recv)
+            .await
+            .map_err(|e| e.to_string())?;
+    match r {
+        Some(Ok(_)) => Ok(()),
+        other => Err(format!("{other:?}")),
+    }
+}
