@@ -243,6 +243,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     // Submit-to-admit latency, one workload at a time on the idle cluster.
     let cpu = ResourceName::cpu();
     let mut lat = Vec::new();
+    let mut inside = Vec::new();
     for i in 0..a.samples {
         let name = format!("lat-{i}");
         let t = Instant::now();
@@ -256,6 +257,9 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
                 call(&mut c, Body::DescribeWorkload { name: name.clone() }).await?
             {
                 if w.state != "Pending" {
+                    if let Some(adm) = w.admitted_ms {
+                        inside.push(Duration::from_millis((adm - w.submitted_ms).max(0) as u64));
+                    }
                     break;
                 }
             }
@@ -267,6 +271,12 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         call(&mut c, Body::Cancel { name }).await?;
     }
     lat.sort();
+    inside.sort();
+    println!(
+        "  inside the cluster (leader's submit stamp to the admitting plan's stamp, ms resolution): p50 {}, p99 {}",
+        ms(pct(&inside, 0.5)),
+        ms(pct(&inside, 0.99))
+    );
     println!(
         "submit-to-admit on an idle cluster ({} samples, each polled until admitted): p50 {}, p99 {} ({:.1}x the fsync p99)",
         lat.len(),
