@@ -13,7 +13,7 @@ use allot_common::api::{
 };
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::tls::{self, Identity};
-use allot_common::{Catalog, PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
+use allot_common::{Catalog, ResourceName, Resources, WorkloadSpec};
 use anyhow::{anyhow, bail, Context};
 
 use crate::client::{Client, ClientOpts};
@@ -151,18 +151,7 @@ fn job(name: String, team: String, res: &ResourceName, qty: i64) -> SubmitInput 
     r.add(res, qty);
     SubmitInput {
         client_token: Some(name.clone()),
-        spec: WorkloadSpec {
-            name,
-            team,
-            priority: PriorityRef::None,
-            instance_type: None,
-            pod_sets: vec![PodSet {
-                name: "main".into(),
-                count: 1,
-                min_count: None,
-                requests: r,
-            }],
-        },
+        spec: WorkloadSpec::single(&name, &team, 1, r),
         run: Some(RunSpec::default()),
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use allot_common::api::{Body, ErrorKind, Reply, RunSpec, SubmitInput, WorkloadFilter};
 use allot_common::client::Client;
 use allot_common::tls::{self, Identity};
-use allot_common::{PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
+use allot_common::{ResourceName, Resources, WorkloadSpec};
 
 const BIN: &str = env!("CARGO_BIN_EXE_allot");
 
@@ -210,18 +210,7 @@ fn job(name: &str, team: &str) -> SubmitInput {
     let mut r = Resources::new();
     r.add(&ResourceName::gpu(), 1);
     SubmitInput {
-        spec: WorkloadSpec {
-            name: name.into(),
-            team: team.into(),
-            priority: PriorityRef::None,
-            instance_type: None,
-            pod_sets: vec![PodSet {
-                name: "main".into(),
-                count: 1,
-                min_count: None,
-                requests: r,
-            }],
-        },
+        spec: WorkloadSpec::single(name, team, 1, r),
         run: Some(RunSpec::default()),
         client_token: Some(format!("token-{name}")),
     }

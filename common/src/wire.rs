@@ -286,33 +286,7 @@ pub async fn read_frame_bytes<R>(r: &mut R) -> Result<Option<Vec<u8>>, WireError
 where
     R: AsyncRead + Unpin,
 {
-    let mut len_buf = [0u8; LEN_BYTES];
-    let mut got = 0;
-    while got < LEN_BYTES {
-        let n = r.read(&mut len_buf[got..]).await?;
-        if n == 0 {
-            return if got == 0 {
-                Ok(None)
-            } else {
-                Err(WireError::TruncatedLength { got })
-            };
-        }
-        got += n;
-    }
-    let len = u32::from_be_bytes(len_buf);
-    if len as u64 > MAX_FRAME as u64 {
-        return Err(WireError::FrameTooLarge { len: len as u64 });
-    }
-    let len = len as usize;
-    let mut payload = Vec::with_capacity(len.min(INITIAL_READ_CAPACITY));
-    (&mut *r).take(len as u64).read_to_end(&mut payload).await?;
-    if payload.len() != len {
-        return Err(WireError::TruncatedFrame {
-            expected: len,
-            got: payload.len(),
-        });
-    }
-    Ok(Some(payload))
+    read_frame_bytes_limited(r, MAX_FRAME).await
 }
 
 #[cfg(test)]

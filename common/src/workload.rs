@@ -58,6 +58,22 @@ pub enum WorkloadError {
 pub const MAX_POD_SETS: usize = 18;
 
 impl WorkloadSpec {
+    /// One pod set (`main`) of `count` pods with `requests`, priority 0, no pinned flavor.
+    pub fn single(name: &str, team: &str, count: u32, requests: Resources) -> Self {
+        WorkloadSpec {
+            name: name.to_string(),
+            team: team.to_string(),
+            priority: PriorityRef::None,
+            instance_type: None,
+            pod_sets: vec![PodSet {
+                name: MAIN_POD_SET.to_string(),
+                count,
+                min_count: None,
+                requests,
+            }],
+        }
+    }
+
     pub fn validate(&self) -> Result<(), WorkloadError> {
         let ok = !self.name.is_empty()
             && self.name.len() <= 253
