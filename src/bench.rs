@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use allot_common::api::{
-    ActivationState, Body, ComputeQuotaInput, Reply, RunSpec, SubmitInput, WorkloadFilter,
-};
+use allot_common::api::{ActivationState, Body, ComputeQuotaInput, Reply, RunSpec, SubmitInput};
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::tls::{self, Identity};
 use allot_common::{Catalog, ResourceName, Resources, WorkloadSpec};
@@ -317,8 +315,8 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let el = t0.elapsed();
-    let pending = match call(&mut c, Body::GetWorkloads(WorkloadFilter::default())).await? {
-        Reply::Workloads(ws) => ws.iter().filter(|w| w.state == "Pending").count(),
+    let pending = match call(&mut c, Body::GetTeams).await? {
+        Reply::Teams(ts) => ts.iter().map(|t| t.pending as usize).sum::<usize>(),
         _ => 0,
     };
     println!(

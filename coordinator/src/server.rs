@@ -523,7 +523,22 @@ async fn serve_request(
             format!("could not read the request: {e}"),
         )),
     };
-    if let Err(e) = wire::write_frame(&mut send, &resp).await {
+    let bytes = match wire::encode(&resp) {
+        Ok(b) => b,
+        Err(e) => {
+            let too_big: Response = Err(ApiError::new(
+                ErrorKind::Invalid,
+                format!(
+                    "the reply does not fit in one frame ({e}); narrow the request (for example get workloads --team T)"
+                ),
+            ));
+            match wire::encode(&too_big) {
+                Ok(b) => b,
+                Err(_) => return,
+            }
+        }
+    };
+    if let Err(e) = wire::write_frame_bytes(&mut send, &bytes).await {
         tracing::debug!("reply to {who}: {e}");
     }
     let _ = send.finish();
