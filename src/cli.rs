@@ -350,6 +350,13 @@ fn token_suffix() -> String {
     format!("{:x}-{}", t, std::process::id())
 }
 
+/// Refuses a bad --scheduler-config before it reaches the cluster.
+fn check_scheduler_config(s: &str) -> anyhow::Result<()> {
+    allot_common::hyperpod::parse_scheduler_config(s)
+        .map(|_| ())
+        .map_err(|e| anyhow!("--scheduler-config: {e}"))
+}
+
 async fn resolve_quota(c: &mut Client, id: &str) -> anyhow::Result<String> {
     if !id.starts_with("cq-") {
         return Ok(id.to_string());
@@ -431,8 +438,7 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
             out,
             ..
         } => {
-            allot_common::hyperpod::parse_scheduler_config(&scheduler_config)
-                .map_err(|e| anyhow!("--scheduler-config: {e}"))?;
+            check_scheduler_config(&scheduler_config)?;
             print_reply(
                 api(c
                     .call(Body::CreateSchedulerConfig {
@@ -449,8 +455,7 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
             scheduler_config,
             out,
         } => {
-            allot_common::hyperpod::parse_scheduler_config(&scheduler_config)
-                .map_err(|e| anyhow!("--scheduler-config: {e}"))?;
+            check_scheduler_config(&scheduler_config)?;
             print_reply(
                 api(c
                     .call(Body::UpdateSchedulerConfig {

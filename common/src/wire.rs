@@ -118,12 +118,39 @@ fn type_name<T: ?Sized>() -> String {
     out
 }
 
-/// Encodes a message into its payload bytes (no length prefix).
-pub fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, WireError> {
-    let bytes = bincode::serde::encode_to_vec(v, config()).map_err(|e| WireError::Encode {
+fn encode_with<T: Serialize + ?Sized, C: bincode::config::Config>(
+    v: &T,
+    cfg: C,
+) -> Result<Vec<u8>, WireError> {
+    bincode::serde::encode_to_vec(v, cfg).map_err(|e| WireError::Encode {
         type_name: type_name::<T>(),
         message: e.to_string(),
-    })?;
+    })
+}
+
+/// Decodes one value from exactly `b` under `cfg`'s limit; bytes left over are an error.
+fn decode_with<T: DeserializeOwned, C: bincode::config::Config>(
+    b: &[u8],
+    cfg: C,
+) -> Result<T, WireError> {
+    let (value, used) =
+        bincode::serde::decode_from_slice::<T, _>(b, cfg).map_err(|e| WireError::Decode {
+            type_name: type_name::<T>(),
+            message: e.to_string(),
+        })?;
+    if used != b.len() {
+        return Err(WireError::TrailingBytes {
+            type_name: type_name::<T>(),
+            used,
+            trailing: b.len().saturating_sub(used),
+        });
+    }
+    Ok(value)
+}
+
+/// Encodes a message into its payload bytes (no length prefix).
+pub fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, WireError> {
+    let bytes = encode_with(v, config())?;
     if bytes.len() > MAX_FRAME {
         return Err(WireError::MessageTooLarge {
             type_name: type_name::<T>(),
@@ -140,49 +167,24 @@ pub fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, WireError> {
             len: b.len() as u64,
         });
     }
-    let (value, used) =
-        bincode::serde::decode_from_slice::<T, _>(b, config()).map_err(|e| WireError::Decode {
-            type_name: type_name::<T>(),
-            message: e.to_string(),
-        })?;
-    if used != b.len() {
-        return Err(WireError::TrailingBytes {
-            type_name: type_name::<T>(),
-            used,
-            trailing: b.len().saturating_sub(used),
-        });
-    }
-    Ok(value)
+    decode_with(b, config())
 }
 
 /// Largest snapshot of the replicated state (snapshots travel between coordinators only).
 pub const MAX_SNAPSHOT: usize = 1 << 30;
 
+fn snapshot_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_SNAPSHOT>()
+}
+
 /// Encodes a snapshot of the replicated state (same format, larger limit).
 pub fn encode_snapshot<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, WireError> {
-    let cfg = bincode::config::standard().with_limit::<MAX_SNAPSHOT>();
-    bincode::serde::encode_to_vec(v, cfg).map_err(|e| WireError::Encode {
-        type_name: type_name::<T>(),
-        message: e.to_string(),
-    })
+    encode_with(v, snapshot_config())
 }
 
 /// Decodes a snapshot written by `encode_snapshot`.
 pub fn decode_snapshot<T: DeserializeOwned>(b: &[u8]) -> Result<T, WireError> {
-    let cfg = bincode::config::standard().with_limit::<MAX_SNAPSHOT>();
-    let (value, used) =
-        bincode::serde::decode_from_slice::<T, _>(b, cfg).map_err(|e| WireError::Decode {
-            type_name: type_name::<T>(),
-            message: e.to_string(),
-        })?;
-    if used != b.len() {
-        return Err(WireError::TrailingBytes {
-            type_name: type_name::<T>(),
-            used,
-            trailing: b.len().saturating_sub(used),
-        });
-    }
-    Ok(value)
+    decode_with(b, snapshot_config())
 }
 
 /// Reads one frame of at most `limit` bytes (for coordinator-to-coordinator traffic, whose

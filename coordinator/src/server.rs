@@ -203,7 +203,7 @@ impl RaftLoop {
         if !self.rep.is_leader() {
             return;
         }
-        if let Some(_t) = self.plan_token {
+        if self.plan_token.is_some() {
             // One plan in flight at a time; give up on one that was lost with a leadership change.
             if self.plan_since.elapsed() < WRITE_TIMEOUT {
                 return;

@@ -284,49 +284,40 @@ impl Sim {
             })
         } else if k < 78 {
             // An agent reports an end: finish a running one, or complete an eviction.
-            let Some(r) = self.nodes[i].as_ref() else {
+            let Some(name) = self.pick_workload(i, |s| s.holds_quota()) else {
                 return;
             };
-            let ws: Vec<String> = r
-                .machine
-                .state
-                .workloads
-                .values()
-                .filter(|w| w.state.holds_quota())
-                .map(|w| w.spec.name.clone())
-                .collect();
-            if ws.is_empty() {
-                return;
-            }
-            let name = ws[self.rng.below(ws.len() as u64) as usize].clone();
             Command::WorkloadExited {
                 name,
                 succeeded: true,
                 node: None,
             }
         } else if k < 82 {
-            let Some(r) = self.nodes[i].as_ref() else {
+            let Some(name) = self.pick_workload(i, |s| s == WlState::Pending) else {
                 return;
             };
-            let ws: Vec<String> = r
-                .machine
-                .state
-                .workloads
-                .values()
-                .filter(|w| w.state == WlState::Pending)
-                .map(|w| w.spec.name.clone())
-                .collect();
-            if ws.is_empty() {
-                return;
-            }
-            Command::Cancel {
-                name: ws[self.rng.below(ws.len() as u64) as usize].clone(),
-                team: None,
-            }
+            Command::Cancel { name, team: None }
         } else {
             return;
         };
         self.propose(i, cmd);
+    }
+
+    /// A random workload, as replica `i` sees it, whose state passes `pred`.
+    fn pick_workload(&mut self, i: usize, pred: impl Fn(WlState) -> bool) -> Option<String> {
+        let ws: Vec<String> = self.nodes[i]
+            .as_ref()?
+            .machine
+            .state
+            .workloads
+            .values()
+            .filter(|w| pred(w.state))
+            .map(|w| w.spec.name.clone())
+            .collect();
+        if ws.is_empty() {
+            return None;
+        }
+        Some(ws[self.rng.below(ws.len() as u64) as usize].clone())
     }
 
     fn schedule(&mut self, i: usize) {
