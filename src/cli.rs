@@ -674,6 +674,8 @@ fn render(r: &Reply) -> String {
             replica, leader, ..
         } => format!("replica {replica}, leader {leader:?}\n"),
         Reply::Done => "done\n".into(),
+        Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
+        Reply::Assignments(a) => format!("{} pods assigned (digest {:x})\n", a.pods.len(), a.digest),
         Reply::Quota(q) => render_quotas(std::slice::from_ref(q)),
         Reply::Quotas(qs) => render_quotas(qs),
         Reply::SchedulerConfig(s) => table(

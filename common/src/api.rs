@@ -130,6 +130,12 @@ pub struct NodeView {
     pub cordoned: bool,
     pub capacity: Resources,
     pub used: Resources,
+    /// Why it is unhealthy (lease expired, reported by its agent), empty when healthy.
+    pub reason: String,
+    /// What its agent discovered (empty for nodes registered by hand).
+    pub devices: Vec<DeviceInfo>,
+    /// Its agent's HTTP address (logs, metrics), empty without an agent.
+    pub http: String,
 }
 
 /// One team's standing: quota, usage, what it borrows and lends, its weighted share.
@@ -147,6 +153,91 @@ pub struct TeamView {
     pub weighted_share: Option<f64>,
     pub pending: u32,
     pub admitted: u32,
+}
+
+/// One device an agent discovered (a GPU, a Neuron device, an EFA interface).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// The resource it counts toward: `gpu`, `neuron` or `efa`.
+    pub resource: String,
+    /// The index workloads see (`CUDA_VISIBLE_DEVICES`, `NEURON_RT_VISIBLE_CORES` base).
+    pub index: u32,
+    /// Stable identity: the GPU UUID, the Neuron device or EFA interface name.
+    pub id: String,
+    /// Model name (`NVIDIA H100 80GB HBM3`, `Trainium2`, `efa_0`).
+    pub model: String,
+    pub memory_mib: u64,
+    pub pci_bus_id: String,
+    /// MIG mode enabled (GPUs).
+    pub mig: bool,
+    /// Cores per device (Neuron).
+    pub cores: u32,
+    pub healthy: bool,
+    /// Why it is unhealthy (`XID 79: GPU has fallen off the bus`), empty when healthy.
+    pub reason: String,
+}
+
+/// What an agent reports about its node: at registration and whenever the inventory changes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeReport {
+    pub name: String,
+    pub instance_type: String,
+    pub capacity: Resources,
+    pub devices: Vec<DeviceInfo>,
+    /// Where gang peers reach this node (`MASTER_ADDR` when it hosts rank 0).
+    pub address: String,
+    /// The agent's HTTP address (metrics, logs).
+    pub http: String,
+    /// How long the agent keeps running work without reaching a coordinator quorum.
+    pub lease_ms: u64,
+    pub agent_version: String,
+}
+
+/// One pod a node should run (or stop), as the coordinator has committed it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodAssignment {
+    pub workload: String,
+    pub workload_id: u64,
+    /// Which admission of the workload this is (1 for the first); with the id and rank it names
+    /// one process, so a stale instruction never starts anything twice.
+    pub attempt: u32,
+    pub team: String,
+    /// Global pod index across the workload's pod sets.
+    pub rank: u32,
+    /// Index among this workload's pods on this node.
+    pub local_rank: u32,
+    pub world_size: u32,
+    pub pod_set: String,
+    /// Device indices per device resource.
+    pub devices: BTreeMap<String, Vec<u8>>,
+    /// What one pod requests (for cgroup limits).
+    pub requests: Resources,
+    pub master_addr: String,
+    pub master_port: u16,
+    pub run: RunSpec,
+    /// Set while the workload is being evicted: stop the pod (SIGTERM, grace, SIGKILL) and
+    /// report it exited.
+    pub stop: Option<String>,
+}
+
+/// Everything a node should be doing, and whether the coordinator counts it as healthy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAssignments {
+    /// Fingerprint of `pods`: an agent that sends it back waits for a change.
+    pub digest: u64,
+    pub registered: bool,
+    pub healthy: bool,
+    pub health_reason: String,
+    pub pods: Vec<PodAssignment>,
+}
+
+/// How one pod ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodExit {
+    pub rank: u32,
+    pub succeeded: bool,
+    /// `exit code 1`, `killed by signal 9`, `not running after agent restart`.
+    pub detail: String,
 }
 
 /// Which workloads `get workloads` lists.
@@ -224,6 +315,33 @@ pub enum Body {
     WorkloadStarted {
         name: String,
     },
+    /// An agent registers its node or reports a changed inventory (device health included).
+    ReportNode(NodeReport),
+    /// An agent's heartbeat: renews its lease and returns what the node should run. With
+    /// `known_digest` equal to the current one, the reply waits up to `wait_ms` for a change.
+    AgentSync {
+        node: String,
+        known_digest: u64,
+        wait_ms: u32,
+    },
+    /// An agent reports pods of one attempt started.
+    PodsStarted {
+        node: String,
+        workload: String,
+        attempt: u32,
+        ranks: Vec<u32>,
+    },
+    /// An agent reports pods of one attempt ended (on their own, or stopped as asked).
+    PodsExited {
+        node: String,
+        workload: String,
+        attempt: u32,
+        exits: Vec<PodExit>,
+    },
+    /// Why a workload is pending or was preempted, with numbers.
+    Explain {
+        name: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -293,6 +411,9 @@ pub enum Reply {
     Workload(Box<WorkloadView>),
     Nodes(Vec<NodeView>),
     Teams(Vec<TeamView>),
+    Assignments(NodeAssignments),
+    /// Lines of an explanation, most important first.
+    Explanation(Vec<String>),
 }
 
 pub type Response = Result<Reply, ApiError>;

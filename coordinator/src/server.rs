@@ -753,6 +753,14 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             })
             .await
         }
+        Body::ReportNode(_)
+        | Body::AgentSync { .. }
+        | Body::PodsStarted { .. }
+        | Body::PodsExited { .. }
+        | Body::Explain { .. } => Err(ApiError::new(
+            ErrorKind::Invalid,
+            "not implemented yet",
+        )),
     }
 }
 

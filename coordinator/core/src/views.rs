@@ -132,6 +132,9 @@ pub fn nodes(m: &Machine) -> Vec<NodeView> {
                 cordoned: n.cordoned,
                 capacity,
                 used,
+                reason: String::new(),
+                devices: Vec::new(),
+                http: String::new(),
             }
         })
         .collect()
