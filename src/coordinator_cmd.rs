@@ -187,7 +187,7 @@ pub async fn run(a: CoordinatorArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod agent_cmd;
 mod bench;
 mod certs;
 mod cli;
@@ -37,6 +38,14 @@ enum Output {
 enum Command {
     /// Run a coordinator replica (Raft, QUIC API with mutual TLS, scheduler).
     Coordinator(coordinator_cmd::CoordinatorArgs),
+    /// Run a node agent: discover the node's devices, run its pods, report to the cluster.
+    Agent(agent_cmd::AgentArgs),
+    /// Run one pod under the agent (started by the agent, not by hand).
+    #[command(hide = true)]
+    AgentShim {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Create the cluster CA and issue certificates.
     Certs {
         #[command(subcommand)]
@@ -84,6 +93,20 @@ fn main() -> ExitCode {
         };
     match cli.command {
         Command::Coordinator(a) => async_cmd(Box::pin(coordinator_cmd::run(a))),
+        Command::Agent(a) => match agent_cmd::run(a, &cli.client) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+        Command::AgentShim { args } => match allot_agent::shim::ShimArgs::parse(&args) {
+            Ok(a) => ExitCode::from(allot_agent::shim::run(&a) as u8),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Certs { cmd } => match certs::run(cmd) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

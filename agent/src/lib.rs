@@ -1,1 +1,9 @@
-//! The node agent: inventory discovery, execution and the link to the coordinator arrive with issue 4.
+//! The node agent: inventory discovery (`inventory`), pods as processes under shims
+//! (`executor`, `shim`), and the link to the coordinator cluster with reconciliation (`agent`).
+
+pub mod agent;
+pub mod executor;
+pub mod http;
+pub mod inventory;
+pub mod metrics;
+pub mod shim;

@@ -236,6 +236,9 @@ pub struct NodeAssignments {
 pub struct PodExit {
     pub rank: u32,
     pub succeeded: bool,
+    /// Stopped by the node, not by its own failure (the lease ran out, the agent lost it): the
+    /// workload is requeued, not failed.
+    pub lost: bool,
     /// `exit code 1`, `killed by signal 9`, `not running after agent restart`.
     pub detail: String,
 }

@@ -27,6 +27,8 @@ use crate::replica::{decode_message, encode_message, Replica, ReplicaConfig, Sna
 
 /// Largest raft message accepted from a peer (snapshots included).
 const MAX_PEER_FRAME: usize = wire::MAX_SNAPSHOT + 1024;
+/// The longest an agent's sync waits for its assignments to change.
+const MAX_SYNC_WAIT_MS: u32 = 30_000;
 /// How long a write waits to be applied before the client is told to retry.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -62,6 +64,8 @@ enum Input {
     },
     Unreachable(u64),
     SnapshotStatus(u64, bool),
+    /// An agent's heartbeat arrived (counted by the leader only).
+    Heartbeat(String),
 }
 
 /// What the rest of the process can see of the raft thread.
@@ -82,6 +86,8 @@ struct Shared {
     input: stdmpsc::Sender<Input>,
     status: Arc<Mutex<Status>>,
     peers: Arc<BTreeMap<u64, String>>,
+    /// The applied index, published after every batch of applied entries.
+    applied: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Shared {
@@ -161,9 +167,91 @@ struct RaftLoop {
     status: Arc<Mutex<Status>>,
     metrics: Arc<Metrics>,
     last_metrics: Instant,
+    applied_tx: tokio::sync::watch::Sender<u64>,
+    leases: Leases,
 }
 
+/// The leader's view of agent heartbeats. Not replicated: a new leader counts every lease from
+/// the moment it took over, so it never declares a node lost sooner than its lease allows.
+struct Leases {
+    heard: HashMap<String, Instant>,
+    leader_since: Instant,
+    /// Nodes whose `NodeLost` was proposed, and when (retried after `WRITE_TIMEOUT`).
+    proposed: HashMap<String, Instant>,
+    last_check: Instant,
+}
+
+/// A node is lost after this many leases without a heartbeat: one lease for its agent to
+/// notice and stop its pods, one more for them to stop.
+pub const LEASES_BEFORE_LOST: u32 = 2;
+
 impl RaftLoop {
+    /// Leader only: proposes `NodeLost` for agents silent for longer than their leases allow.
+    fn check_leases(&mut self) {
+        if !self.rep.is_leader() || self.leases.last_check.elapsed() < Duration::from_millis(100)
+        {
+            return;
+        }
+        self.leases.last_check = Instant::now();
+        let st = &self.rep.machine.state;
+        let mut lost = Vec::new();
+        for (name, meta) in &self.rep.machine.nodes_meta {
+            let Some(report) = &meta.report else { continue };
+            if report.lease_ms == 0 {
+                continue;
+            }
+            let healthy = st
+                .acct
+                .nodes
+                .find(name)
+                .is_some_and(|n| st.acct.nodes.node(n).healthy);
+            if !healthy {
+                self.leases.proposed.remove(name);
+                continue;
+            }
+            let since = self
+                .leases
+                .heard
+                .get(name)
+                .copied()
+                .unwrap_or(self.leases.leader_since)
+                .max(self.leases.leader_since);
+            let limit = Duration::from_millis(report.lease_ms) * LEASES_BEFORE_LOST;
+            let silent = since.elapsed();
+            if silent <= limit {
+                continue;
+            }
+            if self
+                .leases
+                .proposed
+                .get(name)
+                .is_some_and(|t| t.elapsed() < WRITE_TIMEOUT)
+            {
+                continue;
+            }
+            lost.push((
+                name.clone(),
+                format!(
+                    "no heartbeat from its agent for {:.1}s (lease {:.1}s): its pods were stopped by its agent",
+                    silent.as_secs_f64(),
+                    report.lease_ms as f64 / 1000.0
+                ),
+            ));
+        }
+        for (name, reason) in lost {
+            tracing::warn!("node {name} lost: {reason}");
+            let token = self.next_token;
+            self.next_token += 1;
+            let cmd = Command::NodeLost {
+                name: name.clone(),
+                reason,
+            };
+            if self.rep.propose(token, &Cmd { now: now_ms(), cmd }).is_ok() {
+                self.leases.proposed.insert(name, Instant::now());
+            }
+        }
+    }
+
     fn handle(&mut self, input: Input) {
         match input {
             Input::Raft(m) => {
@@ -196,6 +284,11 @@ impl RaftLoop {
             }
             Input::Unreachable(id) => self.rep.report_unreachable(id),
             Input::SnapshotStatus(id, ok) => self.rep.report_snapshot(id, ok),
+            Input::Heartbeat(node) => {
+                if self.rep.is_leader() {
+                    self.leases.heard.insert(node, Instant::now());
+                }
+            }
         }
     }
 
@@ -295,6 +388,11 @@ impl RaftLoop {
             }
         }
         self.ready_reads = keep;
+        self.applied_tx.send_if_modified(|a| {
+            let changed = *a != applied;
+            *a = applied;
+            changed
+        });
         Ok(())
     }
 
@@ -314,6 +412,9 @@ impl RaftLoop {
         }
         if leader && !self.was_leader {
             self.dirty = true;
+            self.leases.leader_since = Instant::now();
+            self.leases.heard.clear();
+            self.leases.proposed.clear();
         }
         self.was_leader = leader;
         let stale: Vec<u64> = self
@@ -359,6 +460,7 @@ impl RaftLoop {
                     next_tick = Instant::now() + tick;
                 }
             }
+            self.check_leases();
             // Schedule as soon as something changed, not at the next tick.
             for _ in 0..2 {
                 self.schedule();
@@ -753,14 +855,84 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             })
             .await
         }
-        Body::ReportNode(_)
-        | Body::AgentSync { .. }
-        | Body::PodsStarted { .. }
-        | Body::PodsExited { .. }
-        | Body::Explain { .. } => Err(ApiError::new(
-            ErrorKind::Invalid,
-            "not implemented yet",
-        )),
+        Body::ReportNode(report) => {
+            node_scope(who, &report.name, "report nodes")?;
+            sh.propose(Command::ReportNode(report)).await
+        }
+        Body::AgentSync {
+            node,
+            known_digest,
+            wait_ms,
+        } => {
+            node_scope(who, &node, "sync")?;
+            let _ = sh.input.send(Input::Heartbeat(node.clone()));
+            let deadline = tokio::time::Instant::now()
+                + Duration::from_millis(u64::from(wait_ms.min(MAX_SYNC_WAIT_MS)));
+            let mut applied = sh.applied.clone();
+            loop {
+                applied.mark_unchanged();
+                let n = node.clone();
+                let r = sh
+                    .read(Box::new(move |m: &Machine| {
+                        Ok(Reply::Assignments(views::assignments(m, &n)))
+                    }))
+                    .await?;
+                let same = matches!(&r, Reply::Assignments(a) if a.digest == known_digest);
+                if !same || tokio::time::Instant::now() >= deadline {
+                    return Ok(r);
+                }
+                tokio::select! {
+                    c = applied.changed() => {
+                        if c.is_err() {
+                            return Ok(r);
+                        }
+                    }
+                    _ = tokio::time::sleep_until(deadline) => return Ok(r),
+                }
+            }
+        }
+        Body::PodsStarted {
+            node,
+            workload,
+            attempt,
+            ranks,
+        } => {
+            let node = node_scope(who, &node, "report pods")?;
+            sh.propose(Command::PodsStarted {
+                node,
+                workload,
+                attempt,
+                ranks,
+            })
+            .await
+        }
+        Body::PodsExited {
+            node,
+            workload,
+            attempt,
+            exits,
+        } => {
+            let node = node_scope(who, &node, "report pods")?;
+            sh.propose(Command::PodsExited {
+                node,
+                workload,
+                attempt,
+                exits,
+            })
+            .await
+        }
+        Body::Explain { name } => {
+            let scope = team_scope(who, "explain workloads")?;
+            sh.read(Box::new(move |m: &Machine| {
+                let id = m.state.find_workload(&name)?;
+                m.check_team(id, scope.as_deref())?;
+                Ok(Reply::Explanation(vec![format!(
+                    "{name}: {}",
+                    m.state.workload(id).state.as_str()
+                )]))
+            }))
+            .await
+        }
     }
 }
 
@@ -820,6 +992,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         .map_err(|e| format!("could not listen on {} (UDP): {e}", cfg.listen))?;
 
     let (input_tx, input_rx) = stdmpsc::channel::<Input>();
+    let (applied_tx, applied_rx) = tokio::sync::watch::channel(0u64);
     let status = Arc::new(Mutex::new(Status {
         id: cfg.id,
         ..Default::default()
@@ -857,6 +1030,13 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         status: status.clone(),
         metrics: metrics.clone(),
         last_metrics: Instant::now(),
+        applied_tx,
+        leases: Leases {
+            heard: HashMap::new(),
+            leader_since: Instant::now(),
+            proposed: HashMap::new(),
+            last_check: Instant::now(),
+        },
     };
     let tick = Duration::from_millis(cfg.tick_ms);
     std::thread::Builder::new()
@@ -868,6 +1048,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         input: input_tx,
         status: status.clone(),
         peers: Arc::new(cfg.peers.clone()),
+        applied: applied_rx,
     };
     let ep = endpoint.clone();
     let sh = shared.clone();

@@ -156,7 +156,8 @@ pub fn check(st: &State) -> Result<(), String> {
     for (id, node) in st.acct.nodes.nodes.iter().enumerate() {
         let nid = NodeId(id as u32);
         for r in &node.res {
-            let used = node_used.get(&(nid, r.res)).copied().unwrap_or(0);
+            // Unhealthy devices held out of use count as used but belong to no pod.
+            let used = node_used.get(&(nid, r.res)).copied().unwrap_or(0) + r.parked();
             if used != r.used {
                 return Err(format!(
                     "node {}: {} used {} but placements add up to {used}",
@@ -186,6 +187,17 @@ pub fn check(st: &State) -> Result<(), String> {
                 "node {}: device masks disagree with placements",
                 node.name
             ));
+        }
+        for r in &node.res {
+            let given_bad = devices
+                .keys()
+                .any(|(n, res, d)| *n == nid && *res == r.res && r.parked_mask & (1u64 << d) != 0);
+            if given_bad || r.parked_mask & !r.bad_mask != 0 {
+                return Err(format!(
+                    "node {}: a device held out of use is also given to a pod, or is not unhealthy",
+                    node.name
+                ));
+            }
         }
     }
     Ok(())

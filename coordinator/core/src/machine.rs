@@ -10,9 +10,10 @@
 use std::collections::BTreeMap;
 
 use allot_common::api::{
-    ActivationState, ApiError, ComputeQuotaInput, ComputeQuotaView, ErrorKind, Reply, RunSpec,
-    SchedulerConfigView, SubmitInput,
+    ActivationState, ApiError, ComputeQuotaInput, ComputeQuotaView, ErrorKind, NodeReport,
+    PodExit, Reply, RunSpec, SchedulerConfigView, SubmitInput,
 };
+use allot_common::ResourceName;
 use allot_common::hyperpod::{parse_scheduler_config, ComputeQuotaConfig};
 use allot_common::{Catalog, ClusterPolicy, Resources, TeamSpec};
 use serde::{Deserialize, Serialize};
@@ -76,6 +77,28 @@ pub enum Command {
     },
     /// One scheduling cycle's decisions, verified again as they are applied.
     Plan(Plan),
+    /// An agent registered its node or reported a changed inventory.
+    ReportNode(NodeReport),
+    /// The leader saw no heartbeat from a node's agent for longer than its lease allows: its
+    /// agent has stopped the node's pods by now, so its workloads are requeued.
+    NodeLost {
+        name: String,
+        reason: String,
+    },
+    /// Pods of one attempt started on `node`.
+    PodsStarted {
+        node: Option<String>,
+        workload: String,
+        attempt: u32,
+        ranks: Vec<u32>,
+    },
+    /// Pods of one attempt ended on `node`.
+    PodsExited {
+        node: Option<String>,
+        workload: String,
+        attempt: u32,
+        exits: Vec<PodExit>,
+    },
 }
 
 impl Command {
@@ -95,6 +118,10 @@ impl Command {
             Command::WorkloadStarted { .. } => "workload-started",
             Command::WorkloadExited { .. } => "workload-exited",
             Command::Plan(_) => "plan",
+            Command::ReportNode(_) => "report-node",
+            Command::NodeLost { .. } => "node-lost",
+            Command::PodsStarted { .. } => "pods-started",
+            Command::PodsExited { .. } => "pods-exited",
         }
     }
 }
@@ -141,6 +168,25 @@ pub struct Counters {
     pub plans: u64,
 }
 
+/// What the machine knows about a node beyond its capacity: its agent's last report, and why
+/// it is unhealthy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeMeta {
+    pub report: Option<NodeReport>,
+    pub reason: String,
+}
+
+/// The pods of a workload's current attempt that agents reported started or ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRuns {
+    pub attempt: u32,
+    pub started: std::collections::BTreeSet<u32>,
+    /// Rank → succeeded.
+    pub exited: BTreeMap<u32, bool>,
+    /// A pod failed: the workload ends as Failed once every pod is gone.
+    pub failed: bool,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Machine {
     pub state: State,
@@ -150,6 +196,8 @@ pub struct Machine {
     pub tokens: BTreeMap<WlId, String>,
     pub counters: Counters,
     next_quota: u64,
+    pub nodes_meta: BTreeMap<String, NodeMeta>,
+    pub pods: BTreeMap<WlId, PodRuns>,
 }
 
 impl Default for Machine {
@@ -217,6 +265,8 @@ impl Machine {
             tokens: BTreeMap::new(),
             counters: Counters::default(),
             next_quota: 1,
+            nodes_meta: BTreeMap::new(),
+            pods: BTreeMap::new(),
         }
     }
 
@@ -408,10 +458,52 @@ impl Machine {
                 self.state.add_node(name, instance_type, capacity)?;
                 Ok(Reply::Done)
             }
-            Command::SetNodeHealth { name, healthy, .. } => {
+            Command::SetNodeHealth {
+                name,
+                healthy,
+                reason,
+            } => {
                 events.extend(self.state.set_node_health(name, *healthy, now)?);
+                self.nodes_meta.entry(name.clone()).or_default().reason = if *healthy {
+                    String::new()
+                } else {
+                    reason.clone()
+                };
                 Ok(Reply::Done)
             }
+            Command::ReportNode(report) => self.report_node(report, now, events),
+            Command::NodeLost { name, reason } => {
+                let Some(n) = self.state.acct.nodes.find(name) else {
+                    return Err(not_found(format!("unknown node {name:?}")));
+                };
+                if self.state.acct.nodes.node(n).healthy {
+                    events.extend(self.state.set_node_health(name, false, now)?);
+                    self.nodes_meta.entry(name.clone()).or_default().reason = reason.clone();
+                }
+                Ok(Reply::Done)
+            }
+            Command::PodsStarted {
+                node,
+                workload,
+                attempt,
+                ranks,
+            } => {
+                let id = self.state.find_workload(workload)?;
+                self.check_node(id, node.as_deref())?;
+                if self.state.workload(id).attempt != *attempt {
+                    return Ok(Reply::Done);
+                }
+                let runs = self.runs_of(id, *attempt);
+                runs.started.extend(ranks.iter().copied());
+                self.state.mark_running(id);
+                Ok(Reply::Done)
+            }
+            Command::PodsExited {
+                node,
+                workload,
+                attempt,
+                exits,
+            } => self.pods_exited(node.as_deref(), workload, *attempt, exits, now, events),
             Command::WorkloadStarted { name, node } => {
                 let id = self.state.find_workload(name)?;
                 self.check_node(id, node.as_deref())?;
@@ -441,6 +533,148 @@ impl Machine {
                 Ok(Reply::Done)
             }
         }
+    }
+
+    fn runs_of(&mut self, id: WlId, attempt: u32) -> &mut PodRuns {
+        let runs = self.pods.entry(id).or_default();
+        if runs.attempt != attempt {
+            *runs = PodRuns {
+                attempt,
+                ..PodRuns::default()
+            };
+        }
+        runs
+    }
+
+    fn report_node(
+        &mut self,
+        r: &NodeReport,
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, ApiError> {
+        if r.name.is_empty() {
+            return Err(invalid("a node report needs the node's name"));
+        }
+        allot_common::Catalog::builtin()
+            .get(&r.instance_type)
+            .map_err(|e| invalid(format!("node {:?}: {e}", r.name)))?;
+        let mut devices: Vec<(ResourceName, u8, bool, String)> = Vec::new();
+        for d in &r.devices {
+            let res = ResourceName::parse(&d.resource)
+                .ok()
+                .filter(|n| n.is_device())
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "node {:?}: device resource {:?} is not one of gpu, neuron, efa",
+                        r.name, d.resource
+                    ))
+                })?;
+            let index = u8::try_from(d.index)
+                .ok()
+                .filter(|i| i64::from(*i) < r.capacity.get(&res))
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "node {:?}: {} index {} is outside its capacity of {}",
+                        r.name,
+                        d.resource,
+                        d.index,
+                        r.capacity.get(&res)
+                    ))
+                })?;
+            devices.push((res, index, d.healthy, d.reason.clone()));
+        }
+        match self.state.acct.nodes.find(&r.name) {
+            Some(n) => {
+                let node = self.state.acct.nodes.node(n);
+                let flavor = self.state.names.flavor_name(node.flavor).to_string();
+                if flavor != r.instance_type {
+                    return Err(conflict(format!(
+                        "node {:?} is registered as {flavor}, not {}; a node keeps its instance type",
+                        r.name, r.instance_type
+                    )));
+                }
+                if !node.healthy {
+                    events.extend(self.state.set_node_health(&r.name, true, now)?);
+                }
+            }
+            None => {
+                self.state
+                    .add_node(&r.name, &r.instance_type, &r.capacity)?;
+            }
+        }
+        for (res, index, healthy, reason) in &devices {
+            events.extend(
+                self.state
+                    .set_device_health(&r.name, res, *index, *healthy, reason, now)?,
+            );
+        }
+        let meta = self.nodes_meta.entry(r.name.clone()).or_default();
+        meta.report = Some(r.clone());
+        meta.reason.clear();
+        Ok(Reply::Done)
+    }
+
+    fn pods_exited(
+        &mut self,
+        node: Option<&str>,
+        workload: &str,
+        attempt: u32,
+        exits: &[PodExit],
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, ApiError> {
+        let id = self.state.find_workload(workload)?;
+        let wl = self.state.workload(id);
+        if wl.attempt != attempt || !wl.state.holds_quota() {
+            // A report about an earlier run, or a workload that already moved on.
+            return Ok(Reply::Done);
+        }
+        self.check_node(id, node)?;
+        let world = wl.admission.as_ref().map_or(0, |a| a.placement.len()) as u32;
+        if let Some(e) = exits.iter().find(|e| e.rank >= world) {
+            return Err(invalid(format!(
+                "workload {workload:?} attempt {attempt} has ranks 0..{world}; rank {} does not exist",
+                e.rank
+            )));
+        }
+        if let Some(e) = exits.iter().find(|e| e.lost) {
+            let msg = format!("pod {} was lost on its node: {}", e.rank, e.detail);
+            events.extend(self.state.start_eviction(id, "PodLost", &msg, now));
+        }
+        let wl = self.state.workload(id);
+        let state = wl.state;
+        // Pods stopped for a preemption, a failed device or a lost node end however they end;
+        // the workload is requeued, not failed.
+        let evicted_for_other = state == WlState::Evicting
+            && wl.eviction.as_ref().is_some_and(|(r, _)| r != "PodFailed");
+        let runs = self.runs_of(id, attempt);
+        for e in exits {
+            runs.exited.insert(e.rank, e.succeeded);
+        }
+        let first_failure = exits
+            .iter()
+            .find(|e| !e.succeeded)
+            .filter(|_| !runs.failed && !evicted_for_other);
+        if first_failure.is_some() {
+            runs.failed = true;
+        }
+        let all_gone = runs.exited.len() as u32 >= world;
+        let failed = runs.failed;
+        let all_ok = runs.exited.values().all(|ok| *ok);
+        if let (Some(e), false) = (first_failure, all_gone) {
+            // The gang cannot go on without this pod: stop the others, then end as Failed.
+            let msg = format!("pod {} failed ({}); stopping the others", e.rank, e.detail);
+            events.extend(self.state.start_eviction(id, "PodFailed", &msg, now));
+        }
+        if all_gone {
+            if evicted_for_other {
+                events.extend(self.state.complete_eviction(id, now));
+            } else {
+                events.extend(self.state.finish(id, all_ok && !failed, now)?);
+            }
+            self.pods.remove(&id);
+        }
+        Ok(Reply::Done)
     }
 
     fn unknown_quota(&self, name: &str) -> ApiError {

@@ -13,6 +13,29 @@ use crate::ids::{FlavorId, Interner, NodeId, ResId};
 /// Device indices are tracked in a 64-bit mask per device resource.
 pub const MAX_DEVICES: i64 = 64;
 
+/// A pod gives back device `i` (its `used` was already lowered): a healthy device becomes
+/// free, an unhealthy one is held out of use.
+fn release_device(nr: &mut NodeRes, i: u8) {
+    let bit = 1u64 << i;
+    if nr.bad_mask & bit != 0 {
+        nr.parked_mask |= bit;
+        nr.used += 1;
+    } else if let Some(mask) = nr.free_mask.as_mut() {
+        *mask |= bit;
+    }
+}
+
+/// Undoes `release_device` (its `used` is raised by the caller).
+fn retake_device(nr: &mut NodeRes, i: u8) {
+    let bit = 1u64 << i;
+    if nr.parked_mask & bit != 0 {
+        nr.parked_mask &= !bit;
+        nr.used -= 1;
+    } else if let Some(mask) = nr.free_mask.as_mut() {
+        *mask &= !bit;
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeRes {
     pub res: ResId,
@@ -20,6 +43,24 @@ pub struct NodeRes {
     pub used: i64,
     /// Free device indices (bit i = index i free) for device resources.
     pub free_mask: Option<u64>,
+    /// Devices reported unhealthy: never given out again until reported healthy.
+    #[serde(default)]
+    pub bad_mask: u64,
+    /// Unhealthy devices held out of use (counted in `used`, given to no pod). An unhealthy
+    /// device still held by a pod joins this set when the pod releases it.
+    #[serde(default)]
+    pub parked_mask: u64,
+}
+
+impl NodeRes {
+    /// Devices held out of use because they are unhealthy.
+    pub fn parked(&self) -> i64 {
+        i64::from(self.parked_mask.count_ones())
+    }
+    /// Devices reported unhealthy (held out of use or still held by a pod).
+    pub fn bad(&self) -> i64 {
+        i64::from(self.bad_mask.count_ones())
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,6 +183,8 @@ impl NodeSet {
                 cap,
                 used: 0,
                 free_mask,
+                bad_mask: 0,
+                parked_mask: 0,
             });
         }
         res.sort_by_key(|r| r.res);
@@ -206,6 +249,57 @@ impl NodeSet {
         self.index_insert(id);
     }
 
+    /// Marks one device healthy or unhealthy. A free unhealthy device is held out of use at
+    /// once; one a pod holds is held out when the pod releases it. Returns whether anything
+    /// changed; an index beyond the node's devices is an error.
+    pub fn set_device_health(
+        &mut self,
+        id: NodeId,
+        r: ResId,
+        index: u8,
+        healthy: bool,
+    ) -> Result<bool, String> {
+        let node = &self.nodes[id.idx()];
+        let Some(nr) = node.res.iter().find(|x| x.res == r && x.free_mask.is_some()) else {
+            return Err(format!("node {} has no devices of that kind", node.name));
+        };
+        if i64::from(index) >= nr.cap {
+            return Err(format!(
+                "node {}: device index {index} is out of range (it has {})",
+                node.name, nr.cap
+            ));
+        }
+        let bit = 1u64 << index;
+        if (nr.bad_mask & bit != 0) != healthy {
+            return Ok(false);
+        }
+        self.index_remove(id);
+        let node = &mut self.nodes[id.idx()];
+        let nr = node
+            .res
+            .iter_mut()
+            .find(|x| x.res == r)
+            .expect("checked above");
+        let free = nr.free_mask.get_or_insert(0);
+        if healthy {
+            nr.bad_mask &= !bit;
+            if nr.parked_mask & bit != 0 {
+                nr.parked_mask &= !bit;
+                *free |= bit;
+                nr.used -= 1;
+            }
+        } else {
+            nr.bad_mask |= bit;
+            if *free & bit != 0 {
+                *free &= !bit;
+                nr.parked_mask |= bit;
+                nr.used += 1;
+            }
+        }
+        self.index_insert(id);
+        Ok(true)
+    }
+
     /// Allocates one pod on `id`, taking the lowest free device indices. The caller has checked
     /// that it fits.
     fn allocate(&mut self, id: NodeId, req: &[(ResId, i64)]) -> PodAlloc {
@@ -253,10 +347,8 @@ impl NodeSet {
         }
         for (r, idx) in &a.devices {
             if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
-                if let Some(mask) = nr.free_mask.as_mut() {
-                    for i in idx {
-                        *mask |= 1u64 << i;
-                    }
+                for i in idx {
+                    release_device(nr, *i);
                 }
             }
         }
@@ -287,13 +379,11 @@ impl NodeSet {
             }
             for (r, idx) in &a.devices {
                 if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
-                    if let Some(mask) = nr.free_mask.as_mut() {
-                        for i in idx {
-                            if sign < 0 {
-                                *mask |= 1u64 << i;
-                            } else {
-                                *mask &= !(1u64 << i);
-                            }
+                    for i in idx {
+                        if sign < 0 {
+                            release_device(nr, *i);
+                        } else {
+                            retake_device(nr, *i);
                         }
                     }
                 }
@@ -440,7 +530,7 @@ impl NodeSet {
         let mut m = BTreeMap::new();
         for n in self.nodes.iter().filter(|n| n.healthy) {
             for r in &n.res {
-                *m.entry((n.flavor, r.res)).or_insert(0) += r.cap;
+                *m.entry((n.flavor, r.res)).or_insert(0) += r.cap - r.bad();
             }
         }
         m
@@ -453,7 +543,7 @@ impl NodeSet {
         for r in &n.res {
             if let Some(mask) = r.free_mask {
                 for bit in 0..(r.cap.min(64) as u8) {
-                    if mask & (1u64 << bit) == 0 {
+                    if (mask | r.parked_mask) & (1u64 << bit) == 0 {
                         out.push((r.res, bit));
                     }
                 }

@@ -160,6 +160,10 @@ pub struct Workload {
     pub preempting: Option<u32>,
     /// Why it is being evicted, once eviction started.
     pub eviction: Option<(String, String)>,
+    /// How many times it was admitted: names one run of its pods, so that an instruction or a
+    /// report about an earlier run never touches a later one.
+    #[serde(default)]
+    pub attempt: u32,
 }
 
 impl Workload {
@@ -719,6 +723,7 @@ impl State {
             preemptions: 0,
             preempting: None,
             eviction: None,
+            attempt: 0,
         };
         self.teams[team.idx()].pending.insert(wl.queue_key());
         self.by_name.insert(wl.spec.name.clone(), id);
@@ -828,6 +833,78 @@ impl State {
         }
         self.acct.nodes.set_health(node, healthy);
         self.rebuild();
+        Ok(events)
+    }
+
+    /// Starts evicting an admitted or running workload that no preemption chose (a device
+    /// failed, one of its pods failed): its pods are stopped and it keeps its room until they
+    /// are reported gone.
+    pub fn start_eviction(&mut self, id: WlId, reason: &str, message: &str, now: Time) -> Vec<Event> {
+        let Some(wl) = self.workloads.get_mut(&id) else {
+            return Vec::new();
+        };
+        if !matches!(wl.state, WlState::Admitted | WlState::Running) {
+            return Vec::new();
+        }
+        wl.state = WlState::Evicting;
+        wl.eviction = Some((reason.to_string(), message.to_string()));
+        wl.set_condition("Evicted", true, reason, message, now);
+        vec![Event::Evicted {
+            wl: id,
+            reason: reason.to_string(),
+            message: message.to_string(),
+        }]
+    }
+
+    /// One device of a node turned unhealthy or healthy again. An unhealthy device is given to
+    /// no new pod, and workloads with a pod on it are evicted (their pods stop, then they are
+    /// requeued).
+    pub fn set_device_health(
+        &mut self,
+        node_name: &str,
+        resource: &ResourceName,
+        index: u8,
+        healthy: bool,
+        reason: &str,
+        now: Time,
+    ) -> Result<Vec<Event>, StateError> {
+        let node = self
+            .acct
+            .nodes
+            .find(node_name)
+            .ok_or_else(|| StateError::UnknownNode(node_name.to_string()))?;
+        let r = self.names.resource(resource);
+        let changed = self
+            .acct
+            .nodes
+            .set_device_health(node, r, index, healthy)
+            .map_err(StateError::Invalid)?;
+        let mut events = Vec::new();
+        if changed && !healthy {
+            let hit: Vec<WlId> = self
+                .workloads
+                .values()
+                .filter(|w| matches!(w.state, WlState::Admitted | WlState::Running))
+                .filter(|w| {
+                    w.admission.as_ref().is_some_and(|a| {
+                        a.placement.iter().any(|(_, p)| {
+                            p.node == node
+                                && p.devices
+                                    .iter()
+                                    .any(|(dr, idx)| *dr == r && idx.contains(&index))
+                        })
+                    })
+                })
+                .map(|w| w.id)
+                .collect();
+            let msg = format!("{resource} {index} on node {node_name} is unhealthy: {reason}");
+            for id in hit {
+                events.extend(self.start_eviction(id, "DeviceFailure", &msg, now));
+            }
+        }
+        if changed {
+            self.rebuild();
+        }
         Ok(events)
     }
 
@@ -1014,6 +1091,7 @@ impl State {
         wl.state = WlState::Admitted;
         wl.admission = Some(adm.clone());
         wl.admitted_at = Some(now);
+        wl.attempt += 1;
         wl.preempting = None;
         self.preemptors.remove(&id);
         wl.set_condition(

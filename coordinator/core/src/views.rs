@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use allot_common::api::{ConditionView, NodeView, PodView, TeamView, WorkloadFilter, WorkloadView};
+use allot_common::api::{
+    ConditionView, NodeAssignments, NodeView, PodAssignment, PodView, TeamView, WorkloadFilter,
+    WorkloadView,
+};
 use allot_common::{PriorityRef, Resources};
 
 use crate::ids::{TeamId, WlId};
@@ -118,6 +121,7 @@ pub fn nodes(m: &Machine) -> Vec<NodeView> {
         .nodes
         .iter()
         .map(|n| {
+            let report = m.nodes_meta.get(&n.name).and_then(|x| x.report.as_ref());
             let mut capacity = Resources::new();
             let mut used = Resources::new();
             for r in &n.res {
@@ -132,9 +136,13 @@ pub fn nodes(m: &Machine) -> Vec<NodeView> {
                 cordoned: n.cordoned,
                 capacity,
                 used,
-                reason: String::new(),
-                devices: Vec::new(),
-                http: String::new(),
+                reason: m
+                    .nodes_meta
+                    .get(&n.name)
+                    .map(|x| x.reason.clone())
+                    .unwrap_or_default(),
+                devices: report.map(|r| r.devices.clone()).unwrap_or_default(),
+                http: report.map(|r| r.http.clone()).unwrap_or_default(),
             }
         })
         .collect()
@@ -204,4 +212,111 @@ fn cohort_borrowed(m: &Machine, t: TeamId, fr: crate::ids::FrId) -> i64 {
             (st.acct.usage(o, fr) - q).max(0)
         })
         .sum()
+}
+
+/// The port gang members rendezvous on: stable for one attempt of one workload, spread so that
+/// workloads sharing a node rarely collide.
+pub fn master_port(id: WlId, attempt: u32) -> u16 {
+    let spread = (id.0.wrapping_mul(31).wrapping_add(u64::from(attempt))) % 10_000;
+    20_000 + spread as u16
+}
+
+/// Everything `node` should run (or stop), as committed: one entry per pod of every admitted,
+/// running or evicting workload placed there, minus pods already reported gone.
+pub fn assignments(m: &Machine, node: &str) -> NodeAssignments {
+    let st = &m.state;
+    let Some(nid) = st.acct.nodes.find(node) else {
+        return NodeAssignments {
+            digest: 0,
+            registered: false,
+            healthy: false,
+            health_reason: "not registered".into(),
+            pods: Vec::new(),
+        };
+    };
+    let n = st.acct.nodes.node(nid);
+    let meta = m.nodes_meta.get(node);
+    let address_of = |id: crate::ids::NodeId| {
+        let name = &st.acct.nodes.node(id).name;
+        m.nodes_meta
+            .get(name)
+            .and_then(|x| x.report.as_ref())
+            .map(|r| r.address.clone())
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| name.clone())
+    };
+    let mut pods = Vec::new();
+    for w in st.workloads.values().filter(|w| w.state.holds_quota()) {
+        let Some(a) = &w.admission else { continue };
+        if !a.placement.iter().any(|(_, p)| p.node == nid) {
+            continue;
+        }
+        let gone = m.pods.get(&w.id).filter(|r| r.attempt == w.attempt);
+        let master_addr = a
+            .placement
+            .first()
+            .map(|(_, p)| address_of(p.node))
+            .unwrap_or_default();
+        let stop = (w.state == WlState::Evicting).then(|| {
+            w.eviction
+                .as_ref()
+                .map(|(r, msg)| format!("{r}: {msg}"))
+                .unwrap_or_else(|| "Evicted".into())
+        });
+        let mut local = 0u32;
+        for (rank, (ps, p)) in a.placement.iter().enumerate() {
+            if p.node != nid {
+                continue;
+            }
+            let rank = rank as u32;
+            let local_rank = local;
+            local += 1;
+            if gone.is_some_and(|r| r.exited.contains_key(&rank)) {
+                continue;
+            }
+            let mut requests = Resources::new();
+            for (r, v) in &p.req {
+                requests.add(st.names.resource_name(*r), *v);
+            }
+            pods.push(PodAssignment {
+                workload: w.spec.name.clone(),
+                workload_id: w.id.0,
+                attempt: w.attempt,
+                team: st.teams[w.team.idx()].name().to_string(),
+                rank,
+                local_rank,
+                world_size: a.placement.len() as u32,
+                pod_set: a
+                    .pod_sets
+                    .get(*ps)
+                    .map(|x| x.name.clone())
+                    .unwrap_or_default(),
+                devices: p
+                    .devices
+                    .iter()
+                    .map(|(r, idx)| (st.names.resource_name(*r).to_string(), idx.clone()))
+                    .collect(),
+                requests,
+                master_addr: master_addr.clone(),
+                master_port: master_port(w.id, w.attempt),
+                run: m.runs.get(&w.id).cloned().unwrap_or_default(),
+                stop: stop.clone(),
+            });
+        }
+    }
+    let mut out = NodeAssignments {
+        digest: 0,
+        registered: meta.and_then(|x| x.report.as_ref()).is_some(),
+        healthy: n.healthy,
+        health_reason: meta.map(|x| x.reason.clone()).unwrap_or_default(),
+        pods,
+    };
+    // FNV-1a over a canonical rendering: equal assignments, equal digest, on every replica.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in format!("{:?}", (&out.registered, &out.healthy, &out.health_reason, &out.pods)).bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    out.digest = h.max(1);
+    out
 }

@@ -1,0 +1,583 @@
+//! The agent's main loop: discover the inventory, keep a lease with the coordinator cluster,
+//! and converge the node's pods to the assignments the cluster has committed for it.
+//!
+//! Three tasks share the work. The *sync* task holds the lease: it registers the node, then
+//! long-polls `AgentSync`, which renews the lease and returns the node's assignments; after
+//! every answer (confirmed by a quorum through a read index) it moves the lease file forward.
+//! The *report* task tells the cluster about pods that started or ended, retrying until the
+//! cluster acknowledges. The main task reconciles: it starts what is assigned and not running,
+//! stops what runs and is not assigned (or is assigned with `stop`), and never starts a pod
+//! while a device it needs is still held by a pod that has not ended.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use allot_common::api::{
+    ApiError, Body, DeviceInfo, ErrorKind, NodeAssignments, NodeReport, PodExit, Reply,
+};
+use allot_common::client::Client;
+use allot_common::tls::{Identity, TlsFiles};
+use tokio::sync::{mpsc, watch};
+
+use crate::executor::{key_of, ExecConfig, Executor, PodKey, PodPhase};
+use crate::inventory::{Discovery, InventoryConfig, NodeInventory};
+use crate::metrics::AgentMetrics;
+use crate::shim;
+
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub node: String,
+    pub coordinators: Vec<String>,
+    pub certs: PathBuf,
+    pub data_dir: PathBuf,
+    pub http: Option<SocketAddr>,
+    /// The address gang peers use to reach this node.
+    pub advertise: String,
+    pub inventory: InventoryConfig,
+    pub lease: Duration,
+    pub discover_every: Duration,
+    pub cgroup_root: Option<PathBuf>,
+    /// Stop every pod when the agent stops (`allot dev`); otherwise pods outlive a restart.
+    pub stop_pods_on_exit: bool,
+    /// The program that runs `agent-shim` (this binary).
+    pub shim_program: PathBuf,
+}
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the report task sends.
+#[derive(Debug)]
+enum Report {
+    Started(PodKey, String, Vec<u32>),
+    Exited(PodKey, String, PodExit),
+}
+
+/// Devices once seen and no longer discovered stay in the report, unhealthy, so a GPU that
+/// fell off the bus is not silently forgotten (and its index not reused).
+fn merge_seen(seen: &mut BTreeMap<(String, u32), DeviceInfo>, inv: &mut NodeInventory) {
+    let now: BTreeSet<(String, u32)> = inv
+        .devices
+        .iter()
+        .map(|d| (d.resource.clone(), d.index))
+        .collect();
+    for d in &inv.devices {
+        seen.insert((d.resource.clone(), d.index), d.clone());
+    }
+    for (k, d) in seen.iter_mut() {
+        if !now.contains(k) {
+            d.healthy = false;
+            if d.reason.is_empty() {
+                d.reason = "no longer discovered".into();
+            }
+            inv.devices.push(d.clone());
+            let res = allot_common::ResourceName::parse(&d.resource).ok();
+            if let Some(r) = res {
+                let have = inv.capacity.get(&r);
+                if have <= i64::from(d.index) {
+                    inv.capacity.set(r, i64::from(d.index) + 1);
+                }
+            }
+        }
+    }
+    inv.devices
+        .sort_by(|a, b| (&a.resource, a.index).cmp(&(&b.resource, b.index)));
+}
+
+fn jitter(base: Duration, seed: &mut u64) -> Duration {
+    // xorshift: spreads reconnects of many agents; not security relevant.
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    let f = 0.5 + (*seed % 1000) as f64 / 1000.0;
+    base.mul_f64(f)
+}
+
+pub struct Agent {
+    cfg: AgentConfig,
+    exec: Executor,
+    metrics: Arc<AgentMetrics>,
+}
+
+impl Agent {
+    pub fn open(cfg: AgentConfig) -> Result<Agent, BoxError> {
+        std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+            format!(
+                "could not create the agent's data directory {}: {e}",
+                cfg.data_dir.display()
+            )
+        })?;
+        let exec = Executor::open(ExecConfig {
+            data_dir: cfg.data_dir.clone(),
+            shim_program: cfg.shim_program.clone(),
+            lease_ms: cfg.lease.as_millis() as u64,
+            neuron_cores_per_device: 0,
+            cgroup_root: cfg.cgroup_root.clone(),
+        })?;
+        Ok(Agent {
+            cfg,
+            exec,
+            metrics: Arc::new(AgentMetrics::new()),
+        })
+    }
+
+    /// Runs until `shutdown` resolves.
+    pub async fn run(
+        mut self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<(), BoxError> {
+        let cfg = self.cfg.clone();
+        let mut discovery = Discovery::new(&cfg.inventory)
+            .map_err(|e| format!("inventory: {e}"))?;
+        let mut seen = BTreeMap::new();
+        let mut inv = discovery.discover();
+        merge_seen(&mut seen, &mut inv);
+        for w in &inv.warnings {
+            tracing::warn!("inventory: {w}");
+        }
+        self.exec_neuron_cores(&inv);
+        self.metrics.set_inventory(&inv.devices);
+        let report = self.report_of(&inv);
+        tracing::info!(
+            "node {} ({}): {} devices, capacity {:?}",
+            cfg.node,
+            inv.instance_type,
+            inv.devices.len(),
+            inv.capacity
+        );
+        let files = TlsFiles::for_identity(
+            &cfg.certs,
+            &Identity::Node {
+                node: cfg.node.clone(),
+            },
+        );
+        let stem = files
+            .cert
+            .file_stem()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let sync_client = Client::new(cfg.coordinators.clone(), &cfg.certs, &stem)?;
+        let report_client = Client::new(cfg.coordinators.clone(), &cfg.certs, &stem)?;
+
+        let (report_tx, report_rx) = watch::channel(report);
+        let (assign_tx, mut assign_rx) = watch::channel::<Option<NodeAssignments>>(None);
+        let (out_tx, out_rx) = mpsc::unbounded_channel::<Report>();
+        let (ack_tx, mut ack_rx) = mpsc::unbounded_channel::<PodKey>();
+        let lease_file = self.exec.lease_file();
+        tokio::spawn(sync_task(
+            cfg.clone(),
+            sync_client,
+            report_rx,
+            assign_tx,
+            lease_file,
+            self.metrics.clone(),
+        ));
+        tokio::spawn(report_task(
+            cfg.node.clone(),
+            report_client,
+            out_rx,
+            ack_tx,
+        ));
+        if let Some(addr) = cfg.http {
+            crate::http::serve(addr, cfg.data_dir.clone(), self.metrics.clone()).await?;
+        }
+
+        let mut queued: BTreeSet<PodKey> = BTreeSet::new();
+        let mut absent_reported: BTreeSet<PodKey> = BTreeSet::new();
+        let mut last: Option<NodeAssignments> = None;
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_discovery = Instant::now() + cfg.discover_every;
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                c = assign_rx.changed() => {
+                    if c.is_err() { break; }
+                    last = assign_rx.borrow_and_update().clone();
+                }
+                _ = tick.tick() => {}
+                Some(k) = ack_rx.recv() => {
+                    self.exec.mark_reported(&k);
+                    queued.remove(&k);
+                }
+            }
+            // Pods that ended.
+            for k in self.exec.poll() {
+                self.metrics.stops.inc();
+                tracing::info!("pod {k:?} ended");
+            }
+            for (k, p) in &self.exec.pods {
+                if p.reported || queued.contains(k) {
+                    continue;
+                }
+                if let Some(e) = p.exit() {
+                    queued.insert(*k);
+                    let _ = out_tx.send(Report::Exited(*k, p.spec.workload.clone(), e));
+                }
+            }
+            if let Some(a) = &last {
+                self.reconcile(a, &out_tx, &mut absent_reported);
+            }
+            if Instant::now() >= next_discovery {
+                next_discovery = Instant::now() + cfg.discover_every;
+                let mut inv = discovery.discover();
+                merge_seen(&mut seen, &mut inv);
+                self.metrics.set_inventory(&inv.devices);
+                let r = self.report_of(&inv);
+                if *report_tx.borrow() != r {
+                    tracing::info!("inventory changed; reporting it");
+                    for w in &inv.warnings {
+                        tracing::warn!("inventory: {w}");
+                    }
+                    let _ = report_tx.send(r);
+                }
+            }
+            self.metrics.set_pods(&self.exec);
+        }
+        if cfg.stop_pods_on_exit {
+            self.exec.stop_all("the agent is stopping");
+            let deadline = Instant::now() + Duration::from_secs(35);
+            while self.exec.pods.values().any(|p| p.holds_devices()) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                self.exec.poll();
+            }
+            // Give the cluster a moment to hear about them.
+            for (k, p) in &self.exec.pods {
+                if let (false, Some(e)) = (p.reported, p.exit()) {
+                    let _ = out_tx.send(Report::Exited(*k, p.spec.workload.clone(), e));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        Ok(())
+    }
+
+    fn exec_neuron_cores(&mut self, inv: &NodeInventory) {
+        let cores = inv
+            .devices
+            .iter()
+            .find(|d| d.resource == "neuron")
+            .map(|d| d.cores)
+            .unwrap_or(0);
+        self.exec.set_neuron_cores(cores);
+    }
+
+    fn report_of(&self, inv: &NodeInventory) -> NodeReport {
+        NodeReport {
+            name: self.cfg.node.clone(),
+            instance_type: inv.instance_type.clone(),
+            capacity: inv.capacity.clone(),
+            devices: inv.devices.clone(),
+            address: self.cfg.advertise.clone(),
+            http: self.cfg.http.map(|a| a.to_string()).unwrap_or_default(),
+            lease_ms: self.cfg.lease.as_millis() as u64,
+            agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+
+    /// Converges the node's pods to `a`.
+    fn reconcile(
+        &mut self,
+        a: &NodeAssignments,
+        out: &mpsc::UnboundedSender<Report>,
+        absent_reported: &mut BTreeSet<PodKey>,
+    ) {
+        let assigned: BTreeSet<PodKey> = a.pods.iter().map(key_of).collect();
+        // Stop what runs without an assignment, or is assigned to stop.
+        let stop_now: Vec<(PodKey, String)> = self
+            .exec
+            .pods
+            .iter()
+            .filter(|(_, p)| matches!(p.phase, PodPhase::Running))
+            .filter_map(|(k, _)| {
+                match a.pods.iter().find(|x| key_of(x) == *k) {
+                    None => Some((*k, "no longer assigned to this node".to_string())),
+                    Some(x) => x.stop.clone().map(|why| (*k, why)),
+                }
+            })
+            .collect();
+        for (k, why) in stop_now {
+            self.exec.stop(&k, &why);
+        }
+        // Start what is assigned and has never run here.
+        let mut busy = self.exec.busy_devices();
+        for p in &a.pods {
+            let k = key_of(p);
+            if p.stop.is_some() {
+                if !self.exec.pods.contains_key(&k) && absent_reported.insert(k) {
+                    // Asked to stop a pod that never ran here: say it is gone so the eviction
+                    // completes.
+                    let _ = out.send(Report::Exited(
+                        k,
+                        p.workload.clone(),
+                        PodExit {
+                            rank: p.rank,
+                            succeeded: false,
+                            lost: false,
+                            detail: "not running on this node".into(),
+                        },
+                    ));
+                }
+                continue;
+            }
+            if self.exec.pods.contains_key(&k) {
+                continue;
+            }
+            let wants: Vec<(String, u8)> = p
+                .devices
+                .iter()
+                .flat_map(|(r, v)| v.iter().map(move |i| (r.clone(), *i)))
+                .collect();
+            if let Some(d) = wants.iter().find(|d| busy.contains(*d)) {
+                tracing::info!(
+                    "{} rank {} waits: {} {} is still held by a pod that is stopping",
+                    p.workload,
+                    p.rank,
+                    d.0,
+                    d.1
+                );
+                continue;
+            }
+            match self.exec.start(p) {
+                Ok(()) => {
+                    self.metrics.starts.inc();
+                    busy.extend(wants);
+                    let _ = out.send(Report::Started(k, p.workload.clone(), vec![p.rank]));
+                }
+                Err(e) => {
+                    tracing::error!("could not start {} rank {}: {e}", p.workload, p.rank);
+                    let _ = out.send(Report::Exited(
+                        k,
+                        p.workload.clone(),
+                        PodExit {
+                            rank: p.rank,
+                            succeeded: false,
+                            lost: false,
+                            detail: format!("the agent could not start it: {e}"),
+                        },
+                    ));
+                    absent_reported.insert(k);
+                }
+            }
+        }
+        absent_reported.retain(|k| assigned.contains(k));
+        self.exec.prune(&assigned);
+    }
+}
+
+/// Holds the lease: registers, long-polls for assignments, renews the lease file.
+async fn sync_task(
+    cfg: AgentConfig,
+    mut client: Client,
+    mut report_rx: watch::Receiver<NodeReport>,
+    assign_tx: watch::Sender<Option<NodeAssignments>>,
+    lease_file: PathBuf,
+    metrics: Arc<AgentMetrics>,
+) {
+    let lease = cfg.lease;
+    let wait = (lease / 3).min(Duration::from_secs(10));
+    let mut registered = false;
+    let mut digest = 0u64;
+    let mut backoff = Duration::from_millis(100);
+    let mut seed = (std::process::id() as u64) << 20 | (shim::now_ms() as u64 & 0xfffff) | 1;
+    loop {
+        if !registered || report_rx.has_changed().unwrap_or(false) {
+            let r = report_rx.borrow_and_update().clone();
+            match tokio::time::timeout(
+                Duration::from_secs(20),
+                client.call(Body::ReportNode(r)),
+            )
+            .await
+            {
+                Ok(Ok(Ok(_))) => {
+                    if !registered {
+                        tracing::info!("node {} registered", cfg.node);
+                    }
+                    registered = true;
+                    backoff = Duration::from_millis(100);
+                }
+                Ok(Ok(Err(e))) => {
+                    tracing::error!("the cluster refused this node's report: {e}");
+                    tokio::time::sleep(jitter(Duration::from_secs(5), &mut seed)).await;
+                    continue;
+                }
+                Ok(Err(e)) => {
+                    metrics.sync_errors.inc();
+                    tracing::warn!("registering: {e}; retrying in {backoff:?}");
+                    tokio::time::sleep(jitter(backoff, &mut seed)).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+                Err(_) => continue,
+            }
+        }
+        let sent_wall = shim::now_ms();
+        let sent = Instant::now();
+        let call = client.call(Body::AgentSync {
+            node: cfg.node.clone(),
+            known_digest: digest,
+            wait_ms: wait.as_millis() as u32,
+        });
+        let res = tokio::select! {
+            r = tokio::time::timeout(wait + Duration::from_secs(10), call) => r,
+            _ = report_rx.changed() => {
+                // The inventory changed: report it first (the report is marked unseen again).
+                report_rx.mark_changed();
+                continue;
+            }
+        };
+        match res {
+            Ok(Ok(Ok(Reply::Assignments(a)))) => {
+                metrics.syncs.inc();
+                backoff = Duration::from_millis(100);
+                // The answer was confirmed by a quorum after `sent`: the lease runs from then.
+                let until = sent_wall + lease.as_millis() as i64;
+                if let Err(e) = shim::write_atomic(&lease_file, until.to_string().as_bytes()) {
+                    tracing::error!("could not renew the lease file {}: {e}", lease_file.display());
+                }
+                metrics.lease_renewed(sent + lease);
+                if !a.registered || !a.healthy {
+                    if registered {
+                        tracing::warn!(
+                            "the cluster counts this node as {}: {}; registering again",
+                            if a.registered { "unhealthy" } else { "unregistered" },
+                            a.health_reason
+                        );
+                    }
+                    registered = false;
+                }
+                digest = a.digest;
+                let _ = assign_tx.send(Some(a));
+            }
+            Ok(Ok(Ok(other))) => {
+                tracing::error!("unexpected answer to a sync: {other:?}");
+                tokio::time::sleep(jitter(backoff, &mut seed)).await;
+            }
+            Ok(Ok(Err(e))) => {
+                metrics.sync_errors.inc();
+                tracing::warn!("sync refused: {e}");
+                if e.kind == ErrorKind::NotFound {
+                    registered = false;
+                }
+                tokio::time::sleep(jitter(backoff, &mut seed)).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Ok(Err(e)) => {
+                metrics.sync_errors.inc();
+                tracing::warn!("no coordinator reachable: {e}; retrying in {backoff:?}");
+                tokio::time::sleep(jitter(backoff, &mut seed)).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(_) => {
+                metrics.sync_errors.inc();
+                tracing::warn!("sync timed out; retrying");
+            }
+        }
+    }
+}
+
+/// Sends pod reports until the cluster acknowledges them.
+async fn report_task(
+    node: String,
+    mut client: Client,
+    mut rx: mpsc::UnboundedReceiver<Report>,
+    ack: mpsc::UnboundedSender<PodKey>,
+) {
+    let mut seed = (std::process::id() as u64) << 16 | 7;
+    while let Some(r) = rx.recv().await {
+        let (key, body) = match r {
+            Report::Started(k, workload, ranks) => (
+                None,
+                Body::PodsStarted {
+                    node: node.clone(),
+                    workload,
+                    attempt: k.1,
+                    ranks,
+                },
+            ),
+            Report::Exited(k, workload, exit) => (
+                Some(k),
+                Body::PodsExited {
+                    node: node.clone(),
+                    workload,
+                    attempt: k.1,
+                    exits: vec![exit],
+                },
+            ),
+        };
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match client.call(body.clone()).await {
+                Ok(Ok(_)) => break,
+                Ok(Err(ApiError { kind, message, .. }))
+                    if matches!(
+                        kind,
+                        ErrorKind::NotFound | ErrorKind::Invalid | ErrorKind::Forbidden
+                    ) =>
+                {
+                    // The workload is gone or moved on: nothing left to tell.
+                    tracing::info!("report dropped: {message}");
+                    break;
+                }
+                Ok(Err(e)) => tracing::warn!("report refused: {e}; retrying"),
+                Err(e) => tracing::warn!("report not delivered: {e}; retrying"),
+            }
+            tokio::time::sleep(jitter(backoff, &mut seed)).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+        if let Some(k) = key {
+            let _ = ack.send(k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vanished_devices_stay_reported_unhealthy() {
+        let gpu = |i: u32| DeviceInfo {
+            resource: "gpu".into(),
+            index: i,
+            id: format!("GPU-{i}"),
+            healthy: true,
+            ..Default::default()
+        };
+        let mut seen = BTreeMap::new();
+        let mut cap = allot_common::Resources::new();
+        cap.set(allot_common::ResourceName::gpu(), 2);
+        let mut inv = NodeInventory {
+            instance_type: "ml.g5.12xlarge".into(),
+            capacity: cap.clone(),
+            devices: vec![gpu(0), gpu(1)],
+            warnings: vec![],
+        };
+        merge_seen(&mut seen, &mut inv);
+        assert_eq!(inv.devices.len(), 2);
+        cap.set(allot_common::ResourceName::gpu(), 1);
+        let mut later = NodeInventory {
+            instance_type: "ml.g5.12xlarge".into(),
+            capacity: cap,
+            devices: vec![gpu(0)],
+            warnings: vec![],
+        };
+        merge_seen(&mut seen, &mut later);
+        assert_eq!(later.devices.len(), 2);
+        assert!(!later.devices[1].healthy);
+        assert_eq!(later.devices[1].reason, "no longer discovered");
+        assert_eq!(later.capacity.get(&allot_common::ResourceName::gpu()), 2);
+    }
+
+    #[test]
+    fn jitter_stays_within_half_to_one_and_a_half() {
+        let mut seed = 42;
+        for _ in 0..100 {
+            let d = jitter(Duration::from_millis(1000), &mut seed);
+            assert!(d >= Duration::from_millis(500) && d <= Duration::from_millis(1500));
+        }
+    }
+}

@@ -1,0 +1,494 @@
+//! The executor: pods as processes, each under its own shim (`shim.rs`), with its devices
+//! made visible only to it, and a directory per pod that outlives the agent.
+//!
+//! A pod is named by (workload id, attempt, rank): `pods/<id>-<attempt>-<rank>/` holds
+//! `spec.json` (the assignment it was started for), `shim.pid`, `child.pid`, `output.log`, and
+//! once it ends `exit.json`, then `reported` when the coordinator has acknowledged the exit.
+//! A restarted agent rebuilds its table from these directories: a live shim is adopted, a pod
+//! that ended is reported, a pod whose shim is gone without a record is reported lost.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use allot_common::api::{PodAssignment, PodExit};
+
+use crate::shim::{self, ExitRecord, ShimArgs};
+
+/// (workload id, attempt, rank).
+pub type PodKey = (u64, u32, u32);
+
+pub fn key_of(a: &PodAssignment) -> PodKey {
+    (a.workload_id, a.attempt, a.rank)
+}
+
+#[derive(Debug)]
+pub enum PodPhase {
+    Running,
+    /// Asked to stop (SIGTERM sent to the shim).
+    Stopping,
+    Exited(ExitRecord),
+    /// The shim vanished without recording an exit (the node rebooted, someone killed it).
+    Lost(String),
+}
+
+#[derive(Debug)]
+pub struct Pod {
+    pub spec: PodAssignment,
+    pub dir: PathBuf,
+    pub shim_pid: u32,
+    child: Option<Child>,
+    pub phase: PodPhase,
+    pub reported: bool,
+}
+
+impl Pod {
+    pub fn holds_devices(&self) -> bool {
+        matches!(self.phase, PodPhase::Running | PodPhase::Stopping)
+    }
+
+    /// The exit to report to the coordinator, once the pod ended.
+    pub fn exit(&self) -> Option<PodExit> {
+        match &self.phase {
+            PodPhase::Exited(r) => Some(PodExit {
+                rank: self.spec.rank,
+                succeeded: r.succeeded,
+                lost: r.lease_expired,
+                detail: r.detail.clone(),
+            }),
+            PodPhase::Lost(why) => Some(PodExit {
+                rank: self.spec.rank,
+                succeeded: false,
+                lost: true,
+                detail: why.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Where and how pods are started.
+#[derive(Clone, Debug)]
+pub struct ExecConfig {
+    pub data_dir: PathBuf,
+    /// The program that runs `agent-shim` (this binary).
+    pub shim_program: PathBuf,
+    pub lease_ms: u64,
+    /// Cores per Neuron device (for `NEURON_RT_VISIBLE_CORES`).
+    pub neuron_cores_per_device: u32,
+    /// cgroup v2 directory under which pods get `cpu.max` / `memory.max`; `None`: no limits.
+    pub cgroup_root: Option<PathBuf>,
+}
+
+pub struct Executor {
+    cfg: ExecConfig,
+    pub pods: BTreeMap<PodKey, Pod>,
+    cgroup_warned: bool,
+}
+
+/// Default seconds between SIGTERM and SIGKILL.
+pub const DEFAULT_GRACE_SECONDS: u32 = 30;
+
+impl Executor {
+    pub fn lease_file(&self) -> PathBuf {
+        self.cfg.data_dir.join("lease")
+    }
+
+    fn pods_dir(&self) -> PathBuf {
+        self.cfg.data_dir.join("pods")
+    }
+
+    /// Opens the executor, finding the pods an earlier agent left.
+    pub fn open(cfg: ExecConfig) -> std::io::Result<Executor> {
+        fs::create_dir_all(cfg.data_dir.join("pods"))?;
+        let mut ex = Executor {
+            cfg,
+            pods: BTreeMap::new(),
+            cgroup_warned: false,
+        };
+        ex.recover()?;
+        Ok(ex)
+    }
+
+    fn recover(&mut self) -> std::io::Result<()> {
+        for entry in fs::read_dir(self.pods_dir())? {
+            let dir = entry?.path();
+            let Ok(spec_bytes) = fs::read(dir.join("spec.json")) else {
+                continue;
+            };
+            let Ok(spec) = serde_json::from_slice::<PodAssignment>(&spec_bytes) else {
+                tracing::warn!("{}: unreadable spec.json; ignored", dir.display());
+                continue;
+            };
+            let shim_pid: u32 = fs::read_to_string(dir.join("shim.pid"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+            let reported = dir.join("reported").exists();
+            let phase = match read_exit(&dir) {
+                Some(r) => PodPhase::Exited(r),
+                None if shim_alive(shim_pid, &dir) => {
+                    tracing::info!(
+                        "found {} rank {} (attempt {}) still running under shim {shim_pid}",
+                        spec.workload,
+                        spec.rank,
+                        spec.attempt
+                    );
+                    PodPhase::Running
+                }
+                None => PodPhase::Lost(
+                    "its process was gone when the agent restarted, with no exit recorded".into(),
+                ),
+            };
+            let key = key_of(&spec);
+            self.pods.insert(
+                key,
+                Pod {
+                    spec,
+                    dir,
+                    shim_pid,
+                    child: None,
+                    phase,
+                    reported,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The environment a pod's program sees: its devices, its rank in the gang, its identity.
+    pub fn environment(&self, a: &PodAssignment) -> BTreeMap<String, String> {
+        let mut env = a.run.env.clone();
+        let list = |v: &[u8]| {
+            v.iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let gpus = a.devices.get("gpu").map(|v| list(v)).unwrap_or_default();
+        env.insert("CUDA_VISIBLE_DEVICES".into(), gpus.clone());
+        env.insert("NVIDIA_VISIBLE_DEVICES".into(), if gpus.is_empty() { "none".into() } else { gpus });
+        if let Some(n) = a.devices.get("neuron") {
+            let per = self.cfg.neuron_cores_per_device.max(1);
+            let cores: Vec<String> = n
+                .iter()
+                .flat_map(|d| {
+                    let first = u32::from(*d) * per;
+                    first..first + per
+                })
+                .map(|c| c.to_string())
+                .collect();
+            env.insert("NEURON_RT_VISIBLE_CORES".into(), cores.join(","));
+        }
+        if let Some(e) = a.devices.get("efa") {
+            env.insert("ALLOT_EFA_DEVICES".into(), list(e));
+        }
+        env.insert("MASTER_ADDR".into(), a.master_addr.clone());
+        env.insert("MASTER_PORT".into(), a.master_port.to_string());
+        env.insert("WORLD_SIZE".into(), a.world_size.to_string());
+        env.insert("RANK".into(), a.rank.to_string());
+        env.insert("LOCAL_RANK".into(), a.local_rank.to_string());
+        env.insert("ALLOT_WORKLOAD".into(), a.workload.clone());
+        env.insert("ALLOT_TEAM".into(), a.team.clone());
+        env.insert("ALLOT_ATTEMPT".into(), a.attempt.to_string());
+        env
+    }
+
+    /// Starts a pod under a new shim. The shim runs in its own session so that it outlives the
+    /// agent; only the lease file and SIGTERM stop it.
+    pub fn start(&mut self, a: &PodAssignment) -> Result<(), String> {
+        let key = key_of(a);
+        if self.pods.contains_key(&key) {
+            return Ok(());
+        }
+        let dir = self
+            .pods_dir()
+            .join(format!("{}-{}-{}", a.workload_id, a.attempt, a.rank));
+        fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let spec = serde_json::to_vec_pretty(a).map_err(|e| e.to_string())?;
+        shim::write_atomic(&dir.join("spec.json"), &spec)
+            .map_err(|e| format!("writing {}: {e}", dir.display()))?;
+        let program = if a.run.command.is_empty() {
+            // A workload with no command only holds its allocation until it is stopped.
+            vec!["sleep".to_string(), "infinity".to_string()]
+        } else {
+            a.run.command.clone()
+        };
+        let args = ShimArgs {
+            dir: dir.clone(),
+            lease_file: self.lease_file(),
+            lease_ms: self.cfg.lease_ms,
+            grace_ms: u64::from(a.run.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS)) * 1000,
+            cgroup: self.cgroup_for(a, &dir),
+            workdir: a.run.workdir.as_ref().map(PathBuf::from),
+            program,
+        };
+        let mut cmd = Command::new(&self.cfg.shim_program);
+        cmd.arg("agent-shim")
+            .args(args.to_args())
+            .env_clear()
+            .envs(inherited_env())
+            .envs(self.environment(a))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                fs::File::create(dir.join("shim.log"))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            );
+        // SAFETY: setsid(2) in the child before exec; async-signal-safe, touches no memory.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| {
+            format!(
+                "starting the shim {}: {e}",
+                self.cfg.shim_program.display()
+            )
+        })?;
+        let pid = child.id();
+        let _ = shim::write_atomic(&dir.join("shim.pid"), pid.to_string().as_bytes());
+        tracing::info!(
+            "started {} rank {} (attempt {}) with devices {:?}",
+            a.workload,
+            a.rank,
+            a.attempt,
+            a.devices
+        );
+        self.pods.insert(
+            key,
+            Pod {
+                spec: a.clone(),
+                dir,
+                shim_pid: pid,
+                child: Some(child),
+                phase: PodPhase::Running,
+                reported: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Asks a pod to stop: SIGTERM to its shim, which gives the program its grace period.
+    pub fn stop(&mut self, key: &PodKey, why: &str) {
+        if let Some(p) = self.pods.get_mut(key) {
+            if matches!(p.phase, PodPhase::Running) {
+                tracing::info!(
+                    "stopping {} rank {} (attempt {}): {why}",
+                    p.spec.workload,
+                    p.spec.rank,
+                    p.spec.attempt
+                );
+                if p.shim_pid != 0 {
+                    // SAFETY: kill(2) on the shim's pid; no memory is touched.
+                    unsafe {
+                        libc::kill(p.shim_pid as i32, libc::SIGTERM);
+                    }
+                }
+                p.phase = PodPhase::Stopping;
+            }
+        }
+    }
+
+    /// Notices pods that ended; returns their keys.
+    pub fn poll(&mut self) -> Vec<PodKey> {
+        let mut ended = Vec::new();
+        for (k, p) in self.pods.iter_mut() {
+            if !p.holds_devices() {
+                continue;
+            }
+            let shim_done = match p.child.as_mut() {
+                Some(c) => !matches!(c.try_wait(), Ok(None)),
+                None => !shim_alive(p.shim_pid, &p.dir),
+            };
+            if let Some(r) = read_exit(&p.dir) {
+                p.phase = PodPhase::Exited(r);
+                ended.push(*k);
+            } else if shim_done {
+                // The shim ended without a record: it was killed.
+                p.phase = PodPhase::Lost("its shim was killed before the pod ended".into());
+                ended.push(*k);
+            }
+        }
+        for k in &ended {
+            if let Some(c) = self.pods.get_mut(k).and_then(|p| p.child.as_mut()) {
+                let _ = c.wait();
+            }
+        }
+        ended
+    }
+
+    /// Records that the coordinator acknowledged a pod's exit.
+    pub fn mark_reported(&mut self, key: &PodKey) {
+        if let Some(p) = self.pods.get_mut(key) {
+            p.reported = true;
+            let _ = fs::write(p.dir.join("reported"), b"");
+        }
+    }
+
+    /// Forgets pods that ended, were reported and are no longer assigned.
+    pub fn prune(&mut self, assigned: &BTreeSet<PodKey>) {
+        let gone: Vec<PodKey> = self
+            .pods
+            .iter()
+            .filter(|(k, p)| p.reported && !p.holds_devices() && !assigned.contains(k))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            if let Some(p) = self.pods.remove(&k) {
+                // Keep the log for `allot logs`; drop the bookkeeping.
+                let logs = self.cfg.data_dir.join("logs");
+                let _ = fs::create_dir_all(&logs);
+                let _ = fs::rename(p.dir.join(shim::LOG_FILE), logs.join(log_name(&p.spec)));
+                let _ = fs::remove_dir_all(&p.dir);
+            }
+        }
+    }
+
+    /// Devices held by pods that are running or stopping: (resource, index).
+    pub fn busy_devices(&self) -> BTreeSet<(String, u8)> {
+        self.pods
+            .values()
+            .filter(|p| p.holds_devices())
+            .flat_map(|p| {
+                p.spec
+                    .devices
+                    .iter()
+                    .flat_map(|(r, v)| v.iter().map(move |i| (r.clone(), *i)))
+            })
+            .collect()
+    }
+
+    /// Stops every pod and waits for them (used when the agent is told to stop its pods on exit).
+    pub fn stop_all(&mut self, why: &str) {
+        let keys: Vec<PodKey> = self.pods.keys().copied().collect();
+        for k in &keys {
+            self.stop(k, why);
+        }
+    }
+
+    pub fn set_neuron_cores(&mut self, cores: u32) {
+        self.cfg.neuron_cores_per_device = cores;
+    }
+
+    fn cgroup_for(&mut self, a: &PodAssignment, dir: &Path) -> Option<PathBuf> {
+        let root = self.cfg.cgroup_root.clone()?;
+        let name = dir.file_name()?.to_string_lossy().to_string();
+        match make_cgroup(&root, &name, a) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                if !self.cgroup_warned {
+                    self.cgroup_warned = true;
+                    tracing::warn!(
+                        "pods run without cpu and memory limits: {e} (limits need a writable cgroup v2 directory, --cgroup-root)"
+                    );
+                }
+                None
+            }
+        }
+    }
+}
+
+/// The log file of a workload's pod on this node, live or finished: the given attempt, else the
+/// latest one.
+pub fn find_log(data_dir: &Path, workload: &str, rank: u32, attempt: Option<u32>) -> Option<PathBuf> {
+    let mut best: Option<(u32, PathBuf)> = None;
+    let mut consider = |n: u32, p: PathBuf| {
+        if attempt.is_some_and(|a| a != n) {
+            return;
+        }
+        if best.as_ref().is_none_or(|(b, _)| n > *b) {
+            best = Some((n, p));
+        }
+    };
+    for e in fs::read_dir(data_dir.join("pods")).into_iter().flatten().flatten() {
+        let Ok(b) = fs::read(e.path().join("spec.json")) else {
+            continue;
+        };
+        if let Ok(spec) = serde_json::from_slice::<PodAssignment>(&b) {
+            if spec.workload == workload && spec.rank == rank {
+                consider(spec.attempt, e.path().join(shim::LOG_FILE));
+            }
+        }
+    }
+    let prefix = format!("{workload}.rank{rank}.attempt");
+    for e in fs::read_dir(data_dir.join("logs")).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if let Some(n) = name
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".log"))
+            .and_then(|n| n.parse::<u32>().ok())
+        {
+            consider(n, e.path());
+        }
+    }
+    best.map(|(_, p)| p)
+}
+
+fn log_name(a: &PodAssignment) -> String {
+    format!("{}.rank{}.attempt{}.log", a.workload, a.rank, a.attempt)
+}
+
+/// The variables a pod inherits from the agent's environment (the rest is cleared so that one
+/// pod's settings never leak into another).
+fn inherited_env() -> Vec<(String, String)> {
+    ["PATH", "HOME", "LANG", "LD_LIBRARY_PATH", "TMPDIR", "USER"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+/// cgroup v2 limits for one pod: `cpu.max` as quota and period (millicores × 100 µs), and
+/// `memory.max` in bytes.
+pub fn cgroup_limits(a: &PodAssignment) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let cpu = a.requests.get(&allot_common::ResourceName::cpu());
+    if cpu > 0 {
+        out.push(("cpu.max", format!("{} 100000", cpu * 100)));
+    }
+    let mem = a.requests.get(&allot_common::ResourceName::memory());
+    if mem > 0 {
+        out.push(("memory.max", mem.to_string()));
+    }
+    out
+}
+
+fn make_cgroup(root: &Path, name: &str, a: &PodAssignment) -> Result<PathBuf, String> {
+    if !root.join("cgroup.controllers").exists() {
+        return Err(format!("{} is not a cgroup v2 directory", root.display()));
+    }
+    let dir = root.join(name);
+    fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    for (file, value) in cgroup_limits(a) {
+        fs::write(dir.join(file), &value)
+            .map_err(|e| format!("writing {value} to {}: {e}", dir.join(file).display()))?;
+    }
+    Ok(dir)
+}
+
+fn read_exit(dir: &Path) -> Option<ExitRecord> {
+    let b = fs::read(dir.join(shim::EXIT_FILE)).ok()?;
+    serde_json::from_slice(&b).ok()
+}
+
+/// Whether `pid` is a live shim of the pod in `dir` (guards against pid reuse).
+fn shim_alive(pid: u32, dir: &Path) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    match fs::read(format!("/proc/{pid}/cmdline")) {
+        Ok(cmd) => {
+            let cmd = String::from_utf8_lossy(&cmd);
+            let zombie = fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+                .unwrap_or(false);
+            !zombie && cmd.contains("agent-shim") && cmd.contains(&*dir.to_string_lossy())
+        }
+        Err(_) => false,
+    }
+}

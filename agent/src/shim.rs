@@ -1,0 +1,360 @@
+//! The pod shim: one small process per pod, between the agent and the workload's program.
+//!
+//! The agent starts `allot agent-shim` in its own session, so the pod survives an agent restart;
+//! the shim starts the program in its own process group, waits for it and writes how it ended
+//! to `exit.json` in the pod's directory, where a restarted agent finds it. Two things stop
+//! the program: SIGTERM to the shim (the agent evicting the pod: SIGTERM to the program's
+//! group, the grace period, then SIGKILL), and the node's lease running out (the agent could not
+//! reach a coordinator quorum, or died): the shim reads the lease file the agent renews after
+//! every confirmed heartbeat, and stops the program once it is past, so the coordinator can
+//! give the pod's devices to someone else after two leases without anything running twice.
+//!
+//! Only std and libc: no runtime, a few hundred KiB of memory per pod.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// How the program ended, as the shim writes it to `exit.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub succeeded: bool,
+    /// Stopped because the node's lease ran out (not the program's own failure).
+    pub lease_expired: bool,
+    /// Stopped because the agent asked (eviction or cancel).
+    pub stopped: bool,
+    pub detail: String,
+    pub ended_ms: i64,
+}
+
+pub const EXIT_FILE: &str = "exit.json";
+pub const CHILD_PID_FILE: &str = "child.pid";
+pub const LOG_FILE: &str = "output.log";
+
+/// What the agent passes on the shim's command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShimArgs {
+    pub dir: PathBuf,
+    pub lease_file: PathBuf,
+    pub lease_ms: u64,
+    pub grace_ms: u64,
+    /// cgroup (v2) directory to join before starting the program.
+    pub cgroup: Option<PathBuf>,
+    pub workdir: Option<PathBuf>,
+    pub program: Vec<String>,
+}
+
+impl ShimArgs {
+    /// Renders the arguments after `allot agent-shim`.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--dir".into(),
+            self.dir.display().to_string(),
+            "--lease-file".into(),
+            self.lease_file.display().to_string(),
+            "--lease-ms".into(),
+            self.lease_ms.to_string(),
+            "--grace-ms".into(),
+            self.grace_ms.to_string(),
+        ];
+        if let Some(c) = &self.cgroup {
+            a.push("--cgroup".into());
+            a.push(c.display().to_string());
+        }
+        if let Some(w) = &self.workdir {
+            a.push("--workdir".into());
+            a.push(w.display().to_string());
+        }
+        a.push("--".into());
+        a.extend(self.program.iter().cloned());
+        a
+    }
+
+    /// Parses what `to_args` rendered; errors name the bad argument.
+    pub fn parse(args: &[String]) -> Result<ShimArgs, String> {
+        let mut out = ShimArgs {
+            dir: PathBuf::new(),
+            lease_file: PathBuf::new(),
+            lease_ms: 0,
+            grace_ms: 30_000,
+            cgroup: None,
+            workdir: None,
+            program: Vec::new(),
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            if a == "--" {
+                out.program = it.cloned().collect();
+                break;
+            }
+            let v = it
+                .next()
+                .ok_or_else(|| format!("agent-shim: {a} needs a value"))?;
+            let num = |v: &str| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("agent-shim: {a} {v:?} is not a number of milliseconds"))
+            };
+            match a.as_str() {
+                "--dir" => out.dir = PathBuf::from(v),
+                "--lease-file" => out.lease_file = PathBuf::from(v),
+                "--lease-ms" => out.lease_ms = num(v)?,
+                "--grace-ms" => out.grace_ms = num(v)?,
+                "--cgroup" => out.cgroup = Some(PathBuf::from(v)),
+                "--workdir" => out.workdir = Some(PathBuf::from(v)),
+                other => return Err(format!("agent-shim: unknown argument {other:?}")),
+            }
+        }
+        if out.dir.as_os_str().is_empty() || out.lease_file.as_os_str().is_empty() {
+            return Err("agent-shim: --dir and --lease-file are required".into());
+        }
+        if out.program.is_empty() {
+            return Err("agent-shim: no program after --".into());
+        }
+        Ok(out)
+    }
+}
+
+static TERM: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_term(_: libc::c_int) {
+    TERM.store(true, Ordering::SeqCst);
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The lease deadline the agent last wrote (ms since the epoch); 0 when unreadable.
+pub fn read_lease(path: &Path) -> i64 {
+    fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Writes a file whole or not at all (write to a temporary name, then rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)
+}
+
+fn signal_group(pgid: i32, sig: libc::c_int) {
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+    unsafe {
+        libc::kill(-pgid, sig);
+    }
+}
+
+fn describe(status: ExitStatus) -> (Option<i32>, Option<i32>, String) {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => (Some(c), None, format!("exit code {c}")),
+        (None, Some(s)) => (None, Some(s), format!("killed by signal {s}")),
+        _ => (None, None, "ended".into()),
+    }
+}
+
+/// Runs the shim; returns the process exit code.
+pub fn run(args: &ShimArgs) -> i32 {
+    // SAFETY: installs an async-signal-safe handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_term as *const () as libc::sighandler_t);
+    }
+    if let Some(cg) = &args.cgroup {
+        // Join the pod's cgroup first: the program and its children inherit it.
+        if let Err(e) = fs::write(cg.join("cgroup.procs"), std::process::id().to_string()) {
+            eprintln!("agent-shim: could not join cgroup {}: {e}", cg.display());
+        }
+    }
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(args.dir.join(LOG_FILE));
+    let (out, err) = match log.and_then(|f| Ok((f.try_clone()?, f))) {
+        Ok((a, b)) => (Stdio::from(a), Stdio::from(b)),
+        Err(_) => (Stdio::null(), Stdio::null()),
+    };
+    let mut cmd = Command::new(&args.program[0]);
+    cmd.args(&args.program[1..])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0);
+    if let Some(w) = &args.workdir {
+        cmd.current_dir(w);
+    }
+    let record = |r: ExitRecord| {
+        let bytes = serde_json::to_vec_pretty(&r).unwrap_or_default();
+        if let Err(e) = write_atomic(&args.dir.join(EXIT_FILE), &bytes) {
+            eprintln!("agent-shim: could not record the exit: {e}");
+        }
+    };
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            record(ExitRecord {
+                code: None,
+                signal: None,
+                succeeded: false,
+                lease_expired: false,
+                stopped: false,
+                detail: format!("could not start {:?}: {e}", args.program[0]),
+                ended_ms: now_ms(),
+            });
+            return 1;
+        }
+    };
+    let pgid = child.id() as i32;
+    let _ = write_atomic(&args.dir.join(CHILD_PID_FILE), pgid.to_string().as_bytes());
+    let mut kill_at: Option<Instant> = None;
+    let mut stopped = false;
+    let mut lease_expired = false;
+    let mut last_lease_check = Instant::now() - Duration::from_secs(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let (code, signal, mut detail) = describe(status);
+                if lease_expired {
+                    detail = format!("{detail} (stopped: the node's lease expired)");
+                } else if stopped {
+                    detail = format!("{detail} (stopped by the agent)");
+                }
+                // Make sure nothing of the group lingers on the devices.
+                signal_group(pgid, libc::SIGKILL);
+                record(ExitRecord {
+                    code,
+                    signal,
+                    succeeded: status.success() && !stopped && !lease_expired,
+                    lease_expired,
+                    stopped,
+                    detail,
+                    ended_ms: now_ms(),
+                });
+                return 0;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("agent-shim: waiting for the program: {e}");
+            }
+        }
+        if kill_at.is_none() {
+            let mut grace = args.grace_ms;
+            if TERM.load(Ordering::SeqCst) {
+                stopped = true;
+            } else if last_lease_check.elapsed() >= Duration::from_millis(200) {
+                last_lease_check = Instant::now();
+                if args.lease_ms > 0 && now_ms() > read_lease(&args.lease_file) {
+                    lease_expired = true;
+                    // The coordinator reassigns after two leases: be gone well before.
+                    grace = grace.min(args.lease_ms * 4 / 5);
+                }
+            }
+            if stopped || lease_expired {
+                signal_group(pgid, libc::SIGTERM);
+                kill_at = Some(Instant::now() + Duration::from_millis(grace));
+            }
+        } else if kill_at.is_some_and(|t| Instant::now() >= t) {
+            signal_group(pgid, libc::SIGKILL);
+            kill_at = Some(Instant::now() + Duration::from_secs(3600));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_round_trip() {
+        let a = ShimArgs {
+            dir: "/var/lib/allot/pods/1-1-0".into(),
+            lease_file: "/var/lib/allot/lease".into(),
+            lease_ms: 10_000,
+            grace_ms: 30_000,
+            cgroup: Some("/sys/fs/cgroup/allot/p".into()),
+            workdir: None,
+            program: vec!["python".into(), "--".into(), "train.py".into()],
+        };
+        assert_eq!(ShimArgs::parse(&a.to_args()).unwrap(), a);
+    }
+
+    #[test]
+    fn bad_args_are_named() {
+        let e = ShimArgs::parse(&["--lease-ms".into(), "soon".into()]).unwrap_err();
+        assert!(e.contains("\"soon\""), "{e}");
+        let e = ShimArgs::parse(&["--dir".into(), "/x".into(), "--lease-file".into(), "/y".into()])
+            .unwrap_err();
+        assert!(e.contains("no program"), "{e}");
+    }
+
+    fn shim_dir() -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let lease = d.path().join("lease");
+        (d, lease)
+    }
+
+    fn exit_of(dir: &Path) -> ExitRecord {
+        serde_json::from_slice(&fs::read(dir.join(EXIT_FILE)).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn records_how_the_program_ended() {
+        let (d, lease) = shim_dir();
+        fs::write(&lease, (now_ms() + 60_000).to_string()).unwrap();
+        let mut a = ShimArgs {
+            dir: d.path().into(),
+            lease_file: lease,
+            lease_ms: 10_000,
+            grace_ms: 1000,
+            cgroup: None,
+            workdir: None,
+            program: vec!["sh".into(), "-c".into(), "echo hi; exit 3".into()],
+        };
+        assert_eq!(run(&a), 0);
+        let r = exit_of(d.path());
+        assert_eq!((r.code, r.succeeded, r.lease_expired), (Some(3), false, false));
+        assert_eq!(fs::read_to_string(d.path().join(LOG_FILE)).unwrap(), "hi\n");
+        a.program = vec!["true".into()];
+        run(&a);
+        assert!(exit_of(d.path()).succeeded);
+    }
+
+    #[test]
+    fn an_expired_lease_stops_the_program() {
+        let (d, lease) = shim_dir();
+        fs::write(&lease, (now_ms() - 1).to_string()).unwrap();
+        let a = ShimArgs {
+            dir: d.path().into(),
+            lease_file: lease,
+            lease_ms: 500,
+            grace_ms: 30_000,
+            cgroup: None,
+            workdir: None,
+            program: vec!["sleep".into(), "30".into()],
+        };
+        let t = Instant::now();
+        run(&a);
+        let r = exit_of(d.path());
+        assert!(r.lease_expired && !r.succeeded, "{r:?}");
+        // Stopped by SIGTERM at once, not after the 30 s sleep or the 30 s grace.
+        assert_eq!(r.signal, Some(libc::SIGTERM));
+        assert!(t.elapsed() < Duration::from_secs(20));
+    }
+}
