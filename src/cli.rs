@@ -186,6 +186,18 @@ pub enum ClusterCmd {
     },
     /// Cancel a workload (pending ones leave the queue, running ones are stopped).
     Cancel { name: String },
+    /// Why a workload is pending, or why it was preempted, with numbers.
+    Explain { name: String },
+    /// Print a pod's output (read from the agent of the node it ran on).
+    Logs {
+        name: String,
+        /// Which pod of the workload (its RANK).
+        #[arg(long, default_value_t = 0)]
+        rank: u32,
+        /// Which run of the workload (1 = its first admission) [default: the latest].
+        #[arg(long)]
+        attempt: Option<u32>,
+    },
 }
 
 fn api(
@@ -481,6 +493,16 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
             api(c.call(Body::Cancel { name: name.clone() }).await)?;
             println!("workload {name} cancelled");
         }
+        ClusterCmd::Explain { name } => {
+            print_reply(api(c.call(Body::Explain { name }).await)?, Format::Table);
+        }
+        ClusterCmd::Logs {
+            name,
+            rank,
+            attempt,
+        } => {
+            print!("{}", pod_logs(&mut c, &name, rank, attempt).await?);
+        }
         ClusterCmd::Describe {
             what: DescribeWhat::Workload { name, out },
         } => {
@@ -507,6 +529,84 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
         },
     }
     Ok(())
+}
+
+/// Finds the node a pod ran on (its current placement, else any node whose agent kept a log)
+/// and reads the log from that node's agent over HTTP.
+async fn pod_logs(
+    c: &mut Client,
+    name: &str,
+    rank: u32,
+    attempt: Option<u32>,
+) -> anyhow::Result<String> {
+    let w = match api(c.call(Body::DescribeWorkload { name: name.into() }).await)? {
+        Reply::Workload(w) => w,
+        other => bail!("unexpected answer: {other:?}"),
+    };
+    let nodes = match api(c.call(Body::GetNodes).await)? {
+        Reply::Nodes(n) => n,
+        other => bail!("unexpected answer: {other:?}"),
+    };
+    let placed = w.pods.get(rank as usize).map(|p| p.node.clone());
+    let mut candidates: Vec<&NodeView> = nodes.iter().filter(|n| !n.http.is_empty()).collect();
+    // The node it runs on first; then every other node with an agent (finished runs).
+    candidates.sort_by_key(|n| Some(&n.name) != placed.as_ref());
+    let mut path = format!("/logs/{}?rank={rank}", name);
+    if let Some(a) = attempt {
+        path.push_str(&format!("&attempt={a}"));
+    }
+    let mut last = format!("no node with an agent has a log for {name} rank {rank}");
+    for n in candidates {
+        match http_get(&n.http, &path).await {
+            Ok((200, body)) => return Ok(body),
+            Ok((_, body)) => last = format!("node {}: {}", n.name, body.trim()),
+            Err(e) => last = format!("node {} (agent at {}): {e}", n.name, n.http),
+        }
+    }
+    bail!("{last}")
+}
+
+/// A minimal HTTP/1.1 GET (the agent's log endpoint): status and body.
+async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await
+    .map_err(|_| anyhow!("no answer within 3s"))??;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow!("not an HTTP answer"))?;
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((status, body))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((len, rest)) = s.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(len.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
 }
 
 async fn watch_workloads(c: &mut Client, filter: WorkloadFilter) -> anyhow::Result<()> {

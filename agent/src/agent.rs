@@ -110,6 +110,7 @@ impl Agent {
             )
         })?;
         let exec = Executor::open(ExecConfig {
+            node: cfg.node.clone(),
             data_dir: cfg.data_dir.clone(),
             shim_program: cfg.shim_program.clone(),
             lease_ms: cfg.lease.as_millis() as u64,

@@ -72,6 +72,7 @@ impl Pod {
 /// Where and how pods are started.
 #[derive(Clone, Debug)]
 pub struct ExecConfig {
+    pub node: String,
     pub data_dir: PathBuf,
     /// The program that runs `agent-shim` (this binary).
     pub shim_program: PathBuf,
@@ -191,6 +192,7 @@ impl Executor {
         env.insert("RANK".into(), a.rank.to_string());
         env.insert("LOCAL_RANK".into(), a.local_rank.to_string());
         env.insert("ALLOT_WORKLOAD".into(), a.workload.clone());
+        env.insert("ALLOT_NODE".into(), self.cfg.node.clone());
         env.insert("ALLOT_TEAM".into(), a.team.clone());
         env.insert("ALLOT_ATTEMPT".into(), a.attempt.to_string());
         env

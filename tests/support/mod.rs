@@ -1,0 +1,249 @@
+//! What the end-to-end tests share: a coordinator cluster of real processes on loopback,
+//! the CLI against it, and small HTTP and timing helpers.
+#![allow(dead_code)]
+
+use std::net::{TcpListener, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use allot_common::api::{Body, RunSpec, SubmitInput};
+use allot_common::client::Client;
+use allot_common::tls::{self, Identity};
+use allot_common::{ResourceName, Resources, WorkloadSpec};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_allot");
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub addrs: Vec<String>,
+    pub http: Vec<u16>,
+    pub procs: Vec<Option<Child>>,
+    pub snapshot_every: u64,
+}
+
+pub fn udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free UDP port")
+}
+
+pub fn tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free TCP port")
+}
+
+impl Cluster {
+    pub fn new(n: usize, snapshot_every: u64) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let certs = dir.path().join("certs");
+        tls::init_ca(&certs, false).expect("CA");
+        tls::issue(
+            &certs,
+            &Identity::Admin {
+                name: "admin".into(),
+            },
+            &[],
+            &[],
+            2,
+        )
+        .expect("admin");
+        for t in ["team-a", "team-b"] {
+            tls::issue(&certs, &Identity::User { team: t.into() }, &[], &[], 2).expect("user");
+        }
+        tls::issue(
+            &certs,
+            &Identity::Node {
+                node: "node-1".into(),
+            },
+            &[],
+            &[],
+            2,
+        )
+        .expect("node");
+        for id in 1..=n as u64 {
+            tls::issue(&certs, &Identity::Coordinator { id }, &[], &[], 2).expect("coordinator");
+        }
+        let mut c = Cluster {
+            addrs: (0..n)
+                .map(|_| format!("127.0.0.1:{}", udp_port()))
+                .collect(),
+            http: (0..n).map(|_| tcp_port()).collect(),
+            dir,
+            procs: (0..n).map(|_| None).collect(),
+            snapshot_every,
+        };
+        for i in 0..n {
+            c.start(i);
+        }
+        c
+    }
+
+    pub fn certs(&self) -> PathBuf {
+        self.dir.path().join("certs")
+    }
+
+    pub fn start(&mut self, i: usize) {
+        let peers = self
+            .addrs
+            .iter()
+            .enumerate()
+            .map(|(k, a)| format!("{}={a}", k + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("coordinator-{}.log", i + 1)))
+            .expect("log file");
+        let child = Command::new(BIN)
+            .args(["coordinator", "--id", &(i + 1).to_string()])
+            .args(["--listen", &self.addrs[i], "--peers", &peers])
+            .args(["--http", &format!("127.0.0.1:{}", self.http[i])])
+            .args(["--snapshot-every", &self.snapshot_every.to_string()])
+            .arg("--data-dir")
+            .arg(self.dir.path().join(format!("data-{}", i + 1)))
+            .arg("--certs")
+            .arg(self.certs())
+            .env("ALLOT_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start coordinator");
+        self.procs[i] = Some(child);
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.procs[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn client(&self, stem: &str) -> Client {
+        Client::new(self.addrs.clone(), &self.certs(), stem).expect("client")
+    }
+
+    pub fn cli(&self, stem: &str, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env("ALLOT_COORDINATORS", self.addrs.join(","))
+            .env("ALLOT_CERTS", self.certs())
+            .env("ALLOT_AS", stem)
+            .output()
+            .expect("run allot")
+    }
+
+    pub fn cli_ok(&self, stem: &str, args: &[&str]) -> String {
+        let o = self.cli(stem, args);
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            o.status.success(),
+            "allot {args:?} failed: {}{}\nlogs:\n{}",
+            out,
+            String::from_utf8_lossy(&o.stderr),
+            self.logs()
+        );
+        out
+    }
+
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        for i in 0..self.addrs.len() {
+            let p = self.dir.path().join(format!("coordinator-{}.log", i + 1));
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            s.push_str(&format!("--- coordinator {} ---\n", i + 1));
+            for l in tail.into_iter().rev() {
+                s.push_str(l);
+                s.push('\n');
+            }
+        }
+        s
+    }
+
+    pub fn metric(&self, i: usize, name: &str) -> Option<f64> {
+        let url = format!("127.0.0.1:{}", self.http[i]);
+        let body = http_get(&url, "/metrics")?;
+        body.lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.procs.len() {
+            self.kill(i);
+        }
+    }
+}
+
+pub fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+pub fn job(name: &str, team: &str) -> SubmitInput {
+    let mut r = Resources::new();
+    r.add(&ResourceName::gpu(), 1);
+    SubmitInput {
+        spec: WorkloadSpec::single(name, team, 1, r),
+        run: Some(RunSpec::default()),
+        client_token: Some(format!("token-{name}")),
+    }
+}
+
+pub const QUOTA: &str = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2}],ResourceSharingConfig={Strategy=LendAndBorrow,BorrowLimit=50},PreemptTeamTasks=LowerPriority";
+
+pub fn setup_team(c: &Cluster, team: &str) {
+    c.cli_ok(
+        "admin-admin",
+        &[
+            "create-compute-quota",
+            "--name",
+            &format!("{team}-quota"),
+            "--compute-quota-config",
+            QUOTA,
+            "--compute-quota-target",
+            &format!("TeamName={team},FairShareWeight=10"),
+        ],
+    );
+}
+
+pub async fn wait_leader(c: &mut Client) {
+    let t = Instant::now();
+    loop {
+        if let Ok(Ok(_)) = c.call(Body::GetNodes).await {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no leader within 30s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
