@@ -1,1 +1,3 @@
-//! The node agent: inventory discovery, execution and the link to the coordinator arrive with issue 4.
+//! The node agent: inventory discovery now; execution and the link to the coordinator follow.
+
+pub mod inventory;
