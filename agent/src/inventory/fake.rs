@@ -1,0 +1,221 @@
+//! A fake NVML: what `--fake-gpus N` runs on, and what tests drive.
+//!
+//! [`FakeNvml`] implements [`NvmlApi`]; its [`FakeNvmlHandle`] (cloneable, shareable across
+//! threads) changes what it reports afterwards: XID and ECC events, ECC counters, retired pages,
+//! failing queries. Events wake a [`Discovery::watch`](super::Discovery::watch) in progress.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::nvml::{GpuFacts, NvmlApi, XID_DOUBLE_BIT_ECC};
+
+#[derive(Default)]
+struct State {
+    gpus: Vec<FakeGpu>,
+    events: VecDeque<(u32, u64)>,
+    count_error: Option<String>,
+}
+
+struct FakeGpu {
+    facts: GpuFacts,
+    error: Option<String>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicking test thread must not make every later call panic too.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// GPUs that exist only in memory.
+pub struct FakeNvml {
+    shared: Arc<Shared>,
+}
+
+/// Changes what a [`FakeNvml`] reports.
+#[derive(Clone)]
+pub struct FakeNvmlHandle {
+    shared: Arc<Shared>,
+}
+
+/// The UUID of fake GPU `index`: `GPU-fake-<index>`, the same on every node.
+pub fn fake_uuid(index: u32) -> String {
+    format!("GPU-fake-{index}")
+}
+
+impl FakeNvml {
+    /// GPUs with the given facts, indexed in order.
+    pub fn new(gpus: Vec<GpuFacts>) -> FakeNvml {
+        let state = State {
+            gpus: gpus
+                .into_iter()
+                .map(|facts| FakeGpu { facts, error: None })
+                .collect(),
+            ..State::default()
+        };
+        FakeNvml {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                wake: Condvar::new(),
+            }),
+        }
+    }
+
+    /// `n` identical healthy GPUs: UUID `GPU-fake-<index>`, ECC on with no errors.
+    pub fn uniform(n: u32, model: &str, memory_mib: u64) -> FakeNvml {
+        FakeNvml::new(
+            (0..n)
+                .map(|i| GpuFacts {
+                    uuid: fake_uuid(i),
+                    name: model.to_string(),
+                    memory_bytes: memory_mib << 20,
+                    pci_bus_id: format!("00000000:{:02X}:00.0", 0x10 + i),
+                    mig_enabled: false,
+                    ecc_uncorrected_volatile: Some(0),
+                    retired_pages_pending: Some(false),
+                })
+                .collect(),
+        )
+    }
+
+    pub fn handle(&self) -> FakeNvmlHandle {
+        FakeNvmlHandle {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl FakeNvmlHandle {
+    fn with_gpu(&self, index: u32, f: impl FnOnce(&mut FakeGpu)) {
+        let mut st = self.shared.lock();
+        if let Some(g) = st.gpus.get_mut(index as usize) {
+            f(g);
+        }
+    }
+
+    /// Queues an XID event for GPU `index` ([`ALL_GPUS`](super::nvml::ALL_GPUS) for all).
+    pub fn xid(&self, index: u32, xid: u64) {
+        self.shared.lock().events.push_back((index, xid));
+        self.shared.wake.notify_all();
+    }
+
+    /// Queues a double-bit ECC event (reported as XID 48, as real NVML events are).
+    pub fn double_bit_ecc(&self, index: u32) {
+        self.xid(index, XID_DOUBLE_BIT_ECC);
+    }
+
+    /// Sets the volatile uncorrected ECC count (`None`: ECC unsupported).
+    pub fn set_ecc_uncorrected(&self, index: u32, count: Option<u64>) {
+        self.with_gpu(index, |g| g.facts.ecc_uncorrected_volatile = count);
+    }
+
+    pub fn set_retired_pages_pending(&self, index: u32, pending: Option<bool>) {
+        self.with_gpu(index, |g| g.facts.retired_pages_pending = pending);
+    }
+
+    /// Makes queries about one GPU fail (`None`: succeed again).
+    pub fn set_device_error(&self, index: u32, error: Option<&str>) {
+        self.with_gpu(index, |g| g.error = error.map(str::to_string));
+    }
+
+    /// Makes the device count fail, as when the driver stops answering.
+    pub fn set_count_error(&self, error: Option<&str>) {
+        self.shared.lock().count_error = error.map(str::to_string);
+    }
+
+    /// Events queued and not yet polled.
+    pub fn queued_events(&self) -> usize {
+        self.shared.lock().events.len()
+    }
+}
+
+impl NvmlApi for FakeNvml {
+    fn device_count(&self) -> Result<u32, String> {
+        let st = self.shared.lock();
+        match &st.count_error {
+            Some(e) => Err(e.clone()),
+            None => Ok(st.gpus.len() as u32),
+        }
+    }
+
+    fn device(&self, index: u32) -> Result<GpuFacts, String> {
+        let st = self.shared.lock();
+        let g = st
+            .gpus
+            .get(index as usize)
+            .ok_or_else(|| format!("Invalid Argument: no GPU {index}"))?;
+        match &g.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(g.facts.clone()),
+        }
+    }
+
+    fn poll_events(&mut self, timeout_ms: u32) -> Vec<(u32, u64)> {
+        let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+        let mut st = self.shared.lock();
+        while st.events.is_empty() {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            st = self
+                .shared
+                .wake
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        st.events.drain(..).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_gpus_have_node_agnostic_ids() {
+        let f = FakeNvml::uniform(2, "NVIDIA A10G", 24576);
+        assert_eq!(f.device_count().unwrap(), 2);
+        let g = f.device(1).unwrap();
+        assert_eq!(g.uuid, "GPU-fake-1");
+        assert_eq!(g.memory_bytes, 24576 << 20);
+        assert!(f.device(2).is_err());
+    }
+
+    #[test]
+    fn poll_returns_queued_events_and_times_out_without() {
+        let mut f = FakeNvml::uniform(1, "x", 1);
+        let h = f.handle();
+        let t = Instant::now();
+        assert!(f.poll_events(30).is_empty());
+        assert!(t.elapsed() >= Duration::from_millis(30));
+        h.xid(0, 79);
+        h.double_bit_ecc(0);
+        assert_eq!(f.poll_events(0), vec![(0, 79), (0, 48)]);
+        assert_eq!(h.queued_events(), 0);
+    }
+
+    #[test]
+    fn an_event_wakes_a_waiting_poll() {
+        let mut f = FakeNvml::uniform(1, "x", 1);
+        let h = f.handle();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            h.xid(0, 94);
+        });
+        let start = Instant::now();
+        let ev = f.poll_events(10_000);
+        t.join().unwrap();
+        assert_eq!(ev, vec![(0, 94)]);
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+}
