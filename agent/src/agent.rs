@@ -130,8 +130,8 @@ impl Agent {
         shutdown: impl std::future::Future<Output = ()>,
     ) -> Result<(), BoxError> {
         let cfg = self.cfg.clone();
-        let mut discovery = Discovery::new(&cfg.inventory)
-            .map_err(|e| format!("inventory: {e}"))?;
+        let mut discovery =
+            Discovery::new(&cfg.inventory).map_err(|e| format!("inventory: {e}"))?;
         let mut seen = BTreeMap::new();
         let mut inv = discovery.discover();
         merge_seen(&mut seen, &mut inv);
@@ -148,6 +148,20 @@ impl Agent {
             inv.devices.len(),
             inv.capacity
         );
+        // Discovery runs on its own thread: NVML calls block, and its event wait returns as
+        // soon as a GPU turns unhealthy, so the change is reported at once.
+        let (inv_tx, mut inv_rx) = mpsc::unbounded_channel::<NodeInventory>();
+        let every = cfg.discover_every;
+        std::thread::Builder::new()
+            .name("discovery".into())
+            .spawn(move || loop {
+                discovery.watch(every);
+                let mut inv = discovery.discover();
+                merge_seen(&mut seen, &mut inv);
+                if inv_tx.send(inv).is_err() {
+                    return;
+                }
+            })?;
         let files = TlsFiles::for_identity(
             &cfg.certs,
             &Identity::Node {
@@ -190,7 +204,6 @@ impl Agent {
         let mut last: Option<NodeAssignments> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut next_discovery = Instant::now() + cfg.discover_every;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -203,6 +216,17 @@ impl Agent {
                 Some(k) = ack_rx.recv() => {
                     self.exec.mark_reported(&k);
                     queued.remove(&k);
+                }
+                Some(inv) = inv_rx.recv() => {
+                    self.metrics.set_inventory(&inv.devices);
+                    let r = self.report_of(&inv);
+                    if *report_tx.borrow() != r {
+                        tracing::info!("inventory changed; reporting it");
+                        for w in &inv.warnings {
+                            tracing::warn!("inventory: {w}");
+                        }
+                        let _ = report_tx.send(r);
+                    }
                 }
             }
             // Pods that ended.
@@ -221,20 +245,6 @@ impl Agent {
             }
             if let Some(a) = &last {
                 self.reconcile(a, &out_tx, &mut absent_reported);
-            }
-            if Instant::now() >= next_discovery {
-                next_discovery = Instant::now() + cfg.discover_every;
-                let mut inv = discovery.discover();
-                merge_seen(&mut seen, &mut inv);
-                self.metrics.set_inventory(&inv.devices);
-                let r = self.report_of(&inv);
-                if *report_tx.borrow() != r {
-                    tracing::info!("inventory changed; reporting it");
-                    for w in &inv.warnings {
-                        tracing::warn!("inventory: {w}");
-                    }
-                    let _ = report_tx.send(r);
-                }
             }
             self.metrics.set_pods(&self.exec);
         }

@@ -247,3 +247,231 @@ pub async fn wait_leader(c: &mut Client) {
     }
 }
 
+
+/// One `allot agent` process with fake GPUs.
+pub struct AgentProc {
+    pub name: String,
+    pub http: u16,
+    pub data: PathBuf,
+    pub child: Option<Child>,
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+impl Cluster {
+    /// Issues a node certificate and starts an agent for `name` with `gpus` fake GPUs.
+    pub fn start_agent(&self, name: &str, instance_type: &str, gpus: u32, lease_s: f64) -> AgentProc {
+        let _ = tls::issue(
+            &self.certs(),
+            &Identity::Node { node: name.into() },
+            &[],
+            &[],
+            2,
+        );
+        let http = tcp_port();
+        let data = self.dir.path().join(format!("agent-{name}"));
+        let args: Vec<String> = vec![
+            "agent".into(),
+            "--node".into(),
+            name.into(),
+            "--instance-type".into(),
+            instance_type.into(),
+            "--fake-gpus".into(),
+            gpus.to_string(),
+            "--lease".into(),
+            lease_s.to_string(),
+            "--http".into(),
+            format!("127.0.0.1:{http}"),
+            "--data-dir".into(),
+            data.display().to_string(),
+            "--coordinators".into(),
+            self.addrs.join(","),
+            "--certs".into(),
+            self.certs().display().to_string(),
+            "--stop-pods-on-exit".into(),
+        ];
+        let mut a = AgentProc {
+            name: name.into(),
+            http,
+            data,
+            child: None,
+            args,
+            log: self.dir.path().join(format!("agent-{name}.log")),
+        };
+        a.start();
+        a
+    }
+}
+
+impl AgentProc {
+    pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("agent log");
+        self.child = Some(
+            Command::new(BIN)
+                .args(&self.args)
+                .env("ALLOT_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("start agent"),
+        );
+    }
+
+    /// SIGKILL: the agent gets no chance to stop its pods.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn metrics(&self) -> String {
+        http_get(&format!("127.0.0.1:{}", self.http), "/metrics").unwrap_or_default()
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SIGTERM: the agent stops its pods (--stop-pods-on-exit) before it exits.
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A pod process seen in /proc: which node, devices and run it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SeenPod {
+    pub node: String,
+    pub gpus: String,
+    pub workload: String,
+    pub attempt: String,
+    pub rank: String,
+    pub pid: u32,
+}
+
+/// Pod processes (not their shims) whose environment carries `TEST_RUN=<run>`.
+pub fn pod_processes(run: &str) -> Vec<SeenPod> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        let vars: std::collections::BTreeMap<String, String> = env
+            .split(|b| *b == 0)
+            .filter_map(|kv| {
+                let s = String::from_utf8_lossy(kv);
+                s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))
+            })
+            .collect();
+        if vars.get("TEST_RUN").map(String::as_str) != Some(run) {
+            continue;
+        }
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains("agent-shim") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        if stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')) {
+            continue;
+        }
+        let get = |k: &str| vars.get(k).cloned().unwrap_or_default();
+        out.push(SeenPod {
+            node: get("ALLOT_NODE"),
+            gpus: get("CUDA_VISIBLE_DEVICES"),
+            workload: get("ALLOT_WORKLOAD"),
+            attempt: get("ALLOT_ATTEMPT"),
+            rank: get("RANK"),
+            pid,
+        });
+    }
+    out.sort();
+    out
+}
+
+/// Watches pod processes in the background and records every moment one GPU index of one
+/// node was used by two different pods.
+pub struct GpuWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<(usize, Vec<String>)>>,
+}
+
+impl GpuWatch {
+    pub fn start(run: &str) -> GpuWatch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let run = run.to_string();
+        let handle = std::thread::spawn(move || {
+            let mut samples = 0;
+            let mut bad = Vec::new();
+            while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut holder: std::collections::BTreeMap<(String, String), (String, String, String)> =
+                    Default::default();
+                for p in pod_processes(&run) {
+                    for g in p.gpus.split(',').filter(|g| !g.is_empty()) {
+                        let who = (p.workload.clone(), p.attempt.clone(), p.rank.clone());
+                        if let Some(other) = holder.insert((p.node.clone(), g.to_string()), who.clone()) {
+                            if other != who {
+                                bad.push(format!("gpu {g} of {} used by {other:?} and {who:?}", p.node));
+                            }
+                        }
+                    }
+                }
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (samples, bad)
+        });
+        GpuWatch {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops watching: (samples taken, violations).
+    pub fn finish(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or((0, vec!["the watcher panicked".into()]))
+    }
+}
+
+/// Polls `f` every 100 ms until it returns `Some`, or panics after `secs` with `what`.
+pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(secs), "timed out after {secs}s waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
