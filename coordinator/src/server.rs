@@ -926,10 +926,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             sh.read(Box::new(move |m: &Machine| {
                 let id = m.state.find_workload(&name)?;
                 m.check_team(id, scope.as_deref())?;
-                Ok(Reply::Explanation(vec![format!(
-                    "{name}: {}",
-                    m.state.workload(id).state.as_str()
-                )]))
+                Ok(Reply::Explanation(allot_core::explain::explain(m, id)))
             }))
             .await
         }

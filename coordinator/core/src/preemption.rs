@@ -106,7 +106,7 @@ fn borrowing_in(ctx: &Ctx, t: TeamId, f_set: &BTreeSet<FrId>) -> bool {
         .any(|fr| quota::is_borrowing(ctx.st, &ctx.acct, t, *fr))
 }
 
-fn own_allowed(policy: WithinTeam, wl: &Workload, c: &Workload) -> bool {
+pub(crate) fn own_allowed(policy: WithinTeam, wl: &Workload, c: &Workload) -> bool {
     match policy {
         WithinTeam::Never => false,
         WithinTeam::LowerPriority => c.priority < wl.priority,

@@ -232,7 +232,7 @@ fn preferred(a: &FlavorEval, b: &FlavorEval, pref: FungibilityPreference) -> boo
 }
 
 /// Whether a team's policy allows any preemption for a request that does not fit quota.
-fn may_preempt_for_quota(st: &State, wl: &Workload, nominal: i64, val: i64) -> bool {
+pub(crate) fn may_preempt_for_quota(st: &State, wl: &Workload, nominal: i64, val: i64) -> bool {
     let p = &st.teams[wl.team.idx()].spec.preemption;
     nominal >= val
         || p.borrow_within_cohort.policy != BorrowWithinCohortPolicy::Never
@@ -659,7 +659,7 @@ enum Outcome {
     },
 }
 
-fn full_counts(wl: &Workload) -> Vec<u32> {
+pub(crate) fn full_counts(wl: &Workload) -> Vec<u32> {
     wl.spec.pod_sets.iter().map(|p| p.count).collect()
 }
 
@@ -826,9 +826,9 @@ fn withdraw(ctx: &mut Ctx, plan: &mut Plan, wl: &Workload, v: &Victim) {
 }
 
 /// The order key of a team's head in the cross-team tournament.
-type EntryKey = (u32, bool, Share, i64, Time, String, WlId);
+pub(crate) type EntryKey = (u32, bool, Share, i64, Time, String, WlId);
 
-fn entry_key(ctx: &mut Ctx, wl: &Workload) -> EntryKey {
+pub(crate) fn entry_key(ctx: &mut Ctx, wl: &Workload) -> EntryKey {
     let full = full_counts(wl);
     let a = assign(ctx, wl, &full, true);
     let share = if ctx.st.policy.fair_share {

@@ -164,6 +164,19 @@ pub struct Workload {
     /// report about an earlier run never touches a later one.
     #[serde(default)]
     pub attempt: u32,
+    /// Its last preemption: who took its place, why and when (kept after it is requeued or
+    /// admitted again, for `explain`).
+    #[serde(default)]
+    pub preempted_by: Option<PreemptedBy>,
+}
+
+/// Who preempted a workload, why and when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreemptedBy {
+    pub preemptor: WlId,
+    pub reason: PreemptReason,
+    pub message: String,
+    pub time: Time,
 }
 
 impl Workload {
@@ -724,6 +737,7 @@ impl State {
             preempting: None,
             eviction: None,
             attempt: 0,
+            preempted_by: None,
         };
         self.teams[team.idx()].pending.insert(wl.queue_key());
         self.by_name.insert(wl.spec.name.clone(), id);
@@ -1015,6 +1029,12 @@ impl State {
                 v.state = WlState::Evicting;
                 v.preemptions += 1;
                 v.eviction = Some(("Preempted".into(), p.message.clone()));
+                v.preempted_by = Some(PreemptedBy {
+                    preemptor: p.preemptor,
+                    reason: p.reason,
+                    message: p.message.clone(),
+                    time: now,
+                });
                 v.set_condition("Evicted", true, "Preempted", &p.message, now);
                 v.set_condition("Preempted", true, p.reason.as_str(), &p.message, now);
                 events.push(Event::Preempted {
