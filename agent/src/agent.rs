@@ -389,7 +389,10 @@ async fn sync_task(
     metrics: Arc<AgentMetrics>,
 ) {
     let lease = cfg.lease;
-    let wait = (lease / 3).min(Duration::from_secs(10));
+    // The lease is renewed when an answer arrives and counts from when its request left, so
+    // after a failure at most `lease - 2 × wait` is left: wait a fifth of the lease at most,
+    // and give up on a request one second after its wait.
+    let wait = (lease / 5).min(Duration::from_secs(5));
     let mut registered = false;
     let mut digest = 0u64;
     let mut backoff = Duration::from_millis(100);
@@ -397,11 +400,8 @@ async fn sync_task(
     loop {
         if !registered || report_rx.has_changed().unwrap_or(false) {
             let r = report_rx.borrow_and_update().clone();
-            match tokio::time::timeout(
-                Duration::from_secs(20),
-                client.call(Body::ReportNode(r)),
-            )
-            .await
+            match tokio::time::timeout(Duration::from_secs(5), client.call(Body::ReportNode(r)))
+                .await
             {
                 Ok(Ok(Ok(_))) => {
                     if !registered {
@@ -422,7 +422,10 @@ async fn sync_task(
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                     continue;
                 }
-                Err(_) => continue,
+                Err(_) => {
+                    client.reset();
+                    continue;
+                }
             }
         }
         let sent_wall = shim::now_ms();
@@ -433,7 +436,7 @@ async fn sync_task(
             wait_ms: wait.as_millis() as u32,
         });
         let res = tokio::select! {
-            r = tokio::time::timeout(wait + Duration::from_secs(10), call) => r,
+            r = tokio::time::timeout(wait + Duration::from_secs(1), call) => r,
             _ = report_rx.changed() => {
                 // The inventory changed: report it first (the report is marked unseen again).
                 report_rx.mark_changed();
@@ -484,7 +487,8 @@ async fn sync_task(
             }
             Err(_) => {
                 metrics.sync_errors.inc();
-                tracing::warn!("sync timed out; retrying");
+                tracing::warn!("sync timed out; reconnecting");
+                client.reset();
             }
         }
     }
@@ -521,9 +525,9 @@ async fn report_task(
         };
         let mut backoff = Duration::from_millis(100);
         loop {
-            match client.call(body.clone()).await {
-                Ok(Ok(_)) => break,
-                Ok(Err(ApiError { kind, message, .. }))
+            match tokio::time::timeout(Duration::from_secs(5), client.call(body.clone())).await {
+                Ok(Ok(Ok(_))) => break,
+                Ok(Ok(Err(ApiError { kind, message, .. })))
                     if matches!(
                         kind,
                         ErrorKind::NotFound | ErrorKind::Invalid | ErrorKind::Forbidden
@@ -533,8 +537,12 @@ async fn report_task(
                     tracing::info!("report dropped: {message}");
                     break;
                 }
-                Ok(Err(e)) => tracing::warn!("report refused: {e}; retrying"),
-                Err(e) => tracing::warn!("report not delivered: {e}; retrying"),
+                Ok(Ok(Err(e))) => tracing::warn!("report refused: {e}; retrying"),
+                Ok(Err(e)) => tracing::warn!("report not delivered: {e}; retrying"),
+                Err(_) => {
+                    tracing::warn!("report timed out; reconnecting");
+                    client.reset();
+                }
             }
             tokio::time::sleep(jitter(backoff, &mut seed)).await;
             backoff = (backoff * 2).min(Duration::from_secs(5));

@@ -108,6 +108,14 @@ impl Client {
         resp.ok_or_else(|| transport(addr, "closed the stream without answering"))
     }
 
+    /// Forgets the current connection (after a request timed out on it): the next request
+    /// connects afresh.
+    pub fn reset(&mut self) {
+        if let Some((_, c)) = self.conn.take() {
+            c.close(0u32.into(), b"request timed out");
+        }
+    }
+
     /// Sends one request to exactly `addr`, without redirects or retries.
     pub async fn call_one(
         &mut self,

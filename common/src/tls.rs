@@ -45,9 +45,10 @@ pub const CA_DAYS: u32 = 3650;
 /// Default validity of an issued certificate, in days.
 pub const DEFAULT_DAYS: u32 = 365;
 /// QUIC keep-alive interval.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
-/// QUIC idle timeout: a connection with no traffic (keep-alives included) for this long is closed.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const KEEP_ALIVE: Duration = Duration::from_secs(1);
+/// QUIC idle timeout: a connection with no traffic (keep-alives included) for this long is
+/// closed. Short, so that an agent notices a dead coordinator well within its lease.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Concurrent bidirectional streams a peer may open on one connection.
 pub const MAX_BIDI_STREAMS: u32 = 1024;
 
@@ -721,7 +722,7 @@ fn tls13_error(error: rustls::Error) -> TlsError {
     }
 }
 
-/// Keep-alive 2 s, idle timeout 10 s, 1024 concurrent bidirectional streams.
+/// Keep-alive 1 s, idle timeout 4 s, 1024 concurrent bidirectional streams.
 pub fn transport_config() -> Arc<quinn::TransportConfig> {
     let mut transport = quinn::TransportConfig::default();
     transport.keep_alive_interval(Some(KEEP_ALIVE));

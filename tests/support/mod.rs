@@ -370,7 +370,7 @@ pub struct SeenPod {
     pub pid: u32,
 }
 
-/// Pod processes (not their shims) whose environment carries `TEST_RUN=<run>`.
+/// Pods whose processes (not their shims) carry `TEST_RUN=<run>` in their environment.
 pub fn pod_processes(run: &str) -> Vec<SeenPod> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -411,7 +411,9 @@ pub fn pod_processes(run: &str) -> Vec<SeenPod> {
             pid,
         });
     }
-    out.sort();
+    // One entry per pod: its first process (the program; its children share the pod).
+    out.sort_by_key(|p| (p.node.clone(), p.workload.clone(), p.attempt.clone(), p.rank.clone(), p.pid));
+    out.dedup_by(|b, a| (&a.node, &a.workload, &a.attempt, &a.rank) == (&b.node, &b.workload, &b.attempt, &b.rank));
     out
 }
 

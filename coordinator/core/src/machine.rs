@@ -477,7 +477,10 @@ impl Machine {
                     return Err(not_found(format!("unknown node {name:?}")));
                 };
                 if self.state.acct.nodes.node(n).healthy {
-                    events.extend(self.state.set_node_health(name, false, now)?);
+                    events.extend(
+                        self.state
+                            .set_node_health_because(name, false, reason, now)?,
+                    );
                     self.nodes_meta.entry(name.clone()).or_default().reason = reason.clone();
                 }
                 Ok(Reply::Done)

@@ -814,6 +814,17 @@ impl State {
         healthy: bool,
         now: Time,
     ) -> Result<Vec<Event>, StateError> {
+        self.set_node_health_because(name, healthy, "", now)
+    }
+
+    /// `set_node_health` with the reason a node failed, for the evicted workloads' messages.
+    pub fn set_node_health_because(
+        &mut self,
+        name: &str,
+        healthy: bool,
+        why: &str,
+        now: Time,
+    ) -> Result<Vec<Event>, StateError> {
         let node = self
             .acct
             .nodes
@@ -833,7 +844,11 @@ impl State {
                 .map(|w| w.id)
                 .collect();
             for id in hit {
-                let msg = format!("node {name} failed; its pods were lost");
+                let msg = if why.is_empty() {
+                    format!("node {name} failed; its pods were lost")
+                } else {
+                    format!("node {name} failed ({why}); its pods were lost")
+                };
                 if let Some(wl) = self.workloads.get_mut(&id) {
                     wl.set_condition("Evicted", true, "NodeFailures", &msg, now);
                 }
