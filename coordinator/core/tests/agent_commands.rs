@@ -1,0 +1,263 @@
+//! What agents report, as the state machine applies it: node reports with device health,
+//! pods that start, end, fail or are lost, node loss, and the assignments each node is given.
+
+use allot_common::api::{
+    ActivationState, ComputeQuotaInput, DeviceInfo, NodeReport, PodExit, SubmitInput,
+};
+use allot_common::hyperpod::ComputeQuotaConfig;
+use allot_common::{Catalog, ResourceName, Resources, WorkloadSpec};
+use allot_core::machine::{Command, Entry, Machine};
+use allot_core::{schedule, views, WlState};
+
+const T: &str = "ml.g5.12xlarge"; // 4 GPUs per node
+
+fn apply(m: &mut Machine, now: i64, cmd: Command) {
+    let (r, _) = m.apply(&Entry { now, cmd });
+    r.expect("command applies");
+    m.state.check_invariants().expect("invariants hold");
+}
+
+fn report(node: &str, unhealthy: &[u32]) -> NodeReport {
+    let capacity = Catalog::builtin().get(T).unwrap().resources();
+    NodeReport {
+        name: node.into(),
+        instance_type: T.into(),
+        devices: (0..4)
+            .map(|i| DeviceInfo {
+                resource: "gpu".into(),
+                index: i,
+                id: format!("GPU-{node}-{i}"),
+                healthy: !unhealthy.contains(&i),
+                reason: if unhealthy.contains(&i) {
+                    "XID 79".into()
+                } else {
+                    String::new()
+                },
+                ..Default::default()
+            })
+            .collect(),
+        capacity,
+        address: format!("10.0.0.{}", node.len()),
+        http: String::new(),
+        lease_ms: 10_000,
+        agent_version: "test".into(),
+    }
+}
+
+fn cluster(nodes: &[&str]) -> Machine {
+    let mut m = Machine::new();
+    let config = ComputeQuotaConfig::parse_shorthand(&format!(
+        "ComputeQuotaResources=[{{InstanceType={T},Count=2}}],ResourceSharingConfig={{Strategy=LendAndBorrow,BorrowLimit=50}}"
+    ))
+    .unwrap();
+    apply(
+        &mut m,
+        0,
+        Command::CreateComputeQuota(ComputeQuotaInput {
+            name: "qa".into(),
+            description: None,
+            team: "team-a".into(),
+            fair_share_weight: 1,
+            config,
+            activation: ActivationState::Enabled,
+        }),
+    );
+    for n in nodes {
+        apply(&mut m, 0, Command::ReportNode(report(n, &[])));
+    }
+    m
+}
+
+fn submit(m: &mut Machine, name: &str, count: u32, gpus: i64) {
+    let mut r = Resources::new();
+    r.add(&ResourceName::gpu(), gpus);
+    apply(
+        m,
+        1,
+        Command::Submit(SubmitInput {
+            spec: WorkloadSpec::single(name, "team-a", count, r),
+            run: None,
+            client_token: None,
+        }),
+    );
+}
+
+fn cycle(m: &mut Machine, now: i64) {
+    let plan = schedule(&m.state, now);
+    apply(m, now, Command::Plan(plan));
+}
+
+fn state(m: &Machine, name: &str) -> WlState {
+    m.state.workload(m.state.find_workload(name).unwrap()).state
+}
+
+fn exited(m: &mut Machine, node: &str, wl: &str, attempt: u32, rank: u32, ok: bool, lost: bool) {
+    apply(
+        m,
+        5,
+        Command::PodsExited {
+            node: Some(node.into()),
+            workload: wl.into(),
+            attempt,
+            exits: vec![PodExit {
+                rank,
+                succeeded: ok,
+                lost,
+                detail: "test".into(),
+            }],
+        },
+    );
+}
+
+#[test]
+fn assignments_name_ranks_devices_and_the_master() {
+    let mut m = cluster(&["n1", "n2"]);
+    submit(&mut m, "gang", 2, 4);
+    cycle(&mut m, 2);
+    let a1 = views::assignments(&m, "n1");
+    let a2 = views::assignments(&m, "n2");
+    let pods: Vec<_> = a1.pods.iter().chain(a2.pods.iter()).collect();
+    assert_eq!(pods.len(), 2);
+    let mut ranks: Vec<u32> = pods.iter().map(|p| p.rank).collect();
+    ranks.sort();
+    assert_eq!(ranks, vec![0, 1]);
+    for p in &pods {
+        assert_eq!((p.world_size, p.local_rank, p.attempt), (2, 0, 1));
+        assert_eq!(p.devices["gpu"], vec![0, 1, 2, 3]);
+        assert_eq!(p.master_addr, "10.0.0.2", "both nodes' names are 2 long");
+        assert!(p.stop.is_none());
+    }
+    // The digest changes with the assignments and is stable otherwise.
+    assert_eq!(a1.digest, views::assignments(&m, "n1").digest);
+    assert!(a1.registered && a1.healthy);
+    assert!(!views::assignments(&m, "nowhere").registered);
+}
+
+#[test]
+fn an_unhealthy_gpu_evicts_its_pod_and_is_never_given_again() {
+    let mut m = cluster(&["n1"]);
+    submit(&mut m, "w", 1, 2);
+    cycle(&mut m, 2);
+    assert_eq!(state(&m, "w"), WlState::Admitted);
+    // GPU 1 (held by w) fails.
+    apply(&mut m, 3, Command::ReportNode(report("n1", &[1])));
+    assert_eq!(state(&m, "w"), WlState::Evicting);
+    let a = views::assignments(&m, "n1");
+    assert!(a.pods[0].stop.as_deref().unwrap().contains("DeviceFailure"));
+    exited(&mut m, "n1", "w", 1, 0, false, false);
+    assert_eq!(state(&m, "w"), WlState::Pending, "requeued, not failed");
+    // Three healthy GPUs remain: a 2-GPU pod fits, and never on GPU 1.
+    cycle(&mut m, 6);
+    let id = m.state.find_workload("w").unwrap();
+    let pods = views::workload(&m, id).pods;
+    assert_eq!(pods[0].devices["gpu"], vec![0, 2]);
+    assert_eq!(m.state.workload(id).attempt, 2);
+    // A 4-GPU workload cannot fit while GPU 1 is unhealthy; it can once it is healthy again.
+    exited(&mut m, "n1", "w", 2, 0, true, false);
+    assert_eq!(state(&m, "w"), WlState::Succeeded);
+    submit(&mut m, "big", 1, 4);
+    cycle(&mut m, 7);
+    assert_eq!(state(&m, "big"), WlState::Pending);
+    apply(&mut m, 8, Command::ReportNode(report("n1", &[])));
+    cycle(&mut m, 9);
+    assert_eq!(state(&m, "big"), WlState::Admitted);
+}
+
+#[test]
+fn a_failed_pod_stops_the_gang_and_fails_the_workload() {
+    let mut m = cluster(&["n1", "n2"]);
+    submit(&mut m, "gang", 2, 4);
+    cycle(&mut m, 2);
+    let node_of = |m: &Machine, rank: usize| {
+        let id = m.state.find_workload("gang").unwrap();
+        views::workload(m, id).pods[rank].node.clone()
+    };
+    let (n0, n1) = (node_of(&m, 0), node_of(&m, 1));
+    exited(&mut m, &n0, "gang", 1, 0, false, false);
+    assert_eq!(state(&m, "gang"), WlState::Evicting);
+    let a = views::assignments(&m, &n1);
+    assert!(a.pods[0].stop.as_deref().unwrap().contains("PodFailed"));
+    assert!(views::assignments(&m, &n0).pods.is_empty(), "rank 0 is gone");
+    exited(&mut m, &n1, "gang", 1, 1, false, false);
+    assert_eq!(state(&m, "gang"), WlState::Failed);
+}
+
+#[test]
+fn lost_pods_requeue_and_stale_attempts_are_ignored() {
+    let mut m = cluster(&["n1"]);
+    submit(&mut m, "w", 1, 1);
+    cycle(&mut m, 2);
+    exited(&mut m, "n1", "w", 1, 0, false, true);
+    assert_eq!(state(&m, "w"), WlState::Pending);
+    cycle(&mut m, 3);
+    assert_eq!(state(&m, "w"), WlState::Admitted);
+    // A late report about attempt 1 changes nothing about attempt 2.
+    exited(&mut m, "n1", "w", 1, 0, true, false);
+    assert_eq!(state(&m, "w"), WlState::Admitted);
+    apply(
+        &mut m,
+        4,
+        Command::PodsStarted {
+            node: Some("n1".into()),
+            workload: "w".into(),
+            attempt: 2,
+            ranks: vec![0],
+        },
+    );
+    assert_eq!(state(&m, "w"), WlState::Running);
+    // A node reporting for a workload with no pod on it is refused.
+    apply(&mut m, 4, Command::ReportNode(report("n2", &[])));
+    let (r, _) = m.apply(&Entry {
+        now: 5,
+        cmd: Command::PodsExited {
+            node: Some("n2".into()),
+            workload: "w".into(),
+            attempt: 2,
+            exits: vec![],
+        },
+    });
+    assert!(r.unwrap_err().message.contains("no pod on node"));
+}
+
+#[test]
+fn node_loss_requeues_and_a_new_report_brings_the_node_back() {
+    let mut m = cluster(&["n1"]);
+    submit(&mut m, "w", 1, 1);
+    cycle(&mut m, 2);
+    apply(
+        &mut m,
+        3,
+        Command::NodeLost {
+            name: "n1".into(),
+            reason: "no heartbeat for 20s".into(),
+        },
+    );
+    assert_eq!(state(&m, "w"), WlState::Pending);
+    let a = views::assignments(&m, "n1");
+    assert!(!a.healthy && a.health_reason.contains("no heartbeat"));
+    assert!(a.pods.is_empty());
+    apply(&mut m, 4, Command::ReportNode(report("n1", &[])));
+    assert!(views::assignments(&m, "n1").healthy);
+    cycle(&mut m, 5);
+    assert_eq!(state(&m, "w"), WlState::Admitted);
+}
+
+#[test]
+fn bad_reports_are_refused_with_the_value() {
+    let mut m = cluster(&[]);
+    let mut r = report("n1", &[]);
+    r.devices[0].index = 9;
+    let (res, _) = m.apply(&Entry {
+        now: 1,
+        cmd: Command::ReportNode(r),
+    });
+    let e = res.unwrap_err().message;
+    assert!(e.contains("index 9"), "{e}");
+    let mut r = report("n1", &[]);
+    r.instance_type = "ml.nope".into();
+    let (res, _) = m.apply(&Entry {
+        now: 1,
+        cmd: Command::ReportNode(r),
+    });
+    assert!(res.unwrap_err().message.contains("ml.nope"));
+}
