@@ -609,32 +609,48 @@ fn dechunk(mut s: &str) -> String {
     out
 }
 
+/// Prints the list, then each change as it happens: the server holds each request until the
+/// list differs from what this watcher last saw.
 async fn watch_workloads(c: &mut Client, filter: WorkloadFilter) -> anyhow::Result<()> {
+    use std::io::Write;
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let mut first = true;
+    let mut digest = 0u64;
     loop {
-        if let Reply::Workloads(ws) = api(c.call(Body::GetWorkloads(filter.clone())).await)? {
-            let mut rows = Vec::new();
-            for w in &ws {
-                let row = workload_row(w);
-                let key = row.join("\u{1f}");
-                if seen.get(&w.name) != Some(&key) {
-                    seen.insert(w.name.clone(), key);
-                    rows.push(row);
-                }
-            }
-            if !rows.is_empty() {
-                let t = table(&WORKLOAD_HEADER, &rows);
-                if first {
-                    print!("{t}");
-                } else {
-                    // Only the changed rows, without the header.
-                    print!("{}", t.split_once('\n').map(|x| x.1).unwrap_or(""));
-                }
-                first = false;
+        let reply = api(c
+            .call(Body::WatchWorkloads {
+                filter: filter.clone(),
+                known_digest: digest,
+                wait_ms: 20_000,
+            })
+            .await)?;
+        let Reply::WorkloadsAt { digest: d, workloads } = reply else {
+            bail!("unexpected answer to a watch: {reply:?}");
+        };
+        digest = d;
+        let mut rows = Vec::new();
+        for w in &workloads {
+            let row = workload_row(w);
+            let key = row.join("\u{1f}");
+            if seen.get(&w.name) != Some(&key) {
+                seen.insert(w.name.clone(), key);
+                rows.push(row);
             }
         }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        if first && rows.is_empty() {
+            println!("no workloads yet; waiting for changes (Ctrl-C to stop)");
+        }
+        if !rows.is_empty() {
+            let t = table(&WORKLOAD_HEADER, &rows);
+            if first {
+                print!("{t}");
+            } else {
+                // Only the changed rows, without the header.
+                print!("{}", t.split_once('\n').map(|x| x.1).unwrap_or(""));
+            }
+        }
+        first = false;
+        let _ = std::io::stdout().flush();
     }
 }
 
@@ -708,26 +724,7 @@ fn fmt_res(r: &allot_common::Resources) -> String {
 }
 
 fn ms_time(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    allot_common::timefmt::utc(ms)
 }
 
 fn quota_json(q: &ComputeQuotaView) -> Value {
@@ -775,6 +772,10 @@ fn render(r: &Reply) -> String {
         } => format!("replica {replica}, leader {leader:?}\n"),
         Reply::Done => "done\n".into(),
         Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
+        Reply::WorkloadsAt { workloads, .. } => table(
+            &WORKLOAD_HEADER,
+            &workloads.iter().map(workload_row).collect::<Vec<_>>(),
+        ),
         Reply::Assignments(a) => format!("{} pods assigned (digest {:x})\n", a.pods.len(), a.digest),
         Reply::Quota(q) => render_quotas(std::slice::from_ref(q)),
         Reply::Quotas(qs) => render_quotas(qs),

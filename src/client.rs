@@ -20,13 +20,20 @@ pub struct ClientOpts {
 }
 
 impl ClientOpts {
+    /// Connects to --coordinators with --certs; without them, to the local `allot dev`
+    /// cluster when one runs, else 127.0.0.1:7400 with ./certs.
     pub fn connect(&self) -> anyhow::Result<Client> {
-        let addrs = if self.coordinators.is_empty() {
-            vec!["127.0.0.1:7400".to_string()]
-        } else {
-            self.coordinators.clone()
+        let local = crate::dev::local_cluster();
+        let addrs = match (&self.coordinators, &local) {
+            (c, _) if !c.is_empty() => c.clone(),
+            (_, Some((a, _))) => a.clone(),
+            _ => vec!["127.0.0.1:7400".to_string()],
         };
-        let dir = self.certs.clone().unwrap_or_else(|| PathBuf::from("certs"));
+        let dir = match (&self.certs, &local) {
+            (Some(d), _) => d.clone(),
+            (None, Some((_, d))) if !PathBuf::from("certs").exists() => d.clone(),
+            _ => PathBuf::from("certs"),
+        };
         let stem = self.identity.as_deref().unwrap_or("admin-admin");
         Ok(Client::new(addrs, &dir, stem)?)
     }

@@ -11,6 +11,7 @@ mod certs;
 mod cli;
 mod client;
 mod coordinator_cmd;
+mod dev;
 mod scenario;
 mod simulate;
 
@@ -36,6 +37,9 @@ enum Output {
 #[derive(Subcommand)]
 #[allow(clippy::large_enum_variant)]
 enum Command {
+    /// Bring up a whole cluster on this machine: coordinator(s) and agents with fake GPUs that
+    /// run real processes. The CLI finds it without flags; Ctrl-C stops everything.
+    Dev(dev::DevArgs),
     /// Run a coordinator replica (Raft, QUIC API with mutual TLS, scheduler).
     Coordinator(coordinator_cmd::CoordinatorArgs),
     /// Run a node agent: discover the node's devices, run its pods, report to the cluster.
@@ -93,6 +97,7 @@ fn main() -> ExitCode {
         };
     match cli.command {
         Command::Coordinator(a) => async_cmd(Box::pin(coordinator_cmd::run(a))),
+        Command::Dev(a) => async_cmd(Box::pin(dev::run(a))),
         Command::Agent(a) => match agent_cmd::run(a, &cli.client) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

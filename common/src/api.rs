@@ -341,6 +341,13 @@ pub enum Body {
         attempt: u32,
         exits: Vec<PodExit>,
     },
+    /// `GetWorkloads` that waits (up to `wait_ms`) until the list differs from `known_digest`:
+    /// how `get workloads -w` streams changes.
+    WatchWorkloads {
+        filter: WorkloadFilter,
+        known_digest: u64,
+        wait_ms: u32,
+    },
     /// Why a workload is pending or was preempted, with numbers.
     Explain {
         name: String,
@@ -415,8 +422,23 @@ pub enum Reply {
     Nodes(Vec<NodeView>),
     Teams(Vec<TeamView>),
     Assignments(NodeAssignments),
+    /// Workloads with the digest a watcher sends back.
+    WorkloadsAt {
+        digest: u64,
+        workloads: Vec<WorkloadView>,
+    },
     /// Lines of an explanation, most important first.
     Explanation(Vec<String>),
 }
 
 pub type Response = Result<Reply, ApiError>;
+
+/// FNV-1a over a value's debug rendering: equal values, equal digest (for long polls).
+pub fn digest_of(v: &impl std::fmt::Debug) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in format!("{v:?}").bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h.max(1)
+}

@@ -8,6 +8,7 @@ pub mod hyperpod;
 pub mod policy;
 pub mod quota;
 pub mod resource;
+pub mod timefmt;
 pub mod tls;
 pub mod wire;
 pub mod workload;

@@ -125,6 +125,43 @@ impl Shared {
             )),
         }
     }
+    /// Answers `query` at once if its digest differs from `known`, else when it changes, or
+    /// after `wait_ms` at the latest. Every answer is a quorum-confirmed read.
+    async fn long_poll(
+        &self,
+        known: u64,
+        wait_ms: u32,
+        query: impl Fn(&Machine) -> (u64, Reply) + Send + Sync + Clone + 'static,
+    ) -> Response {
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(u64::from(wait_ms.min(MAX_SYNC_WAIT_MS)));
+        let mut applied = self.applied.clone();
+        loop {
+            applied.mark_unchanged();
+            let q = query.clone();
+            let (tx, rx) = oneshot::channel();
+            let r = self
+                .read(Box::new(move |m: &Machine| {
+                    let (d, r) = q(m);
+                    let _ = tx.send(d);
+                    Ok(r)
+                }))
+                .await?;
+            let digest = rx.await.unwrap_or(0);
+            if digest != known || tokio::time::Instant::now() >= deadline {
+                return Ok(r);
+            }
+            tokio::select! {
+                c = applied.changed() => {
+                    if c.is_err() {
+                        return Ok(r);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return Ok(r),
+            }
+        }
+    }
+
     async fn read(&self, query: Query) -> Response {
         let (tx, rx) = oneshot::channel();
         self.input
@@ -780,20 +817,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             sh.propose(Command::Cancel { name, team }).await
         }
         Body::GetWorkloads(filter) => {
-            let scope = team_scope(who, "list workloads")?;
-            let filter = match (scope, filter.team.clone()) {
-                (Some(mine), Some(asked)) if mine != asked => {
-                    return Err(forbidden(
-                        who,
-                        &format!("list team {asked:?}'s workloads; it acts for team {mine:?} only"),
-                    ))
-                }
-                (Some(mine), _) => WorkloadFilter {
-                    team: Some(mine),
-                    ..filter
-                },
-                (None, _) => filter,
-            };
+            let filter = scoped_filter(who, filter)?;
             sh.read(Box::new(move |m: &Machine| {
                 Ok(Reply::Workloads(views::workloads(m, &filter)))
             }))
@@ -866,30 +890,24 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
         } => {
             node_scope(who, &node, "sync")?;
             let _ = sh.input.send(Input::Heartbeat(node.clone()));
-            let deadline = tokio::time::Instant::now()
-                + Duration::from_millis(u64::from(wait_ms.min(MAX_SYNC_WAIT_MS)));
-            let mut applied = sh.applied.clone();
-            loop {
-                applied.mark_unchanged();
-                let n = node.clone();
-                let r = sh
-                    .read(Box::new(move |m: &Machine| {
-                        Ok(Reply::Assignments(views::assignments(m, &n)))
-                    }))
-                    .await?;
-                let same = matches!(&r, Reply::Assignments(a) if a.digest == known_digest);
-                if !same || tokio::time::Instant::now() >= deadline {
-                    return Ok(r);
-                }
-                tokio::select! {
-                    c = applied.changed() => {
-                        if c.is_err() {
-                            return Ok(r);
-                        }
-                    }
-                    _ = tokio::time::sleep_until(deadline) => return Ok(r),
-                }
-            }
+            sh.long_poll(known_digest, wait_ms, move |m: &Machine| {
+                let a = views::assignments(m, &node);
+                (a.digest, Reply::Assignments(a))
+            })
+            .await
+        }
+        Body::WatchWorkloads {
+            filter,
+            known_digest,
+            wait_ms,
+        } => {
+            let filter = scoped_filter(who, filter)?;
+            sh.long_poll(known_digest, wait_ms, move |m: &Machine| {
+                let workloads = views::workloads(m, &filter);
+                let digest = allot_common::api::digest_of(&workloads);
+                (digest, Reply::WorkloadsAt { digest, workloads })
+            })
+            .await
         }
         Body::PodsStarted {
             node,
@@ -930,6 +948,22 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             }))
             .await
         }
+    }
+}
+
+/// A user lists its own team's workloads only.
+fn scoped_filter(who: &Identity, filter: WorkloadFilter) -> Result<WorkloadFilter, ApiError> {
+    let scope = team_scope(who, "list workloads")?;
+    match (scope, filter.team.clone()) {
+        (Some(mine), Some(asked)) if mine != asked => Err(forbidden(
+            who,
+            &format!("list team {asked:?}'s workloads; it acts for team {mine:?} only"),
+        )),
+        (Some(mine), _) => Ok(WorkloadFilter {
+            team: Some(mine),
+            ..filter
+        }),
+        (None, _) => Ok(filter),
     }
 }
 

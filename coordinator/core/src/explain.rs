@@ -65,6 +65,11 @@ pub fn explain_state(st: &State, id: WlId) -> Vec<String> {
 
 /// Times are milliseconds on the cluster's clock, shown in seconds: `t=12.3s`.
 pub fn fmt_time(ms: Time) -> String {
+    // A real cluster stamps entries with the leader's wall clock (ms since the Unix epoch);
+    // simulations count from 0.
+    if ms > 1_000_000_000_000 {
+        return allot_common::timefmt::utc_ms(ms);
+    }
     let sign = if ms < 0 { "-" } else { "" };
     let a = ms.unsigned_abs();
     let (s, frac) = (a / 1000, a % 1000);

@@ -116,7 +116,8 @@ pub fn workloads(m: &Machine, f: &WorkloadFilter) -> Vec<WorkloadView> {
 
 pub fn nodes(m: &Machine) -> Vec<NodeView> {
     let st = &m.state;
-    st.acct
+    let mut out = st
+        .acct
         .nodes
         .nodes
         .iter()
@@ -145,7 +146,31 @@ pub fn nodes(m: &Machine) -> Vec<NodeView> {
                 http: report.map(|r| r.http.clone()).unwrap_or_default(),
             }
         })
-        .collect()
+        .collect::<Vec<NodeView>>();
+    // Natural name order: node-2 before node-10.
+    out.sort_by_key(|n| natural_key(&n.name));
+    out
+}
+
+/// Splits a name into text and number chunks so that numbers compare by value.
+pub fn natural_key(s: &str) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut num: Option<u64> = None;
+    for ch in s.chars() {
+        match (ch.to_digit(10), num) {
+            (Some(d), Some(n)) => num = Some(n.saturating_mul(10).saturating_add(u64::from(d))),
+            (Some(d), None) => num = Some(u64::from(d)),
+            (None, Some(n)) => {
+                out.push((std::mem::take(&mut text), n));
+                num = None;
+                text.push(ch);
+            }
+            (None, None) => text.push(ch),
+        }
+    }
+    out.push((text, num.unwrap_or(0)));
+    out
 }
 
 pub fn teams(m: &Machine) -> Vec<TeamView> {
@@ -311,12 +336,12 @@ pub fn assignments(m: &Machine, node: &str) -> NodeAssignments {
         health_reason: meta.map(|x| x.reason.clone()).unwrap_or_default(),
         pods,
     };
-    // FNV-1a over a canonical rendering: equal assignments, equal digest, on every replica.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in format!("{:?}", (&out.registered, &out.healthy, &out.health_reason, &out.pods)).bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    out.digest = h.max(1);
+    // Equal assignments, equal digest, on every replica.
+    out.digest = allot_common::api::digest_of(&(
+        &out.registered,
+        &out.healthy,
+        &out.health_reason,
+        &out.pods,
+    ));
     out
 }

@@ -1,0 +1,322 @@
+//! `allot dev`: a whole cluster on this machine in one command. Coordinator replicas and agents
+//! with fake GPUs (which still run real processes) as child processes, certificates and data in
+//! one directory that is reused on the next start, and the CLI pointed at it without flags.
+//! Ctrl-C stops the agents (which stop their pods), then the coordinators.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use allot_common::api::{Body, Reply};
+use allot_common::tls::{self, Identity};
+use allot_common::Catalog;
+use anyhow::{anyhow, bail, Context};
+
+#[derive(Debug, clap::Args)]
+pub struct DevArgs {
+    /// Nodes (agents) to start.
+    #[arg(long, default_value_t = 4)]
+    pub nodes: u32,
+    /// Their instance type.
+    #[arg(long, default_value = "ml.g5.8xlarge")]
+    pub instance_type: String,
+    /// Fake GPUs per node [default: what the instance type has].
+    #[arg(long)]
+    pub gpus: Option<u32>,
+    /// Coordinator replicas (1 or 3 make sense).
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u32,
+    /// First QUIC port; replica i listens on PORT+i-1 (HTTP on PORT+2000+i-1).
+    #[arg(long, default_value_t = 7400)]
+    pub port: u16,
+    /// Where certificates, raft data, pod records and logs live [default: ~/.allot/dev].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Seconds an agent keeps its pods without reaching the coordinators.
+    #[arg(long, default_value_t = 10.0)]
+    pub lease: f64,
+}
+
+/// The directory `allot dev` uses by default, and where the CLI looks for it.
+pub fn default_dir() -> PathBuf {
+    match std::env::var_os("HOME") {
+        Some(h) if !h.is_empty() => PathBuf::from(h).join(".allot").join("dev"),
+        _ => PathBuf::from(".allot-dev"),
+    }
+}
+
+/// The file that tells the CLI where the local cluster listens.
+pub const CLUSTER_FILE: &str = "coordinators";
+
+/// What the CLI uses when no --coordinators or --certs is given: the local `allot dev`
+/// cluster, if one was started.
+pub fn local_cluster() -> Option<(Vec<String>, PathBuf)> {
+    let dir = default_dir();
+    let addrs = std::fs::read_to_string(dir.join(CLUSTER_FILE)).ok()?;
+    let addrs: Vec<String> = addrs
+        .split([',', '\n'])
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    (!addrs.is_empty()).then(|| (addrs, dir.join("certs")))
+}
+
+struct Proc {
+    what: String,
+    child: Child,
+}
+
+fn spawn(what: &str, args: &[String], log: &Path) -> anyhow::Result<Proc> {
+    let exe = std::env::current_exe().context("cannot find the allot binary")?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("cannot open {}", log.display()))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .env("ALLOT_LOG", std::env::var("ALLOT_LOG").unwrap_or_else(|_| "info".into()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(out);
+    // Own process group: Ctrl-C in the terminal reaches `allot dev` only, which then stops
+    // the agents first (so they stop their pods) and the coordinators last.
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {what}"))?;
+    Ok(Proc {
+        what: what.to_string(),
+        child,
+    })
+}
+
+fn terminate(procs: &mut [Proc], within: Duration) {
+    for p in procs.iter() {
+        // SAFETY: kill(2) on a child's pid.
+        unsafe {
+            libc::kill(p.child.id() as i32, libc::SIGTERM);
+        }
+    }
+    let t = Instant::now();
+    for p in procs.iter_mut() {
+        loop {
+            if let Ok(Some(_)) = p.child.try_wait() {
+                break;
+            }
+            if t.elapsed() > within {
+                eprintln!("  {} did not stop in time; killing it", p.what);
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn ensure_certs(certs: &Path, replicas: u32, nodes: &[String]) -> anyhow::Result<()> {
+    if !certs.join(tls::CA_CERT_FILE).exists() {
+        tls::init_ca(certs, false).map_err(|e| anyhow!("creating the dev CA: {e}"))?;
+    }
+    let mut ids: Vec<Identity> = vec![
+        Identity::Admin {
+            name: "admin".into(),
+        },
+        Identity::User {
+            team: "team-a".into(),
+        },
+        Identity::User {
+            team: "team-b".into(),
+        },
+    ];
+    ids.extend((1..=u64::from(replicas)).map(|id| Identity::Coordinator { id }));
+    ids.extend(nodes.iter().map(|n| Identity::Node { node: n.clone() }));
+    for id in ids {
+        if tls::TlsFiles::for_identity(certs, &id).cert.exists() {
+            continue;
+        }
+        tls::issue(certs, &id, &[], &[], tls::DEFAULT_DAYS)
+            .map_err(|e| anyhow!("issuing a certificate for {id}: {e}"))?;
+    }
+    Ok(())
+}
+
+pub async fn run(a: DevArgs) -> anyhow::Result<()> {
+    if !(1..=7).contains(&a.replicas) {
+        bail!("--replicas {}: use 1 to 7 (1 or 3 make sense)", a.replicas);
+    }
+    if !(1..=64).contains(&a.nodes) {
+        bail!("--nodes {}: use 1 to 64", a.nodes);
+    }
+    let it = Catalog::builtin()
+        .get(&a.instance_type)
+        .map_err(|e| anyhow!("--instance-type: {e}"))?;
+    let gpus = a.gpus.unwrap_or(it.accelerators());
+    let dir = a.dir.clone().unwrap_or_else(default_dir);
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+    let certs = dir.join("certs");
+    let nodes: Vec<String> = (1..=a.nodes).map(|i| format!("node-{i}")).collect();
+    ensure_certs(&certs, a.replicas, &nodes)?;
+    let addrs: Vec<String> = (0..a.replicas)
+        .map(|i| format!("127.0.0.1:{}", a.port + i as u16))
+        .collect();
+    let peers = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| format!("{}={x}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut coordinators = Vec::new();
+    for i in 1..=a.replicas {
+        let args: Vec<String> = vec![
+            "coordinator".into(),
+            "--id".into(),
+            i.to_string(),
+            "--listen".into(),
+            addrs[i as usize - 1].clone(),
+            "--peers".into(),
+            peers.clone(),
+            "--http".into(),
+            format!("127.0.0.1:{}", a.port + 2000 + i as u16 - 1),
+            "--data-dir".into(),
+            dir.join(format!("data-{i}")).display().to_string(),
+            "--certs".into(),
+            certs.display().to_string(),
+        ];
+        coordinators.push(spawn(
+            &format!("coordinator {i}"),
+            &args,
+            &logs.join(format!("coordinator-{i}.log")),
+        )?);
+    }
+    std::fs::write(dir.join(CLUSTER_FILE), addrs.join(","))
+        .with_context(|| format!("cannot write {}", dir.join(CLUSTER_FILE).display()))?;
+    eprint!("starting {} coordinator replica(s)", a.replicas);
+    let mut client = allot_common::client::Client::new(addrs.clone(), &certs, "admin-admin")?;
+    let t = Instant::now();
+    loop {
+        if let Ok(Ok(Reply::Hello {
+            leader: Some(_), ..
+        })) = client.call(Body::Hello).await
+        {
+            break;
+        }
+        if let Some(p) = coordinators.iter_mut().find_map(|p| {
+            p.child.try_wait().ok().flatten().map(|_| p.what.clone())
+        }) {
+            terminate(&mut coordinators, Duration::from_secs(5));
+            bail!("{p} exited during start-up; see {}", logs.display());
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            terminate(&mut coordinators, Duration::from_secs(5));
+            bail!(
+                "no coordinator leader after 30s; see the logs in {} (is port {} in use? try --port)",
+                logs.display(),
+                a.port
+            );
+        }
+        eprint!(".");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    eprintln!(" leader elected");
+    let mut agents = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let args: Vec<String> = vec![
+            "agent".into(),
+            "--node".into(),
+            n.clone(),
+            "--instance-type".into(),
+            a.instance_type.clone(),
+            "--fake-gpus".into(),
+            gpus.to_string(),
+            "--data-dir".into(),
+            dir.join("agents").join(n).display().to_string(),
+            "--http".into(),
+            format!("127.0.0.1:{}", a.port + 2100 + i as u16),
+            "--lease".into(),
+            a.lease.to_string(),
+            "--coordinators".into(),
+            addrs.join(","),
+            "--certs".into(),
+            certs.display().to_string(),
+            "--stop-pods-on-exit".into(),
+        ];
+        agents.push(spawn(
+            &format!("agent {n}"),
+            &args,
+            &logs.join(format!("agent-{n}.log")),
+        )?);
+    }
+    eprint!("starting {} agent(s)", a.nodes);
+    let t = Instant::now();
+    loop {
+        let ready = match client.call(Body::GetNodes).await {
+            Ok(Ok(Reply::Nodes(ns))) => ns
+                .iter()
+                .filter(|x| x.healthy && nodes.contains(&x.name))
+                .count(),
+            _ => 0,
+        };
+        if ready == nodes.len() {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            eprintln!();
+            terminate(&mut agents, Duration::from_secs(10));
+            terminate(&mut coordinators, Duration::from_secs(5));
+            bail!(
+                "only {ready} of {} nodes registered after 30s; see {}",
+                nodes.len(),
+                logs.display()
+            );
+        }
+        eprint!(".");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    eprintln!(" {} node(s) ready", nodes.len());
+    println!(
+        "allot dev is running: {} coordinator replica(s) at {}, {} node(s) of {} with {} fake GPU(s) each.\n\
+         \n  state:  {} (kept across restarts; delete it to start afresh)\n  logs:   {}\n\
+         \nThe allot CLI finds this cluster without flags (as admin; --as user-team-a acts as team-a). Try:\n\
+         \n  allot get nodes\n\nCtrl-C stops everything.",
+        a.replicas,
+        addrs.join(","),
+        a.nodes,
+        a.instance_type,
+        gpus,
+        dir.display(),
+        logs.display()
+    );
+    // Run until Ctrl-C / SIGTERM, or until a child dies.
+    let died = tokio::select! {
+        _ = crate::coordinator_cmd::shutdown_signal() => None,
+        d = watch_children(&mut coordinators, &mut agents) => Some(d),
+    };
+    if let Some(what) = &died {
+        eprintln!("{what} exited unexpectedly; stopping everything (see {})", logs.display());
+    }
+    eprintln!("stopping {} agent(s) and their pods...", agents.len());
+    terminate(&mut agents, Duration::from_secs(40));
+    eprintln!("stopping {} coordinator replica(s)...", coordinators.len());
+    terminate(&mut coordinators, Duration::from_secs(10));
+    let _ = std::fs::remove_file(dir.join(CLUSTER_FILE));
+    eprintln!("stopped");
+    match died {
+        Some(w) => bail!("{w} exited unexpectedly"),
+        None => Ok(()),
+    }
+}
+
+async fn watch_children(coordinators: &mut [Proc], agents: &mut [Proc]) -> String {
+    loop {
+        for p in coordinators.iter_mut().chain(agents.iter_mut()) {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                return format!("{} ({status})", p.what);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
