@@ -1,0 +1,224 @@
+//! The README's walkthrough, run for real: `allot dev` in a fresh home directory, then every
+//! `$ allot ...` line of the walkthrough's console blocks, each checked against the output the
+//! README shows (times and node names masked, spacing collapsed). Commands that read are retried
+//! until the cluster reaches the state shown; commands that change something run once. Ends with
+//! Ctrl-C to `allot dev`, after which no pod process may be left.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_allot");
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// (command, expected output lines) for every `$` line between the walkthrough markers.
+fn walkthrough() -> Vec<(String, Vec<String>)> {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let start = readme
+        .find("<!-- walkthrough:start")
+        .expect("walkthrough start marker");
+    let end = readme.find("<!-- walkthrough:end").expect("walkthrough end marker");
+    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+    let mut in_console = false;
+    for line in readme[start..end].lines() {
+        if line.starts_with("```console") {
+            in_console = true;
+        } else if line.starts_with("```") {
+            in_console = false;
+        } else if in_console {
+            if let Some(cmd) = line.strip_prefix("$ ") {
+                steps.push((cmd.to_string(), Vec::new()));
+            } else if let Some(last) = steps.last_mut() {
+                last.1.push(line.to_string());
+            }
+        }
+    }
+    steps
+}
+
+/// Masks what differs between runs: times, which nodes were picked, column padding.
+fn normalize(s: &str) -> String {
+    let mut out = String::new();
+    for line in s.lines() {
+        let mut l = String::new();
+        let mut rest = line;
+        while !rest.is_empty() {
+            // A timestamp 2026-11-21T06:29:54Z or ...54.361Z.
+            if rest.len() >= 20
+                && rest.as_bytes()[4] == b'-'
+                && rest.as_bytes()[10] == b'T'
+                && rest[..4].bytes().all(|b| b.is_ascii_digit())
+            {
+                if let Some(z) = rest.find('Z') {
+                    l.push_str("<time>");
+                    rest = &rest[z + 1..];
+                    continue;
+                }
+            }
+            if let Some(r) = rest.strip_prefix("node-") {
+                let digits = r.bytes().take_while(|b| b.is_ascii_digit()).count();
+                if digits > 0 {
+                    l.push_str("node-N");
+                    rest = &r[digits..];
+                    continue;
+                }
+            }
+            let ch = rest.chars().next().expect("non-empty");
+            l.push(ch);
+            rest = &rest[ch.len_utf8()..];
+        }
+        let words: Vec<&str> = l.split_whitespace().collect();
+        out.push_str(&words.join(" "));
+        out.push('\n');
+    }
+    out.trim_end().to_string()
+}
+
+fn run(home: &Path, cmd: &str) -> String {
+    let args = shell_words(cmd);
+    assert_eq!(args[0], "allot", "walkthrough commands start with allot: {cmd}");
+    let o = Command::new(BIN)
+        .args(&args[1..])
+        .current_dir(repo())
+        .env("HOME", home)
+        .env_remove("ALLOT_COORDINATORS")
+        .env_remove("ALLOT_CERTS")
+        .env_remove("ALLOT_AS")
+        .output()
+        .expect("run allot");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Splits a command line the way the shell would for these commands (double quotes only).
+fn shell_words(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut any = false;
+    for ch in s.chars() {
+        match ch {
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    out.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            c => {
+                cur.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        out.push(cur);
+    }
+    out
+}
+
+fn reads(cmd: &str) -> bool {
+    ["allot get", "allot describe", "allot explain", "allot logs"]
+        .iter()
+        .any(|p| cmd.starts_with(p))
+}
+
+fn pods_of(home: &Path) -> Vec<u32> {
+    let want = format!("HOME={}", home.display());
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+        let env = String::from_utf8_lossy(&env);
+        if env.split('\0').any(|v| v == want) && env.contains("ALLOT_WORKLOAD=") {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn readme_walkthrough_matches_the_product() {
+    let steps = walkthrough();
+    assert!(steps.len() >= 10, "the walkthrough has {} commands", steps.len());
+    let home = tempfile::tempdir().expect("home");
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("port")
+        .clamp(10_000, 60_000);
+    let mut dev = Command::new(BIN)
+        .args(["dev", "--port", &port.to_string()])
+        .current_dir(repo())
+        .env("HOME", home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("allot dev");
+    // `allot dev` writes where it listens once it is up; the CLI reads it from there.
+    let t = Instant::now();
+    while !home.path().join(".allot/dev/coordinators").exists() {
+        assert!(t.elapsed() < Duration::from_secs(30), "allot dev did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut failures = Vec::new();
+    for (cmd, expected) in &steps {
+        let want = normalize(&expected.join("\n"));
+        let t = Instant::now();
+        let mut got;
+        loop {
+            got = normalize(&run(home.path(), cmd));
+            if got == want || !reads(cmd) || t.elapsed() > Duration::from_secs(40) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        if got != want {
+            failures.push(format!("$ {cmd}\n--- README shows ---\n{want}\n--- got ---\n{got}\n"));
+            break;
+        }
+    }
+    // A watch prints the same table, then keeps streaming.
+    let mut w = Command::new(BIN)
+        .args(["get", "workloads", "-w"])
+        .current_dir(repo())
+        .env("HOME", home.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("watch");
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = w.kill();
+    let watched = w.wait_with_output().expect("watch output");
+    let watched = String::from_utf8_lossy(&watched.stdout).to_string();
+    // Ctrl-C stops everything.
+    // SAFETY: kill(2) on our child.
+    unsafe {
+        libc::kill(dev.id() as i32, libc::SIGINT);
+    }
+    let t = Instant::now();
+    let status = loop {
+        if let Ok(Some(s)) = dev.try_wait() {
+            break Some(s);
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = dev.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(watched.contains("imagenet-gpu-team-b-2"), "{watched}");
+    assert!(status.is_some_and(|s| s.success()), "allot dev did not stop cleanly: {status:?}");
+    assert!(pods_of(home.path()).is_empty(), "pods left running after Ctrl-C");
+}
