@@ -118,8 +118,8 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
         ),
         None => Some(SocketAddr::from(([127, 0, 0, 1], 9500))),
     };
-    let shim_program = std::env::current_exe()
-        .context("cannot find the allot binary to run pod shims with")?;
+    let shim_program =
+        std::env::current_exe().context("cannot find the allot binary to run pod shims with")?;
     Ok(AgentConfig {
         coordinators,
         certs: opts

@@ -575,8 +575,10 @@ async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
     )
     .await
     .map_err(|_| anyhow!("no answer within 3s"))??;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
-        .await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await?;
     let text = String::from_utf8_lossy(&buf);
@@ -586,7 +588,10 @@ async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| anyhow!("not an HTTP answer"))?;
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_string()
@@ -624,7 +629,11 @@ async fn watch_workloads(c: &mut Client, filter: WorkloadFilter) -> anyhow::Resu
                 wait_ms: 20_000,
             })
             .await)?;
-        let Reply::WorkloadsAt { digest: d, workloads } = reply else {
+        let Reply::WorkloadsAt {
+            digest: d,
+            workloads,
+        } = reply
+        else {
             bail!("unexpected answer to a watch: {reply:?}");
         };
         digest = d;
@@ -776,7 +785,9 @@ fn render(r: &Reply) -> String {
             &WORKLOAD_HEADER,
             &workloads.iter().map(workload_row).collect::<Vec<_>>(),
         ),
-        Reply::Assignments(a) => format!("{} pods assigned (digest {:x})\n", a.pods.len(), a.digest),
+        Reply::Assignments(a) => {
+            format!("{} pods assigned (digest {:x})\n", a.pods.len(), a.digest)
+        }
         Reply::Quota(q) => render_quotas(std::slice::from_ref(q)),
         Reply::Quotas(qs) => render_quotas(qs),
         Reply::SchedulerConfig(s) => table(

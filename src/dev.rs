@@ -75,7 +75,10 @@ fn spawn(what: &str, args: &[String], log: &Path) -> anyhow::Result<Proc> {
         .with_context(|| format!("cannot open {}", log.display()))?;
     let mut cmd = Command::new(exe);
     cmd.args(args)
-        .env("ALLOT_LOG", std::env::var("ALLOT_LOG").unwrap_or_else(|_| "info".into()))
+        .env(
+            "ALLOT_LOG",
+            std::env::var("ALLOT_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(out);
@@ -204,9 +207,10 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         {
             break;
         }
-        if let Some(p) = coordinators.iter_mut().find_map(|p| {
-            p.child.try_wait().ok().flatten().map(|_| p.what.clone())
-        }) {
+        if let Some(p) = coordinators
+            .iter_mut()
+            .find_map(|p| p.child.try_wait().ok().flatten().map(|_| p.what.clone()))
+        {
             terminate(&mut coordinators, Duration::from_secs(5));
             bail!("{p} exited during start-up; see {}", logs.display());
         }
@@ -296,7 +300,10 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         d = watch_children(&mut coordinators, &mut agents) => Some(d),
     };
     if let Some(what) = &died {
-        eprintln!("{what} exited unexpectedly; stopping everything (see {})", logs.display());
+        eprintln!(
+            "{what} exited unexpectedly; stopping everything (see {})",
+            logs.display()
+        );
     }
     eprintln!("stopping {} agent(s) and their pods...", agents.len());
     terminate(&mut agents, Duration::from_secs(40));

@@ -35,7 +35,15 @@ fn workload(c: &Cluster, name: &str) -> Option<WorkloadView> {
 
 /// A job file: `count` pods of 1 GPU each; the program prints its devices, then sleeps
 /// `secs`, and says so when it gets SIGTERM.
-fn job_file(c: &Cluster, run: &str, name: &str, team: &str, class: &str, count: u32, secs: u32) -> String {
+fn job_file(
+    c: &Cluster,
+    run: &str,
+    name: &str,
+    team: &str,
+    class: &str,
+    count: u32,
+    secs: u32,
+) -> String {
     let path = c.dir.path().join(format!("{name}.yaml"));
     let script = format!(
         "trap 'echo got SIGTERM; exit 143' TERM; echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES RANK=$RANK WORLD_SIZE=$WORLD_SIZE; sleep {secs} & wait"
@@ -90,7 +98,15 @@ fn seed_walkthrough_runs_as_real_jobs() {
     let watch = GpuWatch::start(&run);
 
     // 1. team-a's 3-GPU job borrows team-b's idle GPU and starts on all three nodes.
-    let a = job_file(&c, &run, "imagenet-gpu-team-a-1", "team-a", "training", 3, 60);
+    let a = job_file(
+        &c,
+        &run,
+        "imagenet-gpu-team-a-1",
+        "team-a",
+        "training",
+        3,
+        60,
+    );
     c.cli_ok("user-team-a", &["submit", "-f", &a]);
     let w = wait_for(30, "team-a's job running on 3 nodes", || {
         workload(&c, "imagenet-gpu-team-a-1").filter(|w| w.state == "Running" && w.pods.len() == 3)
@@ -104,7 +120,10 @@ fn seed_walkthrough_runs_as_real_jobs() {
     });
     for rank in 0..3 {
         let log = wait_for(10, "the pod's log through allot logs", || {
-            let o = c.cli("user-team-a", &["logs", "imagenet-gpu-team-a-1", "--rank", &rank.to_string()]);
+            let o = c.cli(
+                "user-team-a",
+                &["logs", "imagenet-gpu-team-a-1", "--rank", &rank.to_string()],
+            );
             let s = String::from_utf8_lossy(&o.stdout).to_string();
             s.contains("CUDA_VISIBLE_DEVICES").then_some(s)
         });
@@ -122,14 +141,32 @@ fn seed_walkthrough_runs_as_real_jobs() {
     assert!(a_view.preemptions >= 1, "{a_view:?}");
     let term_log = c.cli_ok(
         "user-team-a",
-        &["logs", "imagenet-gpu-team-a-1", "--rank", "0", "--attempt", "1"],
+        &[
+            "logs",
+            "imagenet-gpu-team-a-1",
+            "--rank",
+            "0",
+            "--attempt",
+            "1",
+        ],
     );
     assert!(term_log.contains("got SIGTERM"), "{term_log}");
     let why = c.cli_ok("user-team-a", &["explain", "imagenet-gpu-team-a-1"]);
-    assert!(why.contains("mnist-team-b"), "explain names the preemptor: {why}");
+    assert!(
+        why.contains("mnist-team-b"),
+        "explain names the preemptor: {why}"
+    );
 
     // 3. A higher-priority team-b job preempts team-b's own lower-priority one.
-    let b2 = job_file(&c, &run, "imagenet-gpu-team-b-2", "team-b", "inference", 2, 4);
+    let b2 = job_file(
+        &c,
+        &run,
+        "imagenet-gpu-team-b-2",
+        "team-b",
+        "inference",
+        2,
+        4,
+    );
     c.cli_ok("user-team-b", &["submit", "-f", &b2]);
     wait_for(30, "imagenet-gpu-team-b-2 running", || {
         (state_of(&c, "imagenet-gpu-team-b-2") == "Running").then_some(())
@@ -166,16 +203,30 @@ fn agent_and_coordinator_restarts_keep_pods_and_a_lost_agent_is_replaced() {
     let watch = GpuWatch::start(&run);
     let j = job_file(&c, &run, "long", "team-a", "training", 1, 300);
     c.cli_ok("user-team-a", &["submit", "-f", &j]);
-    let first = wait_for(30, "the job's process", || pod_processes(&run).into_iter().next());
+    let first = wait_for(30, "the job's process", || {
+        pod_processes(&run).into_iter().next()
+    });
     let node = first.node.clone();
-    let idx = agents.iter().position(|a| a.name == node).expect("its agent");
+    let idx = agents
+        .iter()
+        .position(|a| a.name == node)
+        .expect("its agent");
 
     // An agent restart adopts the running pod: same process, same attempt.
     agents[idx].kill();
     agents[idx].start();
     std::thread::sleep(Duration::from_secs_f64(lease * 3.0));
-    assert_eq!(pod_processes(&run), vec![first.clone()], "{}", agents[idx].log());
-    assert!(agents[idx].log().contains("still running under shim"), "{}", agents[idx].log());
+    assert_eq!(
+        pod_processes(&run),
+        vec![first.clone()],
+        "{}",
+        agents[idx].log()
+    );
+    assert!(
+        agents[idx].log().contains("still running under shim"),
+        "{}",
+        agents[idx].log()
+    );
 
     // A coordinator restart (SIGKILL) within the lease leaves it running.
     c.kill(0);
@@ -196,9 +247,11 @@ fn agent_and_coordinator_restarts_keep_pods_and_a_lost_agent_is_replaced() {
     // leases, and the job runs again on the other node (attempt 2), never twice at once.
     let killed = Instant::now();
     agents[idx].kill();
-    wait_for(10, "the orphaned pod to stop at the end of the lease", || {
-        pod_processes(&run).is_empty().then_some(())
-    });
+    wait_for(
+        10,
+        "the orphaned pod to stop at the end of the lease",
+        || pod_processes(&run).is_empty().then_some(()),
+    );
     let stopped_after = killed.elapsed();
     let second = wait_for(30, "the job on the other node", || {
         pod_processes(&run).into_iter().find(|p| p.node != node)

@@ -2,7 +2,6 @@
 //! and the client library. Restart survival, leader loss in the middle of 1,000 submissions,
 //! catch-up from a snapshot, and bad input of every kind.
 
-
 mod support;
 
 use std::path::Path;

@@ -20,7 +20,9 @@ fn walkthrough() -> Vec<(String, Vec<String>)> {
     let start = readme
         .find("<!-- walkthrough:start")
         .expect("walkthrough start marker");
-    let end = readme.find("<!-- walkthrough:end").expect("walkthrough end marker");
+    let end = readme
+        .find("<!-- walkthrough:end")
+        .expect("walkthrough end marker");
     let mut steps: Vec<(String, Vec<String>)> = Vec::new();
     let mut in_console = false;
     for line in readme[start..end].lines() {
@@ -79,7 +81,10 @@ fn normalize(s: &str) -> String {
 
 fn run(home: &Path, cmd: &str) -> String {
     let args = shell_words(cmd);
-    assert_eq!(args[0], "allot", "walkthrough commands start with allot: {cmd}");
+    assert_eq!(
+        args[0], "allot",
+        "walkthrough commands start with allot: {cmd}"
+    );
     let o = Command::new(BIN)
         .args(&args[1..])
         .current_dir(repo())
@@ -151,7 +156,11 @@ fn pods_of(home: &Path) -> Vec<u32> {
 #[test]
 fn readme_walkthrough_matches_the_product() {
     let steps = walkthrough();
-    assert!(steps.len() >= 10, "the walkthrough has {} commands", steps.len());
+    assert!(
+        steps.len() >= 10,
+        "the walkthrough has {} commands",
+        steps.len()
+    );
     let home = tempfile::tempdir().expect("home");
     let port = std::net::UdpSocket::bind("127.0.0.1:0")
         .and_then(|s| s.local_addr())
@@ -169,7 +178,10 @@ fn readme_walkthrough_matches_the_product() {
     // `allot dev` writes where it listens once it is up; the CLI reads it from there.
     let t = Instant::now();
     while !home.path().join(".allot/dev/coordinators").exists() {
-        assert!(t.elapsed() < Duration::from_secs(30), "allot dev did not start");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "allot dev did not start"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let mut failures = Vec::new();
@@ -185,7 +197,9 @@ fn readme_walkthrough_matches_the_product() {
             std::thread::sleep(Duration::from_millis(250));
         }
         if got != want {
-            failures.push(format!("$ {cmd}\n--- README shows ---\n{want}\n--- got ---\n{got}\n"));
+            failures.push(format!(
+                "$ {cmd}\n--- README shows ---\n{want}\n--- got ---\n{got}\n"
+            ));
             break;
         }
     }
@@ -219,6 +233,12 @@ fn readme_walkthrough_matches_the_product() {
     };
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(watched.contains("imagenet-gpu-team-b-2"), "{watched}");
-    assert!(status.is_some_and(|s| s.success()), "allot dev did not stop cleanly: {status:?}");
-    assert!(pods_of(home.path()).is_empty(), "pods left running after Ctrl-C");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "allot dev did not stop cleanly: {status:?}"
+    );
+    assert!(
+        pods_of(home.path()).is_empty(),
+        "pods left running after Ctrl-C"
+    );
 }

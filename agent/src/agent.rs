@@ -189,12 +189,7 @@ impl Agent {
             lease_file,
             self.metrics.clone(),
         ));
-        tokio::spawn(report_task(
-            cfg.node.clone(),
-            report_client,
-            out_rx,
-            ack_tx,
-        ));
+        tokio::spawn(report_task(cfg.node.clone(), report_client, out_rx, ack_tx));
         if let Some(addr) = cfg.http {
             crate::http::serve(addr, cfg.data_dir.clone(), self.metrics.clone()).await?;
         }
@@ -303,11 +298,9 @@ impl Agent {
             .pods
             .iter()
             .filter(|(_, p)| matches!(p.phase, PodPhase::Running))
-            .filter_map(|(k, _)| {
-                match a.pods.iter().find(|x| key_of(x) == *k) {
-                    None => Some((*k, "no longer assigned to this node".to_string())),
-                    Some(x) => x.stop.clone().map(|why| (*k, why)),
-                }
+            .filter_map(|(k, _)| match a.pods.iter().find(|x| key_of(x) == *k) {
+                None => Some((*k, "no longer assigned to this node".to_string())),
+                Some(x) => x.stop.clone().map(|why| (*k, why)),
             })
             .collect();
         for (k, why) in stop_now {
@@ -450,14 +443,21 @@ async fn sync_task(
                 // The answer was confirmed by a quorum after `sent`: the lease runs from then.
                 let until = sent_wall + lease.as_millis() as i64;
                 if let Err(e) = shim::write_atomic(&lease_file, until.to_string().as_bytes()) {
-                    tracing::error!("could not renew the lease file {}: {e}", lease_file.display());
+                    tracing::error!(
+                        "could not renew the lease file {}: {e}",
+                        lease_file.display()
+                    );
                 }
                 metrics.lease_renewed(sent + lease);
                 if !a.registered || !a.healthy {
                     if registered {
                         tracing::warn!(
                             "the cluster counts this node as {}: {}; registering again",
-                            if a.registered { "unhealthy" } else { "unregistered" },
+                            if a.registered {
+                                "unhealthy"
+                            } else {
+                                "unregistered"
+                            },
                             a.health_reason
                         );
                     }
@@ -527,12 +527,11 @@ async fn report_task(
         loop {
             match tokio::time::timeout(Duration::from_secs(5), client.call(body.clone())).await {
                 Ok(Ok(Ok(_))) => break,
-                Ok(Ok(Err(ApiError { kind, message, .. })))
-                    if matches!(
-                        kind,
-                        ErrorKind::NotFound | ErrorKind::Invalid | ErrorKind::Forbidden
-                    ) =>
-                {
+                Ok(Ok(Err(ApiError {
+                    kind: ErrorKind::NotFound | ErrorKind::Invalid | ErrorKind::Forbidden,
+                    message,
+                    ..
+                }))) => {
                     // The workload is gone or moved on: nothing left to tell.
                     tracing::info!("report dropped: {message}");
                     break;

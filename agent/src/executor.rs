@@ -170,7 +170,10 @@ impl Executor {
         };
         let gpus = a.devices.get("gpu").map(|v| list(v)).unwrap_or_default();
         env.insert("CUDA_VISIBLE_DEVICES".into(), gpus.clone());
-        env.insert("NVIDIA_VISIBLE_DEVICES".into(), if gpus.is_empty() { "none".into() } else { gpus });
+        env.insert(
+            "NVIDIA_VISIBLE_DEVICES".into(),
+            if gpus.is_empty() { "none".into() } else { gpus },
+        );
         if let Some(n) = a.devices.get("neuron") {
             let per = self.cfg.neuron_cores_per_device.max(1);
             let cores: Vec<String> = n
@@ -247,12 +250,9 @@ impl Executor {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|e| {
-            format!(
-                "starting the shim {}: {e}",
-                self.cfg.shim_program.display()
-            )
-        })?;
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("starting the shim {}: {e}", self.cfg.shim_program.display()))?;
         let pid = child.id();
         let _ = shim::write_atomic(&dir.join("shim.pid"), pid.to_string().as_bytes());
         tracing::info!(
@@ -398,7 +398,12 @@ impl Executor {
 
 /// The log file of a workload's pod on this node, live or finished: the given attempt, else the
 /// latest one.
-pub fn find_log(data_dir: &Path, workload: &str, rank: u32, attempt: Option<u32>) -> Option<PathBuf> {
+pub fn find_log(
+    data_dir: &Path,
+    workload: &str,
+    rank: u32,
+    attempt: Option<u32>,
+) -> Option<PathBuf> {
     let mut best: Option<(u32, PathBuf)> = None;
     let mut consider = |n: u32, p: PathBuf| {
         if attempt.is_some_and(|a| a != n) {
@@ -408,7 +413,11 @@ pub fn find_log(data_dir: &Path, workload: &str, rank: u32, attempt: Option<u32>
             best = Some((n, p));
         }
     };
-    for e in fs::read_dir(data_dir.join("pods")).into_iter().flatten().flatten() {
+    for e in fs::read_dir(data_dir.join("pods"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let Ok(b) = fs::read(e.path().join("spec.json")) else {
             continue;
         };
@@ -419,7 +428,11 @@ pub fn find_log(data_dir: &Path, workload: &str, rank: u32, attempt: Option<u32>
         }
     }
     let prefix = format!("{workload}.rank{rank}.attempt");
-    for e in fs::read_dir(data_dir.join("logs")).into_iter().flatten().flatten() {
+    for e in fs::read_dir(data_dir.join("logs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let name = e.file_name().to_string_lossy().to_string();
         if let Some(n) = name
             .strip_prefix(&prefix)
@@ -487,7 +500,11 @@ fn shim_alive(pid: u32, dir: &Path) -> bool {
         Ok(cmd) => {
             let cmd = String::from_utf8_lossy(&cmd);
             let zombie = fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+                .map(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .is_some_and(|r| r.trim_start().starts_with('Z'))
+                })
                 .unwrap_or(false);
             !zombie && cmd.contains("agent-shim") && cmd.contains(&*dir.to_string_lossy())
         }

@@ -26,7 +26,10 @@ pub async fn serve(
     metrics: Arc<AgentMetrics>,
 ) -> Result<SocketAddr, BoxError> {
     let app = Router::new()
-        .route("/metrics", get(|State(h): State<Http>| async move { h.metrics.encode() }))
+        .route(
+            "/metrics",
+            get(|State(h): State<Http>| async move { h.metrics.encode() }),
+        )
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .route("/logs/{workload}", get(logs))

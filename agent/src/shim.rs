@@ -299,8 +299,13 @@ mod tests {
     fn bad_args_are_named() {
         let e = ShimArgs::parse(&["--lease-ms".into(), "soon".into()]).unwrap_err();
         assert!(e.contains("\"soon\""), "{e}");
-        let e = ShimArgs::parse(&["--dir".into(), "/x".into(), "--lease-file".into(), "/y".into()])
-            .unwrap_err();
+        let e = ShimArgs::parse(&[
+            "--dir".into(),
+            "/x".into(),
+            "--lease-file".into(),
+            "/y".into(),
+        ])
+        .unwrap_err();
         assert!(e.contains("no program"), "{e}");
     }
 
@@ -329,7 +334,10 @@ mod tests {
         };
         assert_eq!(run(&a), 0);
         let r = exit_of(d.path());
-        assert_eq!((r.code, r.succeeded, r.lease_expired), (Some(3), false, false));
+        assert_eq!(
+            (r.code, r.succeeded, r.lease_expired),
+            (Some(3), false, false)
+        );
         assert_eq!(fs::read_to_string(d.path().join(LOG_FILE)).unwrap(), "hi\n");
         a.program = vec!["true".into()];
         run(&a);

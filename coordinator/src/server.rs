@@ -225,8 +225,7 @@ pub const LEASES_BEFORE_LOST: u32 = 2;
 impl RaftLoop {
     /// Leader only: proposes `NodeLost` for agents silent for longer than their leases allow.
     fn check_leases(&mut self) {
-        if !self.rep.is_leader() || self.leases.last_check.elapsed() < Duration::from_millis(100)
-        {
+        if !self.rep.is_leader() || self.leases.last_check.elapsed() < Duration::from_millis(100) {
             return;
         }
         self.leases.last_check = Instant::now();

@@ -247,7 +247,6 @@ pub async fn wait_leader(c: &mut Client) {
     }
 }
 
-
 /// One `allot agent` process with fake GPUs.
 pub struct AgentProc {
     pub name: String,
@@ -260,7 +259,13 @@ pub struct AgentProc {
 
 impl Cluster {
     /// Issues a node certificate and starts an agent for `name` with `gpus` fake GPUs.
-    pub fn start_agent(&self, name: &str, instance_type: &str, gpus: u32, lease_s: f64) -> AgentProc {
+    pub fn start_agent(
+        &self,
+        name: &str,
+        instance_type: &str,
+        gpus: u32,
+        lease_s: f64,
+    ) -> AgentProc {
         let _ = tls::issue(
             &self.certs(),
             &Identity::Node { node: name.into() },
@@ -387,7 +392,8 @@ pub fn pod_processes(run: &str) -> Vec<SeenPod> {
             .split(|b| *b == 0)
             .filter_map(|kv| {
                 let s = String::from_utf8_lossy(kv);
-                s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))
+                s.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
             })
             .collect();
         if vars.get("TEST_RUN").map(String::as_str) != Some(run) {
@@ -398,7 +404,11 @@ pub fn pod_processes(run: &str) -> Vec<SeenPod> {
             continue;
         }
         let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        if stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')) {
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+        {
             continue;
         }
         let get = |k: &str| vars.get(k).cloned().unwrap_or_default();
@@ -412,8 +422,18 @@ pub fn pod_processes(run: &str) -> Vec<SeenPod> {
         });
     }
     // One entry per pod: its first process (the program; its children share the pod).
-    out.sort_by_key(|p| (p.node.clone(), p.workload.clone(), p.attempt.clone(), p.rank.clone(), p.pid));
-    out.dedup_by(|b, a| (&a.node, &a.workload, &a.attempt, &a.rank) == (&b.node, &b.workload, &b.attempt, &b.rank));
+    out.sort_by_key(|p| {
+        (
+            p.node.clone(),
+            p.workload.clone(),
+            p.attempt.clone(),
+            p.rank.clone(),
+            p.pid,
+        )
+    });
+    out.dedup_by(|b, a| {
+        (&a.node, &a.workload, &a.attempt, &a.rank) == (&b.node, &b.workload, &b.attempt, &b.rank)
+    });
     out
 }
 
@@ -433,14 +453,21 @@ impl GpuWatch {
             let mut samples = 0;
             let mut bad = Vec::new();
             while !s.load(std::sync::atomic::Ordering::SeqCst) {
-                let mut holder: std::collections::BTreeMap<(String, String), (String, String, String)> =
-                    Default::default();
+                let mut holder: std::collections::BTreeMap<
+                    (String, String),
+                    (String, String, String),
+                > = Default::default();
                 for p in pod_processes(&run) {
                     for g in p.gpus.split(',').filter(|g| !g.is_empty()) {
                         let who = (p.workload.clone(), p.attempt.clone(), p.rank.clone());
-                        if let Some(other) = holder.insert((p.node.clone(), g.to_string()), who.clone()) {
+                        if let Some(other) =
+                            holder.insert((p.node.clone(), g.to_string()), who.clone())
+                        {
                             if other != who {
-                                bad.push(format!("gpu {g} of {} used by {other:?} and {who:?}", p.node));
+                                bad.push(format!(
+                                    "gpu {g} of {} used by {other:?} and {who:?}",
+                                    p.node
+                                ));
                             }
                         }
                     }
@@ -473,7 +500,10 @@ pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T
         if let Some(v) = f() {
             return v;
         }
-        assert!(t.elapsed() < Duration::from_secs(secs), "timed out after {secs}s waiting for {what}");
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "timed out after {secs}s waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

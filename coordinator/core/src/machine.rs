@@ -10,11 +10,11 @@
 use std::collections::BTreeMap;
 
 use allot_common::api::{
-    ActivationState, ApiError, ComputeQuotaInput, ComputeQuotaView, ErrorKind, NodeReport,
-    PodExit, Reply, RunSpec, SchedulerConfigView, SubmitInput,
+    ActivationState, ApiError, ComputeQuotaInput, ComputeQuotaView, ErrorKind, NodeReport, PodExit,
+    Reply, RunSpec, SchedulerConfigView, SubmitInput,
 };
-use allot_common::ResourceName;
 use allot_common::hyperpod::{parse_scheduler_config, ComputeQuotaConfig};
+use allot_common::ResourceName;
 use allot_common::{Catalog, ClusterPolicy, Resources, TeamSpec};
 use serde::{Deserialize, Serialize};
 

@@ -260,7 +260,11 @@ impl NodeSet {
         healthy: bool,
     ) -> Result<bool, String> {
         let node = &self.nodes[id.idx()];
-        let Some(nr) = node.res.iter().find(|x| x.res == r && x.free_mask.is_some()) else {
+        let Some(nr) = node
+            .res
+            .iter()
+            .find(|x| x.res == r && x.free_mask.is_some())
+        else {
             return Err(format!("node {} has no devices of that kind", node.name));
         };
         if i64::from(index) >= nr.cap {

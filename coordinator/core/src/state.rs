@@ -868,7 +868,13 @@ impl State {
     /// Starts evicting an admitted or running workload that no preemption chose (a device
     /// failed, one of its pods failed): its pods are stopped and it keeps its room until they
     /// are reported gone.
-    pub fn start_eviction(&mut self, id: WlId, reason: &str, message: &str, now: Time) -> Vec<Event> {
+    pub fn start_eviction(
+        &mut self,
+        id: WlId,
+        reason: &str,
+        message: &str,
+        now: Time,
+    ) -> Vec<Event> {
         let Some(wl) = self.workloads.get_mut(&id) else {
             return Vec::new();
         };

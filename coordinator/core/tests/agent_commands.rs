@@ -177,7 +177,10 @@ fn a_failed_pod_stops_the_gang_and_fails_the_workload() {
     assert_eq!(state(&m, "gang"), WlState::Evicting);
     let a = views::assignments(&m, &n1);
     assert!(a.pods[0].stop.as_deref().unwrap().contains("PodFailed"));
-    assert!(views::assignments(&m, &n0).pods.is_empty(), "rank 0 is gone");
+    assert!(
+        views::assignments(&m, &n0).pods.is_empty(),
+        "rank 0 is gone"
+    );
     exited(&mut m, &n1, "gang", 1, 1, false, false);
     assert_eq!(state(&m, "gang"), WlState::Failed);
 }
