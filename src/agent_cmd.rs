@@ -1,7 +1,6 @@
 //! `allot agent`: flags and a YAML config file (flags win), then the agent until Ctrl-C or
 //! SIGTERM. Also the hidden `allot agent-shim` that runs one pod.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -91,15 +90,7 @@ fn hostname() -> String {
 }
 
 pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
-    let f: FileConfig = match &a.config {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read config file {}", p.display()))?;
-            serde_saphyr::from_str(&text)
-                .map_err(|e| anyhow!("config file {}: {e}", p.display()))?
-        }
-        None => FileConfig::default(),
-    };
+    let f: FileConfig = crate::config::load(a.config.as_deref())?;
     let node = a.node.or(f.node).unwrap_or_else(hostname);
     if node.is_empty() || node.contains(['/', ' ']) {
         bail!("--node {node:?}: a node name is non-empty, without spaces or slashes");
@@ -110,14 +101,7 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
         f.coordinators
             .unwrap_or_else(|| vec!["127.0.0.1:7400".to_string()])
     };
-    let http = match a.http.or(f.http).as_deref() {
-        Some("off") | Some("") => None,
-        Some(s) => Some(
-            s.parse::<SocketAddr>()
-                .map_err(|_| anyhow!("--http {s:?} is not HOST:PORT or \"off\""))?,
-        ),
-        None => Some(SocketAddr::from(([127, 0, 0, 1], 9500))),
-    };
+    let http = crate::config::http_addr(a.http.or(f.http).as_deref(), 9500)?;
     let shim_program =
         std::env::current_exe().context("cannot find the allot binary to run pod shims with")?;
     Ok(AgentConfig {

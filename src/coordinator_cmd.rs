@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use allot_coordinator::server::{self, ServerConfig};
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, bail};
 use serde::Deserialize;
 
 #[derive(Debug, clap::Args)]
@@ -87,15 +87,7 @@ pub fn parse_peers(list: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
 }
 
 pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
-    let f: FileConfig = match &a.config {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read config file {}", p.display()))?;
-            serde_saphyr::from_str(&text)
-                .map_err(|e| anyhow!("config file {}: {e}", p.display()))?
-        }
-        None => FileConfig::default(),
-    };
+    let f: FileConfig = crate::config::load(a.config.as_deref())?;
     let id = a.id.or(f.id).unwrap_or(1);
     if id == 0 {
         bail!("--id 0 is reserved; use 1, 2, 3, ...");
@@ -118,14 +110,7 @@ pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
             peers.keys().collect::<Vec<_>>()
         );
     }
-    let http = match a.http.or(f.http).as_deref() {
-        Some("off") | Some("") => None,
-        Some(s) => Some(
-            s.parse::<SocketAddr>()
-                .map_err(|_| anyhow!("--http {s:?} is not HOST:PORT or \"off\""))?,
-        ),
-        None => Some(SocketAddr::from(([127, 0, 0, 1], 9400))),
-    };
+    let http = crate::config::http_addr(a.http.or(f.http).as_deref(), 9400)?;
     let tick_ms = a.tick_ms.or(f.tick_ms).unwrap_or(50);
     let election_ticks = a.election_ticks.or(f.election_ticks).unwrap_or(10);
     let heartbeat_ticks = a.heartbeat_ticks.or(f.heartbeat_ticks).unwrap_or(2);

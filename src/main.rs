@@ -10,6 +10,7 @@ mod bench;
 mod certs;
 mod cli;
 mod client;
+mod config;
 mod coordinator_cmd;
 mod dev;
 mod scenario;

@@ -433,12 +433,18 @@ pub enum Reply {
 
 pub type Response = Result<Reply, ApiError>;
 
-/// FNV-1a over a value's debug rendering: equal values, equal digest (for long polls).
-pub fn digest_of(v: &impl std::fmt::Debug) -> u64 {
+/// FNV-1a: a cheap, stable 64-bit fingerprint (not for security).
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in format!("{v:?}").bytes() {
+    for b in bytes {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    h.max(1)
+    h
+}
+
+/// FNV-1a over a value's debug rendering: equal values, equal digest (for long polls). Never 0,
+/// which a client sends when it knows nothing yet.
+pub fn digest_of(v: &impl std::fmt::Debug) -> u64 {
+    fnv1a(format!("{v:?}").bytes()).max(1)
 }

@@ -898,12 +898,8 @@ fn check_flavor(
             d.suggest(format!("nodes of {fname} joined the cluster"));
             return;
         }
-        match ctx.acct.nodes.place(f, reqs, count) {
-            Ok(allocs) => {
-                for a in allocs.iter().rev() {
-                    ctx.acct.nodes.release(a);
-                }
-            }
+        match ctx.acct.nodes.try_place(f, reqs, count) {
+            Ok(()) => {}
             Err(fail) => {
                 d.lines.push(format!(
                     "{head}: quota fits{} but no node has room: {} of {} pod(s) can be placed; {}",

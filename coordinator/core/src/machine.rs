@@ -176,11 +176,10 @@ pub struct NodeMeta {
     pub reason: String,
 }
 
-/// The pods of a workload's current attempt that agents reported started or ended.
+/// The pods of a workload's current attempt that agents reported ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRuns {
     pub attempt: u32,
-    pub started: std::collections::BTreeSet<u32>,
     /// Rank → succeeded.
     pub exited: BTreeMap<u32, bool>,
     /// A pod failed: the workload ends as Failed once every pod is gone.
@@ -489,15 +488,14 @@ impl Machine {
                 node,
                 workload,
                 attempt,
-                ranks,
+                // Which ranks started is not kept: one started pod makes the workload Running.
+                ranks: _,
             } => {
                 let id = self.state.find_workload(workload)?;
                 self.check_node(id, node.as_deref())?;
                 if self.state.workload(id).attempt != *attempt {
                     return Ok(Reply::Done);
                 }
-                let runs = self.runs_of(id, *attempt);
-                runs.started.extend(ranks.iter().copied());
                 self.state.mark_running(id);
                 Ok(Reply::Done)
             }
@@ -748,13 +746,7 @@ impl Machine {
 
     /// Cheap fingerprint of the whole machine, equal on replicas with equal applied logs.
     pub fn digest(&self, encode: impl Fn(&Machine) -> Vec<u8>) -> u64 {
-        // FNV-1a over the canonical encoding.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in encode(self) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        h
+        allot_common::api::fnv1a(encode(self))
     }
 }
 

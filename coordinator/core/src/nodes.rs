@@ -444,6 +444,21 @@ impl NodeSet {
         Ok(())
     }
 
+    /// Whether `count` pods of `req` could be placed on `flavor` now: places them, then gives
+    /// everything back (the node set ends as it began).
+    pub fn try_place(
+        &mut self,
+        flavor: FlavorId,
+        req: &[(ResId, i64)],
+        count: u32,
+    ) -> Result<(), PlaceFailure> {
+        let allocs = self.place(flavor, req, count)?;
+        for a in allocs.iter().rev() {
+            self.release(a);
+        }
+        Ok(())
+    }
+
     /// Places `count` pods of `req` on schedulable nodes of `flavor`, all or nothing.
     ///
     /// Preference: the most-allocated node that takes every remaining pod; when no single node

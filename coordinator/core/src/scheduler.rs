@@ -550,12 +550,8 @@ fn eval_flavor(
             return ev;
         }
         if ev.mode == Mode::Fit {
-            match ctx.acct.nodes.place(f, reqs, count) {
-                Ok(allocs) => {
-                    for a in allocs.iter().rev() {
-                        ctx.acct.nodes.release(a);
-                    }
-                }
+            match ctx.acct.nodes.try_place(f, reqs, count) {
+                Ok(()) => {}
                 Err(fail) => {
                     ev.reasons.push(format!(
                         "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit; {})",
