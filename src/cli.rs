@@ -798,11 +798,16 @@ fn render(r: &Reply) -> String {
                 s.config.clone(),
             ]],
         ),
-        Reply::Submitted { name, id, existing } => {
+        Reply::Submitted {
+            name,
+            id,
+            existing,
+            state,
+        } => {
             if *existing {
-                format!("workload {name} already submitted (id {id})\n")
+                format!("workload {name} already submitted (id {id}): {state}\n")
             } else {
-                format!("workload {name} submitted (id {id})\n")
+                format!("workload {name} submitted (id {id}): {state}\n")
             }
         }
         Reply::SubmittedBatch(v) => format!(

@@ -415,6 +415,9 @@ pub enum Reply {
         id: u64,
         /// The workload existed already with the same client token.
         existing: bool,
+        /// Its state once the command applied: `Admitted` when the leader could admit it in the
+        /// same log entry (an idle cluster), otherwise usually `Pending`.
+        state: String,
     },
     SubmittedBatch(Vec<Result<u64, ApiError>>),
     Workloads(Vec<WorkloadView>),

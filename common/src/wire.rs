@@ -21,7 +21,7 @@ use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Version of the message protocol; peers exchange it when they connect.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest frame payload accepted or sent, in bytes (16 MiB).
 pub const MAX_FRAME: usize = 16 * 1024 * 1024;

@@ -70,8 +70,12 @@ impl LogCache {
         if conf_state.voters.is_empty() {
             conf_state.voters = voters.to_vec();
         }
+        // The commit index is written lazily (see `Replica::handle_ready_with`), so the one on
+        // disk may lag; a snapshot holds only applied, hence committed, entries.
+        let mut hard_state = p.hard_state;
+        hard_state.commit = hard_state.commit.max(p.snapshot.get_metadata().index);
         LogCache {
-            hard_state: p.hard_state,
+            hard_state,
             conf_state,
             snapshot: p.snapshot,
             entries: p.entries,

@@ -297,7 +297,15 @@ impl<D: Disk> Replica<D> {
         };
         let entries = rd.take_entries();
         let hs = rd.hs().cloned();
-        if install.is_some() || !entries.is_empty() || hs.is_some() {
+        // Term and vote must be durable before anything is sent; the commit index need not be
+        // (Raft keeps it in volatile state, and a restarted replica learns it again from the
+        // leader). So a Ready that only moves the commit index costs no fsync: that write sat
+        // between the quorum's acknowledgement and the reply. It goes out with the next write.
+        let vote_changed = hs.as_ref().is_some_and(|h| {
+            let old = &self.raw.store().hard_state;
+            h.term != old.term || h.vote != old.vote
+        });
+        if install.is_some() || !entries.is_empty() || vote_changed {
             self.disk.write(&Batch {
                 hard_state: hs.as_ref(),
                 entries: &entries,
@@ -310,9 +318,9 @@ impl<D: Disk> Replica<D> {
                 store.install(s);
             }
             store.append(&entries);
-            if let Some(hs) = &hs {
-                store.hard_state = hs.clone();
-            }
+        }
+        if let Some(hs) = &hs {
+            self.raw.mut_store().hard_state = hs.clone();
         }
         if let Some(s) = &install {
             self.machine = (self.codec.decode_machine)(&s.data).map_err(ReplicaError::Snapshot)?;

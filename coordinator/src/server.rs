@@ -297,11 +297,16 @@ impl RaftLoop {
             Input::Propose { cmd, reply } => {
                 let token = self.next_token;
                 self.next_token += 1;
-                match self.rep.propose(token, &Cmd { now: now_ms(), cmd }) {
+                let now = now_ms();
+                let cmd = self.fast_path(cmd, now, token);
+                match self.rep.propose(token, &Cmd { now, cmd }) {
                     Ok(()) => {
                         self.waiters.insert(token, (reply, Instant::now()));
                     }
                     Err(e) => {
+                        if self.plan_token == Some(token) {
+                            self.plan_token = None;
+                        }
                         let _ = reply.send(Err(e));
                     }
                 }
@@ -325,6 +330,40 @@ impl RaftLoop {
                     self.leases.heard.insert(node, Instant::now());
                 }
             }
+        }
+    }
+
+    /// A submit on an idle cluster goes into the log with the plan that admits it (one commit
+    /// instead of the submit's and then the plan's). Only when nothing is in flight, so the plan
+    /// is computed on exactly the state the entry will apply to; otherwise, or when the workload
+    /// would not be admitted at once, the submit goes alone and the next cycle decides. The entry
+    /// counts as the plan in flight, so no cycle is proposed beside it.
+    fn fast_path(&mut self, cmd: Command, now: i64, token: u64) -> Command {
+        let Command::Submit(input) = cmd else {
+            return cmd;
+        };
+        if !self.rep.is_leader()
+            || self.plan_token.is_some()
+            || self.rep.last_index() != self.rep.applied_index()
+        {
+            return Command::Submit(input);
+        }
+        let t0 = Instant::now();
+        let planned = self.rep.machine.plan_submit(&input, now);
+        self.metrics
+            .cycle_seconds
+            .observe(t0.elapsed().as_secs_f64());
+        match planned {
+            Some((id, plan)) => {
+                self.plan_token = Some(token);
+                self.plan_since = Instant::now();
+                Command::SubmitPlanned {
+                    input,
+                    id: id.0,
+                    plan,
+                }
+            }
+            None => Command::Submit(input),
         }
     }
 

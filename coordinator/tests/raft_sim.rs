@@ -63,6 +63,8 @@ struct Sim {
     digests: BTreeMap<u64, u64>,
     next_token: u64,
     acknowledged: BTreeSet<String>,
+    /// Submits acknowledged as admitted by their own entry (the fast path's plan applied).
+    admitted_in_submit: usize,
     submitted: u64,
     plan_at: u64,
     /// Off while the cluster heals at the end.
@@ -96,6 +98,7 @@ impl Sim {
             digests: BTreeMap::new(),
             next_token: 1,
             acknowledged: BTreeSet::new(),
+            admitted_in_submit: 0,
             submitted: 0,
             plan_at: 0,
             faults_on: true,
@@ -266,7 +269,7 @@ impl Sim {
             let mut req = Resources::new();
             req.add(&ResourceName::gpu(), 1);
             let name = format!("w-{}-{}", self.seed % 1000, self.submitted);
-            Command::Submit(SubmitInput {
+            let input = SubmitInput {
                 spec: WorkloadSpec {
                     name,
                     team: format!("team-{}", self.rng.below(4)),
@@ -281,7 +284,24 @@ impl Sim {
                 },
                 run: Some(RunSpec::default()),
                 client_token: Some(format!("tok-{}", self.submitted)),
-            })
+            };
+            // Half the submits take the leader's fast path: the plan for the state right
+            // after the submit, computed on this replica's applied state whether or not other
+            // entries are in flight (the server waits until none is), so the apply-time check
+            // of the expected id and the plan's verification are both exercised.
+            let now = self.step as i64 * 100;
+            let planned = match self.nodes[i].as_ref() {
+                Some(r) if self.rng.chance(500) => r.machine.plan_submit(&input, now),
+                _ => None,
+            };
+            match planned {
+                Some((id, plan)) => Command::SubmitPlanned {
+                    input,
+                    id: id.0,
+                    plan,
+                },
+                None => Command::Submit(input),
+            }
         } else if k < 78 {
             // An agent reports an end: finish a running one, or complete an eviction.
             let Some(name) = self.pick_workload(i, |s| s.holds_quota()) else {
@@ -371,8 +391,11 @@ impl Sim {
         self.send(msgs);
         for a in applied {
             if a.token.is_some() {
-                if let Ok(allot_common::api::Reply::Submitted { name, .. }) = &a.result {
+                if let Ok(allot_common::api::Reply::Submitted { name, state, .. }) = &a.result {
                     self.acknowledged.insert(name.clone());
+                    if state == "Admitted" {
+                        self.admitted_in_submit += 1;
+                    }
                 }
             }
         }
@@ -571,11 +594,15 @@ fn seeds(default: u64) -> u64 {
 
 #[test]
 fn three_replicas_many_seeds() {
+    let mut fast = 0;
     for seed in 0..seeds(12) {
         let mut sim = Sim::new(seed, 3);
         sim.run(600);
         assert!(!sim.leaders.is_empty(), "seed {seed}: no leader ever");
+        fast += sim.admitted_in_submit;
     }
+    // The fast path's plans must have applied for some submits, or it went untested.
+    assert!(fast > 0, "no submit was admitted by its own entry");
 }
 
 #[test]

@@ -125,6 +125,28 @@ fn bench(c: &mut Criterion) {
             )
         });
     }
+    // The leader's fast path for a submit on an idle cluster (`Machine::plan_submit`): prepare
+    // the workload without submitting it and run the cycle for it alone. Its cost is what that
+    // path adds before the one commit it saves.
+    for (nodes, running) in [(1000, 0), (1000, 1000)] {
+        let mut st = cluster(100, nodes, running, false);
+        settle(&mut st);
+        let pending: usize = st.teams.iter().map(|t| t.pending.len()).sum();
+        let mut req = Resources::new();
+        req.set(ResourceName::gpu(), 1);
+        let spec = WorkloadSpec::single("probe", "team-0", 1, req);
+        if pending == 0 {
+            g.bench_function(format!("fast-path/{nodes}-nodes-{running}-running"), |b| {
+                b.iter(|| {
+                    let wl = st.prepare(&spec, 1).expect("valid").expect("known names");
+                    black_box(allot_core::scheduler::schedule_alone(&st, &wl, 1))
+                })
+            });
+        }
+        g.bench_function(format!("acct-copy/{nodes}-nodes-{running}-running"), |b| {
+            b.iter(|| black_box(st.acct.clone()))
+        });
+    }
     g.finish();
 }
 

@@ -985,7 +985,7 @@ fn node_summary(
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
-            (n.pods_fit(reqs, u32::MAX), n.name.as_str(), free)
+            (n.pods_fit(reqs, u32::MAX), &*n.name, free)
         })
         .collect();
     fit.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));

@@ -99,6 +99,16 @@ pub enum Command {
         attempt: u32,
         exits: Vec<PodExit>,
     },
+    /// A submit and the plan the leader computed for the state right after it, in one entry:
+    /// the leader proposes this when nothing else is in flight, so an idle cluster admits a
+    /// workload in one commit instead of two. `id` is the id the leader expects the workload
+    /// to get; the plan applies (verified like any plan) only when it gets exactly that id,
+    /// which holds when no other entry came between.
+    SubmitPlanned {
+        input: SubmitInput,
+        id: u64,
+        plan: Plan,
+    },
 }
 
 impl Command {
@@ -110,7 +120,7 @@ impl Command {
             Command::DeleteComputeQuota { .. } => "delete-compute-quota",
             Command::CreateSchedulerConfig { .. } => "create-cluster-scheduler-config",
             Command::UpdateSchedulerConfig { .. } => "update-cluster-scheduler-config",
-            Command::Submit(_) => "submit",
+            Command::Submit(_) | Command::SubmitPlanned { .. } => "submit",
             Command::SubmitBatch(_) => "submit-batch",
             Command::Cancel { .. } => "cancel",
             Command::RegisterNode { .. } => "register-node",
@@ -413,11 +423,15 @@ impl Machine {
             }
             Command::Submit(input) => {
                 let (id, existing) = self.submit(input, now, events)?;
-                Ok(Reply::Submitted {
-                    name: input.spec.name.clone(),
-                    id: id.0,
-                    existing,
-                })
+                Ok(self.submitted(input, id, existing))
+            }
+            Command::SubmitPlanned { input, id, plan } => {
+                let (got, existing) = self.submit(input, now, events)?;
+                if !existing && got.0 == *id {
+                    self.counters.plans += 1;
+                    events.extend(self.state.apply_plan(plan, now));
+                }
+                Ok(self.submitted(input, got, existing))
             }
             Command::SubmitBatch(inputs) => Ok(Reply::SubmittedBatch(
                 inputs
@@ -712,6 +726,28 @@ impl Machine {
         Ok((id, false))
     }
 
+    fn submitted(&self, input: &SubmitInput, id: WlId, existing: bool) -> Reply {
+        Reply::Submitted {
+            name: input.spec.name.clone(),
+            id: id.0,
+            existing,
+            state: self.state.workload(id).state.as_str().to_string(),
+        }
+    }
+
+    /// The leader's fast path for a submit on an idle cluster: the id the workload will get and
+    /// the plan that admits it, as the next cycle would (`scheduler::schedule_alone`). `None`
+    /// when other workloads are pending, the workload would wait, the submit would be refused,
+    /// or it retries an existing workload: the plain `Submit` and the next cycle handle those.
+    pub fn plan_submit(&self, input: &SubmitInput, now: Time) -> Option<(WlId, Plan)> {
+        if self.state.find_workload(&input.spec.name).is_ok() {
+            return None;
+        }
+        let wl = self.state.prepare(&input.spec, now).ok()??;
+        let plan = crate::scheduler::schedule_alone(&self.state, &wl, now)?;
+        Some((wl.id, plan))
+    }
+
     /// A user acts only on its own team's workloads.
     pub fn check_team(&self, id: WlId, team: Option<&str>) -> Result<(), ApiError> {
         let Some(team) = team else { return Ok(()) };
@@ -733,7 +769,7 @@ impl Machine {
         let on_node = wl.admission.as_ref().is_some_and(|a| {
             a.placement
                 .iter()
-                .any(|(_, p)| self.state.acct.nodes.node(p.node).name == node)
+                .any(|(_, p)| self.state.acct.nodes.node(p.node).name.as_ref() == node)
         });
         if !on_node {
             return Err(forbidden(format!(

@@ -5,8 +5,10 @@
 //! still fits a pod is a range query, not a scan of every node.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use crate::ids::{FlavorId, Interner, NodeId, ResId};
 
@@ -63,12 +65,17 @@ impl NodeRes {
     }
 }
 
+/// A node's resources: cpu, memory and up to two device kinds stay inline, so copying a node
+/// set (every scheduling cycle does) allocates nothing per node.
+pub type NodeResources = SmallVec<[NodeRes; 4]>;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
-    pub name: String,
+    /// Shared between copies of the node set (names never change).
+    pub name: Arc<str>,
     pub flavor: FlavorId,
     /// Sorted by resource id.
-    pub res: Vec<NodeRes>,
+    pub res: NodeResources,
     pub healthy: bool,
     pub cordoned: bool,
 }
@@ -122,7 +129,8 @@ struct FlavorNodes {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct NodeSet {
     pub nodes: Vec<Node>,
-    by_name: BTreeMap<String, NodeId>,
+    /// Shared between copies of the node set; only adding a node changes it.
+    by_name: Arc<BTreeMap<String, NodeId>>,
     flavors: BTreeMap<FlavorId, FlavorNodes>,
 }
 
@@ -161,7 +169,7 @@ impl NodeSet {
         if self.by_name.contains_key(name) {
             return Err(format!("node {name:?} is defined twice"));
         }
-        let mut res: Vec<NodeRes> = Vec::new();
+        let mut res = NodeResources::new();
         for (r, cap, is_device) in capacity {
             if cap < 0 {
                 return Err(format!("node {name:?}: capacity {cap} must be >= 0"));
@@ -199,13 +207,13 @@ impl NodeSet {
                 .map(|r| r.res);
         }
         self.nodes.push(Node {
-            name: name.to_string(),
+            name: Arc::from(name),
             flavor,
             res,
             healthy: true,
             cordoned: false,
         });
-        self.by_name.insert(name.to_string(), id);
+        Arc::make_mut(&mut self.by_name).insert(name.to_string(), id);
         self.index_insert(id);
         Ok(id)
     }

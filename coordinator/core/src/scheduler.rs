@@ -874,6 +874,28 @@ fn shape_key(st: &State, wl: &Workload) -> ShapeKey {
     )
 }
 
+/// The plan `schedule` would make right after `wl` (prepared with `State::prepare`) is
+/// submitted, when nothing else is pending and that plan admits it; `None` otherwise. With no
+/// other pending workload the cycle considers `wl` alone, so this runs the same `process`
+/// without copying the state: the leader's fast path for a submit on an idle cluster.
+pub fn schedule_alone(st: &State, wl: &Workload, now: Time) -> Option<Plan> {
+    if st.teams.iter().any(|t| !t.pending.is_empty()) {
+        return None;
+    }
+    let mut ctx = Ctx::new(st, now);
+    match process(&mut ctx, wl) {
+        Outcome::Admitted(admission) => Some(Plan {
+            admissions: vec![PlannedAdmission {
+                wl: wl.id,
+                admission,
+            }],
+            considered: 1,
+            ..Plan::default()
+        }),
+        _ => None,
+    }
+}
+
 /// Runs one scheduling cycle over every pending workload. Pure: the state is not changed.
 pub fn schedule(st: &State, now: Time) -> Plan {
     let mut ctx = Ctx::new(st, now);

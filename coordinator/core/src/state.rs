@@ -679,6 +679,65 @@ impl State {
         spec: WorkloadSpec,
         now: Time,
     ) -> Result<(WlId, Vec<Event>), StateError> {
+        let (team, priority) = self.check_submit(&spec)?;
+        // Names are interned only once every check passed.
+        let pinned = spec.instance_type.as_deref().map(|f| self.names.flavor(f));
+        let pod_reqs = spec
+            .pod_sets
+            .iter()
+            .map(|ps| {
+                ps.requests
+                    .iter()
+                    .filter(|(_, v)| *v > 0)
+                    .map(|(r, v)| (self.names.resource(r), v))
+                    .collect()
+            })
+            .collect();
+        let wl = self.new_workload(spec, team, priority, pinned, pod_reqs, now);
+        let id = wl.id;
+        self.next_id += 1;
+        self.teams[team.idx()].pending.insert(wl.queue_key());
+        self.by_name.insert(wl.spec.name.clone(), id);
+        self.workloads.insert(id, wl);
+        Ok((id, vec![Event::Submitted { wl: id }]))
+    }
+
+    /// The workload `submit` would queue, with the id it would get, leaving the state as it
+    /// is. Errors are the rejections `submit` would return; `Ok(None)` when the workload names
+    /// a resource nothing in the cluster has named yet (no quota covers it, so it would wait).
+    pub fn prepare(&self, spec: &WorkloadSpec, now: Time) -> Result<Option<Workload>, StateError> {
+        let (team, priority) = self.check_submit(spec)?;
+        let pinned = match spec.instance_type.as_deref() {
+            Some(f) => match self.names.find_flavor(f) {
+                Some(id) => Some(id),
+                None => return Ok(None),
+            },
+            None => None,
+        };
+        let mut pod_reqs = Vec::with_capacity(spec.pod_sets.len());
+        for ps in &spec.pod_sets {
+            let mut reqs = Vec::new();
+            for (r, v) in ps.requests.iter().filter(|(_, v)| *v > 0) {
+                match self.names.find_resource(r) {
+                    Some(id) => reqs.push((id, v)),
+                    None => return Ok(None),
+                }
+            }
+            pod_reqs.push(reqs);
+        }
+        Ok(Some(self.new_workload(
+            spec.clone(),
+            team,
+            priority,
+            pinned,
+            pod_reqs,
+            now,
+        )))
+    }
+
+    /// The checks of `submit`: a valid spec, a new name, a known team and priority class, and
+    /// a pinned instance type that is in the team's quota. Returns the team and the priority.
+    fn check_submit(&self, spec: &WorkloadSpec) -> Result<(TeamId, i32), StateError> {
         spec.validate()
             .map_err(|e| StateError::Invalid(e.to_string()))?;
         if self.by_name.contains_key(&spec.name) {
@@ -693,36 +752,36 @@ impl State {
                 .class_priority(c)
                 .map_err(|e| StateError::Invalid(format!("workload {}: {e}", spec.name)))?,
         };
-        let pinned = match &spec.instance_type {
-            Some(f) => {
-                let t = &self.teams[team.idx()];
-                if !t.spec.quotas.iter().any(|q| &q.flavor == f) {
-                    return Err(StateError::Invalid(format!(
-                        "workload {}: instance type {f} is not in team {}'s quota (its flavors: {})",
-                        spec.name,
-                        t.spec.name,
-                        t.spec.quotas.iter().map(|q| q.flavor.as_str()).collect::<Vec<_>>().join(", ")
-                    )));
-                }
-                Some(self.names.flavor(f))
+        if let Some(f) = &spec.instance_type {
+            let t = &self.teams[team.idx()];
+            if !t.spec.quotas.iter().any(|q| &q.flavor == f) {
+                return Err(StateError::Invalid(format!(
+                    "workload {}: instance type {f} is not in team {}'s quota (its flavors: {})",
+                    spec.name,
+                    t.spec.name,
+                    t.spec
+                        .quotas
+                        .iter()
+                        .map(|q| q.flavor.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
             }
-            None => None,
-        };
-        let pod_reqs = spec
-            .pod_sets
-            .iter()
-            .map(|ps| {
-                ps.requests
-                    .iter()
-                    .filter(|(_, v)| *v > 0)
-                    .map(|(r, v)| (self.names.resource(r), v))
-                    .collect()
-            })
-            .collect();
-        let id = WlId(self.next_id);
-        self.next_id += 1;
-        let wl = Workload {
-            id,
+        }
+        Ok((team, priority))
+    }
+
+    fn new_workload(
+        &self,
+        spec: WorkloadSpec,
+        team: TeamId,
+        priority: i32,
+        pinned: Option<FlavorId>,
+        pod_reqs: Vec<Vec<(ResId, i64)>>,
+        now: Time,
+    ) -> Workload {
+        Workload {
+            id: WlId(self.next_id),
             spec,
             team,
             priority,
@@ -738,11 +797,7 @@ impl State {
             eviction: None,
             attempt: 0,
             preempted_by: None,
-        };
-        self.teams[team.idx()].pending.insert(wl.queue_key());
-        self.by_name.insert(wl.spec.name.clone(), id);
-        self.workloads.insert(id, wl);
-        Ok((id, vec![Event::Submitted { wl: id }]))
+        }
     }
 
     /// Removes a workload: pending ones leave the queue, admitted ones release their quota.

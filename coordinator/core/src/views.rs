@@ -42,7 +42,7 @@ pub fn workload(m: &Machine, id: WlId) -> WorkloadView {
                     .map(|p| p.name.clone())
                     .unwrap_or_default(),
                 index: *i,
-                node: st.acct.nodes.node(alloc.node).name.clone(),
+                node: st.acct.nodes.node(alloc.node).name.to_string(),
                 devices: alloc
                     .devices
                     .iter()
@@ -122,7 +122,7 @@ pub fn nodes(m: &Machine) -> Vec<NodeView> {
         .nodes
         .iter()
         .map(|n| {
-            let report = m.nodes_meta.get(&n.name).and_then(|x| x.report.as_ref());
+            let report = m.nodes_meta.get(&*n.name).and_then(|x| x.report.as_ref());
             let mut capacity = Resources::new();
             let mut used = Resources::new();
             for r in &n.res {
@@ -131,7 +131,7 @@ pub fn nodes(m: &Machine) -> Vec<NodeView> {
                 used.add(name, r.used);
             }
             NodeView {
-                name: n.name.clone(),
+                name: n.name.to_string(),
                 instance_type: st.names.flavor_name(n.flavor).to_string(),
                 healthy: n.healthy,
                 cordoned: n.cordoned,
@@ -139,7 +139,7 @@ pub fn nodes(m: &Machine) -> Vec<NodeView> {
                 used,
                 reason: m
                     .nodes_meta
-                    .get(&n.name)
+                    .get(&*n.name)
                     .map(|x| x.reason.clone())
                     .unwrap_or_default(),
                 devices: report.map(|r| r.devices.clone()).unwrap_or_default(),
@@ -262,13 +262,13 @@ pub fn assignments(m: &Machine, node: &str) -> NodeAssignments {
     let n = st.acct.nodes.node(nid);
     let meta = m.nodes_meta.get(node);
     let address_of = |id: crate::ids::NodeId| {
-        let name = &st.acct.nodes.node(id).name;
+        let name: &str = &st.acct.nodes.node(id).name;
         m.nodes_meta
             .get(name)
             .and_then(|x| x.report.as_ref())
             .map(|r| r.address.clone())
             .filter(|a| !a.is_empty())
-            .unwrap_or_else(|| name.clone())
+            .unwrap_or_else(|| name.to_string())
     };
     let mut pods = Vec::new();
     for w in st.workloads.values().filter(|w| w.state.holds_quota()) {

@@ -411,6 +411,8 @@ struct Stats {
     node_evictions: Cell<u64>,
     submitted: Cell<u64>,
     rejected: Cell<u64>,
+    /// Submits on an idle cluster whose fast-path plan admitted them (compared with the cycle).
+    fast_path: Cell<u64>,
     /// Scenarios cut short by a known livelock: preemptor never admitted, mutual preemption,
     /// fair sharing.
     abandoned: [Cell<u64>; 3],
@@ -550,11 +552,34 @@ impl<'s> Sim<'s> {
                         .collect(),
                 };
                 let before = self.st.workloads.len();
+                // The leader's fast path: with nothing else pending, the plan for the workload
+                // alone, computed before the submit, is exactly the next cycle's plan after it.
+                let idle = self.st.teams.iter().all(|t| t.pending.is_empty());
+                let alone = match self.st.prepare(&spec, now) {
+                    Ok(Some(wl)) => allot_core::scheduler::schedule_alone(&self.st, &wl, now),
+                    _ => None,
+                };
                 match self.st.submit(spec, now) {
                     Ok((id, ev)) => {
                         ensure(expect_ok, || {
                             format!("submit w{k} should have been rejected")
                         })?;
+                        if idle {
+                            let cycle = schedule(&self.st, now);
+                            match &alone {
+                                Some(p) => ensure(*p == cycle, || {
+                                    format!("fast path for w{k}: {p:?}, the cycle: {cycle:?}")
+                                })?,
+                                None => {
+                                    ensure(cycle.admissions.is_empty(), || {
+                                        format!("fast path declined w{k}, the cycle admits it: {cycle:?}")
+                                    })?
+                                }
+                            }
+                            if alone.is_some() {
+                                bump(&self.stats.fast_path, 1);
+                            }
+                        }
                         self.submitted.push(id);
                         bump(&self.stats.submitted, 1);
                         self.observe(ev)?;
@@ -1274,9 +1299,10 @@ fn simulated_histories_keep_every_invariant() {
         panic!("{e}");
     }
     eprintln!(
-        "submitted {} (rejected {}), cycles {}, admissions {}, preemptions {}, node evictions {}, victim sets checked {} ({} with 2+ victims), cut short by a known livelock {:?}",
+        "submitted {} (rejected {}, {} admitted by the fast path), cycles {}, admissions {}, preemptions {}, node evictions {}, victim sets checked {} ({} with 2+ victims), cut short by a known livelock {:?}",
         stats.submitted.get(),
         stats.rejected.get(),
+        stats.fast_path.get(),
         stats.cycles.get(),
         stats.admissions.get(),
         stats.preemptions.get(),
@@ -1289,6 +1315,7 @@ fn simulated_histories_keep_every_invariant() {
     assert!(stats.admissions.get() > 0);
     assert!(stats.preemptions.get() > 0);
     assert!(stats.minimal_checked.get() > 0);
+    assert!(stats.fast_path.get() > 0);
 }
 
 #[test]
