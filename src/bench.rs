@@ -30,7 +30,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 50_000)]
     pub workloads: u32,
     /// Submit-to-admit samples on the idle cluster.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 1000)]
     pub samples: u32,
     /// Keep the data directory (printed) instead of deleting it.
     #[arg(long)]
@@ -196,12 +196,39 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         .clone();
     let base = std::env::temp_dir().join(format!("allot-bench-{}", std::process::id()));
     std::fs::create_dir_all(&base)?;
-    let fs = fsync_baseline(&base, 300)?;
+    let fs = fsync_baseline(&base, 1000)?;
     println!(
         "disk fsync (4 KiB append + fdatasync, {} samples): p50 {}, p99 {}",
         fs.len(),
         ms(pct(&fs, 0.5)),
         ms(pct(&fs, 0.99))
+    );
+    // Three local replicas share this disk: what its fsync costs with three writers at once.
+    let dirs: Vec<PathBuf> = (0..3).map(|i| base.join(format!("fsync-{i}"))).collect();
+    let mut shared = std::thread::scope(|s| {
+        let hs: Vec<_> = dirs
+            .iter()
+            .map(|d| {
+                s.spawn(move || {
+                    std::fs::create_dir_all(d)?;
+                    fsync_baseline(d, 1000)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in hs {
+            all.extend(
+                h.join()
+                    .map_err(|_| anyhow!("fsync probe thread panicked"))??,
+            );
+        }
+        anyhow::Ok(all)
+    })?;
+    shared.sort();
+    println!(
+        "  the same with 3 writers at once, as 3 local replicas write: p50 {}, p99 {}",
+        ms(pct(&shared, 0.5)),
+        ms(pct(&shared, 0.99))
     );
     let (_cluster, addrs) = start_cluster(&base, a.keep)?;
     if a.keep {
@@ -266,6 +293,19 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     // says whether the workload was admitted in the same commit; otherwise the probe waits for
     // the admission with the server's long poll (no client-side polling).
     let cpu = ResourceName::cpu();
+    // The API round trip alone (no log, no disk): the floor under any write's latency.
+    let mut hello = Vec::new();
+    for _ in 0..a.samples {
+        let t = Instant::now();
+        call(&mut c, Body::Hello).await?;
+        hello.push(t.elapsed());
+    }
+    hello.sort();
+    println!(
+        "API round trip to the leader (QUIC, mutual TLS; no log write): p50 {}, p99 {}",
+        ms(pct(&hello, 0.5)),
+        ms(pct(&hello, 0.99))
+    );
     let mut lat = Vec::new();
     let mut in_one = 0usize;
     for i in 0..a.samples {

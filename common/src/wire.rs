@@ -232,8 +232,17 @@ where
     let len = u32::try_from(payload.len()).map_err(|_| WireError::FrameTooLarge {
         len: payload.len() as u64,
     })?;
-    w.write_all(&len.to_be_bytes()).await?;
-    w.write_all(payload).await?;
+    if payload.len() <= 64 * 1024 {
+        // One write, so a small message (a raft append or ack) leaves in one QUIC packet
+        // rather than a 4-byte packet for the length and another for the bytes.
+        let mut frame = Vec::with_capacity(LEN_BYTES + payload.len());
+        frame.extend_from_slice(&len.to_be_bytes());
+        frame.extend_from_slice(payload);
+        w.write_all(&frame).await?;
+    } else {
+        w.write_all(&len.to_be_bytes()).await?;
+        w.write_all(payload).await?;
+    }
     w.flush().await?;
     Ok(())
 }

@@ -145,6 +145,11 @@ impl<D: Disk> Replica<D> {
             check_quorum: true,
             pre_vote: true,
             read_only_option: raft::ReadOnlyOption::Safe,
+            // Followers learn a new commit index with the next append or heartbeat instead of
+            // an extra round of messages after every commit: they serve no reads (those go
+            // through the leader), and the extra round cost each commit a second exchange
+            // with every follower.
+            skip_bcast_commit: true,
             ..Default::default()
         };
         rc.validate()?;
@@ -307,7 +312,7 @@ impl<D: Disk> Replica<D> {
         });
         if install.is_some() || !entries.is_empty() || vote_changed {
             self.disk.write(&Batch {
-                hard_state: hs.as_ref(),
+                hard_state: hs.as_ref().filter(|_| vote_changed),
                 entries: &entries,
                 install: install.as_ref(),
                 local: None,
