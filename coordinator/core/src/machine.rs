@@ -428,8 +428,7 @@ impl Machine {
             Command::SubmitPlanned { input, id, plan } => {
                 let (got, existing) = self.submit(input, now, events)?;
                 if !existing && got.0 == *id {
-                    self.counters.plans += 1;
-                    events.extend(self.state.apply_plan(plan, now));
+                    self.apply_plan(plan, now, events);
                 }
                 Ok(self.submitted(input, got, existing))
             }
@@ -543,8 +542,7 @@ impl Machine {
                 Ok(Reply::Done)
             }
             Command::Plan(plan) => {
-                self.counters.plans += 1;
-                events.extend(self.state.apply_plan(plan, now));
+                self.apply_plan(plan, now, events);
                 Ok(Reply::Done)
             }
         }
@@ -726,6 +724,11 @@ impl Machine {
         Ok((id, false))
     }
 
+    fn apply_plan(&mut self, plan: &Plan, now: Time, events: &mut Vec<Event>) {
+        self.counters.plans += 1;
+        events.extend(self.state.apply_plan(plan, now));
+    }
+
     fn submitted(&self, input: &SubmitInput, id: WlId, existing: bool) -> Reply {
         Reply::Submitted {
             name: input.spec.name.clone(),
@@ -740,9 +743,7 @@ impl Machine {
     /// when other workloads are pending, the workload would wait, the submit would be refused,
     /// or it retries an existing workload: the plain `Submit` and the next cycle handle those.
     pub fn plan_submit(&self, input: &SubmitInput, now: Time) -> Option<(WlId, Plan)> {
-        if self.state.find_workload(&input.spec.name).is_ok() {
-            return None;
-        }
+        // An existing name (a retry) is refused by `prepare` like any duplicate.
         let wl = self.state.prepare(&input.spec, now).ok()??;
         let plan = crate::scheduler::schedule_alone(&self.state, &wl, now)?;
         Some((wl.id, plan))

@@ -305,6 +305,24 @@ impl Default for State {
     }
 }
 
+/// Each pod set's positive requests, with resource names resolved by `resolve` (interning in
+/// `submit`, looking up in `prepare`); the first error of `resolve` ends it.
+fn pod_requests<E>(
+    spec: &WorkloadSpec,
+    mut resolve: impl FnMut(&ResourceName) -> Result<ResId, E>,
+) -> Result<Vec<Vec<(ResId, i64)>>, E> {
+    spec.pod_sets
+        .iter()
+        .map(|ps| {
+            ps.requests
+                .iter()
+                .filter(|(_, v)| *v > 0)
+                .map(|(r, v)| Ok((resolve(r)?, v)))
+                .collect()
+        })
+        .collect()
+}
+
 impl State {
     pub fn new(policy: ClusterPolicy) -> Self {
         State {
@@ -682,17 +700,9 @@ impl State {
         let (team, priority) = self.check_submit(&spec)?;
         // Names are interned only once every check passed.
         let pinned = spec.instance_type.as_deref().map(|f| self.names.flavor(f));
-        let pod_reqs = spec
-            .pod_sets
-            .iter()
-            .map(|ps| {
-                ps.requests
-                    .iter()
-                    .filter(|(_, v)| *v > 0)
-                    .map(|(r, v)| (self.names.resource(r), v))
-                    .collect()
-            })
-            .collect();
+        let names = &mut self.names;
+        let Ok(pod_reqs) =
+            pod_requests::<std::convert::Infallible>(&spec, |r| Ok(names.resource(r)));
         let wl = self.new_workload(spec, team, priority, pinned, pod_reqs, now);
         let id = wl.id;
         self.next_id += 1;
@@ -714,17 +724,9 @@ impl State {
             },
             None => None,
         };
-        let mut pod_reqs = Vec::with_capacity(spec.pod_sets.len());
-        for ps in &spec.pod_sets {
-            let mut reqs = Vec::new();
-            for (r, v) in ps.requests.iter().filter(|(_, v)| *v > 0) {
-                match self.names.find_resource(r) {
-                    Some(id) => reqs.push((id, v)),
-                    None => return Ok(None),
-                }
-            }
-            pod_reqs.push(reqs);
-        }
+        let Ok(pod_reqs) = pod_requests(spec, |r| self.names.find_resource(r).ok_or(())) else {
+            return Ok(None);
+        };
         Ok(Some(self.new_workload(
             spec.clone(),
             team,
