@@ -1,5 +1,6 @@
-//! The cost of one durable raft write (`RedbDisk::write`: one entry appended, fsync'ed), the
-//! step every commit waits for on each replica: `cargo bench -p allot-coordinator --bench raftlog`.
+//! The cost of one durable raft write (`RedbDisk::write`: one entry appended to the journal and
+//! fdatasync'ed; every few thousand, the journal folded into redb), the step every commit waits
+//! for on each replica: `cargo bench -p allot-coordinator --bench raftlog`.
 //! Set `ALLOT_BENCH_DIR` to put the file on another disk (e.g. /dev/shm for the CPU cost alone).
 
 use std::hint::black_box;

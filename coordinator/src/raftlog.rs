@@ -1,7 +1,8 @@
 //! Raft's log and hard state: an in-memory cache that raft-rs reads through its `Storage` trait,
 //! written through to a `Disk` that makes it durable before anything is acknowledged.
 //!
-//! Two disks: `RedbDisk` (redb, every write committed with fsync) for the real coordinator, and
+//! Two disks: `RedbDisk` (redb behind a write-ahead journal, every write fdatasync'ed before it
+//! returns; see `crate::journal`) for the real coordinator, and
 //! `MemDisk` for the deterministic simulation, which keeps staged writes apart from synced ones so
 //! a simulated crash can lose exactly what a real one could.
 
@@ -11,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
-use redb::ReadableDatabase;
+use redb::{ReadableDatabase, ReadableTable};
+
+use crate::journal::{encode_record, Journal, Record, JOURNAL_BYTES};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
@@ -294,14 +297,28 @@ fn apply_batch(c: &mut LogCache, b: &Batch<'_>) {
 const LOG: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("raft_log");
 const META: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("raft_meta");
 
-/// The durable log in a redb file; every batch is one transaction committed with fsync.
+/// Which journal generation redb already holds (u64, little-endian).
+const FOLDED: &str = "journal_folded";
+
+/// The durable log in a redb file, written through a journal (`crate::journal`): each batch is
+/// one record appended and fdatasync'ed there; the records are folded into redb in one
+/// transaction, committed with fsync, when the journal fills up and with every snapshot.
 pub struct RedbDisk {
     db: redb::Database,
     path: String,
+    journal: Journal,
+    /// What the journal holds that redb does not yet, in the order it was written.
+    pending: Vec<Record>,
 }
 
 impl RedbDisk {
+    /// Opens `path` and the journal beside it (`raft.journal` for `raft.redb`).
     pub fn open(path: &Path) -> Result<Self, DiskError> {
+        Self::open_with_journal(path, JOURNAL_BYTES)
+    }
+
+    /// Like `open`, with a journal of `journal_bytes` if it has to be created.
+    pub fn open_with_journal(path: &Path, journal_bytes: u64) -> Result<Self, DiskError> {
         let p = path.display().to_string();
         let io = |what: String| DiskError::Io {
             path: p.clone(),
@@ -310,9 +327,31 @@ impl RedbDisk {
         let db = redb::Database::create(path).map_err(|e| io(e.to_string()))?;
         let tx = db.begin_write().map_err(|e| io(e.to_string()))?;
         tx.open_table(LOG).map_err(|e| io(e.to_string()))?;
-        tx.open_table(META).map_err(|e| io(e.to_string()))?;
+        let folded = {
+            let meta = tx.open_table(META).map_err(|e| io(e.to_string()))?;
+            let v = meta.get(FOLDED).map_err(|e| io(e.to_string()))?;
+            match v {
+                None => 0,
+                Some(v) => {
+                    let b: [u8; 8] = v.value().try_into().map_err(|_| {
+                        DiskError::Corrupt(format!(
+                            "{FOLDED} holds {} bytes, not 8",
+                            v.value().len()
+                        ))
+                    })?;
+                    u64::from_le_bytes(b)
+                }
+            }
+        };
         tx.commit().map_err(|e| io(e.to_string()))?;
-        Ok(RedbDisk { db, path: p })
+        let (journal, pending) =
+            Journal::open(&path.with_extension("journal"), journal_bytes, folded)?;
+        Ok(RedbDisk {
+            db,
+            path: p,
+            journal,
+            pending,
+        })
     }
     fn io(&self, e: impl std::fmt::Display) -> DiskError {
         DiskError::Io {
@@ -320,6 +359,91 @@ impl RedbDisk {
             what: e.to_string(),
         }
     }
+
+    /// Writes what the journal holds, then `extra`, into redb in one transaction that also
+    /// records the journal's generation as folded; the journal then starts a new generation.
+    fn fold(&mut self, extra: Option<&Batch<'_>>) -> Result<(), DiskError> {
+        let mut tx = self.db.begin_write().map_err(|e| self.io(e))?;
+        tx.set_durability(redb::Durability::Immediate)
+            .map_err(|e| self.io(e))?;
+        {
+            let mut log = tx.open_table(LOG).map_err(|e| self.io(e))?;
+            let mut meta = tx.open_table(META).map_err(|e| self.io(e))?;
+            for r in &self.pending {
+                let b = Batch {
+                    hard_state: r.hard_state.as_ref(),
+                    entries: &r.entries,
+                    ..Default::default()
+                };
+                self.apply(&mut log, &mut meta, &b)?;
+            }
+            if let Some(b) = extra {
+                self.apply(&mut log, &mut meta, b)?;
+            }
+            meta.insert(FOLDED, self.journal.generation().to_le_bytes().as_slice())
+                .map_err(|e| self.io(e))?;
+        }
+        tx.commit().map_err(|e| self.io(e))?;
+        self.pending.clear();
+        self.journal.next_generation();
+        Ok(())
+    }
+
+    fn apply(
+        &self,
+        log: &mut redb::Table<u64, &[u8]>,
+        meta: &mut redb::Table<&str, &[u8]>,
+        b: &Batch<'_>,
+    ) -> Result<(), DiskError> {
+        if let Some(s) = b.install.or(b.local) {
+            if b.install.is_some() {
+                log.retain(|_, _| false).map_err(|e| self.io(e))?;
+            }
+            meta.insert("snapshot", encode(s)?.as_slice())
+                .map_err(|e| self.io(e))?;
+            meta.insert(
+                "conf_state",
+                encode(s.get_metadata().get_conf_state())?.as_slice(),
+            )
+            .map_err(|e| self.io(e))?;
+        }
+        if let Some(first) = b.entries.first() {
+            log.retain_in(first.index.., |_, _| false)
+                .map_err(|e| self.io(e))?;
+            for e in b.entries {
+                log.insert(e.index, encode(e)?.as_slice())
+                    .map_err(|e| self.io(e))?;
+            }
+        }
+        if let Some(hs) = b.hard_state {
+            meta.insert("hard_state", encode(hs)?.as_slice())
+                .map_err(|e| self.io(e))?;
+        }
+        if let Some(to) = b.compact_to {
+            log.retain_in(..to, |_, _| false).map_err(|e| self.io(e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Replays one journal record over what redb held.
+fn replay(p: &mut Persisted, r: &Record) -> Result<(), DiskError> {
+    if let Some(first) = r.entries.first() {
+        if let Some(last) = p.entries.last() {
+            if first.index > last.index + 1 {
+                return Err(DiskError::Corrupt(format!(
+                    "the journal continues the log at entry {} but the log ends at {}",
+                    first.index, last.index
+                )));
+            }
+        }
+        p.entries.retain(|e| e.index < first.index);
+        p.entries.extend(r.entries.iter().cloned());
+    }
+    if let Some(hs) = &r.hard_state {
+        p.hard_state = hs.clone();
+    }
+    Ok(())
 }
 
 fn decode<M: protobuf::Message>(what: &str, b: &[u8]) -> Result<M, DiskError> {
@@ -359,45 +483,24 @@ impl Disk for RedbDisk {
             }
             p.entries.push(e);
         }
+        for r in &self.pending {
+            replay(&mut p, r)?;
+        }
         Ok(p)
     }
 
     fn write(&mut self, b: &Batch<'_>) -> Result<(), DiskError> {
-        let mut tx = self.db.begin_write().map_err(|e| self.io(e))?;
-        tx.set_durability(redb::Durability::Immediate)
-            .map_err(|e| self.io(e))?;
-        {
-            let mut log = tx.open_table(LOG).map_err(|e| self.io(e))?;
-            let mut meta = tx.open_table(META).map_err(|e| self.io(e))?;
-            if let Some(s) = b.install.or(b.local) {
-                if b.install.is_some() {
-                    log.retain(|_, _| false).map_err(|e| self.io(e))?;
-                }
-                meta.insert("snapshot", encode(s)?.as_slice())
-                    .map_err(|e| self.io(e))?;
-                meta.insert(
-                    "conf_state",
-                    encode(s.get_metadata().get_conf_state())?.as_slice(),
-                )
-                .map_err(|e| self.io(e))?;
-            }
-            if let Some(first) = b.entries.first() {
-                log.retain_in(first.index.., |_, _| false)
-                    .map_err(|e| self.io(e))?;
-                for e in b.entries {
-                    log.insert(e.index, encode(e)?.as_slice())
-                        .map_err(|e| self.io(e))?;
-                }
-            }
-            if let Some(hs) = b.hard_state {
-                meta.insert("hard_state", encode(hs)?.as_slice())
-                    .map_err(|e| self.io(e))?;
-            }
-            if let Some(to) = b.compact_to {
-                log.retain_in(..to, |_, _| false).map_err(|e| self.io(e))?;
+        if b.install.is_none() && b.local.is_none() && b.compact_to.is_none() {
+            let payload = encode_record(b.hard_state, b.entries)?;
+            if self.journal.append(&payload)? {
+                self.pending.push(Record {
+                    hard_state: b.hard_state.cloned(),
+                    entries: b.entries.to_vec(),
+                });
+                return Ok(());
             }
         }
-        tx.commit().map_err(|e| self.io(e))?;
-        Ok(())
+        // Snapshots, and whatever does not fit in the journal, go to redb with it.
+        self.fold(Some(b))
     }
 }

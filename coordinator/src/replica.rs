@@ -100,6 +100,15 @@ impl SnapshotCodec {
     }
 }
 
+/// When `Replica::handle_ready_with` hands messages out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// Before the local write (the leader's appends).
+    BeforeWrite,
+    /// Once the write is durable (votes, acknowledgements).
+    AfterWrite,
+}
+
 fn ctx_bytes(id: u64, token: u64) -> Vec<u8> {
     let mut v = Vec::with_capacity(16);
     v.extend_from_slice(&id.to_be_bytes());
@@ -272,19 +281,21 @@ impl<D: Disk> Replica<D> {
     /// messages. Messages go out only after the write, so nothing is acknowledged unsynced.
     pub fn handle_ready(&mut self) -> Result<bool, ReplicaError> {
         let mut early = Vec::new();
-        let r = self.handle_ready_with(&mut |m| early.extend(m));
+        let r = self.handle_ready_with(&mut |m, _| early.extend(m));
         let mut all = early;
         all.append(&mut self.messages);
         self.messages = all;
         r
     }
 
-    /// Like `handle_ready`, but hands the leader's append messages to `send_early` before the
-    /// local write (Raft allows a leader to replicate while it persists), so replication and
-    /// the leader's fsync overlap. Messages that need the write (votes, acks) still wait.
+    /// Like `handle_ready`, but hands messages to `send_early` as soon as they may go: the
+    /// leader's appends before the local write (Raft allows a leader to replicate while it
+    /// persists), so replication and the leader's fsync overlap; messages that need the write
+    /// (votes, acknowledgements) right after it, before committed entries are applied. The
+    /// second argument says which: `Sent::AfterWrite` messages need the write to be durable.
     pub fn handle_ready_with(
         &mut self,
-        send_early: &mut dyn FnMut(Vec<Message>),
+        send_early: &mut dyn FnMut(Vec<Message>, Sent),
     ) -> Result<bool, ReplicaError> {
         if !self.raw.has_ready() {
             return Ok(false);
@@ -292,7 +303,7 @@ impl<D: Disk> Replica<D> {
         let mut rd = self.raw.ready();
         let early = rd.take_messages();
         if !early.is_empty() {
-            send_early(early);
+            send_early(early, Sent::BeforeWrite);
         }
         let mut msgs = Vec::new();
         let install = if rd.snapshot().is_empty() {
@@ -340,9 +351,13 @@ impl<D: Disk> Replica<D> {
                 }
             }
         }
+        // Acknowledgements need only the write: they go before the apply, which can wait.
+        let persisted = rd.take_persisted_messages();
+        if !persisted.is_empty() {
+            send_early(persisted, Sent::AfterWrite);
+        }
         let committed = rd.take_committed_entries();
         self.apply_entries(committed);
-        msgs.extend(rd.take_persisted_messages());
         let mut light = self.raw.advance(rd);
         if let Some(c) = light.commit_index() {
             self.raw.mut_store().hard_state.commit = c;

@@ -419,7 +419,7 @@ impl RaftLoop {
     fn drain_ready(&mut self) -> Result<(), BoxError> {
         while self.rep.has_ready() {
             let peers = &self.peers;
-            self.rep.handle_ready_with(&mut |msgs| {
+            self.rep.handle_ready_with(&mut |msgs, _| {
                 for m in msgs {
                     if let Some(tx) = peers.get(&m.to) {
                         let _ = tx.send(m);

@@ -17,7 +17,7 @@ use allot_common::api::{ActivationState, ComputeQuotaInput, RunSpec, SubmitInput
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::{Catalog, PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
 use allot_coordinator::raftlog::MemDisk;
-use allot_coordinator::replica::{Replica, ReplicaConfig, SnapshotCodec};
+use allot_coordinator::replica::{Replica, ReplicaConfig, Sent, SnapshotCodec};
 use allot_core::machine::{Command, Entry as Cmd};
 use allot_core::WlState;
 use raft::eraftpb::Message;
@@ -359,9 +359,13 @@ impl Sim {
             return;
         };
         let mut early = Vec::new();
-        let res = r.handle_ready_with(&mut |m| early.extend(m));
+        let mut after_write = Vec::new();
+        let res = r.handle_ready_with(&mut |m, when| match when {
+            Sent::BeforeWrite => early.extend(m),
+            Sent::AfterWrite => after_write.extend(m),
+        });
         // The leader's appends leave before its own write; they are on the network even if
-        // the write is then lost.
+        // the write is then lost. What needs the write waits for the sync below.
         self.send(early);
         match res {
             Ok(_) => {}
@@ -383,6 +387,7 @@ impl Sim {
             return;
         }
         self.disks[i].sync();
+        self.send(after_write);
         let r = self.nodes[i].as_mut().expect("present");
         let msgs = r.take_messages();
         let applied = r.take_applied();

@@ -1,0 +1,196 @@
+//! The real disk (redb behind its journal) against the in-memory model (`MemDisk`): the same
+//! seeded sequence of raft writes (appends that overwrite a suffix, hard states, local
+//! snapshots with compaction, installed snapshots), with reopens in between, must load back
+//! exactly what the model holds. A small journal makes folds, and records too big for the
+//! journal, frequent.
+
+use allot_coordinator::raftlog::{Batch, Disk, MemDisk, Persisted, RedbDisk};
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn same(what: &str, step: usize, a: &Persisted, b: &Persisted) {
+    let key = |p: &Persisted| {
+        (
+            p.hard_state.clone(),
+            // The model keeps the conf state in the snapshot it came with.
+            if p.conf_state.voters.is_empty() {
+                p.snapshot.get_metadata().get_conf_state().clone()
+            } else {
+                p.conf_state.clone()
+            },
+            p.snapshot.get_metadata().index,
+            p.snapshot.get_metadata().term,
+            p.snapshot.data.to_vec(),
+            p.entries
+                .iter()
+                .map(|e| (e.index, e.term, e.data.to_vec()))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (ka, kb) = (key(a), key(b));
+    assert_eq!(ka.0, kb.0, "{what}: hard state after step {step}");
+    assert_eq!(ka.1, kb.1, "{what}: conf state after step {step}");
+    assert_eq!(
+        (ka.2, ka.3, &ka.4),
+        (kb.2, kb.3, &kb.4),
+        "{what}: snapshot after step {step}"
+    );
+    assert!(
+        ka.5 == kb.5,
+        "{what}: entries after step {step}: disk has {:?}, model {:?}",
+        a.entries
+            .iter()
+            .map(|e| (e.index, e.term))
+            .collect::<Vec<_>>(),
+        b.entries
+            .iter()
+            .map(|e| (e.index, e.term))
+            .collect::<Vec<_>>()
+    );
+}
+
+fn snapshot(index: u64, term: u64, rng: &mut Rng) -> Snapshot {
+    let mut s = Snapshot::default();
+    s.mut_metadata().index = index;
+    s.mut_metadata().term = term;
+    s.mut_metadata().set_conf_state(ConfState {
+        voters: vec![1, 2, 3],
+        ..Default::default()
+    });
+    s.data = vec![rng.below(256) as u8; 50 + rng.below(200) as usize].into();
+    s
+}
+
+fn run(seed: u64, journal_bytes: u64, steps: usize) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("raft.redb");
+    let mut disk = RedbDisk::open_with_journal(&path, journal_bytes).expect("open");
+    let mut model = MemDisk::new(false);
+    let mut rng = Rng(seed | 1);
+    let mut term = 1u64;
+    for step in 0..steps {
+        let m = model.load().expect("model");
+        let snap = m.snapshot.get_metadata().index;
+        let last = m.entries.last().map_or(snap, |e| e.index);
+        let first = m.entries.first().map_or(snap + 1, |e| e.index);
+        let hs;
+        let s;
+        let entries: Vec<Entry>;
+        let batch = match rng.below(20) {
+            // Appends, some overwriting a suffix, some too big for the journal.
+            0..=11 => {
+                if rng.below(4) == 0 {
+                    term += 1;
+                }
+                let from = (last + 1).saturating_sub(rng.below(3)).max(snap + 1);
+                let big = rng.below(10) == 0;
+                let n = 1 + rng.below(if big { 40 } else { 4 });
+                let size = 20 + rng.below(300) as usize;
+                entries = (from..from + n)
+                    .map(|i| Entry {
+                        index: i,
+                        term,
+                        data: vec![(i % 251) as u8; size].into(),
+                        ..Default::default()
+                    })
+                    .collect();
+                Batch {
+                    entries: &entries,
+                    ..Default::default()
+                }
+            }
+            12..=14 => {
+                hs = HardState {
+                    term,
+                    vote: rng.below(4),
+                    commit: last,
+                    ..Default::default()
+                };
+                Batch {
+                    hard_state: Some(&hs),
+                    ..Default::default()
+                }
+            }
+            // A local snapshot of applied state, and the log compacted up to it.
+            15..=16 if last > first => {
+                let at = first + rng.below(last - first);
+                s = snapshot(at, term, &mut rng);
+                Batch {
+                    local: Some(&s),
+                    compact_to: Some(at.saturating_sub(rng.below(2))),
+                    ..Default::default()
+                }
+            }
+            // A snapshot from the leader, ahead of the log, with the hard state raft-rs
+            // writes beside it.
+            17 => {
+                s = snapshot(last + 1 + rng.below(5), term, &mut rng);
+                hs = HardState {
+                    term,
+                    vote: m.hard_state.vote,
+                    commit: s.get_metadata().index,
+                    ..Default::default()
+                };
+                Batch {
+                    install: Some(&s),
+                    hard_state: Some(&hs),
+                    ..Default::default()
+                }
+            }
+            _ => {
+                drop(disk);
+                disk = RedbDisk::open_with_journal(&path, journal_bytes).expect("reopen");
+                same("the reopened disk", step, &disk.load().expect("load"), &m);
+                continue;
+            }
+        };
+        if std::env::var_os("ALLOT_TEST_TRACE").is_some() {
+            eprintln!(
+                "step {step}: hs {:?} entries {:?} install {:?} local {:?} compact {:?}",
+                batch.hard_state.map(|h| (h.term, h.commit)),
+                batch
+                    .entries
+                    .first()
+                    .map(|e| (e.index, batch.entries.len())),
+                batch.install.map(|s| s.get_metadata().index),
+                batch.local.map(|s| s.get_metadata().index),
+                batch.compact_to
+            );
+        }
+        disk.write(&batch).expect("write");
+        model.write(&batch).expect("model write");
+    }
+    drop(disk);
+    let mut disk = RedbDisk::open_with_journal(&path, journal_bytes).expect("reopen");
+    same(
+        "the disk at the end",
+        steps,
+        &disk.load().expect("load"),
+        &model.load().expect("model"),
+    );
+}
+
+#[test]
+fn redb_behind_its_journal_loads_what_the_model_holds() {
+    for seed in 1..=12u64 {
+        run(seed * 7919, 4096, 300);
+    }
+}
+
+#[test]
+fn a_journal_that_never_fills_loads_the_same() {
+    run(42, 1 << 20, 400);
+}
