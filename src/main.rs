@@ -79,9 +79,19 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .try_init();
+    // Servers get a thread per core; a client's requests and their QUIC connection run on one
+    // thread, so a reply reaches the caller without a thread handoff.
     let async_cmd =
-        |f: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>| {
-            let rt = match tokio::runtime::Runtime::new() {
+        |f: std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>>>>,
+         multi_thread: bool| {
+            let rt = if multi_thread {
+                tokio::runtime::Runtime::new()
+            } else {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+            };
+            let rt = match rt {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("error: cannot start the async runtime: {e}");
@@ -97,8 +107,8 @@ fn main() -> ExitCode {
             }
         };
     match cli.command {
-        Command::Coordinator(a) => async_cmd(Box::pin(coordinator_cmd::run(a))),
-        Command::Dev(a) => async_cmd(Box::pin(dev::run(a))),
+        Command::Coordinator(a) => async_cmd(Box::pin(coordinator_cmd::run(a)), true),
+        Command::Dev(a) => async_cmd(Box::pin(dev::run(a)), true),
         Command::Agent(a) => match agent_cmd::run(a, &cli.client) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -120,10 +130,10 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Bench(a) => async_cmd(Box::pin(bench::run(a))),
+        Command::Bench(a) => async_cmd(Box::pin(bench::run(a)), false),
         Command::Cluster(c) => {
             let opts = cli.client.clone();
-            async_cmd(Box::pin(async move { cli::run(c, &opts).await }))
+            async_cmd(Box::pin(async move { cli::run(c, &opts).await }), false)
         }
         Command::Simulate { file, output } => {
             let text = match std::fs::read_to_string(&file) {

@@ -297,14 +297,34 @@ impl<D: Disk> Replica<D> {
         &mut self,
         send_early: &mut dyn FnMut(Vec<Message>, Sent),
     ) -> Result<bool, ReplicaError> {
-        if !self.raw.has_ready() {
+        let Some((rd, early)) = self.ready_begin() else {
             return Ok(false);
-        }
-        let mut rd = self.raw.ready();
-        let early = rd.take_messages();
+        };
         if !early.is_empty() {
             send_early(early, Sent::BeforeWrite);
         }
+        self.ready_finish(rd, send_early)?;
+        Ok(true)
+    }
+
+    /// The first half of `handle_ready_with`, for a caller that must let the messages that may
+    /// leave before the write (returned here) reach the network before it calls
+    /// `ready_finish`, which writes. Nothing else may touch the replica in between.
+    pub fn ready_begin(&mut self) -> Option<(raft::Ready, Vec<Message>)> {
+        if !self.raw.has_ready() {
+            return None;
+        }
+        let mut rd = self.raw.ready();
+        let early = rd.take_messages();
+        Some((rd, early))
+    }
+
+    /// The second half of `handle_ready_with`: the durable write, then the apply.
+    pub fn ready_finish(
+        &mut self,
+        mut rd: raft::Ready,
+        send_early: &mut dyn FnMut(Vec<Message>, Sent),
+    ) -> Result<(), ReplicaError> {
         let mut msgs = Vec::new();
         let install = if rd.snapshot().is_empty() {
             None
@@ -367,7 +387,7 @@ impl<D: Disk> Replica<D> {
         self.raw.advance_apply_to(self.applied);
         self.messages.extend(msgs);
         self.maybe_snapshot()?;
-        Ok(true)
+        Ok(())
     }
 
     fn apply_entries(&mut self, entries: Vec<Entry>) {

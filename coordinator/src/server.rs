@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::mpsc as stdmpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,7 +82,7 @@ pub struct Status {
 #[derive(Clone)]
 struct Shared {
     id: u64,
-    input: stdmpsc::Sender<Input>,
+    input: mpsc::UnboundedSender<Input>,
     status: Arc<Mutex<Status>>,
     peers: Arc<BTreeMap<u64, String>>,
     /// The applied index, published after every batch of applied entries.
@@ -416,16 +415,23 @@ impl RaftLoop {
         }
     }
 
-    fn drain_ready(&mut self) -> Result<(), BoxError> {
-        while self.rep.has_ready() {
+    async fn drain_ready(&mut self) -> Result<(), BoxError> {
+        while let Some((rd, early)) = self.rep.ready_begin() {
             let peers = &self.peers;
-            self.rep.handle_ready_with(&mut |msgs, _| {
+            let send = |msgs: Vec<Message>| {
                 for m in msgs {
                     if let Some(tx) = peers.get(&m.to) {
                         let _ = tx.send(m);
                     }
                 }
-            })?;
+            };
+            if !early.is_empty() {
+                send(early);
+                // The leader's appends leave before its own write blocks this thread: the
+                // peer senders and QUIC run on it, and get their turn here.
+                tokio::task::yield_now().await;
+            }
+            self.rep.ready_finish(rd, &mut |msgs, _| send(msgs))?;
             for m in self.rep.take_messages() {
                 if let Some(tx) = self.peers.get(&m.to) {
                     let _ = tx.send(m);
@@ -515,18 +521,20 @@ impl RaftLoop {
         }
     }
 
-    fn run(mut self, rx: stdmpsc::Receiver<Input>, tick: Duration) {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Input>, tick: Duration) {
         let mut next_tick = Instant::now() + tick;
         loop {
-            let wait = next_tick.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
-                Ok(i) => self.handle(i),
-                Err(stdmpsc::RecvTimeoutError::Timeout) => {}
-                Err(stdmpsc::RecvTimeoutError::Disconnected) => return,
+            match tokio::time::timeout_at(next_tick.into(), rx.recv()).await {
+                Ok(Some(i)) => self.handle(i),
+                Ok(None) => return,
+                Err(_) => {}
             }
             // Everything queued goes into the same Ready: one fsync for many writes.
-            for i in rx.try_iter().take(50_000) {
-                self.handle(i);
+            for _ in 0..50_000 {
+                match rx.try_recv() {
+                    Ok(i) => self.handle(i),
+                    Err(_) => break,
+                }
             }
             if Instant::now() >= next_tick {
                 self.rep.tick();
@@ -539,7 +547,7 @@ impl RaftLoop {
             // Schedule as soon as something changed, not at the next tick.
             for _ in 0..2 {
                 self.schedule();
-                if let Err(e) = self.drain_ready() {
+                if let Err(e) = self.drain_ready().await {
                     // A disk that cannot be written must not acknowledge anything: stop.
                     tracing::error!("raft storage failed, stopping the replica: {e}");
                     std::process::exit(70);
@@ -558,7 +566,7 @@ async fn peer_sender(
     endpoint: quinn::Endpoint,
     client: quinn::ClientConfig,
     mut rx: mpsc::UnboundedReceiver<Message>,
-    input: stdmpsc::Sender<Input>,
+    input: mpsc::UnboundedSender<Input>,
 ) {
     let mut backoff = Duration::from_millis(50);
     loop {
@@ -1057,35 +1065,16 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     rcfg.keep_behind_snapshot = cfg.snapshot_every.min(1000);
     let logger = slog::Logger::root(tracing_slog::TracingSlogDrain, slog::o!());
     let rep = Replica::open(rcfg, disk, SnapshotCodec::wire(), &logger)?;
-    let endpoint = quinn::Endpoint::server(server_tls, cfg.listen)
-        .map_err(|e| format!("could not listen on {} (UDP): {e}", cfg.listen))?;
-
-    let (input_tx, input_rx) = stdmpsc::channel::<Input>();
+    let (input_tx, input_rx) = mpsc::unbounded_channel::<Input>();
     let (applied_tx, applied_rx) = tokio::sync::watch::channel(0u64);
     let status = Arc::new(Mutex::new(Status {
         id: cfg.id,
         ..Default::default()
     }));
     let metrics = Arc::new(Metrics::new(cfg.id));
-    let mut peer_txs = BTreeMap::new();
-    for (&id, addr) in &cfg.peers {
-        if id == cfg.id {
-            continue;
-        }
-        let (tx, rx) = mpsc::unbounded_channel();
-        peer_txs.insert(id, tx);
-        tokio::spawn(peer_sender(
-            id,
-            addr.clone(),
-            endpoint.clone(),
-            client_tls.clone(),
-            rx,
-            input_tx.clone(),
-        ));
-    }
-    let lp = RaftLoop {
+    let mut lp = RaftLoop {
         rep,
-        peers: peer_txs,
+        peers: BTreeMap::new(),
         waiters: HashMap::new(),
         pending_reads: HashMap::new(),
         ready_reads: Vec::new(),
@@ -1107,11 +1096,6 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
             last_check: Instant::now(),
         },
     };
-    let tick = Duration::from_millis(cfg.tick_ms);
-    std::thread::Builder::new()
-        .name(format!("raft-{}", cfg.id))
-        .spawn(move || lp.run(input_rx, tick))?;
-
     let shared = Shared {
         id: cfg.id,
         input: input_tx,
@@ -1119,19 +1103,69 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         peers: Arc::new(cfg.peers.clone()),
         applied: applied_rx,
     };
-    let ep = endpoint.clone();
-    let sh = shared.clone();
-    tokio::spawn(async move {
-        while let Some(incoming) = ep.accept().await {
-            let sh = sh.clone();
-            tokio::spawn(async move {
-                match incoming.await {
-                    Ok(conn) => serve_conn(conn, sh).await,
-                    Err(e) => tracing::info!("refused a connection: {e}"),
+    // The replica, QUIC (its endpoint, the peer senders, every connection and request) and
+    // the raft loop share one thread: a message crosses no thread on its way in or out, and
+    // on this path each crossing costs more than the work it carries.
+    let tick = Duration::from_millis(cfg.tick_ms);
+    let listen = cfg.listen;
+    let peers = cfg.peers.clone();
+    let id = cfg.id;
+    let (up_tx, up_rx) = oneshot::channel::<Result<quinn::Endpoint, String>>();
+    std::thread::Builder::new()
+        .name(format!("raft-{id}"))
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = up_tx.send(Err(format!("cannot start the raft thread's runtime: {e}")));
+                    return;
                 }
+            };
+            rt.block_on(async move {
+                let endpoint = match quinn::Endpoint::server(server_tls, listen) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        let _ = up_tx.send(Err(format!("could not listen on {listen} (UDP): {e}")));
+                        return;
+                    }
+                };
+                for (&peer, addr) in &peers {
+                    if peer == id {
+                        continue;
+                    }
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    lp.peers.insert(peer, tx);
+                    tokio::spawn(peer_sender(
+                        peer,
+                        addr.clone(),
+                        endpoint.clone(),
+                        client_tls.clone(),
+                        rx,
+                        shared.input.clone(),
+                    ));
+                }
+                let ep = endpoint.clone();
+                tokio::spawn(async move {
+                    while let Some(incoming) = ep.accept().await {
+                        let sh = shared.clone();
+                        tokio::spawn(async move {
+                            match incoming.await {
+                                Ok(conn) => serve_conn(conn, sh).await,
+                                Err(e) => tracing::info!("refused a connection: {e}"),
+                            }
+                        });
+                    }
+                });
+                let _ = up_tx.send(Ok(endpoint));
+                lp.run(input_rx, tick).await;
             });
-        }
-    });
+        })?;
+    let endpoint = up_rx
+        .await
+        .map_err(|_| "the raft thread stopped while starting".to_string())??;
     let http_addr = match cfg.http {
         Some(addr) => Some(crate::http::serve(addr, status.clone(), metrics).await?),
         None => None,
