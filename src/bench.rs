@@ -326,10 +326,12 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     }
     lat.sort();
     println!(
-        "submit-to-admit on an idle cluster ({} samples, {in_one} admitted in the submit's own commit): p50 {}, p99 {} ({:.1}x the fsync p99)",
+        "submit-to-admit on an idle cluster ({} samples, {in_one} admitted in the submit's own commit): p50 {}, p90 {}, p99 {}, max {} ({:.1}x the fsync p99)",
         lat.len(),
         ms(pct(&lat, 0.5)),
+        ms(pct(&lat, 0.9)),
         ms(pct(&lat, 0.99)),
+        ms(lat.last().copied().unwrap_or_default()),
         pct(&lat, 0.99).as_secs_f64() / pct(&fs, 0.99).as_secs_f64().max(1e-9)
     );
 

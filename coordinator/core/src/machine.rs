@@ -743,9 +743,20 @@ impl Machine {
     /// when other workloads are pending, the workload would wait, the submit would be refused,
     /// or it retries an existing workload: the plain `Submit` and the next cycle handle those.
     pub fn plan_submit(&self, input: &SubmitInput, now: Time) -> Option<(WlId, Plan)> {
+        self.plan_submit_with(input, now, None)
+    }
+
+    /// `plan_submit` on `acct`, a copy of the accounting made while the state was the same
+    /// (the leader makes it while idle, off the submit's path).
+    pub fn plan_submit_with(
+        &self,
+        input: &SubmitInput,
+        now: Time,
+        acct: Option<crate::quota::Acct>,
+    ) -> Option<(WlId, Plan)> {
         // An existing name (a retry) is refused by `prepare` like any duplicate.
         let wl = self.state.prepare(&input.spec, now).ok()??;
-        let plan = crate::scheduler::schedule_alone(&self.state, &wl, now)?;
+        let plan = crate::scheduler::schedule_alone_with(&self.state, &wl, now, acct)?;
         Some((wl.id, plan))
     }
 

@@ -45,9 +45,14 @@ pub struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     pub fn new(st: &'a State, now: Time) -> Self {
+        Self::with_acct(st, now, st.acct.clone())
+    }
+
+    /// A context on `acct`, which must equal `st.acct`.
+    pub fn with_acct(st: &'a State, now: Time, acct: Acct) -> Self {
         Ctx {
             st,
-            acct: st.acct.clone(),
+            acct,
             removed: BTreeSet::new(),
             now,
             planned: BTreeMap::new(),
@@ -879,10 +884,24 @@ fn shape_key(st: &State, wl: &Workload) -> ShapeKey {
 /// other pending workload the cycle considers `wl` alone, so this runs the same `process`
 /// without copying the state: the leader's fast path for a submit on an idle cluster.
 pub fn schedule_alone(st: &State, wl: &Workload, now: Time) -> Option<Plan> {
+    schedule_alone_with(st, wl, now, None)
+}
+
+/// `schedule_alone` on `acct`, a copy of `st.acct` made earlier (it must equal it), so the
+/// copy need not be made on the submit's path.
+pub fn schedule_alone_with(
+    st: &State,
+    wl: &Workload,
+    now: Time,
+    acct: Option<Acct>,
+) -> Option<Plan> {
     if st.teams.iter().any(|t| !t.pending.is_empty()) {
         return None;
     }
-    let mut ctx = Ctx::new(st, now);
+    let mut ctx = match acct {
+        Some(acct) => Ctx::with_acct(st, now, acct),
+        None => Ctx::new(st, now),
+    };
     match process(&mut ctx, wl) {
         Outcome::Admitted(admission) => Some(Plan {
             admissions: vec![PlannedAdmission {
@@ -898,6 +917,10 @@ pub fn schedule_alone(st: &State, wl: &Workload, now: Time) -> Option<Plan> {
 
 /// Runs one scheduling cycle over every pending workload. Pure: the state is not changed.
 pub fn schedule(st: &State, now: Time) -> Plan {
+    // Nothing to decide: skip the working copy (the node set is most of a cycle's cost then).
+    if st.teams.iter().all(|t| t.pending.is_empty()) {
+        return Plan::default();
+    }
     let mut ctx = Ctx::new(st, now);
     let mut plan = Plan::default();
     // Team cursors: the next pending workload of each team, in its queue order.

@@ -556,6 +556,13 @@ impl<'s> Sim<'s> {
                 // alone, computed before the submit, is exactly the next cycle's plan after it.
                 let idle = self.st.teams.iter().all(|t| t.pending.is_empty());
                 let alone = match self.st.prepare(&spec, now) {
+                    // Half on a copy of the accounting made beforehand, as the leader does.
+                    Ok(Some(wl)) if k % 2 == 1 => allot_core::scheduler::schedule_alone_with(
+                        &self.st,
+                        &wl,
+                        now,
+                        Some(self.st.acct.clone()),
+                    ),
                     Ok(Some(wl)) => allot_core::scheduler::schedule_alone(&self.st, &wl, now),
                     _ => None,
                 };
