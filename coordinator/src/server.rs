@@ -344,10 +344,7 @@ impl RaftLoop {
         let Command::Submit(input) = cmd else {
             return cmd;
         };
-        if !self.rep.is_leader()
-            || self.plan_token.is_some()
-            || self.rep.last_index() != self.rep.applied_index()
-        {
+        if !self.nothing_in_flight() {
             return Command::Submit(input);
         }
         let t0 = Instant::now();
@@ -442,11 +439,7 @@ impl RaftLoop {
                 tokio::task::yield_now().await;
             }
             self.rep.ready_finish(rd, &mut |msgs, _| send(msgs))?;
-            for m in self.rep.take_messages() {
-                if let Some(tx) = self.peers.get(&m.to) {
-                    let _ = tx.send(m);
-                }
-            }
+            send(self.rep.take_messages());
             for a in self.rep.take_applied() {
                 if a.kind != "plan" || a.result.is_err() {
                     self.dirty = true;
@@ -578,15 +571,21 @@ impl RaftLoop {
     fn prepare_scratch(&mut self) {
         let applied = self.rep.applied_index();
         let st = &self.rep.machine.state;
-        if !self.rep.is_leader()
-            || self.plan_token.is_some()
-            || self.rep.last_index() != applied
+        if !self.nothing_in_flight()
             || self.scratch.as_ref().is_some_and(|(at, _)| *at == applied)
-            || st.teams.iter().any(|t| !t.pending.is_empty())
+            || st.has_pending()
         {
             return;
         }
         self.scratch = Some((applied, st.acct.clone()));
+    }
+
+    /// The leader, with no plan in flight and every entry applied: a plan computed now is
+    /// computed on exactly the state the next entry applies to.
+    fn nothing_in_flight(&self) -> bool {
+        self.rep.is_leader()
+            && self.plan_token.is_none()
+            && self.rep.last_index() == self.rep.applied_index()
     }
 }
 
@@ -1141,7 +1140,6 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     // on this path each crossing costs more than the work it carries.
     let tick = Duration::from_millis(cfg.tick_ms);
     let listen = cfg.listen;
-    let peers = cfg.peers.clone();
     let id = cfg.id;
     let (up_tx, up_rx) = oneshot::channel::<Result<quinn::Endpoint, String>>();
     std::thread::Builder::new()
@@ -1165,7 +1163,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
                         return;
                     }
                 };
-                for (&peer, addr) in &peers {
+                for (&peer, addr) in shared.peers.iter() {
                     if peer == id {
                         continue;
                     }

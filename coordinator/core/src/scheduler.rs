@@ -895,7 +895,7 @@ pub fn schedule_alone_with(
     now: Time,
     acct: Option<Acct>,
 ) -> Option<Plan> {
-    if st.teams.iter().any(|t| !t.pending.is_empty()) {
+    if st.has_pending() {
         return None;
     }
     let mut ctx = match acct {
@@ -918,7 +918,7 @@ pub fn schedule_alone_with(
 /// Runs one scheduling cycle over every pending workload. Pure: the state is not changed.
 pub fn schedule(st: &State, now: Time) -> Plan {
     // Nothing to decide: skip the working copy (the node set is most of a cycle's cost then).
-    if st.teams.iter().all(|t| t.pending.is_empty()) {
+    if !st.has_pending() {
         return Plan::default();
     }
     let mut ctx = Ctx::new(st, now);

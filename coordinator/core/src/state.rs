@@ -355,6 +355,11 @@ impl State {
             })
     }
 
+    /// Whether any team has a workload waiting for admission.
+    pub fn has_pending(&self) -> bool {
+        self.teams.iter().any(|t| !t.pending.is_empty())
+    }
+
     pub fn workload(&self, id: WlId) -> &Workload {
         &self.workloads[&id]
     }

@@ -554,7 +554,7 @@ impl<'s> Sim<'s> {
                 let before = self.st.workloads.len();
                 // The leader's fast path: with nothing else pending, the plan for the workload
                 // alone, computed before the submit, is exactly the next cycle's plan after it.
-                let idle = self.st.teams.iter().all(|t| t.pending.is_empty());
+                let idle = !self.st.has_pending();
                 let alone = match self.st.prepare(&spec, now) {
                     // Half on a copy of the accounting made beforehand, as the leader does.
                     Ok(Some(wl)) if k % 2 == 1 => allot_core::scheduler::schedule_alone_with(
