@@ -303,13 +303,17 @@ impl<D: Disk> Replica<D> {
         if !early.is_empty() {
             send_early(early, Sent::BeforeWrite);
         }
-        self.ready_finish(rd, send_early)?;
+        let (rd, persisted) = self.ready_write(rd)?;
+        if !persisted.is_empty() {
+            send_early(persisted, Sent::AfterWrite);
+        }
+        self.ready_apply(rd)?;
         Ok(true)
     }
 
     /// The first half of `handle_ready_with`, for a caller that must let the messages that may
     /// leave before the write (returned here) reach the network before it calls
-    /// `ready_finish`, which writes. Nothing else may touch the replica in between.
+    /// `ready_write`. Nothing else may touch the replica until `ready_apply` returns.
     pub fn ready_begin(&mut self) -> Option<(raft::Ready, Vec<Message>)> {
         if !self.raw.has_ready() {
             return None;
@@ -319,13 +323,12 @@ impl<D: Disk> Replica<D> {
         Some((rd, early))
     }
 
-    /// The second half of `handle_ready_with`: the durable write, then the apply.
-    pub fn ready_finish(
+    /// The second step of `handle_ready_with`: the durable write. Returns the messages that
+    /// needed it (votes, acknowledgements), which may leave now, before `ready_apply`.
+    pub fn ready_write(
         &mut self,
         mut rd: raft::Ready,
-        send_early: &mut dyn FnMut(Vec<Message>, Sent),
-    ) -> Result<(), ReplicaError> {
-        let mut msgs = Vec::new();
+    ) -> Result<(raft::Ready, Vec<Message>), ReplicaError> {
         let install = if rd.snapshot().is_empty() {
             None
         } else {
@@ -373,9 +376,12 @@ impl<D: Disk> Replica<D> {
         }
         // Acknowledgements need only the write: they go before the apply, which can wait.
         let persisted = rd.take_persisted_messages();
-        if !persisted.is_empty() {
-            send_early(persisted, Sent::AfterWrite);
-        }
+        Ok((rd, persisted))
+    }
+
+    /// The last step of `handle_ready_with`: applies what was committed and advances raft-rs.
+    pub fn ready_apply(&mut self, mut rd: raft::Ready) -> Result<(), ReplicaError> {
+        let mut msgs = Vec::new();
         let committed = rd.take_committed_entries();
         self.apply_entries(committed);
         let mut light = self.raw.advance(rd);

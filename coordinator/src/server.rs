@@ -438,7 +438,14 @@ impl RaftLoop {
                 // peer senders and QUIC run on it, and get their turn here.
                 tokio::task::yield_now().await;
             }
-            self.rep.ready_finish(rd, &mut |msgs, _| send(msgs))?;
+            let (rd, persisted) = self.rep.ready_write(rd)?;
+            if !persisted.is_empty() {
+                send(persisted);
+                // A follower's acknowledgement is what the leader waits on: it leaves before
+                // this replica spends time applying.
+                tokio::task::yield_now().await;
+            }
+            self.rep.ready_apply(rd)?;
             send(self.rep.take_messages());
             for a in self.rep.take_applied() {
                 if a.kind != "plan" || a.result.is_err() {
