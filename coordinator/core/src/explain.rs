@@ -967,8 +967,12 @@ fn node_summary(
     f: FlavorId,
     reqs: &[(ResId, i64)],
 ) -> String {
-    let of_flavor: Vec<&crate::nodes::Node> =
-        nodes.nodes.iter().filter(|n| n.flavor == f).collect();
+    let of_flavor: Vec<&crate::nodes::Node> = nodes
+        .nodes
+        .iter()
+        .map(|n| &**n)
+        .filter(|n| n.flavor == f)
+        .collect();
     let sched: Vec<&&crate::nodes::Node> = of_flavor.iter().filter(|n| n.schedulable()).collect();
     let unsched = of_flavor.len() - sched.len();
     let mut fit: Vec<(u32, &str, String)> = sched

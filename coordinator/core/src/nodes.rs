@@ -128,7 +128,9 @@ struct FlavorNodes {
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct NodeSet {
-    pub nodes: Vec<Node>,
+    /// Copy-on-write: a copy of the node set (the scheduler's working copy) shares every node
+    /// until one is changed, so making it costs a pointer per node, not a node.
+    pub nodes: Vec<Arc<Node>>,
     /// Shared between copies of the node set; only adding a node changes it.
     by_name: Arc<BTreeMap<String, NodeId>>,
     flavors: BTreeMap<FlavorId, FlavorNodes>,
@@ -206,13 +208,13 @@ impl NodeSet {
                 .or_else(|| res.first())
                 .map(|r| r.res);
         }
-        self.nodes.push(Node {
+        self.nodes.push(Arc::new(Node {
             name: Arc::from(name),
             flavor,
             res,
             healthy: true,
             cordoned: false,
-        });
+        }));
         Arc::make_mut(&mut self.by_name).insert(name.to_string(), id);
         self.index_insert(id);
         Ok(id)
@@ -247,13 +249,13 @@ impl NodeSet {
 
     pub fn set_health(&mut self, id: NodeId, healthy: bool) {
         self.index_remove(id);
-        self.nodes[id.idx()].healthy = healthy;
+        Arc::make_mut(&mut self.nodes[id.idx()]).healthy = healthy;
         self.index_insert(id);
     }
 
     pub fn set_cordoned(&mut self, id: NodeId, cordoned: bool) {
         self.index_remove(id);
-        self.nodes[id.idx()].cordoned = cordoned;
+        Arc::make_mut(&mut self.nodes[id.idx()]).cordoned = cordoned;
         self.index_insert(id);
     }
 
@@ -286,7 +288,7 @@ impl NodeSet {
             return Ok(false);
         }
         self.index_remove(id);
-        let node = &mut self.nodes[id.idx()];
+        let node = Arc::make_mut(&mut self.nodes[id.idx()]);
         let nr = node
             .res
             .iter_mut()
@@ -316,7 +318,7 @@ impl NodeSet {
     /// that it fits.
     fn allocate(&mut self, id: NodeId, req: &[(ResId, i64)]) -> PodAlloc {
         self.index_remove(id);
-        let node = &mut self.nodes[id.idx()];
+        let node = Arc::make_mut(&mut self.nodes[id.idx()]);
         let mut devices = Vec::new();
         for (r, v) in req {
             if *v <= 0 {
@@ -351,7 +353,7 @@ impl NodeSet {
     pub fn release(&mut self, a: &PodAlloc) {
         let id = a.node;
         self.index_remove(id);
-        let node = &mut self.nodes[id.idx()];
+        let node = Arc::make_mut(&mut self.nodes[id.idx()]);
         for (r, v) in &a.req {
             if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
                 nr.used -= v;
@@ -383,7 +385,7 @@ impl NodeSet {
             self.index_remove(*id);
         }
         for a in allocs {
-            let node = &mut self.nodes[a.node.idx()];
+            let node = Arc::make_mut(&mut self.nodes[a.node.idx()]);
             for (r, v) in &a.req {
                 if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
                     nr.used += sign * v;
@@ -433,7 +435,7 @@ impl NodeSet {
             }
         }
         self.index_remove(a.node);
-        let node = &mut self.nodes[a.node.idx()];
+        let node = Arc::make_mut(&mut self.nodes[a.node.idx()]);
         for (r, v) in &a.req {
             if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
                 nr.used += v;
