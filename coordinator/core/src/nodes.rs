@@ -633,6 +633,34 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_shares_nodes_until_one_side_changes_them() {
+        let (mut ns, _, f, g, c) = setup(3, 8);
+        let copy = ns.clone();
+        assert!((0..3).all(|k| Arc::ptr_eq(&ns.nodes[k], &copy.nodes[k])));
+        let a = ns.place(f, &[(g, 2), (c, 1_000)], 1).unwrap();
+        let n = a[0].node;
+        // Only the changed node was copied; the copy still sees it as it was.
+        assert!(!Arc::ptr_eq(&ns.nodes[n.idx()], &copy.nodes[n.idx()]));
+        assert_eq!(ns.node(n).free(g), 6);
+        assert_eq!(copy.node(n).free(g), 8);
+        assert_eq!(copy.node(n).free(c), 32_000);
+        let others = (0..3).filter(|k| *k != n.idx());
+        assert!(others
+            .clone()
+            .all(|k| Arc::ptr_eq(&ns.nodes[k], &copy.nodes[k])));
+        // The copy places on its own nodes without touching the original's.
+        let mut copy = copy;
+        let b = copy.place(f, &[(g, 8)], 1).unwrap();
+        assert_eq!(copy.node(b[0].node).free(g), 0);
+        assert_eq!(
+            ns.node(b[0].node).free(g),
+            if b[0].node == n { 6 } else { 8 }
+        );
+        ns.release(&a[0]);
+        assert_eq!(ns.node(n).free(g), 8);
+    }
+
+    #[test]
     fn devices_are_distinct_and_released() {
         let (mut ns, _, f, g, _) = setup(1, 8);
         let a = ns.place(f, &[(g, 3)], 1).unwrap();
