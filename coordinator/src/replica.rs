@@ -381,17 +381,15 @@ impl<D: Disk> Replica<D> {
 
     /// The last step of `handle_ready_with`: applies what was committed and advances raft-rs.
     pub fn ready_apply(&mut self, mut rd: raft::Ready) -> Result<(), ReplicaError> {
-        let mut msgs = Vec::new();
         let committed = rd.take_committed_entries();
         self.apply_entries(committed);
         let mut light = self.raw.advance(rd);
         if let Some(c) = light.commit_index() {
             self.raw.mut_store().hard_state.commit = c;
         }
-        msgs.extend(light.take_messages());
+        self.messages.extend(light.take_messages());
         self.apply_entries(light.take_committed_entries());
         self.raw.advance_apply_to(self.applied);
-        self.messages.extend(msgs);
         self.maybe_snapshot()?;
         Ok(())
     }

@@ -157,6 +157,11 @@ impl NodeSet {
         &self.nodes[id.idx()]
     }
 
+    /// A node to change: copied first if a copy of the node set still shares it.
+    fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        Arc::make_mut(&mut self.nodes[id.idx()])
+    }
+
     pub fn has_flavor(&self, f: FlavorId) -> bool {
         self.flavors.contains_key(&f)
     }
@@ -249,13 +254,13 @@ impl NodeSet {
 
     pub fn set_health(&mut self, id: NodeId, healthy: bool) {
         self.index_remove(id);
-        Arc::make_mut(&mut self.nodes[id.idx()]).healthy = healthy;
+        self.node_mut(id).healthy = healthy;
         self.index_insert(id);
     }
 
     pub fn set_cordoned(&mut self, id: NodeId, cordoned: bool) {
         self.index_remove(id);
-        Arc::make_mut(&mut self.nodes[id.idx()]).cordoned = cordoned;
+        self.node_mut(id).cordoned = cordoned;
         self.index_insert(id);
     }
 
@@ -288,7 +293,7 @@ impl NodeSet {
             return Ok(false);
         }
         self.index_remove(id);
-        let node = Arc::make_mut(&mut self.nodes[id.idx()]);
+        let node = self.node_mut(id);
         let nr = node
             .res
             .iter_mut()
@@ -318,7 +323,7 @@ impl NodeSet {
     /// that it fits.
     fn allocate(&mut self, id: NodeId, req: &[(ResId, i64)]) -> PodAlloc {
         self.index_remove(id);
-        let node = Arc::make_mut(&mut self.nodes[id.idx()]);
+        let node = self.node_mut(id);
         let mut devices = Vec::new();
         for (r, v) in req {
             if *v <= 0 {
@@ -353,7 +358,7 @@ impl NodeSet {
     pub fn release(&mut self, a: &PodAlloc) {
         let id = a.node;
         self.index_remove(id);
-        let node = Arc::make_mut(&mut self.nodes[id.idx()]);
+        let node = self.node_mut(id);
         for (r, v) in &a.req {
             if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
                 nr.used -= v;
@@ -385,7 +390,7 @@ impl NodeSet {
             self.index_remove(*id);
         }
         for a in allocs {
-            let node = Arc::make_mut(&mut self.nodes[a.node.idx()]);
+            let node = self.node_mut(a.node);
             for (r, v) in &a.req {
                 if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
                     nr.used += sign * v;
@@ -435,7 +440,7 @@ impl NodeSet {
             }
         }
         self.index_remove(a.node);
-        let node = Arc::make_mut(&mut self.nodes[a.node.idx()]);
+        let node = self.node_mut(a.node);
         for (r, v) in &a.req {
             if let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) {
                 nr.used += v;
@@ -635,7 +640,7 @@ mod tests {
     #[test]
     fn a_copy_shares_nodes_until_one_side_changes_them() {
         let (mut ns, _, f, g, c) = setup(3, 8);
-        let copy = ns.clone();
+        let mut copy = ns.clone();
         assert!((0..3).all(|k| Arc::ptr_eq(&ns.nodes[k], &copy.nodes[k])));
         let a = ns.place(f, &[(g, 2), (c, 1_000)], 1).unwrap();
         let n = a[0].node;
@@ -644,12 +649,10 @@ mod tests {
         assert_eq!(ns.node(n).free(g), 6);
         assert_eq!(copy.node(n).free(g), 8);
         assert_eq!(copy.node(n).free(c), 32_000);
-        let others = (0..3).filter(|k| *k != n.idx());
-        assert!(others
-            .clone()
+        assert!((0..3)
+            .filter(|k| *k != n.idx())
             .all(|k| Arc::ptr_eq(&ns.nodes[k], &copy.nodes[k])));
         // The copy places on its own nodes without touching the original's.
-        let mut copy = copy;
         let b = copy.place(f, &[(g, 8)], 1).unwrap();
         assert_eq!(copy.node(b[0].node).free(g), 0);
         assert_eq!(
