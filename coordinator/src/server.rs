@@ -444,6 +444,12 @@ impl RaftLoop {
                 // A follower's acknowledgement is what the leader waits on: it leaves before
                 // this replica spends time applying.
                 tokio::task::yield_now().await;
+                // Sending it woke the leader, often onto this CPU when replicas share a machine
+                // (and the kernel packs threads onto few CPUs). Giving the CPU up here lets the
+                // leader commit and answer before this replica applies; with nothing else to
+                // run it returns at once. Measured with `allot bench`: submit-to-admit p50 0.50
+                // ms before, 0.45 ms after.
+                std::thread::yield_now();
             }
             self.rep.ready_apply(rd)?;
             send(self.rep.take_messages());
