@@ -55,6 +55,19 @@ enum Report {
     Exited(PodKey, String, PodExit),
 }
 
+impl Report {
+    /// An assigned pod that ended here without running (or without running any longer).
+    fn failed(k: PodKey, p: &allot_common::api::PodAssignment, detail: String) -> Report {
+        let exit = PodExit {
+            rank: p.rank,
+            succeeded: false,
+            lost: false,
+            detail,
+        };
+        Report::Exited(k, p.workload.clone(), exit)
+    }
+}
+
 /// Devices once seen and no longer discovered stay in the report, unhealthy, so a GPU that
 /// fell off the bus is not silently forgotten (and its index not reused).
 fn merge_seen(seen: &mut BTreeMap<(String, u32), DeviceInfo>, inv: &mut NodeInventory) {
@@ -314,16 +327,7 @@ impl Agent {
                 if !self.exec.pods.contains_key(&k) && absent_reported.insert(k) {
                     // Asked to stop a pod that never ran here: say it is gone so the eviction
                     // completes.
-                    let _ = out.send(Report::Exited(
-                        k,
-                        p.workload.clone(),
-                        PodExit {
-                            rank: p.rank,
-                            succeeded: false,
-                            lost: false,
-                            detail: "not running on this node".into(),
-                        },
-                    ));
+                    let _ = out.send(Report::failed(k, p, "not running on this node".into()));
                 }
                 continue;
             }
@@ -353,16 +357,8 @@ impl Agent {
                 }
                 Err(e) => {
                     tracing::error!("could not start {} rank {}: {e}", p.workload, p.rank);
-                    let _ = out.send(Report::Exited(
-                        k,
-                        p.workload.clone(),
-                        PodExit {
-                            rank: p.rank,
-                            succeeded: false,
-                            lost: false,
-                            detail: format!("the agent could not start it: {e}"),
-                        },
-                    ));
+                    let detail = format!("the agent could not start it: {e}");
+                    let _ = out.send(Report::failed(k, p, detail));
                     absent_reported.insert(k);
                 }
             }

@@ -807,8 +807,9 @@ impl State {
         }
     }
 
-    /// Removes a workload: pending ones leave the queue, admitted ones release their quota.
-    pub fn cancel(&mut self, id: WlId, now: Time) -> Result<Vec<Event>, StateError> {
+    /// Takes a workload out of the queue, or out of the quota it holds, before it ends: the
+    /// workload to mark, or `None` when it had already ended (nothing to do).
+    fn end(&mut self, id: WlId) -> Result<Option<&mut Workload>, StateError> {
         let st = self
             .workloads
             .get(&id)
@@ -817,9 +818,16 @@ impl State {
         match st {
             WlState::Pending => self.dequeue(id),
             s if s.holds_quota() => self.release(id),
-            _ => return Ok(Vec::new()),
+            _ => return Ok(None),
         }
-        let wl = self.workloads.get_mut(&id).expect("checked above");
+        Ok(self.workloads.get_mut(&id))
+    }
+
+    /// Removes a workload: pending ones leave the queue, admitted ones release their quota.
+    pub fn cancel(&mut self, id: WlId, now: Time) -> Result<Vec<Event>, StateError> {
+        let Some(wl) = self.end(id)? else {
+            return Ok(Vec::new());
+        };
         wl.state = WlState::Cancelled;
         wl.set_condition("Finished", true, "Cancelled", "cancelled by the user", now);
         Ok(vec![Event::Cancelled { wl: id }])
@@ -832,17 +840,9 @@ impl State {
         succeeded: bool,
         now: Time,
     ) -> Result<Vec<Event>, StateError> {
-        let st = self
-            .workloads
-            .get(&id)
-            .map(|w| w.state)
-            .ok_or_else(|| StateError::UnknownWorkload(format!("{id:?}")))?;
-        match st {
-            WlState::Pending => self.dequeue(id),
-            s if s.holds_quota() => self.release(id),
-            _ => return Ok(Vec::new()),
-        }
-        let wl = self.workloads.get_mut(&id).expect("checked above");
+        let Some(wl) = self.end(id)? else {
+            return Ok(Vec::new());
+        };
         wl.state = if succeeded {
             WlState::Succeeded
         } else {
