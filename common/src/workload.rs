@@ -1,8 +1,10 @@
 //! Workloads (tasks, jobs): one team, one or more pod sets admitted together.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-use crate::resource::Resources;
+use crate::resource::{ResourceName, Resources};
 
 /// Name of the pod set of a workload written with a single `count`/`requests`.
 pub const MAIN_POD_SET: &str = "main";
@@ -52,10 +54,21 @@ pub enum WorkloadError {
         "invalid workload name {0:?}: use 1 to 253 characters of letters, digits, '.', '-' and '_'"
     )]
     Name(String),
+    #[error("workload {0:?}: {1} pods in all; a workload may have at most {MAX_PODS}")]
+    TooManyPods(String, u64),
+    #[error("workload {0:?}: its pod sets request {2} of {1} in all, above the maximum of {MAX_REQUEST} base units of one resource")]
+    TooLarge(String, String, i64),
 }
 
 /// At most this many pod sets per workload (Kueue v1beta2 allows 18).
 pub const MAX_POD_SETS: usize = 18;
+/// At most this many pods per workload, over all its pod sets: a training job on every GPU of
+/// a thousand 8-GPU nodes fits. Each pod is placed, allocated and started one by one, so the
+/// bound keeps one submit from holding the leader (and a node's agent) for minutes.
+pub const MAX_PODS: u64 = 10_000;
+/// The largest amount of one resource a workload may request, per pod set and in all (the bound
+/// quantities parse within): `count` times a pod's request stays far from overflowing.
+pub const MAX_REQUEST: i64 = i64::MAX / 4;
 
 impl WorkloadSpec {
     /// One pod set (`main`) of `count` pods with `requests`, priority 0, no pinned flavor.
@@ -87,6 +100,11 @@ impl WorkloadSpec {
         if self.pod_sets.is_empty() {
             return Err(WorkloadError::NoPodSets(self.name.clone()));
         }
+        let pods: u64 = self.pod_sets.iter().map(|ps| u64::from(ps.count)).sum();
+        if pods > MAX_PODS {
+            return Err(WorkloadError::TooManyPods(self.name.clone(), pods));
+        }
+        let mut total = BTreeMap::<&ResourceName, i64>::new();
         for (i, ps) in self.pod_sets.iter().enumerate() {
             let bad = |what: String| WorkloadError::PodSet {
                 name: self.name.clone(),
@@ -116,6 +134,25 @@ impl WorkloadSpec {
             if let Some((r, v)) = ps.requests.iter().find(|(_, v)| *v < 0) {
                 return Err(bad(format!("request {r}={v} must be >= 0")));
             }
+            for (r, v) in ps.requests.iter() {
+                // Both factors are bounded (count by MAX_PODS), so the product is exact.
+                let all = i128::from(v) * i128::from(ps.count);
+                if all > i128::from(MAX_REQUEST) {
+                    return Err(bad(format!(
+                        "{} pods of {r}={v} request {all} in all, above the maximum of {MAX_REQUEST} base units of one resource",
+                        ps.count
+                    )));
+                }
+                let sum = total.entry(r).or_insert(0);
+                *sum += all as i64;
+                if *sum > MAX_REQUEST {
+                    return Err(WorkloadError::TooLarge(
+                        self.name.clone(),
+                        r.to_string(),
+                        *sum,
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -125,9 +162,69 @@ impl WorkloadSpec {
         let mut t = Resources::new();
         for ps in &self.pod_sets {
             for (r, v) in ps.requests.iter() {
-                t.add(r, v * i64::from(ps.count));
+                t.add(r, v.saturating_mul(i64::from(ps.count)));
             }
         }
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::ResourceName;
+
+    fn spec(counts: &[u32], memory: i64) -> WorkloadSpec {
+        let mut req = Resources::new();
+        req.set(ResourceName::memory(), memory);
+        let mut s = WorkloadSpec::single("big", "team-a", counts[0], req.clone());
+        for (i, c) in counts.iter().enumerate().skip(1) {
+            let mut ps = s.pod_sets[0].clone();
+            ps.name = format!("ps-{i}");
+            ps.count = *c;
+            s.pod_sets.push(ps);
+        }
+        s
+    }
+
+    #[test]
+    fn a_workload_of_more_pods_than_the_maximum_is_refused_with_both_numbers() {
+        assert!(spec(&[10_000], 1).validate().is_ok());
+        let e = spec(&[4_000_000_000], 1)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("4000000000 pods") && e.contains("at most 10000"),
+            "{e}"
+        );
+        // The bound is on the sum over pod sets.
+        let e = spec(&[6_000, 6_000], 1).validate().unwrap_err().to_string();
+        assert!(e.contains("12000 pods"), "{e}");
+    }
+
+    #[test]
+    fn a_request_times_count_above_the_maximum_is_refused_not_overflowed() {
+        // 1Ei of memory is within what a quantity may be; 8 pods of it are not.
+        let ei = 1i64 << 60;
+        assert!(spec(&[1], ei).validate().is_ok());
+        let e = spec(&[8], ei).validate().unwrap_err().to_string();
+        assert!(
+            e.contains("8 pods of memory=1152921504606846976")
+                && e.contains(&MAX_REQUEST.to_string()),
+            "{e}"
+        );
+        // Each pod set alone is under the bound; together they are over it.
+        let e = spec(&[1, 1], MAX_REQUEST / 2 + 1)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("in all") && e.contains("memory"), "{e}");
+        assert_eq!(
+            spec(&[1], i64::MAX)
+                .total_requests()
+                .get(&ResourceName::memory()),
+            i64::MAX
+        );
     }
 }

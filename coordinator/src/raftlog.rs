@@ -481,6 +481,15 @@ impl Disk for RedbDisk {
                     e.index
                 )));
             }
+            // The storage indexes entries by offset from the first: a gap would misplace them.
+            if let Some(prev) = p.entries.last() {
+                if e.index != prev.index + 1 {
+                    return Err(DiskError::Corrupt(format!(
+                        "the log has a gap after entry {}: the next one stored is {}",
+                        prev.index, e.index
+                    )));
+                }
+            }
             p.entries.push(e);
         }
         for r in &self.pending {

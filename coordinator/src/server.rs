@@ -1168,44 +1168,54 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
                     return;
                 }
             };
-            rt.block_on(async move {
-                let endpoint = match quinn::Endpoint::server(server_tls, listen) {
-                    Ok(e) => e,
-                    Err(e) => {
-                        let _ = up_tx.send(Err(format!("could not listen on {listen} (UDP): {e}")));
-                        return;
+            // A panic here would leave a process that answers /healthz but serves nothing:
+            // stop it instead, so its supervisor restarts it from the durable log (as a failed
+            // disk write does).
+            let run = std::panic::AssertUnwindSafe(|| {
+                rt.block_on(async move {
+                    let endpoint = match quinn::Endpoint::server(server_tls, listen) {
+                        Ok(e) => e,
+                        Err(e) => {
+                            let _ =
+                                up_tx.send(Err(format!("could not listen on {listen} (UDP): {e}")));
+                            return;
+                        }
+                    };
+                    for (&peer, addr) in shared.peers.iter() {
+                        if peer == id {
+                            continue;
+                        }
+                        let (tx, rx) = mpsc::unbounded_channel();
+                        lp.peers.insert(peer, tx);
+                        tokio::spawn(peer_sender(
+                            peer,
+                            addr.clone(),
+                            endpoint.clone(),
+                            client_tls.clone(),
+                            rx,
+                            shared.input.clone(),
+                        ));
                     }
-                };
-                for (&peer, addr) in shared.peers.iter() {
-                    if peer == id {
-                        continue;
-                    }
-                    let (tx, rx) = mpsc::unbounded_channel();
-                    lp.peers.insert(peer, tx);
-                    tokio::spawn(peer_sender(
-                        peer,
-                        addr.clone(),
-                        endpoint.clone(),
-                        client_tls.clone(),
-                        rx,
-                        shared.input.clone(),
-                    ));
-                }
-                let ep = endpoint.clone();
-                tokio::spawn(async move {
-                    while let Some(incoming) = ep.accept().await {
-                        let sh = shared.clone();
-                        tokio::spawn(async move {
-                            match incoming.await {
-                                Ok(conn) => serve_conn(conn, sh).await,
-                                Err(e) => tracing::info!("refused a connection: {e}"),
-                            }
-                        });
-                    }
-                });
-                let _ = up_tx.send(Ok(endpoint));
-                lp.run(input_rx, tick).await;
+                    let ep = endpoint.clone();
+                    tokio::spawn(async move {
+                        while let Some(incoming) = ep.accept().await {
+                            let sh = shared.clone();
+                            tokio::spawn(async move {
+                                match incoming.await {
+                                    Ok(conn) => serve_conn(conn, sh).await,
+                                    Err(e) => tracing::info!("refused a connection: {e}"),
+                                }
+                            });
+                        }
+                    });
+                    let _ = up_tx.send(Ok(endpoint));
+                    lp.run(input_rx, tick).await;
+                })
             });
+            if std::panic::catch_unwind(run).is_err() {
+                tracing::error!("the raft loop of coordinator {id} panicked; stopping the process");
+                std::process::exit(70);
+            }
         })?;
     let endpoint = up_rx
         .await

@@ -194,3 +194,34 @@ fn redb_behind_its_journal_loads_what_the_model_holds() {
 fn a_journal_that_never_fills_loads_the_same() {
     run(42, 1 << 20, 400);
 }
+
+#[test]
+fn a_log_with_a_gap_is_reported_as_corrupt_not_loaded() {
+    use protobuf::Message as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("raft.redb");
+    {
+        let db = redb::Database::create(&path).expect("create");
+        let tx = db.begin_write().expect("begin");
+        {
+            let table: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("raft_log");
+            let mut log = tx.open_table(table).expect("table");
+            for index in [1u64, 2, 4] {
+                let e = Entry {
+                    index,
+                    term: 1,
+                    ..Default::default()
+                };
+                let bytes = e.write_to_bytes().expect("encode");
+                log.insert(index, bytes.as_slice()).expect("insert");
+            }
+        }
+        tx.commit().expect("commit");
+    }
+    let mut disk = RedbDisk::open(&path).expect("open");
+    let err = disk.load().expect_err("a gap must not load").to_string();
+    assert!(
+        err.contains("gap after entry 2") && err.contains("is 4"),
+        "{err}"
+    );
+}

@@ -14,6 +14,9 @@ use crate::ids::{FlavorId, Interner, NodeId, ResId};
 
 /// Device indices are tracked in a 64-bit mask per device resource.
 pub const MAX_DEVICES: i64 = 64;
+/// The most of one resource a node may have (2^48: 256 TiB of memory in bytes). Capacities come
+/// from agents over the network; with this bound, sums over tens of thousands of nodes stay exact.
+pub const MAX_NODE_CAPACITY: i64 = 1 << 48;
 
 /// A pod gives back device `i` (its `used` was already lowered): a healthy device becomes
 /// free, an unhealthy one is held out of use.
@@ -178,8 +181,10 @@ impl NodeSet {
         }
         let mut res = NodeResources::new();
         for (r, cap, is_device) in capacity {
-            if cap < 0 {
-                return Err(format!("node {name:?}: capacity {cap} must be >= 0"));
+            if !(0..=MAX_NODE_CAPACITY).contains(&cap) {
+                return Err(format!(
+                    "node {name:?}: capacity {cap} of one resource must be between 0 and {MAX_NODE_CAPACITY}"
+                ));
             }
             if is_device && cap > MAX_DEVICES {
                 return Err(format!(
@@ -555,7 +560,10 @@ impl NodeSet {
         };
         f.index.iter().fold((0, 0), |(c, fr), (_, id)| {
             let n = &self.nodes[id.idx()];
-            (c + n.capacity(r), fr + n.free(r))
+            (
+                c.saturating_add(n.capacity(r)),
+                fr.saturating_add(n.free(r)),
+            )
         })
     }
 
@@ -564,7 +572,8 @@ impl NodeSet {
         let mut m = BTreeMap::new();
         for n in self.nodes.iter().filter(|n| n.healthy) {
             for r in &n.res {
-                *m.entry((n.flavor, r.res)).or_insert(0) += r.cap - r.bad();
+                let sum = m.entry((n.flavor, r.res)).or_insert(0i64);
+                *sum = sum.saturating_add(r.cap - r.bad());
             }
         }
         m
@@ -635,6 +644,24 @@ mod tests {
             .unwrap();
         }
         (ns, i, f, g, c)
+    }
+
+    #[test]
+    fn a_capacity_outside_the_bound_is_refused_with_the_value_and_the_bound() {
+        let (mut ns, _, f, _, c) = setup(1, 8);
+        for bad in [-1, MAX_NODE_CAPACITY + 1, i64::MAX] {
+            let e = ns.add("huge", f, vec![(c, bad, false)]).unwrap_err();
+            assert!(
+                e.contains(&bad.to_string()) && e.contains(&MAX_NODE_CAPACITY.to_string()),
+                "{e}"
+            );
+        }
+        ns.add("largest", f, vec![(c, MAX_NODE_CAPACITY, false)])
+            .unwrap();
+        ns.add("second", f, vec![(c, MAX_NODE_CAPACITY, false)])
+            .unwrap();
+        let total = ns.healthy_capacity()[&(f, c)];
+        assert_eq!(total, 2 * MAX_NODE_CAPACITY + 32_000);
     }
 
     #[test]
