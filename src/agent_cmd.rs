@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use allot_agent::agent::{Agent, AgentConfig};
-use allot_agent::inventory::InventoryConfig;
+use allot_agent::inventory::{InventoryConfig, MAX_FAKE_GPUS};
+use allot_common::tls::Identity;
 use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
 
@@ -38,7 +39,7 @@ pub struct AgentArgs {
     /// Root under which sys/class/neuron_device and sys/class/infiniband are read [default: /].
     #[arg(long)]
     pub sysfs_root: Option<PathBuf>,
-    /// Simulate N GPUs instead of asking NVML (pods are still real processes).
+    /// Simulate N GPUs (0 to 64) instead of asking NVML (pods are still real processes).
     #[arg(long)]
     pub fake_gpus: Option<u32>,
     /// Seconds the node keeps running pods without reaching a coordinator quorum [default: 10].
@@ -91,9 +92,21 @@ fn hostname() -> String {
 
 pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
     let f: FileConfig = crate::config::load(a.config.as_deref())?;
-    let node = a.node.or(f.node).unwrap_or_else(hostname);
-    if node.is_empty() || node.contains(['/', ' ']) {
-        bail!("--node {node:?}: a node name is non-empty, without spaces or slashes");
+    let (node, from) = match (a.node, f.node) {
+        (Some(n), _) => (n, "--node"),
+        (None, Some(n)) => (n, "the config's node: key"),
+        (None, None) => (hostname(), "the host name, the default for --node"),
+    };
+    // The node's certificate is issued for this name, so it follows the certificate rule.
+    Identity::Node { node: node.clone() }
+        .validate()
+        .map_err(|e| anyhow!("node name {node:?} from {from}: {e}; set it with --node"))?;
+    let fake_gpus = a.fake_gpus.or(f.fake_gpus);
+    if let Some(n) = fake_gpus.filter(|n| *n > MAX_FAKE_GPUS) {
+        bail!(
+            "--fake-gpus {n}: use 0 to {MAX_FAKE_GPUS} (the most devices of one kind a node may \
+             have)"
+        );
     }
     let coordinators = if !opts.coordinators.is_empty() {
         opts.coordinators.clone()
@@ -127,7 +140,7 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
                 .sysfs_root
                 .or(f.sysfs_root)
                 .unwrap_or_else(|| PathBuf::from("/")),
-            fake_gpus: a.fake_gpus.or(f.fake_gpus),
+            fake_gpus,
             nvml: true,
         },
         lease: seconds("lease", a.lease.or(f.lease).unwrap_or(10.0))?,
@@ -165,4 +178,66 @@ pub fn run(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<()> {
         eprintln!("allot agent {node}: stopped");
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(node: &str, fake_gpus: Option<u32>) -> AgentArgs {
+        AgentArgs {
+            config: None,
+            node: Some(node.to_string()),
+            instance_type: None,
+            instance_type_file: None,
+            data_dir: None,
+            http: None,
+            advertise: None,
+            sysfs_root: None,
+            fake_gpus,
+            lease: None,
+            discover_every: None,
+            cgroup_root: None,
+            stop_pods_on_exit: false,
+        }
+    }
+
+    fn opts() -> ClientOpts {
+        ClientOpts {
+            coordinators: vec!["127.0.0.1:7400".into()],
+            certs: None,
+            identity: None,
+        }
+    }
+
+    #[test]
+    fn node_names_follow_the_certificate_rule() {
+        let cfg = resolve(args("gpu-1", None), &opts()).unwrap();
+        assert_eq!(cfg.node, "gpu-1");
+        for bad in ["GPU_1", "a b", "x/y", "-node", ""] {
+            let e = resolve(args(bad, None), &opts()).unwrap_err().to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+            assert!(e.contains("1 to 63 lowercase letters"), "{e}");
+            assert!(e.contains("--node"), "{e}");
+        }
+        let long = "a".repeat(64);
+        let e = resolve(args(&long, None), &opts()).unwrap_err().to_string();
+        assert!(e.contains("64 characters") && e.contains("1 to 63"), "{e}");
+    }
+
+    #[test]
+    fn fake_gpus_are_limited_to_what_the_coordinator_accepts() {
+        assert_eq!(i64::from(MAX_FAKE_GPUS), allot_core::nodes::MAX_DEVICES);
+        for ok in [0, 8, MAX_FAKE_GPUS] {
+            let cfg = resolve(args("n1", Some(ok)), &opts()).unwrap();
+            assert_eq!(cfg.inventory.fake_gpus, Some(ok));
+        }
+        for bad in [MAX_FAKE_GPUS + 1, u32::MAX] {
+            let e = resolve(args("n1", Some(bad)), &opts())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("--fake-gpus {bad}")), "{e}");
+            assert!(e.contains("use 0 to 64"), "{e}");
+        }
+    }
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use allot_agent::inventory::MAX_FAKE_GPUS;
 use allot_common::api::{Body, Reply};
 use allot_common::tls::{self, Identity};
 use allot_common::Catalog;
@@ -20,7 +21,7 @@ pub struct DevArgs {
     /// Their instance type.
     #[arg(long, default_value = "ml.g5.8xlarge")]
     pub instance_type: String,
-    /// Fake GPUs per node [default: what the instance type has].
+    /// Fake GPUs per node, 0 to 64 [default: what the instance type has].
     #[arg(long)]
     pub gpus: Option<u32>,
     /// Coordinator replicas (1 or 3 make sense).
@@ -59,6 +60,26 @@ pub fn local_cluster() -> Option<(Vec<String>, PathBuf)> {
         .filter(|s| !s.is_empty())
         .collect();
     (!addrs.is_empty()).then(|| (addrs, dir.join("certs")))
+}
+
+/// Where the ports `allot dev` uses start, relative to --port: replica i (from 0) listens on
+/// PORT+i, its HTTP on PORT+2000+i; agent i (from 0) serves HTTP on PORT+2100+i.
+const COORDINATOR_HTTP_OFFSET: u32 = 2000;
+const AGENT_HTTP_OFFSET: u32 = 2100;
+
+/// Checks that every port derived from `port` fits in a u16: an error names --port and the
+/// range that works for this many replicas and nodes.
+fn check_port(port: u16, replicas: u32, nodes: u32) -> anyhow::Result<()> {
+    let span = (COORDINATOR_HTTP_OFFSET + replicas.saturating_sub(1))
+        .max(AGENT_HTTP_OFFSET + nodes.saturating_sub(1));
+    let highest = u32::from(u16::MAX).saturating_sub(span);
+    if port == 0 || u32::from(port) > highest {
+        bail!(
+            "--port {port}: use 1 to {highest} with {replicas} replica(s) and {nodes} node(s); \
+             the ports from --port to --port+{span} are used"
+        );
+    }
+    Ok(())
 }
 
 struct Proc {
@@ -153,10 +174,17 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     if !(1..=64).contains(&a.nodes) {
         bail!("--nodes {}: use 1 to 64", a.nodes);
     }
+    check_port(a.port, a.replicas, a.nodes)?;
     let it = Catalog::builtin()
         .get(&a.instance_type)
         .map_err(|e| anyhow!("--instance-type: {e}"))?;
     let gpus = a.gpus.unwrap_or(it.accelerators());
+    if gpus > MAX_FAKE_GPUS {
+        bail!(
+            "--gpus {gpus}: use 0 to {MAX_FAKE_GPUS} (the most devices of one kind a node may \
+             have)"
+        );
+    }
     let dir = a.dir.clone().unwrap_or_else(default_dir);
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
@@ -164,7 +192,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     let nodes: Vec<String> = (1..=a.nodes).map(|i| format!("node-{i}")).collect();
     ensure_certs(&certs, a.replicas, &nodes)?;
     let addrs: Vec<String> = (0..a.replicas)
-        .map(|i| format!("127.0.0.1:{}", a.port + i as u16))
+        .map(|i| format!("127.0.0.1:{}", u32::from(a.port) + i))
         .collect();
     let peers = addrs
         .iter()
@@ -183,7 +211,10 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             "--peers".into(),
             peers.clone(),
             "--http".into(),
-            format!("127.0.0.1:{}", a.port + 2000 + i as u16 - 1),
+            format!(
+                "127.0.0.1:{}",
+                u32::from(a.port) + COORDINATOR_HTTP_OFFSET + i - 1
+            ),
             "--data-dir".into(),
             dir.join(format!("data-{i}")).display().to_string(),
             "--certs".into(),
@@ -239,7 +270,10 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             "--data-dir".into(),
             dir.join("agents").join(n).display().to_string(),
             "--http".into(),
-            format!("127.0.0.1:{}", a.port + 2100 + i as u16),
+            format!(
+                "127.0.0.1:{}",
+                u32::from(a.port) + AGENT_HTTP_OFFSET + i as u32
+            ),
             "--lease".into(),
             a.lease.to_string(),
             "--coordinators".into(),
@@ -325,5 +359,34 @@ async fn watch_children(coordinators: &mut [Proc], agents: &mut [Proc]) -> Strin
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_must_fit_below_65536() {
+        // 4 nodes: agents up to PORT+2103.
+        check_port(7400, 1, 4).unwrap();
+        check_port(65535 - 2103, 1, 4).unwrap();
+        let e = check_port(65535 - 2102, 1, 4).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("--port {}", 65535 - 2102)) && e.contains("use 1 to 63432"),
+            "{e}"
+        );
+        // 64 nodes: agents up to PORT+2163.
+        let e = check_port(65000, 3, 64).unwrap_err().to_string();
+        assert!(
+            e.contains("--port 65000") && e.contains("use 1 to 63372"),
+            "{e}"
+        );
+        check_port(63372, 7, 64).unwrap();
+        let e = check_port(0, 1, 1).unwrap_err().to_string();
+        assert!(
+            e.contains("--port 0") && e.contains("use 1 to 63435"),
+            "{e}"
+        );
     }
 }

@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 
 use allot_common::api::{PodAssignment, PodExit};
 
+use crate::inventory::sysfs::MAX_CORES_PER_DEVICE;
 use crate::shim::{self, ExitRecord, ShimArgs};
 
 /// (workload id, attempt, rank).
@@ -175,7 +176,12 @@ impl Executor {
             if gpus.is_empty() { "none".into() } else { gpus },
         );
         if let Some(n) = a.devices.get("neuron") {
-            let per = self.cfg.neuron_cores_per_device.max(1);
+            // Discovery refuses counts above MAX_CORES_PER_DEVICE; the clamp keeps a count set
+            // some other way from overflowing `index × per` (255 × 256 + 256 fits a u32).
+            let per = self
+                .cfg
+                .neuron_cores_per_device
+                .clamp(1, MAX_CORES_PER_DEVICE);
             let cores: Vec<String> = n
                 .iter()
                 .flat_map(|d| {
@@ -208,6 +214,9 @@ impl Executor {
         if self.pods.contains_key(&key) {
             return Ok(());
         }
+        // Refused before anything is written: limits that cannot be expressed mean a bogus
+        // assignment, whether or not this node applies limits.
+        let limits = cgroup_limits(a)?;
         let dir = self
             .pods_dir()
             .join(format!("{}-{}-{}", a.workload_id, a.attempt, a.rank));
@@ -226,7 +235,7 @@ impl Executor {
             lease_file: self.lease_file(),
             lease_ms: self.cfg.lease_ms,
             grace_ms: u64::from(a.run.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS)) * 1000,
-            cgroup: self.cgroup_for(a, &dir),
+            cgroup: self.cgroup_for(&limits, &dir),
             workdir: a.run.workdir.as_ref().map(PathBuf::from),
             program,
         };
@@ -378,10 +387,10 @@ impl Executor {
         self.cfg.neuron_cores_per_device = cores;
     }
 
-    fn cgroup_for(&mut self, a: &PodAssignment, dir: &Path) -> Option<PathBuf> {
+    fn cgroup_for(&mut self, limits: &[(&'static str, String)], dir: &Path) -> Option<PathBuf> {
         let root = self.cfg.cgroup_root.clone()?;
         let name = dir.file_name()?.to_string_lossy().to_string();
-        match make_cgroup(&root, &name, a) {
+        match make_cgroup(&root, &name, limits) {
             Ok(p) => Some(p),
             Err(e) => {
                 if !self.cgroup_warned {
@@ -459,28 +468,40 @@ fn inherited_env() -> Vec<(String, String)> {
 }
 
 /// cgroup v2 limits for one pod: `cpu.max` as quota and period (millicores × 100 µs), and
-/// `memory.max` in bytes.
-pub fn cgroup_limits(a: &PodAssignment) -> Vec<(&'static str, String)> {
+/// `memory.max` in bytes. A cpu request whose quota overflows is an error naming the request
+/// and the largest one accepted.
+pub fn cgroup_limits(a: &PodAssignment) -> Result<Vec<(&'static str, String)>, String> {
     let mut out = Vec::new();
     let cpu = a.requests.get(&allot_common::ResourceName::cpu());
     if cpu > 0 {
-        out.push(("cpu.max", format!("{} 100000", cpu * 100)));
+        let quota = cpu.checked_mul(100).ok_or_else(|| {
+            format!(
+                "its cpu request of {cpu} millicores does not fit a cgroup cpu.max quota; at \
+                 most {} millicores can be limited",
+                i64::MAX / 100
+            )
+        })?;
+        out.push(("cpu.max", format!("{quota} 100000")));
     }
     let mem = a.requests.get(&allot_common::ResourceName::memory());
     if mem > 0 {
         out.push(("memory.max", mem.to_string()));
     }
-    out
+    Ok(out)
 }
 
-fn make_cgroup(root: &Path, name: &str, a: &PodAssignment) -> Result<PathBuf, String> {
+fn make_cgroup(
+    root: &Path,
+    name: &str,
+    limits: &[(&'static str, String)],
+) -> Result<PathBuf, String> {
     if !root.join("cgroup.controllers").exists() {
         return Err(format!("{} is not a cgroup v2 directory", root.display()));
     }
     let dir = root.join(name);
     fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    for (file, value) in cgroup_limits(a) {
-        fs::write(dir.join(file), &value)
+    for (file, value) in limits {
+        fs::write(dir.join(file), value)
             .map_err(|e| format!("writing {value} to {}: {e}", dir.join(file).display()))?;
     }
     Ok(dir)
@@ -509,5 +530,85 @@ fn shim_alive(pid: u32, dir: &Path) -> bool {
             !zombie && cmd.contains("agent-shim") && cmd.contains(&*dir.to_string_lossy())
         }
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allot_common::api::RunSpec;
+    use allot_common::{ResourceName, Resources};
+
+    fn assignment(cpu: i64) -> PodAssignment {
+        let mut requests = Resources::default();
+        requests.set(ResourceName::cpu(), cpu);
+        requests.set(ResourceName::memory(), 1 << 30);
+        PodAssignment {
+            workload: "w".into(),
+            workload_id: 7,
+            attempt: 1,
+            team: "team-a".into(),
+            rank: 0,
+            local_rank: 0,
+            world_size: 1,
+            pod_set: "main".into(),
+            devices: BTreeMap::new(),
+            requests,
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+            run: RunSpec::default(),
+            stop: None,
+        }
+    }
+
+    fn executor(dir: &Path, cores: u32) -> Executor {
+        Executor::open(ExecConfig {
+            node: "n1".into(),
+            data_dir: dir.to_path_buf(),
+            shim_program: PathBuf::from("/nonexistent/allot"),
+            lease_ms: 10_000,
+            neuron_cores_per_device: cores,
+            cgroup_root: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn cpu_limits_that_overflow_refuse_the_pod() {
+        assert_eq!(
+            cgroup_limits(&assignment(1500)).unwrap(),
+            [
+                ("cpu.max", "150000 100000".to_string()),
+                ("memory.max", (1u64 << 30).to_string())
+            ]
+        );
+        let max = i64::MAX / 100;
+        assert!(cgroup_limits(&assignment(max)).is_ok());
+        let e = cgroup_limits(&assignment(max + 1)).unwrap_err();
+        assert!(
+            e.contains(&format!("{} millicores", max + 1)) && e.contains(&format!("at most {max}")),
+            "{e}"
+        );
+        // start() refuses it before writing anything or running the shim.
+        let dir = tempfile::tempdir().unwrap();
+        let mut ex = executor(dir.path(), 0);
+        let e = ex.start(&assignment(i64::MAX)).unwrap_err();
+        assert!(e.contains(&i64::MAX.to_string()), "{e}");
+        assert!(ex.pods.is_empty());
+        assert_eq!(fs::read_dir(ex.pods_dir()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn neuron_core_numbers_cannot_overflow() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = assignment(1000);
+        a.devices.insert("neuron".into(), vec![1, 255]);
+        let env = executor(dir.path(), 2).environment(&a);
+        assert_eq!(env["NEURON_RT_VISIBLE_CORES"], "2,3,510,511");
+        // A count above the limit (discovery refuses those) is clamped, not multiplied.
+        let env = executor(dir.path(), u32::MAX).environment(&a);
+        let cores: Vec<&str> = env["NEURON_RT_VISIBLE_CORES"].split(',').collect();
+        assert_eq!(cores.len(), 2 * MAX_CORES_PER_DEVICE as usize);
+        assert_eq!(cores.last(), Some(&"65535"));
     }
 }

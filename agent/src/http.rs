@@ -65,16 +65,9 @@ async fn logs(
     Path(workload): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> (StatusCode, String) {
-    let num = |k: &str| q.get(k).map(|v| v.parse::<u32>());
-    let rank = match num("rank") {
-        None => 0,
-        Some(Ok(r)) => r,
-        Some(Err(_)) => return (StatusCode::BAD_REQUEST, "rank must be a number\n".into()),
-    };
-    let attempt = match num("attempt") {
-        None => None,
-        Some(Ok(a)) => Some(a),
-        Some(Err(_)) => return (StatusCode::BAD_REQUEST, "attempt must be a number\n".into()),
+    let (rank, attempt) = match (number(&q, "rank"), number(&q, "attempt")) {
+        (Ok(r), Ok(a)) => (r.unwrap_or(0), a),
+        (Err(e), _) | (_, Err(e)) => return (StatusCode::BAD_REQUEST, e),
     };
     match crate::executor::find_log(&h.data_dir, &workload, rank, attempt) {
         Some(p) => match tokio::fs::read(&p).await {
@@ -85,5 +78,48 @@ async fn logs(
             StatusCode::NOT_FOUND,
             format!("no log for {workload} rank {rank} on this node\n"),
         ),
+    }
+}
+
+/// The query parameter `key` as a u32, if given; else an error naming the value and what is
+/// accepted.
+fn number(q: &BTreeMap<String, String>, key: &str) -> Result<Option<u32>, String> {
+    match q.get(key) {
+        None => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(|_| {
+            format!(
+                "{key} {v:?} is not accepted: use a whole number from 0 to {}\n",
+                u32::MAX
+            )
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_numbers_are_echoed_with_the_accepted_range() {
+        let q: BTreeMap<String, String> = [("rank", "3"), ("attempt", "x1"), ("n", "-1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(number(&q, "rank"), Ok(Some(3)));
+        assert_eq!(number(&q, "missing"), Ok(None));
+        for (key, value) in [("attempt", "x1"), ("n", "-1")] {
+            let e = number(&q, key).unwrap_err();
+            assert!(
+                e.contains(&format!("{key} {value:?}"))
+                    && e.contains("whole number from 0 to 4294967295"),
+                "{e}"
+            );
+        }
+        let q = BTreeMap::from([("rank".to_string(), "4294967296".to_string())]);
+        let e = number(&q, "rank").unwrap_err();
+        assert!(
+            e.contains("\"4294967296\"") && e.contains("4294967295"),
+            "{e}"
+        );
     }
 }

@@ -37,6 +37,12 @@ pub struct Client {
     conn: Option<(String, quinn::Connection)>,
 }
 
+/// The error when no coordinator address is given, with the ways to give one.
+const NO_ADDRESS: &str =
+    "no coordinator address given: pass --coordinators HOST:PORT[,HOST:PORT...], \
+     set ALLOT_COORDINATORS to the same list, or, for `allot agent`, list them under the \
+     coordinators: key of its YAML config (--config)";
+
 /// How long the client keeps retrying while no leader is known.
 const RETRY_FOR: Duration = Duration::from_secs(15);
 
@@ -44,7 +50,7 @@ impl Client {
     /// A client for the coordinators at `addrs`, presenting certificate `stem` from `dir`.
     pub fn new(addrs: Vec<String>, dir: &Path, stem: &str) -> Result<Self, ClientError> {
         if addrs.is_empty() {
-            return Err(ClientError::Setup("no coordinator address given".into()));
+            return Err(ClientError::Setup(NO_ADDRESS.into()));
         }
         let files = TlsFiles::in_dir(dir, stem);
         let config = tls::client_config(&files).map_err(|e| {
@@ -178,5 +184,21 @@ fn retry_safe(b: &Body) -> bool {
         | Body::UpdateSchedulerConfig { .. }
         | Body::Cancel { .. } => false,
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_address_says_how_to_give_one() {
+        let Err(e) = Client::new(Vec::new(), Path::new("certs"), "admin-admin") else {
+            panic!("a client without coordinator addresses was created");
+        };
+        let e = e.to_string();
+        for how in ["--coordinators", "ALLOT_COORDINATORS", "coordinators:"] {
+            assert!(e.contains(how), "{e:?} does not mention {how}");
+        }
     }
 }

@@ -69,6 +69,10 @@ pub const ENV_INSTANCE_TYPE: &str = "ALLOT_INSTANCE_TYPE";
 /// `node.kubernetes.io/instance-type` label.
 pub const ENV_NODE_INSTANCE_TYPE: &str = "NODE_INSTANCE_TYPE";
 
+/// The most fake GPUs a node may have: the coordinator tracks at most 64 devices of one kind
+/// per node (`allot_core::nodes::MAX_DEVICES`) and refuses a node with more.
+pub const MAX_FAKE_GPUS: u32 = 64;
+
 /// How the agent discovers its node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InventoryConfig {
@@ -266,7 +270,9 @@ pub fn capacity(
         }
     }
     let neurons: Vec<&DeviceInfo> = devices.iter().filter(|d| d.resource == NEURON).collect();
-    let cores: u32 = neurons.iter().map(|d| d.cores).sum();
+    let cores = neurons
+        .iter()
+        .fold(0u32, |sum, d| sum.saturating_add(d.cores));
     if !neurons.is_empty() && it.neuron_cores > 0 && cores != it.neuron_cores {
         warnings.push(format!(
             "discovered {}, the catalog says {} has {}",
@@ -408,6 +414,12 @@ impl Discovery {
         )?;
         let it = lookup(&name)?;
         if let Some(n) = cfg.fake_gpus {
+            if n > MAX_FAKE_GPUS {
+                return Err(format!(
+                    "--fake-gpus {n}: use 0 to {MAX_FAKE_GPUS} (the most devices of one kind a \
+                     node may have)"
+                ));
+            }
             let (model, memory_mib) = catalog_accelerator(&it, GPU, "Fake GPU");
             let fake = FakeNvml::uniform(n, &model, memory_mib);
             let handle = fake.handle();

@@ -67,6 +67,23 @@ fn list_dir(dir: &Path) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
+/// The most NeuronCores one Neuron device may report (real devices have 2 to 8). The executor
+/// numbers a pod's cores `device index × cores per device ..`, so a larger count, which can only
+/// come from a corrupt file, is refused during discovery.
+pub const MAX_CORES_PER_DEVICE: u32 = 256;
+
+/// The NeuronCores per device from the text of `path` (a `core_count` file): a whole number
+/// from 0 to [`MAX_CORES_PER_DEVICE`]; anything else is an error naming the file and value.
+fn parse_core_count(path: &Path, text: &str) -> Result<u32, String> {
+    match text.parse::<u64>() {
+        Ok(n) if n <= u64::from(MAX_CORES_PER_DEVICE) => Ok(n as u32),
+        _ => Err(format!(
+            "{}: core count {text:?} is not a whole number from 0 to {MAX_CORES_PER_DEVICE}",
+            path.display()
+        )),
+    }
+}
+
 /// Neuron devices under `<root>/sys/class/neuron_device`.
 pub struct NeuronSysfs {
     class_dir: PathBuf,
@@ -87,14 +104,31 @@ impl NeuronSysfs {
 
     fn device(&self, name: &str, index: u32) -> DeviceInfo {
         let dir = self.class_dir.join(name);
-        let cores = read_trim(&dir.join("core_count"))
-            .and_then(|s| s.parse().ok())
+        let file = dir.join("core_count");
+        // A core_count that is not a whole number from 0 to MAX_CORES_PER_DEVICE is treated as
+        // unreadable, with a warning: the cores are counted from the `neuron_coreN` directories
+        // instead (the driver's own listing, the fallback when the file is missing), and when
+        // those are missing or as implausible too, the count is 0, unknown. Trusting a corrupt
+        // count would make the executor hand pods core numbers that do not exist (or lists of
+        // billions of them); an unknown count only loses the core numbering.
+        let cores = read_trim(&file)
+            .and_then(|text| {
+                parse_core_count(&file, &text)
+                    .map_err(|e| {
+                        tracing::warn!("{e}; counting its neuron_coreN directories instead")
+                    })
+                    .ok()
+            })
             .unwrap_or_else(|| {
-                list_dir(&dir)
+                let n = list_dir(&dir)
                     .unwrap_or_default()
                     .iter()
                     .filter(|n| numbered(n, "neuron_core").is_some())
-                    .count() as u32
+                    .count();
+                u32::try_from(n)
+                    .ok()
+                    .filter(|n| *n <= MAX_CORES_PER_DEVICE)
+                    .unwrap_or(0)
             });
         let model = read_trim(&dir.join("info/architecture/device_name"))
             .filter(|s| !s.is_empty())
@@ -253,6 +287,41 @@ mod tests {
         let mut v = vec!["efa_10", "efa_2", "efa_0", "rdmap16s27"];
         v.sort_by_key(|n| natural_key(n));
         assert_eq!(v, ["efa_0", "efa_2", "efa_10", "rdmap16s27"]);
+    }
+
+    #[test]
+    fn core_counts_above_the_limit_are_refused() {
+        let p = Path::new("/sys/class/neuron_device/neuron0/core_count");
+        assert_eq!(parse_core_count(p, "8"), Ok(8));
+        assert_eq!(parse_core_count(p, "256"), Ok(MAX_CORES_PER_DEVICE));
+        for bad in ["257", "4294967295", "99999999999999999999", "-1", "eight"] {
+            let e = parse_core_count(p, bad).unwrap_err();
+            assert!(
+                e.contains(&p.display().to_string())
+                    && e.contains(&format!("{bad:?}"))
+                    && e.contains("from 0 to 256"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_huge_core_count_falls_back_to_the_core_directories() {
+        let root = tempfile::tempdir().unwrap();
+        let class = root.path().join("sys/class/neuron_device");
+        for (dev, count, dirs) in [("neuron0", "4294967295", 2), ("neuron1", "100000", 0)] {
+            let d = class.join(dev);
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("core_count"), count).unwrap();
+            for i in 0..dirs {
+                fs::create_dir_all(d.join(format!("neuron_core{i}"))).unwrap();
+            }
+        }
+        let devs = NeuronSysfs::new(root.path(), "Trainium1", 0)
+            .discover()
+            .unwrap();
+        // The directories' count where there are some; else unknown (0).
+        assert_eq!(devs.iter().map(|d| d.cores).collect::<Vec<_>>(), [2, 0]);
     }
 
     #[test]

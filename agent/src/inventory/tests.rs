@@ -598,3 +598,42 @@ fn changes_list_appearing_and_disappearing_devices() {
     c.devices[0] = dev("gpu", 0, false);
     assert_eq!(changes(&c, &b), ["gpu 0 (gpu-0) is healthy again"]);
 }
+
+#[test]
+fn new_rejects_more_fake_gpus_than_a_node_may_have() {
+    for n in [MAX_FAKE_GPUS + 1, u32::MAX] {
+        let cfg = InventoryConfig {
+            instance_type: Some("ml.c5.2xlarge".into()),
+            fake_gpus: Some(n),
+            ..InventoryConfig::default()
+        };
+        let err = Discovery::new(&cfg).unwrap_err();
+        assert!(
+            err.contains(&format!("--fake-gpus {n}")) && err.contains("use 0 to 64"),
+            "{err}"
+        );
+    }
+    let cfg = InventoryConfig {
+        instance_type: Some("ml.c5.2xlarge".into()),
+        fake_gpus: Some(MAX_FAKE_GPUS),
+        ..InventoryConfig::default()
+    };
+    assert_eq!(Discovery::new(&cfg).unwrap().discover().devices.len(), 64);
+}
+
+#[test]
+fn neuron_core_totals_saturate_instead_of_overflowing() {
+    let it = Catalog::builtin().get("ml.trn1.32xlarge").unwrap();
+    let mut d = devs("neuron", 2);
+    for x in &mut d {
+        x.cores = u32::MAX;
+    }
+    let (_, warnings) = capacity(it, &d, None, None);
+    assert!(
+        warnings.contains(&format!(
+            "discovered {} NeuronCores, the catalog says ml.trn1.32xlarge has 32",
+            u32::MAX
+        )),
+        "{warnings:?}"
+    );
+}
