@@ -2,7 +2,9 @@
 //! Ctrl-C or SIGTERM.
 
 use std::collections::BTreeMap;
+use std::fmt::Display;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 use allot_coordinator::server::{self, ServerConfig};
@@ -54,7 +56,8 @@ pub struct CoordinatorArgs {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     id: Option<u64>,
-    listen: Option<SocketAddr>,
+    /// Text, not `SocketAddr`, so that a bad one is refused with its value.
+    listen: Option<String>,
     peers: Option<BTreeMap<u64, String>>,
     data_dir: Option<PathBuf>,
     certs: Option<PathBuf>,
@@ -76,14 +79,60 @@ pub fn parse_peers(list: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
             .trim()
             .parse()
             .map_err(|_| anyhow!("--peers: {id:?} in {p:?} is not a replica id (1, 2, 3, ...)"))?;
-        if id == 0 {
-            bail!("--peers: replica id 0 is reserved; use 1, 2, 3, ...");
-        }
         if out.insert(id, addr.trim().to_string()).is_some() {
             bail!("--peers: replica {id} is listed twice");
         }
     }
+    check_peers("--peers", &out)?;
     Ok(out)
+}
+
+/// The checks every peer list gets, from `--peers` or from the config file's `peers`: ids
+/// 1, 2, 3, ..., each address HOST:PORT (not resolved), no address given to two replicas.
+fn check_peers(source: &str, peers: &BTreeMap<u64, String>) -> anyhow::Result<()> {
+    let mut seen: BTreeMap<&str, u64> = BTreeMap::new();
+    for (&id, addr) in peers {
+        if id == 0 {
+            bail!("{source}: replica id 0 (address {addr:?}) is reserved; use 1, 2, 3, ...");
+        }
+        crate::config::check_host_port(addr).map_err(|why| {
+            anyhow!(
+                "{source}: replica {id}'s address {addr:?} is not valid ({why}); expected {}",
+                crate::config::HOST_PORT_FORM
+            )
+        })?;
+        if let Some(other) = seen.insert(addr, id) {
+            bail!(
+                "{source}: replicas {other} and {id} both have the address {addr:?}; \
+                 each replica needs its own HOST:PORT"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Accepted ranges for the raft timing settings. `election_ticks` is at least 2 so that some
+/// heartbeat interval fits below it, and bounded so that the randomised timeout (up to twice
+/// it) cannot overflow; `heartbeat_ticks` must be below `election_ticks`.
+const TICK_MS: RangeInclusive<u64> = 1..=10_000;
+const ELECTION_TICKS: RangeInclusive<usize> = 2..=1_000;
+const SNAPSHOT_EVERY_MAX: u64 = 1_000_000_000;
+
+/// Refuses `value` outside `range`, naming the flag, its config-file key, the value and the range.
+fn in_range<T: PartialOrd + Display>(
+    flag: &str,
+    value: T,
+    range: &RangeInclusive<T>,
+) -> anyhow::Result<T> {
+    if !range.contains(&value) {
+        bail!(
+            "--{flag} (config file: {}) is {value}; accepted: {} to {}",
+            flag.replace('-', "_"),
+            range.start(),
+            range.end()
+        );
+    }
+    Ok(value)
 }
 
 pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
@@ -92,12 +141,23 @@ pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
     if id == 0 {
         bail!("--id 0 is reserved; use 1, 2, 3, ...");
     }
+    let file_listen = match f.listen.as_deref().map(str::trim) {
+        None => None,
+        Some(s) => Some(s.parse::<SocketAddr>().map_err(|_| {
+            anyhow!(
+                "config file listen: {s:?} is not IP:PORT; expected a local address to bind, \
+                 such as 0.0.0.0:7400, 127.0.0.1:7400 or [::]:7400 (no host names)"
+            )
+        })?),
+    };
     let listen = a
         .listen
-        .or(f.listen)
+        .or(file_listen)
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7400)));
     let mut peers = if a.peers.is_empty() {
-        f.peers.unwrap_or_default()
+        let peers = f.peers.unwrap_or_default();
+        check_peers("config file peers", &peers)?;
+        peers
     } else {
         parse_peers(&a.peers)?
     };
@@ -111,14 +171,28 @@ pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
         );
     }
     let http = crate::config::http_addr(a.http.or(f.http).as_deref(), 9400)?;
-    let tick_ms = a.tick_ms.or(f.tick_ms).unwrap_or(50);
-    let election_ticks = a.election_ticks.or(f.election_ticks).unwrap_or(10);
-    let heartbeat_ticks = a.heartbeat_ticks.or(f.heartbeat_ticks).unwrap_or(2);
-    if tick_ms == 0 || heartbeat_ticks == 0 || election_ticks <= heartbeat_ticks {
-        bail!(
-            "need tick_ms > 0 and election_ticks ({election_ticks}) > heartbeat_ticks ({heartbeat_ticks}) > 0"
-        );
-    }
+    let tick_ms = in_range("tick-ms", a.tick_ms.or(f.tick_ms).unwrap_or(50), &TICK_MS)?;
+    let election_ticks = in_range(
+        "election-ticks",
+        a.election_ticks.or(f.election_ticks).unwrap_or(10),
+        &ELECTION_TICKS,
+    )?;
+    // Below election_ticks: followers must hear a heartbeat before they call an election.
+    let heartbeat_ticks = in_range(
+        "heartbeat-ticks",
+        a.heartbeat_ticks.or(f.heartbeat_ticks).unwrap_or(2),
+        &(1..=election_ticks - 1),
+    )
+    .map_err(|e| anyhow!("{e} (below --election-ticks {election_ticks})"))?;
+    // 0 has always meant "after every entry", as 1 does.
+    let snapshot_every = in_range(
+        "snapshot-every",
+        a.snapshot_every
+            .or(f.snapshot_every)
+            .unwrap_or(10_000)
+            .max(1),
+        &(1..=SNAPSHOT_EVERY_MAX),
+    )?;
     Ok(ServerConfig {
         id,
         listen,
@@ -135,11 +209,7 @@ pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
         tick_ms,
         election_ticks,
         heartbeat_ticks,
-        snapshot_every: a
-            .snapshot_every
-            .or(f.snapshot_every)
-            .unwrap_or(10_000)
-            .max(1),
+        snapshot_every,
         schedule_interval_ms: a
             .schedule_interval_ms
             .or(f.schedule_interval_ms)
@@ -190,6 +260,30 @@ pub async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: CoordinatorArgs,
+    }
+
+    /// `resolve` on these flags (and `yaml` as the config file, when given).
+    fn resolve_with(flags: &[&str], yaml: Option<&str>) -> anyhow::Result<ServerConfig> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut argv = vec!["allot".to_string()];
+        if let Some(y) = yaml {
+            let p = dir.path().join("coordinator.yaml");
+            std::fs::write(&p, y).unwrap();
+            argv.extend(["--config".to_string(), p.display().to_string()]);
+        }
+        argv.extend(flags.iter().map(|f| f.to_string()));
+        resolve(Cli::try_parse_from(argv).unwrap().a)
+    }
+
+    fn err(flags: &[&str], yaml: Option<&str>) -> String {
+        format!("{:#}", resolve_with(flags, yaml).unwrap_err())
+    }
 
     #[test]
     fn peers_parse_and_errors_name_the_value() {
@@ -197,9 +291,141 @@ mod tests {
         assert_eq!(p[&2], "h:7402");
         let e = parse_peers(&["x=1".into()]).unwrap_err().to_string();
         assert!(e.contains("\"x\""), "{e}");
-        let e = parse_peers(&["1=a".into(), "1=b".into()])
+        let e = parse_peers(&["1=a:1".into(), "1=b:2".into()])
             .unwrap_err()
             .to_string();
         assert!(e.contains("listed twice"), "{e}");
+    }
+
+    #[test]
+    fn flag_peers_are_host_port() {
+        let e = err(&["--peers", "1=h1:7400,2=h2:74OO"], None);
+        assert!(e.contains("replica 2") && e.contains("\"h2:74OO\""), "{e}");
+        assert!(e.contains("HOST:PORT") && e.contains("1..=65535"), "{e}");
+        for (p, why) in [
+            ("1=h1:7400,2=", "\"\""),
+            ("0=h0:7400,1=h1:7400", "replica id 0"),
+            (
+                "1=h1:7400,2=h1:7400",
+                "replicas 1 and 2 both have the address \"h1:7400\"",
+            ),
+            ("1=h1:0", "port 0 is outside 1..=65535"),
+        ] {
+            let e = err(&["--peers", p], None);
+            assert!(e.starts_with("--peers") && e.contains(why), "{p}: {e}");
+        }
+    }
+
+    #[test]
+    fn config_file_peers_get_the_flag_checks() {
+        let good = "peers:\n  1: coordinator-0.allot:7000\n  2: \"[fd00::2]:7000\"\n";
+        let cfg = resolve_with(&[], Some(good)).unwrap();
+        assert_eq!(cfg.peers[&1], "coordinator-0.allot:7000");
+        for (yaml, why) in [
+            (
+                "peers:\n  0: h0:7400\n  1: h1:7400\n",
+                "replica id 0 (address \"h0:7400\") is reserved",
+            ),
+            (
+                "peers:\n  1: h1:7400\n  2: \"\"\n",
+                "replica 2's address \"\"",
+            ),
+            (
+                "peers:\n  1: h1:7400\n  2: h1:7400\n",
+                "replicas 1 and 2 both have",
+            ),
+            (
+                "peers:\n  1: h1:7400\n  2: h2\n",
+                "replica 2's address \"h2\" is not valid (it has no :PORT)",
+            ),
+            (
+                "peers:\n  1: h1:7400\n  2: h2:99999\n",
+                "port 99999 is outside 1..=65535",
+            ),
+        ] {
+            let e = err(&[], Some(yaml));
+            assert!(
+                e.starts_with("config file peers") && e.contains(why),
+                "{yaml}: {e}"
+            );
+            assert!(
+                e.contains("expected HOST:PORT")
+                    || why.contains("reserved")
+                    || why.contains("both"),
+                "{e}"
+            );
+        }
+        let e = err(&[], Some("listen: 0.0.0.0:74OO\n"));
+        assert!(
+            e.contains("listen: \"0.0.0.0:74OO\"") && e.contains("0.0.0.0:7400"),
+            "{e}"
+        );
+        let cfg = resolve_with(&[], Some("listen: \"[::]:7401\"\n")).unwrap();
+        assert_eq!(cfg.listen.port(), 7401);
+        assert_eq!(cfg.peers[&1], "[::]:7401");
+        // Flags win over the file, and only the list that is used is checked.
+        let cfg = resolve_with(&["--peers", "1=h1:7400"], Some("peers:\n  1: h1\n")).unwrap();
+        assert_eq!(cfg.peers[&1], "h1:7400");
+    }
+
+    #[test]
+    fn shipped_config_files_pass_the_checks() {
+        let bare_metal = include_str!("../deploy/config/coordinator.yaml");
+        let cfg = resolve_with(&[], Some(bare_metal)).unwrap();
+        assert_eq!(cfg.peers.len(), 3);
+        let k8s = include_str!("../deploy/kubernetes/base/config/coordinator.yaml");
+        let peers = "1=allot-coordinator-0.allot-coordinator-peers.ns.svc:7400";
+        resolve_with(&["--id", "1", "--peers", peers], Some(k8s)).unwrap();
+    }
+
+    #[test]
+    fn tick_settings_are_bounded() {
+        let cfg = resolve_with(&[], None).unwrap();
+        assert_eq!(
+            (
+                cfg.tick_ms,
+                cfg.election_ticks,
+                cfg.heartbeat_ticks,
+                cfg.snapshot_every
+            ),
+            (50, 10, 2, 10_000)
+        );
+        for (flags, want) in [
+            (&["--tick-ms", "0"][..], "--tick-ms (config file: tick_ms) is 0; accepted: 1 to 10000"),
+            (&["--tick-ms", "10001"], "is 10001; accepted: 1 to 10000"),
+            (&["--election-ticks", "1"], "--election-ticks (config file: election_ticks) is 1; accepted: 2 to 1000"),
+            (&["--election-ticks", "18446744073709551615"], "is 18446744073709551615; accepted: 2 to 1000"),
+            (&["--heartbeat-ticks", "0"], "--heartbeat-ticks (config file: heartbeat_ticks) is 0; accepted: 1 to 9 (below --election-ticks 10)"),
+            (&["--heartbeat-ticks", "10"], "is 10; accepted: 1 to 9"),
+            (&["--snapshot-every", "18446744073709551615"], "--snapshot-every (config file: snapshot_every) is 18446744073709551615; accepted: 1 to 1000000000"),
+        ] {
+            let e = err(flags, None);
+            assert!(e.contains(want), "{flags:?}: {e}");
+        }
+        // From the config file too, and the ends of each range are accepted.
+        let e = err(&[], Some("election_ticks: 5000\n"));
+        assert!(e.contains("is 5000; accepted: 2 to 1000"), "{e}");
+        let cfg = resolve_with(
+            &[
+                "--tick-ms",
+                "10000",
+                "--election-ticks",
+                "1000",
+                "--heartbeat-ticks",
+                "999",
+            ],
+            None,
+        )
+        .unwrap();
+        assert_eq!((cfg.election_ticks, cfg.heartbeat_ticks), (1000, 999));
+        let cfg = resolve_with(&["--election-ticks", "2", "--heartbeat-ticks", "1"], None).unwrap();
+        assert_eq!(cfg.election_ticks, 2);
+        // snapshot_every 0 keeps meaning 1, as it always has.
+        assert_eq!(
+            resolve_with(&["--snapshot-every", "0"], None)
+                .unwrap()
+                .snapshot_every,
+            1
+        );
     }
 }

@@ -106,7 +106,7 @@ impl ResourceName {
             }));
         }
         if scaled > i64::MAX as f64 / 4.0 {
-            return Err(bad("too large"));
+            return Err(bad(&too_large(self)));
         }
         Ok(scaled.round() as i64)
     }
@@ -192,9 +192,7 @@ pub fn parse_quantity(res: &ResourceName, s: &str) -> Result<i64, ResourceError>
     let mantissa: i128 = if digits.is_empty() {
         0
     } else {
-        digits
-            .parse::<i128>()
-            .map_err(|_| bad("number too large".into()))?
+        digits.parse::<i128>().map_err(|_| bad(too_large(res)))?
     };
     let frac_scale: i128 = 10i128.pow(frac_part.len() as u32);
     let (mult, div): (i128, i128) = if suffix.is_empty() {
@@ -215,7 +213,7 @@ pub fn parse_quantity(res: &ResourceName, s: &str) -> Result<i64, ResourceError>
     let numer = mantissa
         .checked_mul(mult)
         .and_then(|v| v.checked_mul(unit))
-        .ok_or_else(|| bad("number too large".into()))?;
+        .ok_or_else(|| bad(too_large(res)))?;
     let denom = frac_scale * div;
     if numer % denom != 0 {
         return Err(bad(if res.0 == CPU {
@@ -226,9 +224,21 @@ pub fn parse_quantity(res: &ResourceName, s: &str) -> Result<i64, ResourceError>
     }
     let v = numer / denom;
     if v > (i64::MAX / 4) as i128 {
-        return Err(bad("number too large".into()));
+        return Err(bad(too_large(res)));
     }
     Ok(v as i64)
+}
+
+/// Why a quantity above the largest accepted (`i64::MAX / 4` base units) is refused, with that
+/// maximum in the units a user writes.
+fn too_large(res: &ResourceName) -> String {
+    let max = i64::MAX / 4;
+    let most = match res.as_str() {
+        CPU => format!("{}.{:03} cores ({max}m)", max / 1000, max % 1000),
+        MEMORY => format!("{max} bytes (just under 2Ei)"),
+        _ => max.to_string(),
+    };
+    format!("too large; the most accepted for {} is {most}", res.0)
 }
 
 /// Formats a base-unit quantity: cpu as cores (`4`, `0.5`), memory with a binary suffix when
@@ -359,6 +369,45 @@ mod tests {
         assert_eq!(gpu.quantity_from_f64(2.0).unwrap(), 2);
         assert!(gpu.quantity_from_f64(1.5).is_err());
         assert_eq!(ResourceName::cpu().quantity_from_f64(0.5).unwrap(), 500);
+    }
+
+    #[test]
+    fn too_large_names_the_value_and_the_maximum() {
+        // Overflows i128 while parsing, overflows after the suffix, and over i64::MAX / 4.
+        for (r, v, most) in [
+            ("gpu", "9".repeat(40), "is 2305843009213693951"),
+            (
+                "memory",
+                "9999999999Ei".to_string(),
+                "2305843009213693951 bytes (just under 2Ei)",
+            ),
+            ("memory", "3Ei".to_string(), "2305843009213693951 bytes"),
+            (
+                "cpu",
+                "2305843009213694".to_string(),
+                "2305843009213693.951 cores",
+            ),
+            (
+                "efa",
+                "2305843009213693952".to_string(),
+                "is 2305843009213693951",
+            ),
+        ] {
+            let e = q(r, &v).unwrap_err().to_string();
+            assert!(e.contains(&format!("{v:?}")) && e.contains(most), "{e}");
+            assert!(e.contains(&format!("most accepted for {r}")), "{e}");
+        }
+        // The largest accepted value itself still parses.
+        assert_eq!(q("efa", "2305843009213693951").unwrap(), i64::MAX / 4);
+        assert_eq!(q("cpu", "2305843009213693.951").unwrap(), i64::MAX / 4);
+        let e = ResourceName::memory()
+            .quantity_from_f64(1e30)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("1000000000000000000000000000000") && e.contains("just under 2Ei"),
+            "{e}"
+        );
     }
 
     #[test]
