@@ -1,8 +1,9 @@
-//! `/metrics`, `/healthz` (the process serves) and `/readyz` (it knows a leader and has applied
-//! what it knows to be committed, so it can serve clients).
+//! `/metrics`, `/healthz` (the process serves and its raft loop is going round) and `/readyz`
+//! (it knows a leader and has applied what it knows to be committed, so it can serve clients).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -25,7 +26,7 @@ pub async fn serve(
 ) -> Result<SocketAddr, BoxError> {
     let app = Router::new()
         .route("/metrics", get(metrics_page))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
         .with_state(Http { status, metrics });
     let listener = tokio::net::TcpListener::bind(addr)
@@ -38,6 +39,31 @@ pub async fn serve(
         }
     });
     Ok(local)
+}
+
+/// The raft loop goes round at least once a tick; a snapshot or a journal fold can hold it for
+/// a while, but not this long.
+pub const STALLED_AFTER: Duration = Duration::from_secs(10);
+
+async fn healthz(State(h): State<Http>) -> (StatusCode, String) {
+    let s = h.status.lock().map(|s| s.clone()).unwrap_or_default();
+    health(&s, Instant::now())
+}
+
+/// `/healthz`: fails once the raft loop has not gone round for [`STALLED_AFTER`].
+fn health(s: &Status, now: Instant) -> (StatusCode, String) {
+    match s.beat {
+        Some(beat) if now.saturating_duration_since(beat) > STALLED_AFTER => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "stalled: the raft loop has not gone round for {:.1}s (the limit is {}s)\n",
+                now.saturating_duration_since(beat).as_secs_f64(),
+                STALLED_AFTER.as_secs()
+            ),
+        ),
+        Some(_) => (StatusCode::OK, "ok\n".into()),
+        None => (StatusCode::OK, "ok: starting\n".into()),
+    }
 }
 
 async fn metrics_page(State(h): State<Http>) -> String {
@@ -62,5 +88,25 @@ async fn ready(State(h): State<Http>) -> (StatusCode, String) {
                 s.leader, s.applied, s.commit
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthz_fails_once_the_raft_loop_stops_going_round() {
+        let now = Instant::now();
+        let mut s = Status::default();
+        assert_eq!(health(&s, now).0, StatusCode::OK);
+        s.beat = Some(now);
+        assert_eq!(health(&s, now + Duration::from_secs(1)).0, StatusCode::OK);
+        let (code, text) = health(&s, now + STALLED_AFTER + Duration::from_secs(2));
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            text.contains("12.0s") && text.contains("limit is 10s"),
+            "{text}"
+        );
     }
 }

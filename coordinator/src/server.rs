@@ -77,6 +77,9 @@ pub struct Status {
     pub applied: u64,
     pub is_leader: bool,
     pub started: bool,
+    /// When the raft loop last went round (it does at least every tick): `/healthz` fails when
+    /// this is too old, so a stuck replica is restarted.
+    pub beat: Option<Instant>,
 }
 
 #[derive(Clone)]
@@ -535,6 +538,7 @@ impl RaftLoop {
             s.applied = self.rep.applied_index();
             s.is_leader = leader;
             s.started = true;
+            s.beat = Some(Instant::now());
         }
         if self.last_metrics.elapsed() >= Duration::from_millis(500) {
             self.last_metrics = Instant::now();
