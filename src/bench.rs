@@ -16,7 +16,7 @@ use allot_common::tls::{self, Identity};
 use allot_common::{Catalog, ResourceName, Resources, WorkloadSpec};
 use anyhow::{anyhow, bail, Context};
 
-use crate::client::{Client, ClientOpts};
+use crate::client::{call, watch_once, Client, ClientOpts};
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
@@ -140,12 +140,6 @@ fn start_cluster(dir: &Path, keep: bool) -> anyhow::Result<(Cluster, Vec<String>
     Ok((cluster, addrs))
 }
 
-async fn call(c: &mut Client, b: Body) -> anyhow::Result<Reply> {
-    c.call(b)
-        .await?
-        .map_err(|e| anyhow!("{:?}: {}", e.kind, e.message))
-}
-
 fn job(name: String, team: String, res: &ResourceName, qty: i64) -> SubmitInput {
     let mut r = Resources::new();
     r.add(res, qty);
@@ -160,22 +154,7 @@ fn job(name: String, team: String, res: &ResourceName, qty: i64) -> SubmitInput 
 async fn wait_admitted(c: &mut Client, name: &str, since: Instant) -> anyhow::Result<()> {
     let mut digest = 0u64;
     loop {
-        let reply = call(
-            c,
-            Body::WatchWorkloads {
-                filter: WorkloadFilter::default(),
-                known_digest: digest,
-                wait_ms: 2_000,
-            },
-        )
-        .await?;
-        let Reply::WorkloadsAt {
-            digest: d,
-            workloads,
-        } = reply
-        else {
-            bail!("unexpected answer to a watch: {reply:?}");
-        };
+        let (d, workloads) = watch_once(c, WorkloadFilter::default(), digest, 2_000).await?;
         digest = d;
         if workloads
             .iter()

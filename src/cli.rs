@@ -14,7 +14,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
-use crate::client::{Client, ClientOpts};
+use crate::client::{api, watch_once, Client, ClientOpts};
 use crate::scenario;
 
 #[derive(Clone, Copy, Debug, Default, ValueEnum)]
@@ -198,15 +198,6 @@ pub enum ClusterCmd {
         #[arg(long)]
         attempt: Option<u32>,
     },
-}
-
-fn api(
-    r: Result<Result<Reply, allot_common::api::ApiError>, allot_common::client::ClientError>,
-) -> anyhow::Result<Reply> {
-    match r? {
-        Ok(r) => Ok(r),
-        Err(e) => Err(anyhow!("{:?}: {}", e.kind, e.message)),
-    }
 }
 
 /// "TeamName=team-a,FairShareWeight=10" (or the same as JSON).
@@ -658,20 +649,7 @@ async fn watch_workloads(c: &mut Client, filter: WorkloadFilter) -> anyhow::Resu
     let mut first = true;
     let mut digest = 0u64;
     loop {
-        let reply = api(c
-            .call(Body::WatchWorkloads {
-                filter: filter.clone(),
-                known_digest: digest,
-                wait_ms: 20_000,
-            })
-            .await)?;
-        let Reply::WorkloadsAt {
-            digest: d,
-            workloads,
-        } = reply
-        else {
-            bail!("unexpected answer to a watch: {reply:?}");
-        };
+        let (d, workloads) = watch_once(c, filter.clone(), digest, 20_000).await?;
         digest = d;
         let mut rows = Vec::new();
         for w in &workloads {

@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
+use allot_common::api::{ApiError, Body, Reply, WorkloadFilter, WorkloadView};
 pub use allot_common::client::Client;
+use allot_common::client::ClientError;
 
 /// Where the cluster is and who we are.
 #[derive(Clone, Debug, clap::Args)]
@@ -36,5 +38,37 @@ impl ClientOpts {
         };
         let stem = self.identity.as_deref().unwrap_or("admin-admin");
         Ok(Client::new(addrs, &dir, stem)?)
+    }
+}
+
+/// A reply, with the coordinator's refusal turned into an error ("Kind: message").
+pub fn api(r: Result<Result<Reply, ApiError>, ClientError>) -> anyhow::Result<Reply> {
+    match r? {
+        Ok(r) => Ok(r),
+        Err(e) => Err(anyhow::anyhow!("{:?}: {}", e.kind, e.message)),
+    }
+}
+
+/// One request; a refusal is an error.
+pub async fn call(c: &mut Client, b: Body) -> anyhow::Result<Reply> {
+    api(c.call(b).await)
+}
+
+/// One long poll of the workloads `filter` selects: answers when they differ from what
+/// `digest` stands for, or after `wait_ms`, with their new digest.
+pub async fn watch_once(
+    c: &mut Client,
+    filter: WorkloadFilter,
+    digest: u64,
+    wait_ms: u32,
+) -> anyhow::Result<(u64, Vec<WorkloadView>)> {
+    let body = Body::WatchWorkloads {
+        filter,
+        known_digest: digest,
+        wait_ms,
+    };
+    match call(c, body).await? {
+        Reply::WorkloadsAt { digest, workloads } => Ok((digest, workloads)),
+        reply => anyhow::bail!("unexpected answer to a watch: {reply:?}"),
     }
 }
