@@ -9,6 +9,16 @@ use allot_coordinator::raftlog::{Batch, Disk, RedbDisk};
 use criterion::{criterion_group, criterion_main, Criterion};
 use raft::eraftpb::{Entry, HardState};
 
+/// A submit-sized entry (a few hundred bytes), as the leader appends and followers persist.
+fn submit_sized(index: u64) -> Entry {
+    Entry {
+        index,
+        term: 1,
+        data: vec![7u8; 400].into(),
+        ..Default::default()
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let base = std::env::var_os("ALLOT_BENCH_DIR")
         .map(std::path::PathBuf::from)
@@ -18,16 +28,10 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("raftlog");
     g.sample_size(20);
     let mut index = 0u64;
-    // A submit-sized entry (a few hundred bytes), as the leader appends and followers persist.
     g.bench_function("append-one-entry-fsync", |b| {
         b.iter(|| {
             index += 1;
-            let e = Entry {
-                index,
-                term: 1,
-                data: vec![7u8; 400].into(),
-                ..Default::default()
-            };
+            let e = submit_sized(index);
             disk.write(&Batch {
                 entries: std::slice::from_ref(&e),
                 ..Default::default()
@@ -39,12 +43,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("append-one-entry-and-vote-fsync", |b| {
         b.iter(|| {
             index += 1;
-            let e = Entry {
-                index,
-                term: 1,
-                data: vec![7u8; 400].into(),
-                ..Default::default()
-            };
+            let e = submit_sized(index);
             let hs = HardState {
                 term: 1,
                 vote: 1,
