@@ -29,88 +29,29 @@
 use allot_common::api::{ActivationState, ComputeQuotaInput, SubmitInput};
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::quota::{BorrowWithinCohortPolicy, QueueingStrategy, WithinTeam};
-use allot_common::{
-    Catalog, ClusterPolicy, CohortSpec, FlavorQuota, ResourceName, Resources, TeamSpec,
-    WorkloadSpec,
-};
+use allot_common::{Catalog, CohortSpec, FlavorQuota, ResourceName, WorkloadSpec};
 use allot_core::explain::{explain, fmt_time};
 use allot_core::machine::{Command, Entry, Machine};
-use allot_core::state::{Event, State};
+use allot_core::state::Event;
 use allot_core::{schedule, WlState};
 
 mod support;
 
-use support::{gpu_team, rq, team, wl, F};
+use support::{gpu_team, rq, team, wl, Sim, F};
 const G: &str = "ml.p4d.24xlarge";
 
 fn gpus(name: &str, team: &str, priority: i32, count: u32, per_pod: &str) -> WorkloadSpec {
     wl(name, team, priority, count, &[("gpu", per_pod)])
 }
 
-struct Sim {
-    st: State,
-    now: i64,
-}
-
+/// What only these tests ask of the shared state.
 impl Sim {
-    fn new(fair_share: bool, teams: Vec<TeamSpec>) -> Self {
-        let mut st = State::new(ClusterPolicy {
-            fair_share,
-            ..Default::default()
-        });
-        for t in teams {
-            st.set_team(t).unwrap();
-        }
-        Sim { st, now: 0 }
-    }
-    fn classical(teams: Vec<TeamSpec>) -> Self {
-        Sim::new(false, teams)
-    }
-    fn nodes(&mut self, flavor: &str, prefix: &str, n: usize, gpus: i64) {
-        for i in 0..n {
-            let mut r = Resources::new();
-            r.set(ResourceName::gpu(), gpus);
-            r.set(ResourceName::cpu(), 32_000);
-            r.set(ResourceName::memory(), 128 << 30);
-            self.st
-                .add_node(&format!("{prefix}{i}"), flavor, &r)
-                .unwrap();
-        }
-    }
-    fn at(&mut self, t: i64) -> &mut Self {
-        self.now = t;
-        self
-    }
-    fn submit(&mut self, w: WorkloadSpec) -> &mut Self {
-        self.st.submit(w, self.now).unwrap();
-        self
-    }
     /// One cycle; victims stay Evicting.
     fn step(&mut self) -> Vec<Event> {
         let plan = schedule(&self.st, self.now);
         let ev = self.st.apply_plan(&plan, self.now);
         self.st.check_invariants().unwrap();
         ev
-    }
-    /// Cycles until nothing changes, completing evictions at once.
-    fn settle(&mut self) -> &mut Self {
-        for _ in 0..100 {
-            let plan = schedule(&self.st, self.now);
-            let ev = self.st.apply_plan(&plan, self.now);
-            for e in ev {
-                if let Event::Preempted { wl, .. } = e {
-                    self.st.complete_eviction(wl, self.now);
-                }
-            }
-            self.st.check_invariants().unwrap();
-            if !plan.has_decisions() {
-                return self;
-            }
-        }
-        panic!("did not settle");
-    }
-    fn state(&self, name: &str) -> WlState {
-        self.st.workload(self.st.find_workload(name).unwrap()).state
     }
     fn explain(&self, name: &str) -> Vec<String> {
         let mut m = Machine::new();
@@ -444,13 +385,10 @@ fn min_count_is_mentioned() {
 
 #[test]
 fn position_in_team_queue_and_cohort_order() {
-    let mut s = Sim::new(
-        true,
-        vec![
-            gpu_team("team-a", 2, Some(0)),
-            gpu_team("team-b", 2, Some(0)),
-        ],
-    );
+    let mut s = Sim::fair_share(vec![
+        gpu_team("team-a", 2, Some(0)),
+        gpu_team("team-b", 2, Some(0)),
+    ]);
     s.submit(gpus("a-0", "team-a", 10, 1, "2"))
         .submit(gpus("b-0", "team-b", 10, 1, "2"))
         .settle();
@@ -700,10 +638,11 @@ fn preempted_by_higher_priority_in_same_team() {
 fn fair_share_standing_and_order() {
     let mut b = gpu_team("team-b", 4, None);
     b.fair_share_weight = 2;
-    let mut s = Sim::new(
-        true,
-        vec![gpu_team("team-a", 4, None), b, gpu_team("team-c", 4, None)],
-    );
+    let mut s = Sim::fair_share(vec![
+        gpu_team("team-a", 4, None),
+        b,
+        gpu_team("team-c", 4, None),
+    ]);
     s.submit(gpus("a-1", "team-a", 0, 1, "6"))
         .submit(gpus("b-1", "team-b", 0, 1, "6"))
         .settle();

@@ -6,90 +6,18 @@ use allot_common::quota::{
     ReclaimWithinCohort, WhenCanBorrow, WithinTeam,
 };
 use allot_common::{
-    ClusterPolicy, CohortSpec, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, TeamSpec,
-    WorkloadSpec,
+    ClusterPolicy, CohortSpec, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources,
 };
 use allot_core::quota::{self, Share};
-use allot_core::state::{Event, State, WlState};
+use allot_core::state::{Event, WlState};
 use allot_core::{schedule, verify, PreemptReason, TeamId};
 
 mod support;
 
-use support::{gpu_team, rq, team, wl, F};
+use support::{gpu_team, rq, team, wl, Sim, F};
 
-struct Sim {
-    st: State,
-    now: i64,
-    events: Vec<Event>,
-}
-
+/// What only these tests ask of the shared state.
 impl Sim {
-    fn new(policy: ClusterPolicy, teams: Vec<TeamSpec>) -> Self {
-        let mut st = State::new(policy);
-        for t in teams {
-            st.set_team(t).unwrap();
-        }
-        Sim {
-            st,
-            now: 0,
-            events: Vec::new(),
-        }
-    }
-    fn classical(teams: Vec<TeamSpec>) -> Self {
-        Sim::new(
-            ClusterPolicy {
-                fair_share: false,
-                ..Default::default()
-            },
-            teams,
-        )
-    }
-    fn nodes(&mut self, prefix: &str, n: usize, gpus: i64) {
-        for i in 0..n {
-            let mut r = Resources::new();
-            r.set(ResourceName::gpu(), gpus);
-            r.set(ResourceName::cpu(), 32_000);
-            r.set(ResourceName::memory(), 128 << 30);
-            self.st.add_node(&format!("{prefix}{i}"), F, &r).unwrap();
-        }
-    }
-    fn at(&mut self, t: i64) -> &mut Self {
-        self.now = t;
-        self
-    }
-    fn submit(&mut self, w: WorkloadSpec) -> &mut Self {
-        let (_, ev) = self.st.submit(w, self.now).unwrap();
-        self.events.extend(ev);
-        self
-    }
-    fn settle(&mut self) -> &mut Self {
-        for _ in 0..1000 {
-            let plan = schedule(&self.st, self.now);
-            assert!(verify(&self.st, &plan).iter().all(|r| r.is_ok()));
-            let ev = self.st.apply_plan(&plan, self.now);
-            self.st.check_invariants().unwrap();
-            let victims: Vec<_> = ev
-                .iter()
-                .filter_map(|e| match e {
-                    Event::Preempted { wl, .. } => Some(*wl),
-                    _ => None,
-                })
-                .collect();
-            self.events.extend(ev);
-            for v in victims {
-                let ev = self.st.complete_eviction(v, self.now);
-                self.events.extend(ev);
-            }
-            self.st.check_invariants().unwrap();
-            if !plan.has_decisions() {
-                return self;
-            }
-        }
-        panic!("did not settle");
-    }
-    fn state(&self, name: &str) -> WlState {
-        self.st.workload(self.st.find_workload(name).unwrap()).state
-    }
     fn message(&self, name: &str) -> String {
         let w = self.st.workload(self.st.find_workload(name).unwrap());
         w.pending_status()
@@ -200,7 +128,7 @@ fn team_without_cohort_never_exceeds_nominal() {
 fn quota_without_room_waits_with_a_message() {
     // Quotas add up to 4 GPUs on 2 nodes: the team has quota but no node has room.
     let mut s = Sim::classical(vec![gpu_team("a", 2, Some(0)), gpu_team("b", 2, Some(0))]);
-    s.nodes("g", 2, 1);
+    s.nodes(F, "g", 2, 1);
     s.submit(wl("a1", "a", 0, 2, &[("gpu", "1")])).settle();
     s.submit(wl("b1", "b", 0, 1, &[("gpu", "1")])).settle();
     assert_eq!(s.state("a1"), WlState::Admitted);
@@ -592,7 +520,7 @@ fn preemption_message_names_preemptor_reason_and_numbers() {
 #[test]
 fn devices_are_never_shared_and_freed_devices_are_reused() {
     let mut s = Sim::classical(vec![gpu_team("a", 8, None)]);
-    s.nodes("p", 1, 8);
+    s.nodes(F, "p", 1, 8);
     for i in 0..4 {
         s.submit(wl(&format!("j{i}"), "a", 0, 1, &[("gpu", "2")]));
     }
@@ -621,7 +549,7 @@ fn devices_are_never_shared_and_freed_devices_are_reused() {
 fn reclaim_frees_devices_on_a_node_not_only_quota() {
     // Spec's reclaim-for-placement: quota says b may run, nodes say no; a's borrowed job goes.
     let mut s = Sim::classical(vec![gpu_team("a", 2, None), gpu_team("b", 2, None)]);
-    s.nodes("g", 3, 1);
+    s.nodes(F, "g", 3, 1);
     s.submit(wl("a-own", "a", 0, 2, &[("gpu", "1")])).settle();
     s.at(5)
         .submit(wl("a-borrowed", "a", 0, 1, &[("gpu", "1")]))
@@ -644,7 +572,7 @@ fn reclaim_frees_devices_on_a_node_not_only_quota() {
 #[test]
 fn stale_admission_is_rejected_at_apply_time_not_applied_half() {
     let mut s = Sim::classical(vec![gpu_team("a", 2, None)]);
-    s.nodes("g", 1, 2);
+    s.nodes(F, "g", 1, 2);
     s.submit(wl("x", "a", 0, 2, &[("gpu", "1")]));
     let plan = schedule(&s.st, 0);
     assert_eq!(plan.admissions.len(), 1);
@@ -661,7 +589,7 @@ fn stale_admission_is_rejected_at_apply_time_not_applied_half() {
 #[test]
 fn node_failure_requeues_and_keeps_submit_time() {
     let mut s = Sim::classical(vec![gpu_team("a", 4, None)]);
-    s.nodes("g", 2, 2);
+    s.nodes(F, "g", 2, 2);
     s.submit(wl("w", "a", 0, 2, &[("gpu", "1")])).settle();
     let node = {
         let w = s.st.workload(s.st.find_workload("w").unwrap());
@@ -805,11 +733,11 @@ fn cohort_owned_quota_and_idle_sharing() {
         },
         vec![gpu_team("a", 1, None)],
     );
-    s.nodes("g", 4, 1);
+    s.nodes(F, "g", 4, 1);
     s.submit(wl("w", "a", 0, 4, &[("gpu", "1")])).settle();
     assert_eq!(s.state("w"), WlState::Admitted);
     let mut s = Sim::new(ClusterPolicy::default(), vec![gpu_team("a", 1, None)]);
-    s.nodes("g", 4, 1);
+    s.nodes(F, "g", 4, 1);
     s.submit(wl("w", "a", 0, 4, &[("gpu", "1")])).settle();
     assert_eq!(s.state("w"), WlState::Pending);
 }
@@ -855,7 +783,7 @@ fn same_input_same_plan() {
             ClusterPolicy::default(),
             vec![gpu_team("a", 2, None), gpu_team("b", 3, None)],
         );
-        s.nodes("g", 3, 2);
+        s.nodes(F, "g", 3, 2);
         for i in 0..6 {
             s.submit(wl(&format!("a{i}"), "a", i % 3, 1, &[("gpu", "1")]));
             s.submit(wl(&format!("b{i}"), "b", 2 - i % 3, 1, &[("gpu", "1")]));

@@ -1,9 +1,14 @@
-//! Spec builders shared by the core's rule and explain tests.
+//! Spec builders and a hand-driven state shared by the core's rule and explain tests.
+// Each test crate uses its own part of this module.
+#![allow(dead_code)]
 
 use allot_common::quota::ResourceQuota;
 use allot_common::{
-    FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, TeamSpec, WorkloadSpec,
+    ClusterPolicy, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, TeamSpec,
+    WorkloadSpec,
 };
+use allot_core::state::{Event, State, WlState};
+use allot_core::{schedule, verify};
 
 /// The flavor most tests use.
 pub const F: &str = "ml.g5.8xlarge";
@@ -64,5 +69,95 @@ pub fn wl(
             min_count: None,
             requests: r,
         }],
+    }
+}
+
+/// A state driven by hand: submit at a chosen time, then schedule until nothing changes. Every
+/// event is kept, for the tests that look at what happened in which order.
+pub struct Sim {
+    pub st: State,
+    pub now: i64,
+    pub events: Vec<Event>,
+}
+
+impl Sim {
+    pub fn new(policy: ClusterPolicy, teams: Vec<TeamSpec>) -> Self {
+        let mut st = State::new(policy);
+        for t in teams {
+            st.set_team(t).unwrap();
+        }
+        Sim {
+            st,
+            now: 0,
+            events: Vec::new(),
+        }
+    }
+    pub fn classical(teams: Vec<TeamSpec>) -> Self {
+        Sim::new(
+            ClusterPolicy {
+                fair_share: false,
+                ..Default::default()
+            },
+            teams,
+        )
+    }
+    pub fn fair_share(teams: Vec<TeamSpec>) -> Self {
+        Sim::new(
+            ClusterPolicy {
+                fair_share: true,
+                ..Default::default()
+            },
+            teams,
+        )
+    }
+    /// `n` nodes of `flavor` named `prefix0`, `prefix1`, ..., with `gpus` GPUs each.
+    pub fn nodes(&mut self, flavor: &str, prefix: &str, n: usize, gpus: i64) {
+        for i in 0..n {
+            let mut r = Resources::new();
+            r.set(ResourceName::gpu(), gpus);
+            r.set(ResourceName::cpu(), 32_000);
+            r.set(ResourceName::memory(), 128 << 30);
+            self.st
+                .add_node(&format!("{prefix}{i}"), flavor, &r)
+                .unwrap();
+        }
+    }
+    pub fn at(&mut self, t: i64) -> &mut Self {
+        self.now = t;
+        self
+    }
+    pub fn submit(&mut self, w: WorkloadSpec) -> &mut Self {
+        let (_, ev) = self.st.submit(w, self.now).unwrap();
+        self.events.extend(ev);
+        self
+    }
+    /// Cycles until nothing changes, each plan verified, evictions completed at once.
+    pub fn settle(&mut self) -> &mut Self {
+        for _ in 0..100 {
+            let plan = schedule(&self.st, self.now);
+            assert!(verify(&self.st, &plan).iter().all(|r| r.is_ok()));
+            let ev = self.st.apply_plan(&plan, self.now);
+            self.st.check_invariants().unwrap();
+            let victims: Vec<_> = ev
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Preempted { wl, .. } => Some(*wl),
+                    _ => None,
+                })
+                .collect();
+            self.events.extend(ev);
+            for v in victims {
+                let ev = self.st.complete_eviction(v, self.now);
+                self.events.extend(ev);
+            }
+            self.st.check_invariants().unwrap();
+            if !plan.has_decisions() {
+                return self;
+            }
+        }
+        panic!("did not settle");
+    }
+    pub fn state(&self, name: &str) -> WlState {
+        self.st.workload(self.st.find_workload(name).unwrap()).state
     }
 }
