@@ -28,7 +28,7 @@
 //!   `ComputeQuotaResources` row for the same instance type; at most 15 rows (AWS's limit).
 //! - `Strategy` may be left out (default `LendAndBorrow`, as in the structured form).
 //! - Limits: `VCpu` <= 10,000,000 and `MemoryInGiB` <= 1,000,000,000 per row; derived amounts
-//!   must stay within `i64::MAX / 4` base units (the bound `resource.rs` uses).
+//!   must stay within `resource::MAX_QUANTITY` base units (`i64::MAX / 4`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -110,8 +110,8 @@ pub const MAX_VCPU: f64 = 10_000_000.0;
 /// Largest `MemoryInGiB` accepted in one row.
 pub const MAX_MEMORY_GIB: f64 = 1_000_000_000.0;
 
-/// Largest quantity a derived quota may have, in base units (as in `resource.rs`).
-const MAX_QUANTITY: i128 = (i64::MAX / 4) as i128;
+/// Largest quantity a derived quota may have, in base units.
+const MAX_QUANTITY: i128 = crate::resource::MAX_QUANTITY as i128;
 
 // ---------------------------------------------------------------------------------------------
 // Errors of the mapping

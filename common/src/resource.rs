@@ -223,16 +223,20 @@ pub fn parse_quantity(res: &ResourceName, s: &str) -> Result<i64, ResourceError>
         }));
     }
     let v = numer / denom;
-    if v > (i64::MAX / 4) as i128 {
+    if v > i128::from(MAX_QUANTITY) {
         return Err(bad(too_large(res)));
     }
     Ok(v as i64)
 }
 
-/// Why a quantity above the largest accepted (`i64::MAX / 4` base units) is refused, with that
-/// maximum in the units a user writes.
+/// The largest quantity accepted, in base units: far enough below `i64::MAX` that sums and small
+/// multiples of quantities cannot overflow. Workload requests and quotas are held to it too.
+pub const MAX_QUANTITY: i64 = i64::MAX / 4;
+
+/// Why a quantity above [`MAX_QUANTITY`] is refused, with that maximum in the units a user
+/// writes.
 fn too_large(res: &ResourceName) -> String {
-    let max = i64::MAX / 4;
+    let max = MAX_QUANTITY;
     let most = match res.as_str() {
         CPU => format!("{}.{:03} cores ({max}m)", max / 1000, max % 1000),
         MEMORY => format!("{max} bytes (just under 2Ei)"),

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::resource::{ResourceName, Resources};
+use crate::resource::{ResourceName, Resources, MAX_QUANTITY};
 
 /// Name of the pod set of a workload written with a single `count`/`requests`.
 pub const MAIN_POD_SET: &str = "main";
@@ -56,7 +56,7 @@ pub enum WorkloadError {
     Name(String),
     #[error("workload {0:?}: {1} pods in all; a workload may have at most {MAX_PODS}")]
     TooManyPods(String, u64),
-    #[error("workload {0:?}: its pod sets request {2} of {1} in all, above the maximum of {MAX_REQUEST} base units of one resource")]
+    #[error("workload {0:?}: its pod sets request {2} of {1} in all, above the maximum of {MAX_QUANTITY} base units of one resource")]
     TooLarge(String, String, i64),
 }
 
@@ -66,9 +66,6 @@ pub const MAX_POD_SETS: usize = 18;
 /// a thousand 8-GPU nodes fits. Each pod is placed, allocated and started one by one, so the
 /// bound keeps one submit from holding the leader (and a node's agent) for minutes.
 pub const MAX_PODS: u64 = 10_000;
-/// The largest amount of one resource a workload may request, per pod set and in all (the bound
-/// quantities parse within): `count` times a pod's request stays far from overflowing.
-pub const MAX_REQUEST: i64 = i64::MAX / 4;
 
 impl WorkloadSpec {
     /// One pod set (`main`) of `count` pods with `requests`, priority 0, no pinned flavor.
@@ -134,18 +131,19 @@ impl WorkloadSpec {
             if let Some((r, v)) = ps.requests.iter().find(|(_, v)| *v < 0) {
                 return Err(bad(format!("request {r}={v} must be >= 0")));
             }
+            // No resource may total more than a quantity may be, per pod set or in all.
             for (r, v) in ps.requests.iter() {
                 // Both factors are bounded (count by MAX_PODS), so the product is exact.
                 let all = i128::from(v) * i128::from(ps.count);
-                if all > i128::from(MAX_REQUEST) {
+                if all > i128::from(MAX_QUANTITY) {
                     return Err(bad(format!(
-                        "{} pods of {r}={v} request {all} in all, above the maximum of {MAX_REQUEST} base units of one resource",
+                        "{} pods of {r}={v} request {all} in all, above the maximum of {MAX_QUANTITY} base units of one resource",
                         ps.count
                     )));
                 }
                 let sum = total.entry(r).or_insert(0);
                 *sum += all as i64;
-                if *sum > MAX_REQUEST {
+                if *sum > MAX_QUANTITY {
                     return Err(WorkloadError::TooLarge(
                         self.name.clone(),
                         r.to_string(),
@@ -211,11 +209,11 @@ mod tests {
         let e = spec(&[8], ei).validate().unwrap_err().to_string();
         assert!(
             e.contains("8 pods of memory=1152921504606846976")
-                && e.contains(&MAX_REQUEST.to_string()),
+                && e.contains(&MAX_QUANTITY.to_string()),
             "{e}"
         );
         // Each pod set alone is under the bound; together they are over it.
-        let e = spec(&[1, 1], MAX_REQUEST / 2 + 1)
+        let e = spec(&[1, 1], MAX_QUANTITY / 2 + 1)
             .validate()
             .unwrap_err()
             .to_string();
