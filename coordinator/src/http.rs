@@ -52,12 +52,12 @@ async fn healthz(State(h): State<Http>) -> (StatusCode, String) {
 
 /// `/healthz`: fails once the raft loop has not gone round for [`STALLED_AFTER`].
 fn health(s: &Status, now: Instant) -> (StatusCode, String) {
-    match s.beat {
-        Some(beat) if now.saturating_duration_since(beat) > STALLED_AFTER => (
+    match s.beat.map(|beat| now.saturating_duration_since(beat)) {
+        Some(quiet) if quiet > STALLED_AFTER => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "stalled: the raft loop has not gone round for {:.1}s (the limit is {}s)\n",
-                now.saturating_duration_since(beat).as_secs_f64(),
+                quiet.as_secs_f64(),
                 STALLED_AFTER.as_secs()
             ),
         ),
@@ -72,7 +72,7 @@ async fn metrics_page(State(h): State<Http>) -> String {
 
 async fn ready(State(h): State<Http>) -> (StatusCode, String) {
     let s = h.status.lock().map(|s| s.clone()).unwrap_or_default();
-    if s.started && s.leader != 0 && s.applied + 1000 >= s.commit {
+    if s.beat.is_some() && s.leader != 0 && s.applied + 1000 >= s.commit {
         (
             StatusCode::OK,
             format!(

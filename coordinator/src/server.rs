@@ -76,9 +76,8 @@ pub struct Status {
     pub commit: u64,
     pub applied: u64,
     pub is_leader: bool,
-    pub started: bool,
-    /// When the raft loop last went round (it does at least every tick): `/healthz` fails when
-    /// this is too old, so a stuck replica is restarted.
+    /// When the raft loop last went round (it does at least every tick); `None` until it first
+    /// has. `/healthz` fails when this is too old, so a stuck replica is restarted.
     pub beat: Option<Instant>,
 }
 
@@ -537,7 +536,6 @@ impl RaftLoop {
             s.commit = self.rep.commit_index();
             s.applied = self.rep.applied_index();
             s.is_leader = leader;
-            s.started = true;
             s.beat = Some(Instant::now());
         }
         if self.last_metrics.elapsed() >= Duration::from_millis(500) {
