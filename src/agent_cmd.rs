@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use allot_agent::agent::{Agent, AgentConfig};
-use allot_agent::inventory::{InventoryConfig, MAX_FAKE_GPUS};
+use allot_agent::inventory::{check_fake_gpus, InventoryConfig};
 use allot_common::tls::Identity;
 use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
@@ -102,11 +102,8 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
         .validate()
         .map_err(|e| anyhow!("node name {node:?} from {from}: {e}; set it with --node"))?;
     let fake_gpus = a.fake_gpus.or(f.fake_gpus);
-    if let Some(n) = fake_gpus.filter(|n| *n > MAX_FAKE_GPUS) {
-        bail!(
-            "--fake-gpus {n}: use 0 to {MAX_FAKE_GPUS} (the most devices of one kind a node may \
-             have)"
-        );
+    if let Some(n) = fake_gpus {
+        check_fake_gpus("--fake-gpus", n).map_err(|e| anyhow!(e))?;
     }
     let coordinators = if !opts.coordinators.is_empty() {
         opts.coordinators.clone()
@@ -183,6 +180,7 @@ pub fn run(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use allot_agent::inventory::MAX_FAKE_GPUS;
 
     fn args(node: &str, fake_gpus: Option<u32>) -> AgentArgs {
         AgentArgs {

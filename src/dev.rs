@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use allot_agent::inventory::MAX_FAKE_GPUS;
+use allot_agent::inventory::check_fake_gpus;
 use allot_common::api::{Body, Reply};
 use allot_common::tls::{self, Identity};
 use allot_common::Catalog;
@@ -179,12 +179,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         .get(&a.instance_type)
         .map_err(|e| anyhow!("--instance-type: {e}"))?;
     let gpus = a.gpus.unwrap_or(it.accelerators());
-    if gpus > MAX_FAKE_GPUS {
-        bail!(
-            "--gpus {gpus}: use 0 to {MAX_FAKE_GPUS} (the most devices of one kind a node may \
-             have)"
-        );
-    }
+    check_fake_gpus("--gpus", gpus).map_err(|e| anyhow!(e))?;
     let dir = a.dir.clone().unwrap_or_else(default_dir);
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;

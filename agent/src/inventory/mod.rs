@@ -73,6 +73,16 @@ pub const ENV_NODE_INSTANCE_TYPE: &str = "NODE_INSTANCE_TYPE";
 /// per node (`allot_core::nodes::MAX_DEVICES`) and refuses a node with more.
 pub const MAX_FAKE_GPUS: u32 = 64;
 
+/// Refuses more fake GPUs than a node may have; `flag` is the option that set them.
+pub fn check_fake_gpus(flag: &str, n: u32) -> Result<(), String> {
+    if n > MAX_FAKE_GPUS {
+        return Err(format!(
+            "{flag} {n}: use 0 to {MAX_FAKE_GPUS} (the most devices of one kind a node may have)"
+        ));
+    }
+    Ok(())
+}
+
 /// How the agent discovers its node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InventoryConfig {
@@ -414,12 +424,7 @@ impl Discovery {
         )?;
         let it = lookup(&name)?;
         if let Some(n) = cfg.fake_gpus {
-            if n > MAX_FAKE_GPUS {
-                return Err(format!(
-                    "--fake-gpus {n}: use 0 to {MAX_FAKE_GPUS} (the most devices of one kind a \
-                     node may have)"
-                ));
-            }
+            check_fake_gpus("--fake-gpus", n)?;
             let (model, memory_mib) = catalog_accelerator(&it, GPU, "Fake GPU");
             let fake = FakeNvml::uniform(n, &model, memory_mib);
             let handle = fake.handle();
