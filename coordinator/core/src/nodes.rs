@@ -379,6 +379,40 @@ impl NodeSet {
         self.index_insert(id);
     }
 
+    /// Takes back what is still free of an allocation released earlier: its devices that
+    /// nothing took since, and up to its amount of each other resource. A preempted pod holds
+    /// its room until it stops, while its preemptor's reservation may already sit in part of it.
+    pub fn retake_free_part(&mut self, a: &PodAlloc) {
+        if self.nodes.get(a.node.idx()).is_none() {
+            return;
+        }
+        self.index_remove(a.node);
+        let node = self.node_mut(a.node);
+        for (r, v) in &a.req {
+            let Some(nr) = node.res.iter_mut().find(|x| x.res == *r) else {
+                continue;
+            };
+            match a.devices.iter().find(|(d, _)| d == r) {
+                Some((_, idx)) if nr.free_mask.is_some() => {
+                    for &i in idx.iter().filter(|i| **i < 64) {
+                        let bit = 1u64 << i;
+                        if nr.parked_mask & bit != 0 {
+                            // Released while broken: still counted as used, parked.
+                            nr.parked_mask &= !bit;
+                        } else if let Some(mask) = nr.free_mask.as_mut() {
+                            if *mask & bit != 0 {
+                                *mask &= !bit;
+                                nr.used += 1;
+                            }
+                        }
+                    }
+                }
+                _ => nr.used += (*v).min(nr.cap - nr.used).max(0),
+            }
+        }
+        self.index_insert(a.node);
+    }
+
     /// Gives back many allocations, updating the index once per touched node.
     pub fn release_many<'a>(&mut self, allocs: impl Iterator<Item = &'a PodAlloc> + Clone) {
         self.batch(allocs, -1);
@@ -644,6 +678,35 @@ mod tests {
             .unwrap();
         }
         (ns, i, f, g, c)
+    }
+
+    #[test]
+    fn retaking_the_free_part_leaves_what_another_pod_took_since() {
+        let (mut ns, _, _, g, c) = setup(1, 4);
+        let victim = PodAlloc {
+            node: NodeId(0),
+            req: vec![(g, 4), (c, 24_000)],
+            devices: vec![(g, vec![0, 1, 2, 3])],
+        };
+        ns.take_exact(&victim).unwrap();
+        ns.release(&victim);
+        // A preemptor's reservation takes two of the victim's GPUs and more cpu than was free.
+        let preemptor = PodAlloc {
+            node: NodeId(0),
+            req: vec![(g, 2), (c, 16_000)],
+            devices: vec![(g, vec![1, 2])],
+        };
+        ns.take_exact(&preemptor).unwrap();
+        ns.retake_free_part(&victim);
+        let n = ns.node(NodeId(0));
+        assert_eq!((n.free(g), n.free(c)), (0, 0));
+        // Nothing the victim held is left for anyone else, and releasing the preemptor frees
+        // exactly its own devices.
+        ns.release(&preemptor);
+        let n = ns.node(NodeId(0));
+        let mask = n.res.iter().find(|r| r.res == g).and_then(|r| r.free_mask);
+        assert_eq!(mask, Some(0b0110));
+        assert_eq!((n.free(g), n.free(c)), (2, 16_000));
     }
 
     #[test]

@@ -92,6 +92,22 @@ impl<'a> Ctx<'a> {
         self.removed.remove(&id);
     }
 
+    /// Counts a victim, removed by `remove`, as holding its room again for the rest of the
+    /// cycle: it keeps it until its eviction completes. Its quota usage comes back whole; on its
+    /// nodes it takes back whatever of its pods' room the preemptor's reservation left free.
+    /// It stays out of later victim searches.
+    pub fn hold(&mut self, id: WlId) {
+        let st = self.st;
+        let wl = st.workload(id);
+        if let Some(adm) = &wl.admission {
+            for (_, p) in &adm.placement {
+                self.acct.nodes.retake_free_part(p);
+            }
+            self.acct.add_all(st, wl.team, &adm.usage, 1);
+        }
+        self.removed.insert(id);
+    }
+
     /// Removes many candidates at once (one index update per touched node).
     pub fn remove_many(&mut self, ids: &[WlId]) {
         self.batch(ids, -1);
@@ -915,6 +931,57 @@ pub fn schedule_alone_with(
     }
 }
 
+/// A team's pending workloads in the order a cycle takes them: last cycle's preemptors first
+/// (in the order they chose their victims), so each finds the room it freed even when older
+/// workloads of its team that do not fit stand before it in the queue; then the team's queue
+/// order (priority, submit time).
+struct TeamCursor<'a> {
+    first: std::vec::IntoIter<WlId>,
+    rest: std::collections::btree_set::Iter<'a, crate::state::QueueKey>,
+    st: &'a State,
+    /// The team has preemptors: the rest of its queue skips them.
+    skip: bool,
+}
+
+impl<'a> TeamCursor<'a> {
+    fn new(st: &'a State, t: TeamId) -> Self {
+        let mut first: Vec<(u32, WlId)> = st
+            .preemptors
+            .iter()
+            .filter_map(|id| {
+                let wl = st.workloads.get(id)?;
+                let order = wl.preempting?;
+                (wl.team == t && wl.state == crate::state::WlState::Pending).then_some((order, *id))
+            })
+            .collect();
+        first.sort_unstable();
+        TeamCursor {
+            skip: !first.is_empty(),
+            first: first
+                .into_iter()
+                .map(|(_, id)| id)
+                .collect::<Vec<_>>()
+                .into_iter(),
+            rest: st.teams[t.idx()].pending.iter(),
+            st,
+        }
+    }
+}
+
+impl Iterator for TeamCursor<'_> {
+    type Item = WlId;
+    fn next(&mut self) -> Option<WlId> {
+        if let Some(id) = self.first.next() {
+            return Some(id);
+        }
+        let (st, skip) = (self.st, self.skip);
+        self.rest
+            .by_ref()
+            .map(|k| k.id)
+            .find(|id| !skip || st.workload(*id).preempting.is_none())
+    }
+}
+
 /// Runs one scheduling cycle over every pending workload. Pure: the state is not changed.
 pub fn schedule(st: &State, now: Time) -> Plan {
     // Nothing to decide: skip the working copy (the node set is most of a cycle's cost then).
@@ -923,24 +990,19 @@ pub fn schedule(st: &State, now: Time) -> Plan {
     }
     let mut ctx = Ctx::new(st, now);
     let mut plan = Plan::default();
-    // Team cursors: the next pending workload of each team, in its queue order.
-    let mut cursors: BTreeMap<
-        TeamId,
-        std::collections::btree_set::Iter<'_, crate::state::QueueKey>,
-    > = BTreeMap::new();
+    // Team cursors: the next pending workload of each team, in the order the cycle takes them.
+    let mut cursors: BTreeMap<TeamId, TeamCursor<'_>> = BTreeMap::new();
     let mut heads: BTreeMap<TeamId, EntryKey> = BTreeMap::new();
     let mut heap: BTreeSet<(EntryKey, TeamId)> = BTreeSet::new();
     for (i, team) in st.teams.iter().enumerate() {
         if !team.pending.is_empty() {
-            cursors.insert(TeamId(i as u32), team.pending.iter());
+            let t = TeamId(i as u32);
+            cursors.insert(t, TeamCursor::new(st, t));
         }
     }
     let advance = |ctx: &mut Ctx,
                    t: TeamId,
-                   cursors: &mut BTreeMap<
-        TeamId,
-        std::collections::btree_set::Iter<'_, crate::state::QueueKey>,
-    >,
+                   cursors: &mut BTreeMap<TeamId, TeamCursor<'_>>,
                    heads: &mut BTreeMap<TeamId, EntryKey>,
                    heap: &mut BTreeSet<(EntryKey, TeamId)>| {
         if let Some(old) = heads.remove(&t) {
@@ -949,8 +1011,8 @@ pub fn schedule(st: &State, now: Time) -> Plan {
         let Some(it) = cursors.get_mut(&t) else {
             return;
         };
-        if let Some(k) = it.next() {
-            let wl = st.workload(k.id);
+        if let Some(id) = it.next() {
+            let wl = st.workload(id);
             let key = entry_key(ctx, wl);
             heads.insert(t, key.clone());
             heap.insert((key, t));
@@ -1099,12 +1161,12 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                         drop(p);
                     }
                 }
-                // Victims already on their way out (grace running) still hold their room until
-                // they are gone: nothing else may be planned into it in this cycle.
+                // Victims hold their room until they are gone (those stopping now and those
+                // already on their way out alike): nothing else may be planned into it in this
+                // cycle. Withdrawn plans never held anything.
                 for v in &victims {
-                    if st.workload(v.id).state == crate::state::WlState::Evicting {
-                        ctx.restore(v.id);
-                        ctx.removed.insert(v.id);
+                    if !ctx.planned.contains_key(&v.id) {
+                        ctx.hold(v.id);
                     }
                 }
                 plan.pending.push((
@@ -1137,9 +1199,9 @@ pub fn schedule(st: &State, now: Time) -> Plan {
         }
         if blocked {
             // StrictFIFO: the head blocks the rest of its team for this cycle.
-            for k in cursors.remove(&t).into_iter().flatten() {
+            for id in cursors.remove(&t).into_iter().flatten() {
                 plan.pending.push((
-                    k.id,
+                    id,
                     "WaitingForQuota".into(),
                     format!(
                         "StrictFIFO: waiting behind {} in team {}",

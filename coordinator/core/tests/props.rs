@@ -53,12 +53,11 @@ const MAX_CYCLES_PER_INSTANT: usize = 1000;
 /// failure under `IdleResourceSharing` shrank the pool below what teams borrowed and broke the
 /// invariants. `false`: generated histories fail nodes under idle sharing too.
 const KNOWN_BUG_IDLE_POOL_SHRINK: bool = false;
-/// Known core bug (see the ignored test
-/// `capacity_of_victims_is_not_given_to_others_before_they_leave`): a plan with preemptions may
-/// admit other workloads into capacity the victims still hold, and those admissions are retried
-/// at apply time. While it stands, `verify` failures and `AdmissionRetried` are tolerated in
-/// plans that preempt (never in others); set this to `false` once it is fixed.
-const KNOWN_BUG_VICTIM_CAPACITY_REUSED: bool = true;
+/// Fixed core bug (test `capacity_of_victims_is_not_given_to_others_before_they_leave`): a plan
+/// with preemptions admitted other workloads into capacity the victims still held, and those
+/// admissions were retried at apply time. `false`: `verify` failures and `AdmissionRetried` are
+/// failures in every plan.
+const KNOWN_BUG_VICTIM_CAPACITY_REUSED: bool = false;
 /// Fixed core bug (test `withdrawing_planned_admissions_does_not_leave_the_cluster_idle`): a
 /// preemptor whose only victims were admissions planned in the same cycle was not admitted and
 /// left the cluster idle. `false`: the idle-cluster liveness check applies to every plan.
@@ -79,10 +78,10 @@ const KNOWN_BUG_MUTUAL_PREEMPTION: bool = true;
 /// never turns false and the settle loop never ends. While it stands, the driver does not count
 /// such preemptions as decisions; set this to `false` once fixed.
 const KNOWN_BUG_EVICTING_REPLANNED: bool = false;
-/// Known gap (tests/settles.rs, `contended_cluster_settles_fair_sharing_seed_42`): with fair
-/// sharing on, preemptions can still cycle. While it stands, a fair-sharing scenario whose plans
-/// repeat is cut short (counted in the stats); set this to `false` once fixed.
-const KNOWN_GAP_FAIR_SHARING_LIVELOCK: bool = true;
+/// Fixed gap (tests/settles.rs, seed 42 with fair sharing): preemptions cycled when a preemptor
+/// that was not its team's head lost the room it freed. `false`: a fair-sharing scenario whose
+/// plans repeat is a failure like any other.
+const KNOWN_GAP_FAIR_SHARING_LIVELOCK: bool = false;
 /// The seed used unless `PROPTEST_RNG_SEED` is set.
 const DEFAULT_SEED: u64 = 0xA110_7C0E_5EED_0001;
 
@@ -1154,10 +1153,16 @@ impl<'s> Sim<'s> {
             .pending
             .iter()
             .any(|(_, _, msg)| msg.starts_with("admission withdrawn"));
-        if holds || withdrawn {
+        let pid = *preemptors.iter().next().ok_or("no preemptor")?;
+        // Another preemptor still waiting for victims that are already stopping reserved its
+        // room in the working state too (its preemptions are not planned again).
+        let waiting = plan
+            .pending
+            .iter()
+            .any(|(id, reason, _)| *id != pid && reason == "WaitingForPreemptedWorkloads");
+        if holds || withdrawn || waiting {
             return Ok(());
         }
-        let pid = *preemptors.iter().next().ok_or("no preemptor")?;
         let wl = st.workload(pid);
         if wl
             .spec
@@ -1168,6 +1173,19 @@ impl<'s> Sim<'s> {
             return Ok(());
         }
         let victims: Vec<WlId> = plan.preemptions.iter().map(|p| p.victim).collect();
+        // Victims this preemptor chose in an earlier cycle and that are still stopping are in
+        // its victim set again but not in the plan (their eviction is not decided again). Any
+        // other stopping workload leaves room the replay cannot attribute: skip.
+        let mut stopping = Vec::new();
+        for w in st.workloads.values() {
+            if w.state == WlState::Evicting {
+                if w.preempted_by.as_ref().is_some_and(|b| b.preemptor == pid) {
+                    stopping.push(w.id);
+                } else {
+                    return Ok(());
+                }
+            }
+        }
         // Cross-team victims come from teams that borrow at search time. The search only
         // removes usage, the cycle only adds the plan's admissions: so such a team borrows in
         // the state plus all the plan's admissions.
@@ -1223,7 +1241,7 @@ impl<'s> Sim<'s> {
                 })?;
                 continue;
             }
-            for v in &victims {
+            for v in victims.iter().chain(&stopping) {
                 ctx.remove(*v);
             }
             if !ctx.fits(wl, &a.usage, &a.place, true) {
@@ -1610,15 +1628,13 @@ fn node_failure_keeps_idle_capacity_borrowers_within_the_pool() {
         .expect("invariants after a node failure");
 }
 
-/// BUG (ignored until fixed in the core): in `schedule`, a preemptor's victims are removed from
-/// the cycle's working copy (`ctx.remove`) for the rest of the cycle, but only the preemptor's
-/// own request is reserved. Whatever the victims free beyond that is handed to later workloads
-/// of the same cycle, although the victims still hold it until their eviction completes. The
-/// plan then carries an admission that `verify` rejects and `apply_plan` turns into
-/// `AdmissionRetried` (quota here; with nodes the same happens with devices: "node ... no
-/// longer has room"). Kueue keeps victims' usage counted until they are gone.
+/// Found by this suite and fixed: a preemptor's victims were removed from the cycle's working
+/// copy for the rest of the cycle and only the preemptor's own request was reserved, so what
+/// the victims freed beyond it was planned for later workloads of the same cycle although the
+/// victims still held it until their eviction completed; `verify` then rejected those
+/// admissions (`AdmissionRetried`). Now every victim holds its room for the rest of the cycle
+/// (`Ctx::hold`), as Kueue keeps victims' usage counted until they are gone.
 #[test]
-#[ignore = "known gap: capacity freed by victims still evicting is planned for others in the same cycle (apply rejects it)"]
 fn capacity_of_victims_is_not_given_to_others_before_they_leave() {
     let mut st = State::default();
     let mut team = TeamSpec::new(
@@ -1662,6 +1678,54 @@ fn capacity_of_victims_is_not_given_to_others_before_they_leave() {
             .any(|e| matches!(e, Event::AdmissionRetried { .. })),
         "{events:?}"
     );
+}
+
+/// The same on nodes: the preemptor's reservation takes part of its victim's devices, and the
+/// victim still holds the rest of them until it stops, so nothing else is planned there in
+/// the same cycle (found by the suite with `PROPTEST_RNG_SEED=2`: "node ... no longer has room").
+#[test]
+fn devices_of_victims_are_not_given_to_others_before_they_leave() {
+    // Quota for 8 GPUs, one node with 4: the preemption is for placement, not quota.
+    let mut st = cluster(8, &[4]);
+    let wl = |name: &str, prio: i32, gpus: i64| WorkloadSpec {
+        name: name.into(),
+        team: "team-a".into(),
+        priority: PriorityRef::Value(prio),
+        instance_type: None,
+        pod_sets: vec![PodSet {
+            name: "main".into(),
+            count: 1,
+            min_count: None,
+            requests: res(gpus, 0),
+        }],
+    };
+    let (low, _) = st.submit(wl("low", 0, 4), 0).expect("submit");
+    settle(&mut st, 0);
+    assert_eq!(st.workload(low).state, WlState::Admitted);
+    st.submit(wl("high", 10, 2), 1).expect("submit");
+    st.submit(wl("small", 0, 2), 1).expect("submit");
+    let plan = schedule(&st, 1);
+    assert_eq!(plan.preemptions.len(), 1, "{plan:#?}");
+    assert!(plan.admissions.is_empty(), "{plan:#?}");
+    assert!(verify(&st, &plan).iter().all(|r| r.is_ok()));
+    // Once "low" is gone, "high" goes first and "small" takes the other 2 GPUs.
+    st.apply_plan(&plan, 1);
+    st.complete_eviction(low, 1);
+    let events = settle(&mut st, 1);
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::AdmissionRetried { .. } | Event::Preempted { .. })),
+        "{events:?}"
+    );
+    let admitted: Vec<&str> = st
+        .workloads
+        .values()
+        .filter(|w| w.state == WlState::Admitted)
+        .map(|w| w.spec.name.as_str())
+        .collect();
+    assert_eq!(admitted, ["high", "small"]);
+    st.check_invariants().expect("invariants");
 }
 
 /// Found by this suite and fixed (such a preemptor is admitted in the same cycle): a preemptor whose only victims are admissions planned
@@ -1887,16 +1951,16 @@ fn waiting_for_an_evicting_victim_is_not_a_decision() {
     assert!(!again.has_decisions(), "{again:#?}");
 }
 
-/// BUG (ignored until fixed in the core): livelock, the preemptor is never admitted. Found by
+/// Found and fixed: livelock, the preemptor was never admitted. Found by
 /// `simulated_histories_keep_every_invariant` (seed 42, shrunk); kept as the generated scenario
 /// because each piece matters. At t=2, `w13` (team-0) reclaims from `w9` (team-1) and `w8`
 /// (team-2). In the next cycle `w13` is not its team's queue head (older team-0 workloads that
 /// do not fit come first), so its one-cycle head start does not apply: `w8` comes back first and,
 /// its team reclaiming `Never`, holds cpu for itself; `w10` (team-1, priority 50, borrowing 4
 /// GPUs) is admitted into the GPUs freed for `w13`; `w13` now lacks cpu (held, not preemptable)
-/// and waits. The cycle after, `w13` reclaims from `w10` again, and so on forever.
+/// and waits. The cycle after, `w13` reclaims from `w10` again, and so on forever. Now last
+/// cycle's preemptors go first within their team too (`TeamCursor`).
 #[test]
-#[ignore = "core bug: the room a preemptor freed is taken by others when it is not its team's head"]
 fn a_preemptor_not_at_its_team_head_keeps_the_room_it_freed() {
     let n = ResourceQuota::nominal;
     let fq = |c: ResourceQuota, g: i64| {
