@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 use crate::ids::WlId;
 use crate::state::{Admission, State};
 
+/// The reason a plan gives a preemptor whose victims have not stopped yet. It keeps the
+/// preemptor's head start (it goes first in the next cycle, within its team too) until then.
+pub const WAITING_FOR_VICTIMS: &str = "WaitingForPreemptedWorkloads";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum PreemptReason {
     InClusterQueue,

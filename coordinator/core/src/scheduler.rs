@@ -1171,7 +1171,7 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                 }
                 plan.pending.push((
                     wl.id,
-                    "WaitingForPreemptedWorkloads".into(),
+                    crate::plan::WAITING_FOR_VICTIMS.into(),
                     format!(
                         "{}. Pending the preemption of {} workload(s): {}",
                         if a.messages.is_empty() {

@@ -154,9 +154,9 @@ pub struct Workload {
     pub admitted_at: Option<Time>,
     pub conditions: Vec<Condition>,
     pub preemptions: u32,
-    /// Set while this workload waits for the victims it chose to go.
-    /// Set for one cycle after this workload chose victims: its place among that cycle's
-    /// preemptors. It goes first in the next cycle, in that order, and finds the room it freed.
+    /// Set while this workload waits for the victims it chose to go: its place among the last
+    /// cycle's preemptors. It goes first in the next cycle, in that order (within its team too),
+    /// and finds the room it freed.
     pub preempting: Option<u32>,
     /// Why it is being evicted, once eviction started.
     pub eviction: Option<(String, String)>,
@@ -1100,6 +1100,22 @@ impl State {
             if let Some(wl) = self.workloads.get_mut(id) {
                 if wl.state == WlState::Pending {
                     wl.set_condition("QuotaReserved", false, reason, message, now);
+                }
+            }
+        }
+        // The plan's preemptors go first in the next cycle, in the order this cycle took them:
+        // those that chose victims now, and those still waiting for victims that are stopping
+        // (a grace period), which so keep their head start until the victims are gone, as Kueue
+        // keeps such a preemptor at its queue's head.
+        for (id, reason, _) in &plan.pending {
+            if reason != crate::plan::WAITING_FOR_VICTIMS {
+                continue;
+            }
+            if let Some(w) = self.workloads.get_mut(id) {
+                if w.state == WlState::Pending && w.preempting.is_none() {
+                    w.preempting = Some(order);
+                    order += 1;
+                    self.preemptors.insert(*id);
                 }
             }
         }

@@ -1951,6 +1951,47 @@ fn waiting_for_an_evicting_victim_is_not_a_decision() {
     assert!(!again.has_decisions(), "{again:#?}");
 }
 
+/// A preemptor waiting for a victim with a grace period keeps its head start until the victim
+/// is gone, not for one cycle only: then it goes first in the cycle that finds the room free.
+#[test]
+fn a_preemptor_keeps_its_head_start_while_its_victims_stop() {
+    let mut st = cluster(4, &[]);
+    let wl = |name: &str, prio: i32| WorkloadSpec {
+        name: name.into(),
+        team: "team-a".into(),
+        priority: PriorityRef::Value(prio),
+        instance_type: None,
+        pod_sets: vec![PodSet {
+            name: "main".into(),
+            count: 1,
+            min_count: None,
+            requests: res(4, 0),
+        }],
+    };
+    let (low, _) = st.submit(wl("low", 0), 0).expect("submit");
+    settle(&mut st, 0);
+    let (high, _) = st.submit(wl("high", 10), 1).expect("submit");
+    for t in 1..4 {
+        let plan = schedule(&st, t);
+        st.apply_plan(&plan, t);
+        assert_eq!(st.workload(low).state, WlState::Evicting);
+        assert!(
+            st.workload(high).preempting.is_some(),
+            "cycle at t={t}: {plan:#?}"
+        );
+    }
+    st.complete_eviction(low, 4);
+    let plan = schedule(&st, 4);
+    assert_eq!(
+        plan.admissions.first().map(|a| a.wl),
+        Some(high),
+        "{plan:#?}"
+    );
+    st.apply_plan(&plan, 4);
+    assert!(st.workload(high).preempting.is_none());
+    st.check_invariants().expect("invariants");
+}
+
 /// Found and fixed: livelock, the preemptor was never admitted. Found by
 /// `simulated_histories_keep_every_invariant` (seed 42, shrunk); kept as the generated scenario
 /// because each piece matters. At t=2, `w13` (team-0) reclaims from `w9` (team-1) and `w8`
