@@ -1384,6 +1384,27 @@ fn res(gpus: i64, cpu_millis: i64) -> Resources {
 
 /// One team with `gpus` GPUs of nominal quota on flavor `f` (and plenty of cpu), and nodes of
 /// that flavor with `node_gpus` GPUs each.
+/// A workload of `team` with one pod of `gpus` GPUs and `cpu_millis` cpu.
+fn pod(name: &str, team: &str, prio: i32, gpus: i64, cpu_millis: i64) -> WorkloadSpec {
+    WorkloadSpec {
+        name: name.into(),
+        team: team.into(),
+        priority: PriorityRef::Value(prio),
+        instance_type: None,
+        pod_sets: vec![PodSet {
+            name: "main".into(),
+            count: 1,
+            min_count: None,
+            requests: res(gpus, cpu_millis),
+        }],
+    }
+}
+
+/// A workload of team-a with one pod of `gpus` GPUs.
+fn one_pod(name: &str, prio: i32, gpus: i64) -> WorkloadSpec {
+    pod(name, "team-a", prio, gpus, 0)
+}
+
 fn cluster(gpus: i64, node_gpus: &[i64]) -> State {
     let mut st = State::default();
     let team = TeamSpec::new(
@@ -1646,18 +1667,7 @@ fn capacity_of_victims_is_not_given_to_others_before_they_leave() {
     );
     team.cohort = None;
     st.set_team(team).expect("team");
-    let wl = |name: &str, prio: i32, gpus: i64| WorkloadSpec {
-        name: name.into(),
-        team: "team-a".into(),
-        priority: PriorityRef::Value(prio),
-        instance_type: None,
-        pod_sets: vec![PodSet {
-            name: "main".into(),
-            count: 1,
-            min_count: None,
-            requests: res(gpus, 0),
-        }],
-    };
+    let wl = one_pod;
     st.submit(wl("low", 0, 4), 0).expect("submit");
     settle(&mut st, 0);
     st.submit(wl("high", 10, 2), 1).expect("submit");
@@ -1687,18 +1697,7 @@ fn capacity_of_victims_is_not_given_to_others_before_they_leave() {
 fn devices_of_victims_are_not_given_to_others_before_they_leave() {
     // Quota for 8 GPUs, one node with 4: the preemption is for placement, not quota.
     let mut st = cluster(8, &[4]);
-    let wl = |name: &str, prio: i32, gpus: i64| WorkloadSpec {
-        name: name.into(),
-        team: "team-a".into(),
-        priority: PriorityRef::Value(prio),
-        instance_type: None,
-        pod_sets: vec![PodSet {
-            name: "main".into(),
-            count: 1,
-            min_count: None,
-            requests: res(gpus, 0),
-        }],
-    };
+    let wl = one_pod;
     let (low, _) = st.submit(wl("low", 0, 4), 0).expect("submit");
     settle(&mut st, 0);
     assert_eq!(st.workload(low).state, WlState::Admitted);
@@ -1752,19 +1751,12 @@ fn withdrawing_planned_admissions_does_not_leave_the_cluster_idle() {
         .expect("team-a");
     st.set_team(TeamSpec::new("team-b", quota(1)))
         .expect("team-b");
-    let wl =
-        |name: &str, team: &str, prio: i32, count: u32, min: Option<u32>, gpus: i64| WorkloadSpec {
-            name: name.into(),
-            team: team.into(),
-            priority: PriorityRef::Value(prio),
-            instance_type: None,
-            pod_sets: vec![PodSet {
-                name: "main".into(),
-                count,
-                min_count: min,
-                requests: res(gpus, 0),
-            }],
-        };
+    let wl = |name: &str, team: &str, prio: i32, count: u32, min: Option<u32>, gpus: i64| {
+        let mut w = pod(name, team, prio, gpus, 0);
+        w.pod_sets[0].count = count;
+        w.pod_sets[0].min_count = min;
+        w
+    };
     let (b, _) = st
         .submit(wl("w-b", "team-b", 10, 1, None, 4), 0)
         .expect("submit");
@@ -1877,18 +1869,7 @@ fn cross_resource_reclamation_does_not_ping_pong() {
     b_team.preemption.reclaim_within_cohort = ReclaimWithinCohort::LowerPriority;
     st.set_team(b_team).expect("team-b");
     st.add_node("node-0", "f", &res(6, 5000)).expect("node");
-    let wl = |name: &str, team: &str, prio: i32, gpus: i64, cpu_millis: i64| WorkloadSpec {
-        name: name.into(),
-        team: team.into(),
-        priority: PriorityRef::Value(prio),
-        instance_type: None,
-        pod_sets: vec![PodSet {
-            name: "main".into(),
-            count: 1,
-            min_count: None,
-            requests: res(gpus, cpu_millis),
-        }],
-    };
+    let wl = pod;
     st.submit(wl("a", "team-a", 0, 1, 0), 0).expect("submit");
     st.submit(wl("b", "team-b", 25, 1, 1000), 0)
         .expect("submit");
@@ -1919,7 +1900,7 @@ fn cross_resource_reclamation_does_not_ping_pong() {
     panic!("not settled after 100 cycles: {log:?} ...");
 }
 
-/// BUG (ignored until fixed in the core): with a grace period the victim stays `Evicting` (still
+/// Found and fixed: with a grace period the victim stays `Evicting` (still
 /// holding its quota) for a while. Every cycle meanwhile plans the same preemption again; the
 /// plan is non-empty, `has_decisions()` stays true and the settle loop of `allot simulate` never
 /// ends: `grace: 30` on a preempted workload of examples/walkthrough.yaml gives "the scheduler did
@@ -1928,18 +1909,7 @@ fn cross_resource_reclamation_does_not_ping_pong() {
 #[test]
 fn waiting_for_an_evicting_victim_is_not_a_decision() {
     let mut st = cluster(4, &[]);
-    let wl = |name: &str, prio: i32| WorkloadSpec {
-        name: name.into(),
-        team: "team-a".into(),
-        priority: PriorityRef::Value(prio),
-        instance_type: None,
-        pod_sets: vec![PodSet {
-            name: "main".into(),
-            count: 1,
-            min_count: None,
-            requests: res(4, 0),
-        }],
-    };
+    let wl = |name: &str, prio: i32| one_pod(name, prio, 4);
     let (low, _) = st.submit(wl("low", 0), 0).expect("submit");
     settle(&mut st, 0);
     st.submit(wl("high", 10), 1).expect("submit");
@@ -1956,18 +1926,7 @@ fn waiting_for_an_evicting_victim_is_not_a_decision() {
 #[test]
 fn a_preemptor_keeps_its_head_start_while_its_victims_stop() {
     let mut st = cluster(4, &[]);
-    let wl = |name: &str, prio: i32| WorkloadSpec {
-        name: name.into(),
-        team: "team-a".into(),
-        priority: PriorityRef::Value(prio),
-        instance_type: None,
-        pod_sets: vec![PodSet {
-            name: "main".into(),
-            count: 1,
-            min_count: None,
-            requests: res(4, 0),
-        }],
-    };
+    let wl = |name: &str, prio: i32| one_pod(name, prio, 4);
     let (low, _) = st.submit(wl("low", 0), 0).expect("submit");
     settle(&mut st, 0);
     let (high, _) = st.submit(wl("high", 10), 1).expect("submit");
