@@ -95,7 +95,8 @@ impl<'a> Ctx<'a> {
     /// Counts a victim, removed by `remove`, as holding its room again for the rest of the
     /// cycle: it keeps it until its eviction completes. Its quota usage comes back whole; on its
     /// nodes it takes back whatever of its pods' room the preemptor's reservation left free.
-    /// It stays out of later victim searches.
+    /// An admission planned in this cycle and withdrawn (none in the state) holds nothing.
+    /// Either way it stays out of later victim searches.
     pub fn hold(&mut self, id: WlId) {
         let st = self.st;
         let wl = st.workload(id);
@@ -936,7 +937,8 @@ pub fn schedule_alone_with(
 /// workloads of its team that do not fit stand before it in the queue; then the team's queue
 /// order (priority, submit time).
 struct TeamCursor<'a> {
-    first: std::vec::IntoIter<WlId>,
+    /// Last cycle's preemptors of the team, by their order among them.
+    first: std::vec::IntoIter<(u32, WlId)>,
     rest: std::collections::btree_set::Iter<'a, crate::state::QueueKey>,
     st: &'a State,
     /// The team has preemptors: the rest of its queue skips them.
@@ -957,11 +959,7 @@ impl<'a> TeamCursor<'a> {
         first.sort_unstable();
         TeamCursor {
             skip: !first.is_empty(),
-            first: first
-                .into_iter()
-                .map(|(_, id)| id)
-                .collect::<Vec<_>>()
-                .into_iter(),
+            first: first.into_iter(),
             rest: st.teams[t.idx()].pending.iter(),
             st,
         }
@@ -971,7 +969,7 @@ impl<'a> TeamCursor<'a> {
 impl Iterator for TeamCursor<'_> {
     type Item = WlId;
     fn next(&mut self) -> Option<WlId> {
-        if let Some(id) = self.first.next() {
+        if let Some((_, id)) = self.first.next() {
             return Some(id);
         }
         let (st, skip) = (self.st, self.skip);
@@ -1163,11 +1161,9 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                 }
                 // Victims hold their room until they are gone (those stopping now and those
                 // already on their way out alike): nothing else may be planned into it in this
-                // cycle. Withdrawn plans never held anything.
+                // cycle. Withdrawn plans hold nothing (no admission in the state).
                 for v in &victims {
-                    if !ctx.planned.contains_key(&v.id) {
-                        ctx.hold(v.id);
-                    }
+                    ctx.hold(v.id);
                 }
                 plan.pending.push((
                     wl.id,
