@@ -343,13 +343,7 @@ impl Sim {
             let plan = schedule(&self.state, t);
             self.cycles += 1;
             let events = self.state.apply_plan(&plan, t);
-            let evicting: Vec<WlId> = events
-                .iter()
-                .filter_map(|e| match e {
-                    Event::Preempted { wl, .. } => Some(*wl),
-                    _ => None,
-                })
-                .collect();
+            let evicting: Vec<WlId> = events.iter().filter_map(Event::preempted).collect();
             let changed = plan.has_decisions();
             self.record(t, events);
             for id in evicting {

@@ -253,6 +253,16 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The workload this event preempted, if it is a preemption.
+    pub fn preempted(&self) -> Option<WlId> {
+        match self {
+            Event::Preempted { wl, .. } => Some(*wl),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {
     #[error("{0}")]

@@ -867,13 +867,7 @@ impl<'s> Sim<'s> {
                 .iter()
                 .filter(|e| matches!(e, Event::Admitted { .. }))
                 .count();
-            let evicting: Vec<WlId> = events
-                .iter()
-                .filter_map(|e| match e {
-                    Event::Preempted { wl, .. } => Some(*wl),
-                    _ => None,
-                })
-                .collect();
+            let evicting: Vec<WlId> = events.iter().filter_map(Event::preempted).collect();
             let events_admitted: Vec<WlId> = events
                 .iter()
                 .filter_map(|e| match e {

@@ -138,13 +138,7 @@ impl Sim {
             assert!(verify(&self.st, &plan).iter().all(|r| r.is_ok()));
             let ev = self.st.apply_plan(&plan, self.now);
             self.st.check_invariants().unwrap();
-            let victims: Vec<_> = ev
-                .iter()
-                .filter_map(|e| match e {
-                    Event::Preempted { wl, .. } => Some(*wl),
-                    _ => None,
-                })
-                .collect();
+            let victims: Vec<_> = ev.iter().filter_map(Event::preempted).collect();
             self.events.extend(ev);
             for v in victims {
                 let ev = self.st.complete_eviction(v, self.now);
