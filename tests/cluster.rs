@@ -88,6 +88,23 @@ fn config_and_workloads_survive_a_restart_of_every_replica() {
     assert!(w.contains("Command:      sleep 60"), "{w}");
     let teams = c.cli_ok("admin-admin", &["get", "teams"]);
     assert!(teams.contains("team-a"), "{teams}");
+    // The gauges are brought up to date when /metrics is scraped: right after the restart the
+    // leader already counts the one workload and team-a's quota.
+    let leader = (0..3)
+        .find(|&i| c.metric(i, "allot_raft_is_leader") == Some(1.0))
+        .expect("a replica says it leads");
+    let page = c.metrics(leader).expect("the leader's /metrics");
+    let workloads: f64 = page
+        .lines()
+        .filter(|l| l.starts_with("allot_workloads{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(workloads, 1.0, "{page}");
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with("allot_team_nominal{") && l.contains("team=\"team-a\"")),
+        "{page}"
+    );
 }
 
 #[test]

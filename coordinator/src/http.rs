@@ -10,25 +10,38 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 
+use tokio::sync::{mpsc, oneshot};
+
 use crate::metrics::Metrics;
-use crate::server::{BoxError, Status};
+use crate::server::{BoxError, Input, Status};
 
 #[derive(Clone)]
 struct Http {
     status: Arc<Mutex<Status>>,
     metrics: Arc<Metrics>,
+    /// The raft loop, which brings the gauges up to date when asked.
+    raft: mpsc::UnboundedSender<Input>,
 }
 
-pub async fn serve(
+/// How long `/metrics` waits for the raft loop to refresh the gauges before it serves the
+/// values it last had (a stalled loop must not stall the scrape too).
+const REFRESH_WAIT: Duration = Duration::from_secs(1);
+
+pub(crate) async fn serve(
     addr: SocketAddr,
     status: Arc<Mutex<Status>>,
     metrics: Arc<Metrics>,
+    raft: mpsc::UnboundedSender<Input>,
 ) -> Result<SocketAddr, BoxError> {
     let app = Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
-        .with_state(Http { status, metrics });
+        .with_state(Http {
+            status,
+            metrics,
+            raft,
+        });
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("could not listen for HTTP on {addr}: {e}"))?;
@@ -67,6 +80,10 @@ fn health(s: &Status, now: Instant) -> (StatusCode, String) {
 }
 
 async fn metrics_page(State(h): State<Http>) -> String {
+    let (tx, rx) = oneshot::channel();
+    if h.raft.send(Input::RefreshMetrics(tx)).is_ok() {
+        let _ = tokio::time::timeout(REFRESH_WAIT, rx).await;
+    }
     h.metrics.encode()
 }
 

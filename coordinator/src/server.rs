@@ -51,7 +51,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 type Query = Box<dyn FnOnce(&Machine) -> Response + Send>;
 
-enum Input {
+pub(crate) enum Input {
     Raft(Message),
     Propose {
         cmd: Command,
@@ -65,6 +65,10 @@ enum Input {
     SnapshotStatus(u64, bool),
     /// An agent's heartbeat arrived (counted by the leader only).
     Heartbeat(String),
+    /// `/metrics` is being scraped: bring the gauges up to date, then answer. Counting every
+    /// team's usage takes the raft thread up to a millisecond with a hundred teams, so it is
+    /// done when someone asks, not on a timer on the commit path.
+    RefreshMetrics(oneshot::Sender<()>),
 }
 
 /// What the rest of the process can see of the raft thread.
@@ -204,7 +208,6 @@ struct RaftLoop {
     was_leader: bool,
     status: Arc<Mutex<Status>>,
     metrics: Arc<Metrics>,
-    last_metrics: Instant,
     applied_tx: tokio::sync::watch::Sender<u64>,
     leases: Leases,
     /// The leader's copy of the accounting at an applied index, made while idle, for the next
@@ -333,6 +336,10 @@ impl RaftLoop {
                 if self.rep.is_leader() {
                     self.leases.heard.insert(node, Instant::now());
                 }
+            }
+            Input::RefreshMetrics(done) => {
+                self.metrics.update(&self.rep);
+                let _ = done.send(());
             }
         }
     }
@@ -537,10 +544,6 @@ impl RaftLoop {
             s.applied = self.rep.applied_index();
             s.is_leader = leader;
             s.beat = Some(Instant::now());
-        }
-        if self.last_metrics.elapsed() >= Duration::from_millis(500) {
-            self.last_metrics = Instant::now();
-            self.metrics.update(&self.rep);
         }
     }
 
@@ -1133,7 +1136,6 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         was_leader: false,
         status: status.clone(),
         metrics: metrics.clone(),
-        last_metrics: Instant::now(),
         applied_tx,
         leases: Leases {
             heard: HashMap::new(),
@@ -1150,6 +1152,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         peers: Arc::new(cfg.peers.clone()),
         applied: applied_rx,
     };
+    let refresh_metrics = shared.input.clone();
     // The replica, QUIC (its endpoint, the peer senders, every connection and request) and
     // the raft loop share one thread: a message crosses no thread on its way in or out, and
     // on this path each crossing costs more than the work it carries.
@@ -1223,7 +1226,9 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         .await
         .map_err(|_| "the raft thread stopped while starting".to_string())??;
     let http_addr = match cfg.http {
-        Some(addr) => Some(crate::http::serve(addr, status.clone(), metrics).await?),
+        Some(addr) => {
+            Some(crate::http::serve(addr, status.clone(), metrics, refresh_metrics).await?)
+        }
         None => None,
     };
     tracing::info!(

@@ -166,9 +166,13 @@ impl Cluster {
         s
     }
 
+    /// Replica `i`'s `/metrics` page.
+    pub fn metrics(&self, i: usize) -> Option<String> {
+        http_get(&format!("127.0.0.1:{}", self.http[i]), "/metrics")
+    }
+
     pub fn metric(&self, i: usize, name: &str) -> Option<f64> {
-        let url = format!("127.0.0.1:{}", self.http[i]);
-        let body = http_get(&url, "/metrics")?;
+        let body = self.metrics(i)?;
         body.lines()
             .find(|l| l.starts_with(name) && !l.starts_with('#'))
             .and_then(|l| l.rsplit(' ').next())
