@@ -877,12 +877,31 @@ fn check_flavor(
             ));
             return;
         }
+        let mut contested = short;
+        let mut contested_flavors = BTreeSet::new();
         let place = if st.placement && covers_all {
+            let reqs = &wl.pod_reqs[ps];
+            if ctx.acct.nodes.try_place(f, reqs, count).is_err() {
+                match scheduler::node_contested(st, &ctx.acct.nodes, f, reqs, count) {
+                    Some(pairs) => contested.extend(pairs),
+                    None => {
+                        contested_flavors.insert(f);
+                    }
+                }
+            }
             vec![(ps, f, count)]
         } else {
             Vec::new()
         };
-        preemption_lines(ctx, wl, &usage_here, &place, &short, &BTreeSet::new(), d);
+        preemption_lines(
+            ctx,
+            wl,
+            &usage_here,
+            &place,
+            &contested,
+            &contested_flavors,
+            d,
+        );
         return;
     }
     // Quota fits: room on nodes.
@@ -914,13 +933,18 @@ fn check_flavor(
                     per_pod(st, reqs)
                 ));
                 let place = vec![(ps, f, count)];
+                let (contested, contested_flavors) =
+                    match scheduler::node_contested(st, &ctx.acct.nodes, f, reqs, count) {
+                        Some(pairs) => (pairs, BTreeSet::new()),
+                        None => (BTreeSet::new(), [f].into()),
+                    };
                 preemption_lines(
                     ctx,
                     wl,
                     &usage_here,
                     &place,
-                    &BTreeSet::new(),
-                    &[f].into(),
+                    &contested,
+                    &contested_flavors,
                     d,
                 );
                 return;

@@ -601,6 +601,38 @@ impl NodeSet {
         })
     }
 
+    /// The resources of `req` that alone keep `count` pods off the schedulable nodes of
+    /// `flavor`: counting that resource only, fewer than `count` pods fit. Empty when each
+    /// resource has room on its own (and the pods fail only because the room is split).
+    pub fn short_resources(
+        &self,
+        flavor: FlavorId,
+        req: &[(ResId, i64)],
+        count: u32,
+    ) -> Vec<ResId> {
+        let Some(f) = self.flavors.get(&flavor) else {
+            return req
+                .iter()
+                .filter(|(_, v)| *v > 0)
+                .map(|(r, _)| *r)
+                .collect();
+        };
+        req.iter()
+            .filter(|(_, v)| *v > 0)
+            .filter(|(r, v)| {
+                let mut fit = 0i64;
+                for (_, id) in &f.index {
+                    fit = fit.saturating_add(self.nodes[id.idx()].free(*r).max(0) / v);
+                    if fit >= i64::from(count) {
+                        return false;
+                    }
+                }
+                true
+            })
+            .map(|(r, _)| *r)
+            .collect()
+    }
+
     /// Healthy capacity per (flavor, resource), for idle-capacity accounting and warnings.
     pub fn healthy_capacity(&self) -> BTreeMap<(FlavorId, ResId), i64> {
         let mut m = BTreeMap::new();
@@ -707,6 +739,30 @@ mod tests {
         let mask = n.res.iter().find(|r| r.res == g).and_then(|r| r.free_mask);
         assert_eq!(mask, Some(0b0110));
         assert_eq!((n.free(g), n.free(c)), (2, 16_000));
+    }
+
+    #[test]
+    fn short_resources_are_those_that_alone_keep_the_pods_off() {
+        let (mut ns, _, f, g, c) = setup(2, 4);
+        // Node 0: 1 GPU and 2 cpu free; node 1: 4 GPUs and 1 cpu free.
+        for (node, gpus, cpu) in [(0, 3, 30_000), (1, 0, 31_000)] {
+            ns.take_exact(&PodAlloc {
+                node: NodeId(node),
+                req: vec![(g, gpus), (c, cpu)],
+                devices: vec![(g, (0..gpus as u8).collect())],
+            })
+            .unwrap();
+        }
+        // Cpu alone is short: a pod of 3 cpu fits nowhere, whatever the GPUs.
+        assert!(ns.try_place(f, &[(g, 1), (c, 3_000)], 1).is_err());
+        assert_eq!(ns.short_resources(f, &[(g, 1), (c, 3_000)], 1), vec![c]);
+        // Two pods of 2 GPUs fit by GPUs (node 1) and by cpu (one per node) but not together:
+        // no resource is short on its own.
+        assert!(ns.try_place(f, &[(g, 2), (c, 1_000)], 2).is_err());
+        assert!(ns.short_resources(f, &[(g, 2), (c, 1_000)], 2).is_empty());
+        // Both short; a resource not requested is never short.
+        assert_eq!(ns.short_resources(f, &[(g, 5), (c, 3_000)], 1), vec![g, c]);
+        assert_eq!(ns.short_resources(f, &[(g, 0), (c, 3_000)], 1), vec![c]);
     }
 
     #[test]

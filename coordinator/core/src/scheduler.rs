@@ -207,7 +207,8 @@ pub struct Assignment {
     pub usage: Vec<(FrId, i64)>,
     pub mode: Mode,
     pub borrows: bool,
-    /// Pairs on which quota is short, and flavors whose nodes lack room.
+    /// Pairs on which quota is short or nodes lack room, and flavors whose nodes lack room
+    /// though each requested resource has room there on its own (see `node_contested`).
     pub contested: BTreeSet<FrId>,
     pub contested_flavors: BTreeSet<FlavorId>,
     /// (pod set index, flavor, count) for placement.
@@ -571,23 +572,21 @@ fn eval_flavor(
             ev.mode = Mode::NoFit;
             return ev;
         }
-        if ev.mode == Mode::Fit {
-            match ctx.acct.nodes.try_place(f, reqs, count) {
-                Ok(()) => {}
-                Err(fail) => {
-                    ev.reasons.push(format!(
-                        "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit; {})",
-                        wl.spec.pod_sets[ps].name,
-                        fail.placed,
-                        fail.wanted,
-                        ctx.acct.nodes.describe_room(f, reqs, &st.names)
-                    ));
-                    ev.mode = Mode::Preempt;
-                    ev.placement_short = true;
-                }
+        if let Err(fail) = ctx.acct.nodes.try_place(f, reqs, count) {
+            if ev.mode == Mode::Fit {
+                ev.reasons.push(format!(
+                    "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit; {})",
+                    wl.spec.pod_sets[ps].name,
+                    fail.placed,
+                    fail.wanted,
+                    ctx.acct.nodes.describe_room(f, reqs, &st.names)
+                ));
+                ev.mode = Mode::Preempt;
             }
-        } else {
-            ev.placement_short = true;
+            match node_contested(st, &ctx.acct.nodes, f, reqs, count) {
+                Some(pairs) => ev.contested.extend(pairs),
+                None => ev.placement_short = true,
+            }
         }
     }
     if ev.mode == Mode::Preempt && quick {
@@ -824,6 +823,26 @@ fn try_assignment(ctx: &mut Ctx, wl: &Workload, a: &Assignment) -> Option<Outcom
         }
         Mode::NoFit | Mode::NoCandidates => None,
     }
+}
+
+/// The pairs of flavor `f` contested on its nodes when `count` pods of `reqs` cannot be placed
+/// there: the resources too short on their own. `None` when each has room on its own and the
+/// pods fail only because that room is split across nodes: then every pair the pod set requests
+/// is contested. Only those pairs make other teams' borrowing work candidates: a workload short
+/// of cpu on the nodes does not reclaim from a team because that team borrows GPUs.
+pub(crate) fn node_contested(
+    st: &State,
+    nodes: &crate::nodes::NodeSet,
+    f: FlavorId,
+    reqs: &[(ResId, i64)],
+    count: u32,
+) -> Option<BTreeSet<FrId>> {
+    let short: BTreeSet<FrId> = nodes
+        .short_resources(f, reqs, count)
+        .into_iter()
+        .filter_map(|r| st.names.find_fr(f, r))
+        .collect();
+    (!short.is_empty()).then_some(short)
 }
 
 /// Takes back an admission planned earlier in this cycle to make room for `wl`: it leaves the
