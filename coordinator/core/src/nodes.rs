@@ -617,13 +617,28 @@ impl NodeSet {
                 .map(|(r, _)| *r)
                 .collect();
         };
+        let want = i64::from(count);
         req.iter()
             .filter(|(_, v)| *v > 0)
             .filter(|(r, v)| {
                 let mut fit = 0i64;
+                if f.primary == Some(*r) {
+                    // The index is keyed by this resource's free amount: walk it from the
+                    // freest node and stop at the first that cannot take one pod.
+                    for (k, _) in f.index.iter().rev() {
+                        if *k < *v {
+                            break;
+                        }
+                        fit = fit.saturating_add(k / v);
+                        if fit >= want {
+                            return false;
+                        }
+                    }
+                    return true;
+                }
                 for (_, id) in &f.index {
                     fit = fit.saturating_add(self.nodes[id.idx()].free(*r).max(0) / v);
-                    if fit >= i64::from(count) {
+                    if fit >= want {
                         return false;
                     }
                 }

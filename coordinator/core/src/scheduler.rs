@@ -572,17 +572,23 @@ fn eval_flavor(
             ev.mode = Mode::NoFit;
             return ev;
         }
-        if let Err(fail) = ctx.acct.nodes.try_place(f, reqs, count) {
-            if ev.mode == Mode::Fit {
-                ev.reasons.push(format!(
-                    "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit; {})",
-                    wl.spec.pod_sets[ps].name,
-                    fail.placed,
-                    fail.wanted,
-                    ctx.acct.nodes.describe_room(f, reqs, &st.names)
-                ));
-                ev.mode = Mode::Preempt;
+        if ev.mode == Mode::Preempt {
+            // Quota is short already: what the nodes add to the contested pairs. A resource
+            // short on its own needs no placement attempt to tell.
+            if let Some(pairs) = node_contested(st, &ctx.acct.nodes, f, reqs, count) {
+                ev.contested.extend(pairs);
+            } else if ctx.acct.nodes.try_place(f, reqs, count).is_err() {
+                ev.placement_short = true;
             }
+        } else if let Err(fail) = ctx.acct.nodes.try_place(f, reqs, count) {
+            ev.reasons.push(format!(
+                "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit; {})",
+                wl.spec.pod_sets[ps].name,
+                fail.placed,
+                fail.wanted,
+                ctx.acct.nodes.describe_room(f, reqs, &st.names)
+            ));
+            ev.mode = Mode::Preempt;
             match node_contested(st, &ctx.acct.nodes, f, reqs, count) {
                 Some(pairs) => ev.contested.extend(pairs),
                 None => ev.placement_short = true,
