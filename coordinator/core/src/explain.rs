@@ -1209,8 +1209,16 @@ fn why_no_victims(ctx: &Ctx, wl: &Workload, f_set: &BTreeSet<FrId>) -> String {
                 .filter(|id| uses(**id))
                 .map(|id| st.workload(*id))
                 .collect();
+            let took_it = wl.preempted_by.as_ref().map(|p| p.preemptor);
+            if let Some(c) = ws.iter().find(|c| Some(c.id) == took_it) {
+                parts.push(format!(
+                    "{} evicted it and is never taken back by it (no back and forth)",
+                    c.spec.name
+                ));
+            }
             let ok = ws
                 .iter()
+                .filter(|c| Some(c.id) != took_it)
                 .filter(|c| {
                     policy.reclaim_within_cohort == ReclaimWithinCohort::Any
                         || c.priority < wl.priority

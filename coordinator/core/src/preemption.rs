@@ -175,12 +175,14 @@ fn collect(
             ctx.acct.usage(t, *fr) + v <= team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
         });
         let bwc = policy.borrow_within_cohort;
+        // The workload that evicted `wl` is never taken back by it.
+        let took_it = wl.preempted_by.as_ref().map(|p| p.preemptor);
         for m in &cohort.members {
             if *m == t || !borrowing_in(ctx, *m, f_set) {
                 continue;
             }
             for id in holders(ctx, *m) {
-                if !uses_any(ctx, id, f_set) {
+                if !uses_any(ctx, id, f_set) || took_it == Some(id) {
                     continue;
                 }
                 let c = st.workload(id);

@@ -68,13 +68,13 @@ const KNOWN_BUG_WITHDRAW_DEADLOCK: bool = false;
 /// the settle loop never ends. While it stands, a scenario whose plans repeat with preemptors
 /// that are never admitted is cut short (counted in the stats); set this to `false` once fixed.
 const KNOWN_BUG_PREEMPTOR_NEVER_ADMITTED: bool = true;
-/// Known core bug: workloads of two teams can evict each other forever in classical
-/// preemption. A lender reclaims its nominal from a higher-priority borrower; the borrower,
-/// back in the queue, reclaims while borrowing from the lender's team (which borrows elsewhere),
-/// and so on (the case `PROPTEST_RNG_SEED=6` shrinks to). One cause is fixed (a placement shortfall made
-/// every pair of a flavor contested: `cross_resource_reclamation_does_not_ping_pong`); with
-/// this `false`, 8 of `PROPTEST_RNG_SEED` 1 to 13 still find a cycle. While it stands, a
-/// scenario whose repeating plans contain a cycle of preemptions (A evicts B ... evicts A) is
+/// Known core bug: preemptions can still cycle through three workloads (A evicts B, B evicts C,
+/// C evicts A), found with fair sharing on. Two causes are fixed: a placement shortfall made
+/// every pair of a flavor contested (`cross_resource_reclamation_does_not_ping_pong`), and a
+/// workload could take back the one that evicted it (rules.rs,
+/// `a_workload_never_takes_back_the_workload_that_evicted_it`). With this `false`,
+/// `PROPTEST_RNG_SEED` 9 and 10 of 1 to 13 still find a cycle (9 of 13 did before both
+/// fixes). While it stands, a scenario whose repeating plans contain a cycle of preemptions is
 /// cut short; set this to `false` once fixed.
 const KNOWN_BUG_MUTUAL_PREEMPTION: bool = true;
 /// Known core bug (see the ignored test `waiting_for_an_evicting_victim_is_not_a_decision`):

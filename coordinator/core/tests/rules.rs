@@ -793,3 +793,41 @@ fn same_input_same_plan() {
     let (s1, s2) = (build(), build());
     assert_eq!(schedule(&s1.st, 0), schedule(&s2.st, 0));
 }
+
+/// Improve on Kueue (spec §6 promises it for fair sharing; allot keeps it in classical
+/// preemption too): a workload never takes back the workload that evicted it. `l1` reclaims
+/// its team's nominal from the higher-priority borrower `b1` (reclaim `Any`). Once team-l
+/// borrows too (`l2`, priority 10), Kueue's rules let `b1` reclaim while borrowing from team-l
+/// and evict `l1`, whose team would then be under its nominal: the start of the back and forth
+/// the property suite found. `l1` is not `b1`'s candidate, so `b1` waits.
+#[test]
+fn a_workload_never_takes_back_the_workload_that_evicted_it() {
+    let mut l = gpu_team("team-l", 2, None);
+    l.preemption.reclaim_within_cohort = ReclaimWithinCohort::Any;
+    l.preemption.borrow_within_cohort.policy = BorrowWithinCohortPolicy::Never;
+    let mut b = gpu_team("team-b", 0, None);
+    b.preemption.reclaim_within_cohort = ReclaimWithinCohort::LowerPriority;
+    b.preemption.borrow_within_cohort.policy = BorrowWithinCohortPolicy::LowerPriority;
+    let mut s = Sim::classical(vec![l, b, gpu_team("team-x", 5, None)]);
+    s.submit(wl("b1", "team-b", 5, 6, &[("gpu", "1")])).settle();
+    s.at(1)
+        .submit(wl("l1", "team-l", 0, 2, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(
+        s.preemptions(),
+        vec![("b1".into(), "l1".into(), PreemptReason::InCohortReclamation)]
+    );
+    s.at(2)
+        .submit(wl("l2", "team-l", 10, 1, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(s.preemptions().len(), 1, "{:?}", s.preemptions());
+    assert_eq!(s.state("l1"), WlState::Admitted);
+    assert_eq!(s.state("l2"), WlState::Admitted);
+    assert_eq!(s.state("b1"), WlState::Pending);
+    let why =
+        allot_core::explain::explain_state(&s.st, s.st.find_workload("b1").unwrap()).join("\n");
+    assert!(
+        why.contains("l1 evicted it and is never taken back by it"),
+        "{why}"
+    );
+}
