@@ -879,20 +879,14 @@ fn check_flavor(
         }
         let mut contested = short;
         let mut contested_flavors = BTreeSet::new();
-        let place = if st.placement && covers_all {
-            let reqs = &wl.pod_reqs[ps];
-            if ctx.acct.nodes.try_place(f, reqs, count).is_err() {
-                match scheduler::node_contested(st, &ctx.acct.nodes, f, reqs, count) {
-                    Some(pairs) => contested.extend(pairs),
-                    None => {
-                        contested_flavors.insert(f);
-                    }
-                }
-            }
-            vec![(ps, f, count)]
-        } else {
-            Vec::new()
-        };
+        let place =
+            if st.placement && covers_all {
+                scheduler::node_shortfall(st, &mut ctx.acct.nodes, f, &wl.pod_reqs[ps], count)
+                    .contest(f, &mut contested, &mut contested_flavors);
+                vec![(ps, f, count)]
+            } else {
+                Vec::new()
+            };
         preemption_lines(
             ctx,
             wl,
@@ -933,11 +927,12 @@ fn check_flavor(
                     per_pod(st, reqs)
                 ));
                 let place = vec![(ps, f, count)];
-                let (contested, contested_flavors) =
-                    match scheduler::node_contested(st, &ctx.acct.nodes, f, reqs, count) {
-                        Some(pairs) => (pairs, BTreeSet::new()),
-                        None => (BTreeSet::new(), [f].into()),
-                    };
+                let (mut contested, mut contested_flavors) = (BTreeSet::new(), BTreeSet::new());
+                scheduler::node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count).contest(
+                    f,
+                    &mut contested,
+                    &mut contested_flavors,
+                );
                 preemption_lines(
                     ctx,
                     wl,
@@ -1209,7 +1204,7 @@ fn why_no_victims(ctx: &Ctx, wl: &Workload, f_set: &BTreeSet<FrId>) -> String {
                 .filter(|id| uses(**id))
                 .map(|id| st.workload(*id))
                 .collect();
-            let took_it = wl.preempted_by.as_ref().map(|p| p.preemptor);
+            let took_it = preemption::evicted_by(wl);
             if let Some(c) = ws.iter().find(|c| Some(c.id) == took_it) {
                 parts.push(format!(
                     "{} evicted it and is never taken back by it (no back and forth)",

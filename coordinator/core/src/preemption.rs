@@ -106,6 +106,12 @@ fn borrowing_in(ctx: &Ctx, t: TeamId, f_set: &BTreeSet<FrId>) -> bool {
         .any(|fr| quota::is_borrowing(ctx.st, &ctx.acct, t, *fr))
 }
 
+/// The workload that evicted `wl`: never one of its candidates, so two workloads never
+/// preempt each other back and forth.
+pub(crate) fn evicted_by(wl: &Workload) -> Option<WlId> {
+    wl.preempted_by.as_ref().map(|p| p.preemptor)
+}
+
 pub(crate) fn own_allowed(policy: WithinTeam, wl: &Workload, c: &Workload) -> bool {
     match policy {
         WithinTeam::Never => false,
@@ -175,8 +181,7 @@ fn collect(
             ctx.acct.usage(t, *fr) + v <= team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
         });
         let bwc = policy.borrow_within_cohort;
-        // The workload that evicted `wl` is never taken back by it.
-        let took_it = wl.preempted_by.as_ref().map(|p| p.preemptor);
+        let took_it = evicted_by(wl);
         for m in &cohort.members {
             if *m == t || !borrowing_in(ctx, *m, f_set) {
                 continue;

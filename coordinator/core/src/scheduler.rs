@@ -208,7 +208,7 @@ pub struct Assignment {
     pub mode: Mode,
     pub borrows: bool,
     /// Pairs on which quota is short or nodes lack room, and flavors whose nodes lack room
-    /// though each requested resource has room there on its own (see `node_contested`).
+    /// though each requested resource has room there on its own (see `NodeShortfall`).
     pub contested: BTreeSet<FrId>,
     pub contested_flavors: BTreeSet<FlavorId>,
     /// (pod set index, flavor, count) for placement.
@@ -572,14 +572,9 @@ fn eval_flavor(
             ev.mode = Mode::NoFit;
             return ev;
         }
-        if ev.mode == Mode::Preempt {
-            // Quota is short already: what the nodes add to the contested pairs. A resource
-            // short on its own needs no placement attempt to tell.
-            if let Some(pairs) = node_contested(st, &ctx.acct.nodes, f, reqs, count) {
-                ev.contested.extend(pairs);
-            } else if ctx.acct.nodes.try_place(f, reqs, count).is_err() {
-                ev.placement_short = true;
-            }
+        let shortfall = if ev.mode == Mode::Preempt {
+            // Quota is short already: what the nodes add to the contested pairs.
+            node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
         } else if let Err(fail) = ctx.acct.nodes.try_place(f, reqs, count) {
             ev.reasons.push(format!(
                 "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit; {})",
@@ -589,10 +584,14 @@ fn eval_flavor(
                 ctx.acct.nodes.describe_room(f, reqs, &st.names)
             ));
             ev.mode = Mode::Preempt;
-            match node_contested(st, &ctx.acct.nodes, f, reqs, count) {
-                Some(pairs) => ev.contested.extend(pairs),
-                None => ev.placement_short = true,
-            }
+            node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
+        } else {
+            NodeShortfall::Room
+        };
+        match shortfall {
+            NodeShortfall::Room => {}
+            NodeShortfall::Pairs(pairs) => ev.contested.extend(pairs),
+            NodeShortfall::Split => ev.placement_short = true,
         }
     }
     if ev.mode == Mode::Preempt && quick {
@@ -831,24 +830,59 @@ fn try_assignment(ctx: &mut Ctx, wl: &Workload, a: &Assignment) -> Option<Outcom
     }
 }
 
-/// The pairs of flavor `f` contested on its nodes when `count` pods of `reqs` cannot be placed
-/// there: the resources too short on their own. `None` when each has room on its own and the
-/// pods fail only because that room is split across nodes: then every pair the pod set requests
-/// is contested. Only those pairs make other teams' borrowing work candidates: a workload short
-/// of cpu on the nodes does not reclaim from a team because that team borrows GPUs.
-pub(crate) fn node_contested(
+/// What a flavor's nodes add to the pairs contested for `count` pods of `reqs`.
+pub(crate) enum NodeShortfall {
+    /// The pods can be placed there.
+    Room,
+    /// These pairs of the flavor are too short on their own. Only they make other teams'
+    /// borrowing work candidates: a workload short of cpu on the nodes does not reclaim from a
+    /// team because that team borrows GPUs.
+    Pairs(BTreeSet<FrId>),
+    /// Each resource has room on its own, but split across nodes: every pair the pod set
+    /// requests is contested.
+    Split,
+}
+
+impl NodeShortfall {
+    /// Adds what it contests to `pairs`, or flavor `f` whole to `flavors` when the room is split.
+    pub(crate) fn contest(
+        self,
+        f: FlavorId,
+        pairs: &mut BTreeSet<FrId>,
+        flavors: &mut BTreeSet<FlavorId>,
+    ) {
+        match self {
+            NodeShortfall::Room => {}
+            NodeShortfall::Pairs(p) => pairs.extend(p),
+            NodeShortfall::Split => {
+                flavors.insert(f);
+            }
+        }
+    }
+}
+
+/// Whether `count` pods of `reqs` fit on flavor `f`'s nodes, and if not which pairs are short.
+/// A resource short on its own needs no placement attempt to tell; only otherwise are the pods
+/// placed (and given back) to tell room from a split.
+pub(crate) fn node_shortfall(
     st: &State,
-    nodes: &crate::nodes::NodeSet,
+    nodes: &mut crate::nodes::NodeSet,
     f: FlavorId,
     reqs: &[(ResId, i64)],
     count: u32,
-) -> Option<BTreeSet<FrId>> {
+) -> NodeShortfall {
     let short: BTreeSet<FrId> = nodes
         .short_resources(f, reqs, count)
         .into_iter()
         .filter_map(|r| st.names.find_fr(f, r))
         .collect();
-    (!short.is_empty()).then_some(short)
+    if !short.is_empty() {
+        NodeShortfall::Pairs(short)
+    } else if nodes.try_place(f, reqs, count).is_err() {
+        NodeShortfall::Split
+    } else {
+        NodeShortfall::Room
+    }
 }
 
 /// Takes back an admission planned earlier in this cycle to make room for `wl`: it leaves the
