@@ -3,12 +3,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::WlId;
+use crate::ids::{FlavorId, ResId, WlId};
 use crate::state::{Admission, State};
 
 /// The reason a plan gives a preemptor whose victims have not stopped yet. It keeps the
 /// preemptor's head start (it goes first in the next cycle, within its team too) until then.
 pub const WAITING_FOR_VICTIMS: &str = "WaitingForPreemptedWorkloads";
+
+/// Per pod set, the flavor of each resource it requests.
+pub type PodSetFlavors = Vec<Vec<(ResId, FlavorId)>>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum PreemptReason {
@@ -62,6 +65,10 @@ pub struct Plan {
     pub pending: Vec<(WlId, String, String)>,
     /// Pending workloads considered in this cycle.
     pub considered: usize,
+    /// For each preemptor of this plan, the flavors (per pod set, per resource) its victims
+    /// were chosen for. It tries them first while it waits and once they are gone.
+    #[serde(default)]
+    pub targets: Vec<(WlId, PodSetFlavors)>,
 }
 
 impl Plan {

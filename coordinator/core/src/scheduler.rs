@@ -266,6 +266,28 @@ pub(crate) fn may_preempt_for_quota(st: &State, wl: &Workload, nominal: i64, val
 /// placement checks when the state has nodes. With `quick`, preemption is assumed possible where
 /// the policy allows it, without searching for victims (used only to order the queue).
 pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assignment {
+    // A preemptor goes where its victims made room: the flavors its preemptions were chosen
+    // for come first, as long as it fits there or can still preempt there. Without this, the
+    // room the victims left can make another flavor look better to the greedy per-pod-set
+    // choice, which may then not fit: the victims come back and are preempted again, forever.
+    if let Some(kept) = &wl.preempting_flavors {
+        let a = assign_among(ctx, wl, counts, quick, Some(kept));
+        if a.mode >= Mode::Preempt {
+            return a;
+        }
+    }
+    assign_among(ctx, wl, counts, quick, None)
+}
+
+/// `assign`, with each pod set's resource groups limited to the flavor `kept` names for them
+/// when given.
+fn assign_among(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    counts: &[u32],
+    quick: bool,
+    kept: Option<&[Vec<(ResId, FlavorId)>]>,
+) -> Assignment {
     let st = ctx.st;
     let team = &st.teams[wl.team.idx()];
     let fung = team.spec.flavor_fungibility;
@@ -313,8 +335,12 @@ pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assi
             let covers_all = group_reqs.len() == reqs.len();
             let mut best: Option<FlavorEval> = None;
             let mut group_reasons: Vec<String> = Vec::new();
+            let kept_flavor = kept
+                .and_then(|k| k.get(i))
+                .and_then(|k| k.iter().find(|(r, _)| g.resources.contains(r)))
+                .map(|(_, f)| *f);
             for &f in &g.flavors {
-                if wl.pinned.is_some_and(|p| p != f) {
+                if wl.pinned.is_some_and(|p| p != f) || kept_flavor.is_some_and(|k| k != f) {
                     continue;
                 }
                 let ev = eval_flavor(ctx, wl, i, count, f, &group_reqs, &acc, covers_all, quick);
@@ -1211,6 +1237,7 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                         message: preemption::victim_message(st, wl, v),
                     });
                 }
+                plan.targets.push((wl.id, a.flavors.clone()));
                 // Reserve what the preemptor will take, so later workloads cannot.
                 ctx.acct.add_all(st, wl.team, &a.usage, 1);
                 if st.placement {

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{CohortId, FlavorId, FrId, FrVec, Interner, NodeId, ResId, TeamId, WlId};
 use crate::nodes::PodAlloc;
-use crate::plan::{Plan, PreemptReason};
+use crate::plan::{Plan, PodSetFlavors, PreemptReason};
 use crate::quota::{self, Acct};
 
 /// Milliseconds on the caller's clock.
@@ -158,6 +158,10 @@ pub struct Workload {
     /// cycle's preemptors. It goes first in the next cycle, in that order (within its team too),
     /// and finds the room it freed.
     pub preempting: Option<u32>,
+    /// With `preempting`: the flavors (per pod set, per resource) its victims were chosen for.
+    /// The scheduler tries them first, so the preemptor lands in the room it made.
+    #[serde(default)]
+    pub preempting_flavors: Option<PodSetFlavors>,
     /// Why it is being evicted, once eviction started.
     pub eviction: Option<(String, String)>,
     /// How many times it was admitted: names one run of its pods, so that an instruction or a
@@ -811,6 +815,7 @@ impl State {
             conditions: Vec::new(),
             preemptions: 0,
             preempting: None,
+            preempting_flavors: None,
             eviction: None,
             attempt: 0,
             preempted_by: None,
@@ -1103,6 +1108,7 @@ impl State {
         for id in std::mem::take(&mut self.preemptors) {
             if let Some(w) = self.workloads.get_mut(&id) {
                 w.preempting = None;
+                w.preempting_flavors = None;
             }
         }
         let mut order: u32 = 0;
@@ -1158,6 +1164,13 @@ impl State {
                     w.preempting = Some(order);
                     order += 1;
                     self.preemptors.insert(p.preemptor);
+                }
+            }
+        }
+        for (id, flavors) in &plan.targets {
+            if let Some(w) = self.workloads.get_mut(id) {
+                if w.preempting.is_some() {
+                    w.preempting_flavors = Some(flavors.clone());
                 }
             }
         }
@@ -1222,6 +1235,7 @@ impl State {
         wl.admitted_at = Some(now);
         wl.attempt += 1;
         wl.preempting = None;
+        wl.preempting_flavors = None;
         self.preemptors.remove(&id);
         wl.set_condition(
             "QuotaReserved",

@@ -67,7 +67,7 @@ const KNOWN_BUG_WITHDRAW_DEADLOCK: bool = false;
 /// evict its victims, then pick other flavors once they are gone, not fit, and let them back in;
 /// the settle loop never ends. While it stands, a scenario whose plans repeat with preemptors
 /// that are never admitted is cut short (counted in the stats); set this to `false` once fixed.
-const KNOWN_BUG_PREEMPTOR_NEVER_ADMITTED: bool = true;
+const KNOWN_BUG_PREEMPTOR_NEVER_ADMITTED: bool = false;
 /// Known core bug: preemptions can still cycle through three workloads (A evicts B, B evicts C,
 /// C evicts A), found with fair sharing on. Two causes are fixed: a placement shortfall made
 /// every pair of a flavor contested (`cross_resource_reclamation_does_not_ping_pong`), and a
@@ -1773,15 +1773,14 @@ fn withdrawing_planned_admissions_does_not_leave_the_cluster_idle() {
     );
 }
 
-/// BUG (ignored until fixed in the core): livelock within one instant. Flavors are assigned per
-/// pod set greedily. While w0 runs on `fb`, w1's pod set `a` would borrow on `fb` too, so (with
-/// `TryNextFlavor`) it is placed on `fa`, and pod set `b` (4 on `fb`) needs w0's room: w1
-/// preempts w0. Once w0 is gone, `a` fits `fb` within nominal and is assigned there, which leaves
-/// `b` nowhere to go; w1 stays pending, w0 is admitted again, and the next cycle w1 preempts it
-/// again, forever. The victim search validated an assignment that is not the one used after
-/// the eviction. (`allot simulate` reports "did not settle".)
+/// Found and fixed: livelock within one instant. Flavors are assigned per pod set greedily.
+/// While w0 runs on `fb`, w1's pod set `a` would borrow on `fb` too, so (with `TryNextFlavor`)
+/// it is placed on `fa`, and pod set `b` (4 on `fb`) needs w0's room: w1 preempts w0. Once w0
+/// was gone, `a` fitted `fb` within nominal and was assigned there, which left `b` nowhere to
+/// go; w1 stayed pending, w0 was admitted again, and the next cycle w1 preempted it again,
+/// forever. Now a preemptor first tries the flavors its victims were chosen for
+/// (`Workload::preempting_flavors`), and w1 lands where w0 made room.
 #[test]
-#[ignore = "core bug: preemptor re-assigns flavors after its victims leave and preempts again forever"]
 fn preemption_for_a_flavor_assignment_that_is_not_kept_does_not_livelock() {
     let mut st = State::default();
     st.set_policy(ClusterPolicy {
@@ -1828,6 +1827,26 @@ fn preemption_for_a_flavor_assignment_that_is_not_kept_does_not_livelock() {
             }
         }
         if !plan.has_decisions() {
+            let w1 = st.workload(st.find_workload("w1").expect("w1 submitted"));
+            assert_eq!(
+                w1.state,
+                WlState::Admitted,
+                "w1 is admitted where w0 made room"
+            );
+            let flavors: Vec<String> = w1
+                .admission
+                .as_ref()
+                .expect("admitted")
+                .pod_sets
+                .iter()
+                .map(|p| st.names.flavor_name(p.flavors[0].1).to_string())
+                .collect();
+            assert_eq!(
+                flavors,
+                ["fa", "fb"],
+                "the flavors its preemption was chosen for"
+            );
+            assert_eq!(preemptions, 1, "w0 is preempted once");
             return;
         }
     }
