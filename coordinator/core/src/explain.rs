@@ -1116,15 +1116,41 @@ fn preemption_lines(
             }
             d.lines.push(format!(
                 "  no workload may be preempted for it: {}",
-                why_no_victims(ctx, wl, &f_set)
+                why_no_victims(ctx, wl, usage, &f_set)
             ));
         }
     }
 }
 
 /// Why the victim search found nothing: the policies and priorities that rule candidates out.
-fn why_no_victims(ctx: &Ctx, wl: &Workload, f_set: &BTreeSet<FrId>) -> String {
+fn why_no_victims(
+    ctx: &Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    f_set: &BTreeSet<FrId>,
+) -> String {
     let st = ctx.st;
+    let never = preemption::never_taken(ctx, wl, usage, f_set);
+    let took_it = preemption::evicted_by(wl);
+    // Why a workload is never one of its candidates (the rules against preemption loops).
+    let never_line = |c: &Workload| {
+        if Some(c.id) == took_it {
+            format!(
+                "{} evicted it and is never taken back by it (no back and forth)",
+                c.spec.name
+            )
+        } else {
+            format!(
+                "{} led to its eviction through the workloads it evicted, and is not taken while it borrows {} (no preemption loops)",
+                c.spec.name,
+                f_set
+                    .iter()
+                    .map(|fr| fr_name(st, *fr))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    };
     let t = wl.team;
     let team = &st.teams[t.idx()];
     let policy = team.spec.preemption;
@@ -1144,8 +1170,12 @@ fn why_no_victims(ctx: &Ctx, wl: &Workload, f_set: &BTreeSet<FrId>) -> String {
         .filter(|id| uses(**id))
         .map(|id| st.workload(*id))
         .collect();
+    for c in own.iter().filter(|c| never.contains(&c.id)) {
+        parts.push(never_line(c));
+    }
     let own_ok = own
         .iter()
+        .filter(|c| !never.contains(&c.id))
         .filter(|c| preemption::own_allowed(policy.within_team, wl, c))
         .count();
     parts.push(match policy.within_team {
@@ -1204,16 +1234,12 @@ fn why_no_victims(ctx: &Ctx, wl: &Workload, f_set: &BTreeSet<FrId>) -> String {
                 .filter(|id| uses(**id))
                 .map(|id| st.workload(*id))
                 .collect();
-            let took_it = preemption::evicted_by(wl);
-            if let Some(c) = ws.iter().find(|c| Some(c.id) == took_it) {
-                parts.push(format!(
-                    "{} evicted it and is never taken back by it (no back and forth)",
-                    c.spec.name
-                ));
+            for c in ws.iter().filter(|c| never.contains(&c.id)) {
+                parts.push(never_line(c));
             }
             let ok = ws
                 .iter()
-                .filter(|c| Some(c.id) != took_it)
+                .filter(|c| !never.contains(&c.id))
                 .filter(|c| {
                     policy.reclaim_within_cohort == ReclaimWithinCohort::Any
                         || c.priority < wl.priority

@@ -112,6 +112,53 @@ pub(crate) fn evicted_by(wl: &Workload) -> Option<WlId> {
     wl.preempted_by.as_ref().map(|p| p.preemptor)
 }
 
+/// The workloads whose preemptions led, one after another, to `wl`'s eviction: the one that
+/// evicted it, the one that evicted that one, and so on (as far as they are still known).
+pub(crate) fn eviction_chain(st: &State, wl: &Workload) -> Vec<WlId> {
+    let mut out = Vec::new();
+    let mut next = evicted_by(wl);
+    while let Some(id) = next {
+        if id == wl.id || out.contains(&id) {
+            break;
+        }
+        out.push(id);
+        next = st.workloads.get(&id).and_then(evicted_by);
+    }
+    out
+}
+
+/// Whether `wl`, admitted with `usage`, would be above its team's nominal in a contested pair.
+pub(crate) fn borrows_contested(
+    ctx: &Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    f_set: &BTreeSet<FrId>,
+) -> bool {
+    let team = &ctx.st.teams[wl.team.idx()];
+    usage.iter().any(|(fr, v)| {
+        f_set.contains(fr)
+            && ctx.acct.usage(wl.team, *fr) + v > team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
+    })
+}
+
+/// Who `wl` may not take room from: the workload that evicted it (so two workloads never
+/// preempt each other back and forth), and, when it preempts to borrow a contested pair, every
+/// workload of its eviction chain: A evicted B, B evicted C, so C does not evict A to borrow,
+/// which would let A evict B again, and so on around the loop. Reclaiming nominal quota is
+/// never held back by the chain: a team always gets back what it is guaranteed.
+pub(crate) fn never_taken(
+    ctx: &Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    f_set: &BTreeSet<FrId>,
+) -> Vec<WlId> {
+    if borrows_contested(ctx, wl, usage, f_set) {
+        eviction_chain(ctx.st, wl)
+    } else {
+        evicted_by(wl).into_iter().collect()
+    }
+}
+
 pub(crate) fn own_allowed(policy: WithinTeam, wl: &Workload, c: &Workload) -> bool {
     match policy {
         WithinTeam::Never => false,
@@ -163,8 +210,9 @@ fn collect(
     let team = &st.teams[t.idx()];
     let policy = team.spec.preemption;
     let mut cands = Vec::new();
+    let never = never_taken(ctx, wl, usage, f_set);
     for id in holders(ctx, t) {
-        if !uses_any(ctx, id, f_set) {
+        if !uses_any(ctx, id, f_set) || never.contains(&id) {
             continue;
         }
         if own_allowed(policy.within_team, wl, st.workload(id)) {
@@ -181,13 +229,12 @@ fn collect(
             ctx.acct.usage(t, *fr) + v <= team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
         });
         let bwc = policy.borrow_within_cohort;
-        let took_it = evicted_by(wl);
         for m in &cohort.members {
             if *m == t || !borrowing_in(ctx, *m, f_set) {
                 continue;
             }
             for id in holders(ctx, *m) {
-                if !uses_any(ctx, id, f_set) || took_it == Some(id) {
+                if !uses_any(ctx, id, f_set) || never.contains(&id) {
                     continue;
                 }
                 let c = st.workload(id);

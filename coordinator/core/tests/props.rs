@@ -26,7 +26,8 @@
 //!
 //! The seed is fixed so runs are reproducible; set `PROPTEST_RNG_SEED` to explore others and
 //! `PROPTEST_CASES` to change the number of cases (e.g. `PROPTEST_CASES=2000`, about 20 s in
-//! debug). A failure prints the shrunk scenario.
+//! debug). A failure prints the shrunk scenario; with `PROPS_TRACE=1` it also prints the failing
+//! history's trace (every operation, plan and event) to stderr.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,21 +63,19 @@ const KNOWN_BUG_VICTIM_CAPACITY_REUSED: bool = false;
 /// preemptor whose only victims were admissions planned in the same cycle was not admitted and
 /// left the cluster idle. `false`: the idle-cluster liveness check applies to every plan.
 const KNOWN_BUG_WITHDRAW_DEADLOCK: bool = false;
-/// Known core bug (see the ignored test
-/// `preemption_for_a_flavor_assignment_that_is_not_kept_does_not_livelock`): a preemptor may
-/// evict its victims, then pick other flavors once they are gone, not fit, and let them back in;
-/// the settle loop never ends. While it stands, a scenario whose plans repeat with preemptors
-/// that are never admitted is cut short (counted in the stats); set this to `false` once fixed.
+/// Fixed core bug (test `preemption_for_a_flavor_assignment_that_is_not_kept_does_not_livelock`):
+/// a preemptor evicted its victims, then picked other flavors once they were gone, did not fit,
+/// and let them back in; the settle loop never ended. `false`: a scenario whose plans repeat
+/// with preemptors that are never admitted is a failure like any other.
 const KNOWN_BUG_PREEMPTOR_NEVER_ADMITTED: bool = false;
-/// Known core bug: preemptions can still cycle through three workloads (A evicts B, B evicts C,
-/// C evicts A), found with fair sharing on. Two causes are fixed: a placement shortfall made
-/// every pair of a flavor contested (`cross_resource_reclamation_does_not_ping_pong`), and a
-/// workload could take back the one that evicted it (rules.rs,
-/// `a_workload_never_takes_back_the_workload_that_evicted_it`). With this `false`,
-/// `PROPTEST_RNG_SEED` 9 and 10 of 1 to 13 still find a cycle (9 of 13 did before both
-/// fixes). While it stands, a scenario whose repeating plans contain a cycle of preemptions is
-/// cut short; set this to `false` once fixed.
-const KNOWN_BUG_MUTUAL_PREEMPTION: bool = true;
+/// Fixed core bug: preemptions cycled (A evicts B, B evicts C, C evicts A), found with fair
+/// sharing on. Three causes are fixed: a placement shortfall made every pair of a flavor
+/// contested (`cross_resource_reclamation_does_not_ping_pong`), a workload could take back the
+/// one that evicted it (rules.rs, `a_workload_never_takes_back_the_workload_that_evicted_it`),
+/// and a preemptor borrowing a contested pair could evict its own eviction chain
+/// (`preemptions_do_not_cycle_through_three_workloads`). `false`: a scenario whose repeating
+/// plans contain a cycle of preemptions is a failure like any other.
+const KNOWN_BUG_MUTUAL_PREEMPTION: bool = false;
 /// Known core bug (see the ignored test `waiting_for_an_evicting_victim_is_not_a_decision`):
 /// while a victim is `Evicting`, every cycle plans its preemption again, so `has_decisions()`
 /// never turns false and the settle loop never ends. While it stands, the driver does not count
@@ -492,7 +491,14 @@ impl<'s> Sim<'s> {
             self.exec(sc, k, op)
                 .and_then(|_| self.check_state())
                 .and_then(|_| self.settle())
-                .map_err(|e| format!("op {k} ({op:?}) at t={}: {e}", self.now))?;
+                .map_err(|e| {
+                    if std::env::var_os("PROPS_TRACE").is_some() {
+                        for l in &self.trace {
+                            eprintln!("T {l}");
+                        }
+                    }
+                    format!("op {k} ({op:?}) at t={}: {e}", self.now)
+                })?;
             if self.abandoned {
                 break;
             }
@@ -2091,5 +2097,124 @@ fn a_preemptor_not_at_its_team_head_keeps_the_room_it_freed() {
         !sim.trace.iter().any(|l| l.starts_with("abandoned")),
         "livelock: {:#?}",
         &sim.trace[sim.trace.len().saturating_sub(8)..]
+    );
+}
+
+/// Found with `PROPTEST_RNG_SEED=9` and fixed: preemptions cycled through three workloads with
+/// fair sharing on. team-2's w8 reclaimed team-2's GPUs from team-1's w2 (priority 50, all six
+/// GPUs borrowed) and borrowed cpu; team-1's w7 reclaimed team-1's cpu from w8; w2 then evicted
+/// w7 and the other 1-GPU workloads of its team, by priority, to borrow the GPUs w8 had left,
+/// and w8 reclaimed them again, around forever. Each step was allowed on its own. Now a
+/// preemptor that borrows a contested pair takes nothing from its eviction chain (w8 evicted
+/// w2, w7 evicted w8: w2 does not evict w7), and reclaiming nominal quota is never held back.
+#[test]
+fn preemptions_do_not_cycle_through_three_workloads() {
+    use allot_common::quota::ReclaimWithinCohort as R;
+    let q = |cpu: i64, gpu: i64, lend: Option<i64>| {
+        vec![FlavorQuota {
+            flavor: "ml.f0.xlarge".into(),
+            resources: vec![
+                (
+                    ResourceName::cpu(),
+                    ResourceQuota {
+                        nominal: cpu,
+                        borrowing_limit: None,
+                        lending_limit: lend,
+                    },
+                ),
+                (ResourceName::gpu(), ResourceQuota::nominal(gpu)),
+            ],
+        }]
+    };
+    let mut t0 = TeamSpec::new("team-0", q(7000, 2, Some(2000)));
+    t0.cohort = Some("shared-pool".into());
+    t0.fair_share_weight = 0;
+    t0.preemption.within_team = WithinTeam::Never;
+    t0.preemption.reclaim_within_cohort = R::LowerPriority;
+    let mut t1 = TeamSpec::new("team-1", q(1000, 0, None));
+    t1.cohort = Some("shared-pool".into());
+    t1.fair_share_weight = 1;
+    t1.preemption.within_team = WithinTeam::LowerPriority;
+    t1.preemption.reclaim_within_cohort = R::Any;
+    let mut t2 = TeamSpec::new("team-2", q(1000, 4, None));
+    t2.cohort = Some("shared-pool".into());
+    t2.fair_share_weight = 0;
+    t2.preemption.within_team = WithinTeam::Never;
+    t2.preemption.reclaim_within_cohort = R::Any;
+    for t in [&mut t0, &mut t1, &mut t2] {
+        t.flavor_fungibility.when_can_borrow = WhenCanBorrow::TryNextFlavor;
+        t.flavor_fungibility.when_can_preempt = WhenCanPreempt::TryNextFlavor;
+        t.flavor_fungibility.preference = FungibilityPreference::PreemptionOverBorrowing;
+    }
+    let pg = |count, gpus, cpu_millis| PodGen {
+        count,
+        min_count: None,
+        gpus,
+        cpu_millis,
+    };
+    let sub = |team, prio, pod_sets| Op::Submit {
+        team,
+        prio,
+        pin: None,
+        pod_sets,
+    };
+    let sc = Scenario {
+        policy: ClusterPolicy {
+            priority_classes: vec![
+                PriorityClass {
+                    name: "class-0".into(),
+                    weight: 50,
+                },
+                PriorityClass {
+                    name: "class-1".into(),
+                    weight: 75,
+                },
+                PriorityClass {
+                    name: "class-2".into(),
+                    weight: 75,
+                },
+            ],
+            fair_share: true,
+            fair_sharing_strategies: vec![FairSharingStrategy::LessThanInitialShare],
+            idle_resource_sharing: false,
+        },
+        grace: false,
+        nodes: vec![],
+        teams: vec![t0, t1, t2],
+        ops: vec![
+            sub(1, Prio::None, vec![pg(1, 1, 0)]),
+            sub(1, Prio::None, vec![pg(1, 0, 0)]),
+            sub(1, Prio::Class(0), vec![pg(2, 3, 0)]),
+            sub(1, Prio::None, vec![pg(1, 1, 0)]),
+            sub(0, Prio::None, vec![pg(3, 0, 0)]),
+            sub(0, Prio::None, vec![pg(3, 0, 0)]),
+            sub(1, Prio::None, vec![pg(1, 1, 0)]),
+            sub(4, Prio::Value(0), vec![pg(1, 1, 1000)]),
+            sub(2, Prio::None, vec![pg(1, 0, 1500), pg(1, 1, 2000)]),
+            sub(0, Prio::None, vec![pg(1, 0, 0)]),
+        ],
+    };
+    let stats = Stats::default();
+    let sim = match run_scenario(&sc, true, &stats) {
+        Ok(sim) => sim,
+        Err(e) => panic!("{}", e.lines().next().unwrap_or_default()),
+    };
+    let state = |name: &str| {
+        let id = sim.st.find_workload(name).expect("submitted");
+        sim.st.workload(id).state
+    };
+    // w7 keeps team-1's cpu; w2 waits, as it may not take back from w7 what its chain took.
+    assert_eq!(state("w7"), WlState::Admitted);
+    assert_eq!(state("w2"), WlState::Pending);
+    // w8 needs 3.5 cpu and team-2 can have 3 (its own 1 and team-0's 2 to lend).
+    assert_eq!(state("w8"), WlState::Pending);
+    for w in ["w0", "w3", "w6"] {
+        assert_eq!(state(w), WlState::Admitted, "{w}");
+    }
+    let id = sim.st.find_workload("w2").expect("submitted");
+    let why = allot_core::explain::explain_state(&sim.st, id).join("\n");
+    assert!(
+        why.contains("w7 led to its eviction through the workloads it evicted"),
+        "{why}"
     );
 }
