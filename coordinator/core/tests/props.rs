@@ -21,8 +21,9 @@
 //!   and once settled on an idle cluster no workload that fits alone is left pending;
 //! - running the same scenario twice gives the same plans and events.
 //!
-//! Known core bugs are reproduced by the `#[ignore]`d tests at the end; `KNOWN_BUG_*` constants
-//! let the generated histories step around them (each says how) until they are fixed.
+//! Core bugs found here are reproduced by named tests at the end. A bug not yet fixed gets an
+//! `#[ignore]`d test and a `KNOWN_BUG_*` constant that lets the generated histories step around
+//! it (each says how); every one of them is fixed and `false` now.
 //!
 //! The seed is fixed so runs are reproducible; set `PROPTEST_RNG_SEED` to explore others and
 //! `PROPTEST_CASES` to change the number of cases (e.g. `PROPTEST_CASES=2000`, about 20 s in
