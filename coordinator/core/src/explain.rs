@@ -899,9 +899,9 @@ fn check_flavor(
         return;
     }
     // Quota fits: room on nodes.
-    let borrows = usage_here.iter().any(|(fr, v)| {
-        ctx.acct.usage(t, *fr) + v > team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
-    });
+    let borrows = usage_here
+        .iter()
+        .any(|(fr, v)| quota::borrows_with(st, &ctx.acct, t, *fr, *v));
     if st.placement && covers_all {
         let reqs = &wl.pod_reqs[ps];
         if !ctx.acct.nodes.has_flavor(f) {
@@ -1130,27 +1130,6 @@ fn why_no_victims(
     f_set: &BTreeSet<FrId>,
 ) -> String {
     let st = ctx.st;
-    let never = preemption::never_taken(ctx, wl, usage, f_set);
-    let took_it = preemption::evicted_by(wl);
-    // Why a workload is never one of its candidates (the rules against preemption loops).
-    let never_line = |c: &Workload| {
-        if Some(c.id) == took_it {
-            format!(
-                "{} evicted it and is never taken back by it (no back and forth)",
-                c.spec.name
-            )
-        } else {
-            format!(
-                "{} led to its eviction through the workloads it evicted, and is not taken while it borrows {} (no preemption loops)",
-                c.spec.name,
-                f_set
-                    .iter()
-                    .map(|fr| fr_name(st, *fr))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        }
-    };
     let t = wl.team;
     let team = &st.teams[t.idx()];
     let policy = team.spec.preemption;
@@ -1163,6 +1142,22 @@ fn why_no_victims(
         .map(|fr| fr_name(st, *fr))
         .collect::<Vec<_>>()
         .join(", ");
+    let never = preemption::never_taken(ctx, wl, usage, f_set);
+    let took_it = preemption::evicted_by(wl);
+    // Why a workload is never one of its candidates (the rules against preemption loops).
+    let never_line = |c: &Workload| {
+        if Some(c.id) == took_it {
+            format!(
+                "{} evicted it and is never taken back by it (no back and forth)",
+                c.spec.name
+            )
+        } else {
+            format!(
+                "{} led to its eviction through the workloads it evicted, and is not taken while it borrows {what} (no preemption loops)",
+                c.spec.name
+            )
+        }
+    };
     let mut parts = Vec::new();
     let own: Vec<&Workload> = team
         .admitted

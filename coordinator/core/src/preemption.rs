@@ -134,10 +134,8 @@ pub(crate) fn borrows_contested(
     usage: &[(FrId, i64)],
     f_set: &BTreeSet<FrId>,
 ) -> bool {
-    let team = &ctx.st.teams[wl.team.idx()];
     usage.iter().any(|(fr, v)| {
-        f_set.contains(fr)
-            && ctx.acct.usage(wl.team, *fr) + v > team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
+        f_set.contains(fr) && quota::borrows_with(ctx.st, &ctx.acct, wl.team, *fr, *v)
     })
 }
 
@@ -225,9 +223,9 @@ fn collect(
     }
     let cohort = &st.cohorts[team.cohort.idx()];
     if policy.reclaim_within_cohort != ReclaimWithinCohort::Never && !cohort.private {
-        let advantage = usage.iter().all(|(fr, v)| {
-            ctx.acct.usage(t, *fr) + v <= team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
-        });
+        let advantage = usage
+            .iter()
+            .all(|(fr, v)| !quota::borrows_with(st, &ctx.acct, t, *fr, *v));
         let bwc = policy.borrow_within_cohort;
         for m in &cohort.members {
             if *m == t || !borrowing_in(ctx, *m, f_set) {
@@ -406,7 +404,6 @@ fn fair_sharing(
 ) -> Option<Vec<Victim>> {
     let st = ctx.st;
     let t = wl.team;
-    let team = &st.teams[t.idx()];
     let mut cands = collect(ctx, wl, usage, f_set, true);
     if cands.is_empty() || !fits_without_all(ctx, wl, usage, place, &cands, true) {
         return None;
@@ -429,7 +426,7 @@ fn fair_sharing(
     let within_nominal_after = |ctx: &Ctx| {
         f_set.iter().all(|fr| {
             let add: i64 = usage.iter().filter(|(u, _)| u == fr).map(|(_, v)| *v).sum();
-            ctx.acct.usage(t, *fr) + add <= team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
+            !quota::borrows_with(ctx.st, &ctx.acct, t, *fr, add)
         })
     };
     // The team with the highest share that still has candidates; ties go to the team whose next

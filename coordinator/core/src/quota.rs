@@ -72,8 +72,13 @@ pub fn potential_available(st: &State, t: TeamId, fr: FrId) -> i64 {
 
 /// Whether the team uses more than its nominal on `fr`.
 pub fn is_borrowing(st: &State, acct: &Acct, t: TeamId, fr: FrId) -> bool {
+    borrows_with(st, acct, t, fr, 0)
+}
+
+/// Whether the team would use more than its nominal on `fr` with `add` more in use.
+pub fn borrows_with(st: &State, acct: &Acct, t: TeamId, fr: FrId, add: i64) -> bool {
     let nominal = st.teams[t.idx()].quota(fr).map(|q| q.nominal).unwrap_or(0);
-    acct.usage(t, fr) > nominal
+    acct.usage(t, fr) + add > nominal
 }
 
 /// Why a usage does not fit a team's quota.
@@ -97,9 +102,7 @@ pub fn fits(
 ) -> Result<(), Shortfall> {
     for (fr, v) in usage {
         let avail = available(st, acct, t, *fr);
-        let within_nominal = allow_borrowing
-            || acct.usage(t, *fr) + v
-                <= st.teams[t.idx()].quota(*fr).map(|q| q.nominal).unwrap_or(0);
+        let within_nominal = allow_borrowing || !borrows_with(st, acct, t, *fr, *v);
         if *v > avail || !within_nominal {
             return Err(Shortfall {
                 fr: *fr,

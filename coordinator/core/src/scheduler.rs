@@ -663,8 +663,7 @@ fn eval_flavor(
                         .filter(|(u, _)| u == fr)
                         .map(|(_, q)| *q)
                         .sum();
-                    ctx.acct.usage(t, *fr) - freed + val
-                        > team.quota(*fr).map(|q| q.nominal).unwrap_or(0)
+                    quota::borrows_with(st, &ctx.acct, t, *fr, val - freed)
                 });
             }
             Some(_) => ev.mode = Mode::Fit,
