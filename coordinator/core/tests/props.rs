@@ -183,14 +183,7 @@ fn policy_strategy() -> impl Strategy<Value = ClusterPolicy> {
         .prop_map(|(fair_share, s, weights, idle)| {
             use FairSharingStrategy::*;
             ClusterPolicy {
-                priority_classes: weights
-                    .iter()
-                    .enumerate()
-                    .map(|(i, w)| PriorityClass {
-                        name: format!("class-{i}"),
-                        weight: *w,
-                    })
-                    .collect(),
+                priority_classes: classes(&weights),
                 fair_share,
                 fair_sharing_strategies: match s {
                     0 => vec![LessThanOrEqualToFinalShare],
@@ -1387,8 +1380,6 @@ fn res(gpus: i64, cpu_millis: i64) -> Resources {
     r
 }
 
-/// One team with `gpus` GPUs of nominal quota on flavor `f` (and plenty of cpu), and nodes of
-/// that flavor with `node_gpus` GPUs each.
 /// A workload of `team` with one pod of `gpus` GPUs and `cpu_millis` cpu.
 fn pod(name: &str, team: &str, prio: i32, gpus: i64, cpu_millis: i64) -> WorkloadSpec {
     WorkloadSpec {
@@ -1410,6 +1401,50 @@ fn one_pod(name: &str, prio: i32, gpus: i64) -> WorkloadSpec {
     pod(name, "team-a", prio, gpus, 0)
 }
 
+/// Priority classes `class-0`, `class-1`, ... with these weights, named as the generated
+/// policies name them.
+fn classes(weights: &[i32]) -> Vec<PriorityClass> {
+    weights
+        .iter()
+        .enumerate()
+        .map(|(i, w)| PriorityClass {
+            name: format!("class-{i}"),
+            weight: *w,
+        })
+        .collect()
+}
+
+/// A generated pod set: `count` pods of `gpus` GPUs and `cpu_millis` cpu each.
+fn pod_gen(count: u32, gpus: i64, cpu_millis: i64) -> PodGen {
+    PodGen {
+        count,
+        min_count: None,
+        gpus,
+        cpu_millis,
+    }
+}
+
+/// A generated submit to the team at index `team`, not pinned to a flavor.
+fn submit_op(team: usize, prio: Prio, pod_sets: Vec<PodGen>) -> Op {
+    Op::Submit {
+        team,
+        prio,
+        pin: None,
+        pod_sets,
+    }
+}
+
+/// Flavor fungibility that tries the next flavor before borrowing or preempting.
+fn try_next_flavor() -> FlavorFungibility {
+    FlavorFungibility {
+        when_can_borrow: WhenCanBorrow::TryNextFlavor,
+        when_can_preempt: WhenCanPreempt::TryNextFlavor,
+        preference: FungibilityPreference::PreemptionOverBorrowing,
+    }
+}
+
+/// One team with `gpus` GPUs of nominal quota on flavor `f` (and plenty of cpu), and nodes of
+/// that flavor with `node_gpus` GPUs each.
 fn cluster(gpus: i64, node_gpus: &[i64]) -> State {
     let mut st = State::default();
     let team = TeamSpec::new(
@@ -1995,11 +2030,7 @@ fn a_preemptor_not_at_its_team_head_keeps_the_room_it_freed() {
             resources: vec![(cpu(), c), (gpu(), n(g))],
         }]
     };
-    let fung = FlavorFungibility {
-        when_can_borrow: WhenCanBorrow::TryNextFlavor,
-        when_can_preempt: WhenCanPreempt::TryNextFlavor,
-        preference: FungibilityPreference::PreemptionOverBorrowing,
-    };
+    let fung = try_next_flavor();
     let never = PreemptionPolicy {
         within_team: WithinTeam::Never,
         reclaim_within_cohort: ReclaimWithinCohort::Never,
@@ -2030,30 +2061,10 @@ fn a_preemptor_not_at_its_team_head_keeps_the_room_it_freed() {
     );
     t2.preemption = never;
     t2.flavor_fungibility = fung;
-    let pg = |count: u32, gpus: i64, cpu_millis: i64| PodGen {
-        count,
-        min_count: None,
-        gpus,
-        cpu_millis,
-    };
-    let sub = |team: usize, prio: Prio, pod_sets: Vec<PodGen>| Op::Submit {
-        team,
-        prio,
-        pin: None,
-        pod_sets,
-    };
+    let (pg, sub) = (pod_gen, submit_op);
     let sc = Scenario {
         policy: ClusterPolicy {
-            priority_classes: vec![
-                PriorityClass {
-                    name: "class-0".into(),
-                    weight: 50,
-                },
-                PriorityClass {
-                    name: "class-1".into(),
-                    weight: 50,
-                },
-            ],
+            priority_classes: classes(&[50, 50]),
             fair_share: false,
             fair_sharing_strategies: vec![FairSharingStrategy::LessThanInitialShare],
             idle_resource_sharing: false,
@@ -2113,7 +2124,7 @@ fn preemptions_do_not_cycle_through_three_workloads() {
     use allot_common::quota::ReclaimWithinCohort as R;
     let q = |cpu: i64, gpu: i64, lend: Option<i64>| {
         vec![FlavorQuota {
-            flavor: "ml.f0.xlarge".into(),
+            flavor: flavor_name(0),
             resources: vec![
                 (
                     ResourceName::cpu(),
@@ -2143,38 +2154,12 @@ fn preemptions_do_not_cycle_through_three_workloads() {
     t2.preemption.within_team = WithinTeam::Never;
     t2.preemption.reclaim_within_cohort = R::Any;
     for t in [&mut t0, &mut t1, &mut t2] {
-        t.flavor_fungibility.when_can_borrow = WhenCanBorrow::TryNextFlavor;
-        t.flavor_fungibility.when_can_preempt = WhenCanPreempt::TryNextFlavor;
-        t.flavor_fungibility.preference = FungibilityPreference::PreemptionOverBorrowing;
+        t.flavor_fungibility = try_next_flavor();
     }
-    let pg = |count, gpus, cpu_millis| PodGen {
-        count,
-        min_count: None,
-        gpus,
-        cpu_millis,
-    };
-    let sub = |team, prio, pod_sets| Op::Submit {
-        team,
-        prio,
-        pin: None,
-        pod_sets,
-    };
+    let (pg, sub) = (pod_gen, submit_op);
     let sc = Scenario {
         policy: ClusterPolicy {
-            priority_classes: vec![
-                PriorityClass {
-                    name: "class-0".into(),
-                    weight: 50,
-                },
-                PriorityClass {
-                    name: "class-1".into(),
-                    weight: 75,
-                },
-                PriorityClass {
-                    name: "class-2".into(),
-                    weight: 75,
-                },
-            ],
+            priority_classes: classes(&[50, 75, 75]),
             fair_share: true,
             fair_sharing_strategies: vec![FairSharingStrategy::LessThanInitialShare],
             idle_resource_sharing: false,
