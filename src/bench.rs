@@ -29,9 +29,13 @@ pub struct BenchArgs {
     /// Workloads submitted in the throughput run.
     #[arg(long, default_value_t = 50_000)]
     pub workloads: u32,
-    /// Submit-to-admit samples on the idle cluster.
-    #[arg(long, default_value_t = 1000)]
+    /// Submit-to-admit samples per round on the idle cluster (and as many fsync probes).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     pub samples: u32,
+    /// Rounds of the latency run: each takes the disk's fsync baseline, then the submit-to-admit
+    /// samples, so both are measured over the same minutes.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
     /// Keep the data directory (printed) instead of deleting it.
     #[arg(long)]
     pub keep: bool,
@@ -68,6 +72,11 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
+}
+
+/// The p99 of `lat` over the p99 of `base` (both sorted).
+fn p99_ratio(lat: &[Duration], base: &[Duration]) -> f64 {
+    pct(lat, 0.99).as_secs_f64() / pct(base, 0.99).as_secs_f64().max(1e-9)
 }
 
 fn ms(d: Duration) -> String {
@@ -175,8 +184,6 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         .clone();
     let base = std::env::temp_dir().join(format!("allot-bench-{}", std::process::id()));
     std::fs::create_dir_all(&base)?;
-    // The disk's latency drifts from minute to minute here, so the baseline is sampled twice:
-    // now, and again right after the latency run (the cluster idle), and the two are pooled.
     let before = fsync_baseline(&base, 1000)?;
     println!(
         "disk fsync (4 KiB append + fdatasync, {} samples before the cluster starts): p50 {}, p99 {}",
@@ -287,48 +294,71 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         ms(pct(&hello, 0.5)),
         ms(pct(&hello, 0.99))
     );
+    // The disk's fsync latency drifts from one minute to the next here (its p99 over 1000
+    // samples moves by a third between consecutive runs), so a baseline taken at another time
+    // would decide the ratio as much as the cluster does. Each round takes the baseline, then
+    // the latency samples, and the ratio compares the two pooled over the same rounds.
+    println!(
+        "submit-to-admit on an idle cluster, {} rounds of {} fsync probes (4 KiB append + fdatasync, the cluster idle) then {} submits:",
+        a.rounds, a.samples, a.samples
+    );
     let mut lat = Vec::new();
+    let mut fs = Vec::new();
+    let mut ratios = Vec::new();
     let mut in_one = 0usize;
-    for i in 0..a.samples {
-        let name = format!("lat-{i}");
-        let t = Instant::now();
-        let reply = call(
-            &mut c,
-            Body::Submit(job(name.clone(), "team-0".into(), &cpu, 1)),
-        )
-        .await?;
-        if matches!(&reply, Reply::Submitted { state, .. } if state != "Pending") {
-            in_one += 1;
-        } else {
-            wait_admitted(&mut c, &name, t).await?;
+    for r in 0..a.rounds {
+        let probes = fsync_baseline(&base, a.samples as usize)?;
+        let mut round = Vec::with_capacity(a.samples as usize);
+        for i in 0..a.samples {
+            let name = format!("lat-{r}-{i}");
+            let t = Instant::now();
+            let reply = call(
+                &mut c,
+                Body::Submit(job(name.clone(), "team-0".into(), &cpu, 1)),
+            )
+            .await?;
+            if matches!(&reply, Reply::Submitted { state, .. } if state != "Pending") {
+                in_one += 1;
+            } else {
+                wait_admitted(&mut c, &name, t).await?;
+            }
+            round.push(t.elapsed());
+            call(&mut c, Body::Cancel { name }).await?;
         }
-        lat.push(t.elapsed());
-        call(&mut c, Body::Cancel { name }).await?;
+        round.sort();
+        let ratio = p99_ratio(&round, &probes);
+        println!(
+            "  round {}: fsync p50 {}, p99 {}; submit-to-admit p50 {}, p99 {} ({ratio:.1}x)",
+            r + 1,
+            ms(pct(&probes, 0.5)),
+            ms(pct(&probes, 0.99)),
+            ms(pct(&round, 0.5)),
+            ms(pct(&round, 0.99)),
+        );
+        ratios.push(ratio);
+        lat.extend(round);
+        fs.extend(probes);
     }
     lat.sort();
-    let after = fsync_baseline(&base, 2000)?;
-    let mut fs: Vec<Duration> = before.iter().chain(&after).copied().collect();
     fs.sort();
+    ratios.sort_by(f64::total_cmp);
     println!(
-        "disk fsync again ({} samples right after the latency run, the cluster idle): p50 {}, p99 {}; both ({} samples): p50 {}, p99 {}",
-        after.len(),
-        ms(pct(&after, 0.5)),
-        ms(pct(&after, 0.99)),
+        "disk fsync over the rounds ({} samples): p50 {}, p99 {}",
         fs.len(),
         ms(pct(&fs, 0.5)),
         ms(pct(&fs, 0.99))
     );
-    let ratio =
-        |base: &[Duration]| pct(&lat, 0.99).as_secs_f64() / pct(base, 0.99).as_secs_f64().max(1e-9);
     println!(
-        "submit-to-admit on an idle cluster ({} samples, {in_one} admitted in the submit's own commit): p50 {}, p90 {}, p99 {}, max {} ({:.1}x the fsync p99 of both baseline runs; {:.1}x that of the first alone)",
+        "submit-to-admit over the rounds ({} samples, {in_one} admitted in the submit's own commit): p50 {}, p90 {}, p99 {}, max {} ({:.1}x the fsync p99 over the same rounds; rounds {:.1}x to {:.1}x, median {:.1}x)",
         lat.len(),
         ms(pct(&lat, 0.5)),
         ms(pct(&lat, 0.9)),
         ms(pct(&lat, 0.99)),
         ms(lat.last().copied().unwrap_or_default()),
-        ratio(&fs),
-        ratio(&before)
+        p99_ratio(&lat, &fs),
+        ratios.first().copied().unwrap_or_default(),
+        ratios.last().copied().unwrap_or_default(),
+        ratios.get(ratios.len() / 2).copied().unwrap_or_default(),
     );
 
     // Sustained admissions: many submitters, batches of 500, until every workload is admitted.
