@@ -369,13 +369,17 @@ impl RedbDisk {
         {
             let mut log = tx.open_table(LOG).map_err(|e| self.io(e))?;
             let mut meta = tx.open_table(META).map_err(|e| self.io(e))?;
+            // Entries that `extra` compacts away are only truncated at: a snapshot folds some
+            // ten thousand records, and writing the entries it then deletes was most of its
+            // cost.
+            let dropped = extra.and_then(|b| b.compact_to).unwrap_or(0);
             for r in &self.pending {
                 let b = Batch {
                     hard_state: r.hard_state.as_ref(),
                     entries: &r.entries,
                     ..Default::default()
                 };
-                self.apply(&mut log, &mut meta, &b)?;
+                self.apply_from(&mut log, &mut meta, &b, dropped)?;
             }
             if let Some(b) = extra {
                 self.apply(&mut log, &mut meta, b)?;
@@ -395,6 +399,18 @@ impl RedbDisk {
         meta: &mut redb::Table<&str, &[u8]>,
         b: &Batch<'_>,
     ) -> Result<(), DiskError> {
+        self.apply_from(log, meta, b, 0)
+    }
+
+    /// `apply`, writing only the batch's entries from index `keep_from` on (the log is still
+    /// truncated where the batch's first entry starts).
+    fn apply_from(
+        &self,
+        log: &mut redb::Table<u64, &[u8]>,
+        meta: &mut redb::Table<&str, &[u8]>,
+        b: &Batch<'_>,
+        keep_from: u64,
+    ) -> Result<(), DiskError> {
         if let Some(s) = b.install.or(b.local) {
             if b.install.is_some() {
                 log.retain(|_, _| false).map_err(|e| self.io(e))?;
@@ -410,7 +426,7 @@ impl RedbDisk {
         if let Some(first) = b.entries.first() {
             log.retain_in(first.index.., |_, _| false)
                 .map_err(|e| self.io(e))?;
-            for e in b.entries {
+            for e in b.entries.iter().filter(|e| e.index >= keep_from) {
                 log.insert(e.index, encode(e)?.as_slice())
                     .map_err(|e| self.io(e))?;
             }
