@@ -6,8 +6,12 @@
 //! On top of the scheduling `State` this keeps what the API adds: compute quota records with
 //! versions (AWS `TargetVersion` checks), the scheduler configuration record, how each workload
 //! runs, and client tokens that make submits idempotent.
+//!
+//! Finished workloads are kept for a while (`get workloads --all`, `describe workload`), then
+//! forgotten (`FINISHED_KEEP_MS`, `FINISHED_KEEP_MAX`), so the state, its snapshots and a
+//! restart stay the same size however many workloads the cluster has run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use allot_common::api::{
     ActivationState, ApiError, ComputeQuotaInput, ComputeQuotaView, ErrorKind, NodeReport, PodExit,
@@ -196,6 +200,15 @@ pub struct PodRuns {
     pub failed: bool,
 }
 
+/// A finished workload is forgotten this long after it finished (by the log's clock).
+pub const FINISHED_KEEP_MS: Time = 24 * 60 * 60 * 1000;
+/// With more finished workloads than this, the oldest are forgotten sooner, once they have been
+/// finished for `FINISHED_MIN_KEEP_MS`.
+pub const FINISHED_KEEP_MAX: usize = 10_000;
+/// No finished workload is forgotten sooner than this: a client that retries a submit after
+/// losing its reply (a leader change) finds it, and does not start it again.
+pub const FINISHED_MIN_KEEP_MS: Time = 10 * 60 * 1000;
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Machine {
     pub state: State,
@@ -207,6 +220,8 @@ pub struct Machine {
     next_quota: u64,
     pub nodes_meta: BTreeMap<String, NodeMeta>,
     pub pods: BTreeMap<WlId, PodRuns>,
+    /// Finished workloads with when they finished, oldest first: forgotten from the front.
+    pub finished: VecDeque<(Time, WlId)>,
 }
 
 impl Default for Machine {
@@ -276,6 +291,7 @@ impl Machine {
             next_quota: 1,
             nodes_meta: BTreeMap::new(),
             pods: BTreeMap::new(),
+            finished: VecDeque::new(),
         }
     }
 
@@ -291,11 +307,32 @@ impl Machine {
                 Event::Admitted { .. } => self.counters.admitted += 1,
                 Event::Preempted { .. } => self.counters.preempted += 1,
                 Event::AdmissionRetried { .. } => self.counters.retried += 1,
-                Event::Finished { .. } | Event::Cancelled { .. } => self.counters.finished += 1,
+                Event::Finished { wl, .. } | Event::Cancelled { wl } => {
+                    self.counters.finished += 1;
+                    self.finished.push_back((now, *wl));
+                }
                 _ => {}
             }
         }
+        self.forget_finished(now);
         (r, events)
+    }
+
+    /// Forgets the finished workloads that are past their retention at `now`, oldest first.
+    fn forget_finished(&mut self, now: Time) {
+        while let Some(&(at, id)) = self.finished.front() {
+            let age = now.saturating_sub(at);
+            let expired = age > FINISHED_KEEP_MS
+                || (self.finished.len() > FINISHED_KEEP_MAX && age > FINISHED_MIN_KEEP_MS);
+            if !expired {
+                break;
+            }
+            self.finished.pop_front();
+            self.state.forget_finished(id);
+            self.runs.remove(&id);
+            self.tokens.remove(&id);
+            self.pods.remove(&id);
+        }
     }
 
     fn apply_cmd(

@@ -838,6 +838,25 @@ impl State {
         Ok(self.workloads.get_mut(&id))
     }
 
+    /// Drops a finished workload from the state altogether (its name can be used again).
+    /// Anything else is left alone.
+    pub fn forget_finished(&mut self, id: WlId) {
+        let finished = self.workloads.get(&id).is_some_and(|w| {
+            matches!(
+                w.state,
+                WlState::Succeeded | WlState::Failed | WlState::Cancelled
+            )
+        });
+        if !finished {
+            return;
+        }
+        if let Some(w) = self.workloads.remove(&id) {
+            if self.by_name.get(&w.spec.name) == Some(&id) {
+                self.by_name.remove(&w.spec.name);
+            }
+        }
+    }
+
     /// Removes a workload: pending ones leave the queue, admitted ones release their quota.
     pub fn cancel(&mut self, id: WlId, now: Time) -> Result<Vec<Event>, StateError> {
         let Some(wl) = self.end(id)? else {
