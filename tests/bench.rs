@@ -1,0 +1,77 @@
+//! `allot bench` end to end, small: it starts three real coordinators with fsync on, prints
+//! every figure the README lists, admits every workload it submits, and cleans up after
+//! itself. No timing is asserted; the figures themselves are for people to read.
+
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_allot");
+
+#[test]
+fn a_small_bench_prints_every_figure_and_admits_everything() {
+    let child = Command::new(BIN)
+        .args([
+            "bench",
+            "--nodes",
+            "20",
+            "--teams",
+            "4",
+            "--workloads",
+            "400",
+        ])
+        .args(["--samples", "20", "--rounds", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("allot bench starts");
+    let dir = std::env::temp_dir().join(format!("allot-bench-{}", child.id()));
+    let out = child.wait_with_output().expect("allot bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "allot bench failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+    for expected in [
+        "disk fsync (4 KiB append + fdatasync, 1000 samples before the cluster starts): p50 ",
+        "the same with 3 writers at once",
+        "4 teams, 20 nodes of ml.p4d.24xlarge registered",
+        "API round trip to the leader",
+        "2 rounds of 20 fsync probes",
+        "  round 1: fsync p50 ",
+        "  round 2: fsync p50 ",
+        "disk fsync over the rounds (40 samples): p50 ",
+        "submit-to-admit over the rounds (40 samples, ",
+        "x the fsync p99 over the same rounds; rounds ",
+        "sustained: 400 workloads submitted",
+        "(0 still pending)",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "the output lacks {expected:?}:\n{stdout}"
+        );
+    }
+    // Without --keep, its data directory (named after its pid) is gone.
+    assert!(!dir.exists(), "{} was left behind", dir.display());
+}
+
+#[test]
+fn bad_bench_arguments_are_refused_with_the_value() {
+    for (args, expected) in [
+        (&["--rounds", "0"][..], "0"),
+        (&["--samples", "0"][..], "0"),
+        (&["--instance-type", "ml.nope"][..], "ml.nope"),
+    ] {
+        let out = Command::new(BIN)
+            .arg("bench")
+            .args(args)
+            .output()
+            .expect("allot bench starts");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: the error does not name {expected:?}: {stderr}"
+        );
+    }
+}
