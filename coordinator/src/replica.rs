@@ -434,10 +434,34 @@ impl<D: Disk> Replica<D> {
 
     /// Snapshots the machine every `snapshot_every` entries and compacts the log behind it.
     fn maybe_snapshot(&mut self) -> Result<(), ReplicaError> {
-        if self.applied < self.last_snapshot + self.cfg.snapshot_every {
+        if self.applied < self.next_snapshot_at() {
             return Ok(());
         }
         self.snapshot_now()
+    }
+
+    /// The applied index at which this replica takes its next snapshot. Writing one stops a
+    /// replica's raft loop for tens of milliseconds, so each voter takes its snapshots at its
+    /// own offset within the interval (voter k of n at k * `snapshot_every` / n past each
+    /// multiple of it). When all three replicas wrote theirs at the same index, every commit
+    /// waited for them; now two voters that are not snapshotting still form a quorum with
+    /// each other, and only the leader's own snapshots hold commits up.
+    pub fn next_snapshot_at(&self) -> u64 {
+        let every = self.cfg.snapshot_every.max(1);
+        let n = self.cfg.voters.len().max(1) as u64;
+        let k = self
+            .cfg
+            .voters
+            .iter()
+            .position(|v| *v == self.cfg.id)
+            .unwrap_or(0) as u64;
+        let offset = every / n * k;
+        let at = self.last_snapshot - self.last_snapshot % every + offset;
+        if at > self.last_snapshot {
+            at
+        } else {
+            at + every
+        }
     }
 
     /// Takes a snapshot of the applied state now.

@@ -659,3 +659,20 @@ fn replay() {
         sim.acknowledged.len()
     );
 }
+
+#[test]
+fn replicas_take_their_snapshots_at_different_indexes() {
+    // Voter k of n snapshots at k * every / n past each multiple of `every`, so no two write
+    // one at the same time and the other two always form a quorum.
+    let logger = slog::Logger::root(slog::Discard, slog::o!());
+    let due: Vec<u64> = (1..=3u64)
+        .map(|id| {
+            let mut c = ReplicaConfig::new(id, vec![1, 2, 3]);
+            c.snapshot_every = 300;
+            Replica::open(c, MemDisk::new(false), codec(), &logger)
+                .expect("open")
+                .next_snapshot_at()
+        })
+        .collect();
+    assert_eq!(due, vec![300, 100, 200]);
+}
