@@ -1,13 +1,12 @@
 //! What agents report, as the state machine applies it: node reports with device health,
 //! pods that start, end, fail or are lost, node loss, and the assignments each node is given.
 
-use allot_common::api::{
-    ActivationState, ComputeQuotaInput, DeviceInfo, NodeReport, PodExit, SubmitInput,
-};
-use allot_common::hyperpod::ComputeQuotaConfig;
+use allot_common::api::{DeviceInfo, NodeReport, PodExit, SubmitInput};
 use allot_common::{Catalog, ResourceName, Resources, WorkloadSpec};
 use allot_core::machine::{Command, Entry, Machine};
 use allot_core::{schedule, views, WlState};
+
+mod support;
 
 const T: &str = "ml.g5.12xlarge"; // 4 GPUs per node
 
@@ -45,23 +44,9 @@ fn report(node: &str, unhealthy: &[u32]) -> NodeReport {
 }
 
 fn cluster(nodes: &[&str]) -> Machine {
-    let mut m = Machine::new();
-    let config = ComputeQuotaConfig::parse_shorthand(&format!(
+    let mut m = support::machine_with_team_a(&format!(
         "ComputeQuotaResources=[{{InstanceType={T},Count=2}}],ResourceSharingConfig={{Strategy=LendAndBorrow,BorrowLimit=50}}"
-    ))
-    .unwrap();
-    apply(
-        &mut m,
-        0,
-        Command::CreateComputeQuota(ComputeQuotaInput {
-            name: "qa".into(),
-            description: None,
-            team: "team-a".into(),
-            fair_share_weight: 1,
-            config,
-            activation: ActivationState::Enabled,
-        }),
-    );
+    ));
     for n in nodes {
         apply(&mut m, 0, Command::ReportNode(report(n, &[])));
     }

@@ -2,15 +2,14 @@
 //! are kept, then forgotten: the replicated state (and so its snapshots and a restart) stays
 //! the same size however many workloads a cluster has run.
 
-use allot_common::api::{
-    ActivationState, ComputeQuotaInput, ErrorKind, Reply, RunSpec, SubmitInput,
-};
-use allot_common::hyperpod::ComputeQuotaConfig;
+use allot_common::api::{ErrorKind, Reply, RunSpec, SubmitInput};
 use allot_common::{ResourceName, Resources, WorkloadSpec};
 use allot_core::machine::{
     Command, Entry, Machine, FINISHED_KEEP_MAX, FINISHED_KEEP_MS, FINISHED_MIN_KEEP_MS,
 };
 use allot_core::WlState;
+
+mod support;
 
 fn apply(m: &mut Machine, now: i64, cmd: Command) -> Reply {
     let (r, _) = m.apply(&Entry { now, cmd });
@@ -18,24 +17,7 @@ fn apply(m: &mut Machine, now: i64, cmd: Command) -> Reply {
 }
 
 fn machine() -> Machine {
-    let mut m = Machine::new();
-    let config = ComputeQuotaConfig::parse_shorthand(
-        "ComputeQuotaResources=[{InstanceType=ml.g5.12xlarge,Count=1}]",
-    )
-    .expect("quota config");
-    apply(
-        &mut m,
-        0,
-        Command::CreateComputeQuota(ComputeQuotaInput {
-            name: "qa".into(),
-            description: None,
-            team: "team-a".into(),
-            fair_share_weight: 1,
-            config,
-            activation: ActivationState::Enabled,
-        }),
-    );
-    m
+    support::machine_with_team_a("ComputeQuotaResources=[{InstanceType=ml.g5.12xlarge,Count=1}]")
 }
 
 fn input(name: &str) -> SubmitInput {

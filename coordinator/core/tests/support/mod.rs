@@ -155,3 +155,31 @@ impl Sim {
         self.st.workload(self.st.find_workload(name).unwrap()).state
     }
 }
+
+/// A replicated state machine with one team, `team-a`, whose compute quota `qa` has the AWS CLI
+/// shorthand configuration `shorthand`.
+pub fn machine_with_team_a(shorthand: &str) -> allot_core::machine::Machine {
+    let mut m = allot_core::machine::Machine::new();
+    let (r, _) = m.apply(&allot_core::machine::Entry {
+        now: 0,
+        cmd: create_quota("qa", "team-a", shorthand),
+    });
+    r.expect("the quota is created");
+    m
+}
+
+/// The command that creates compute quota `name` for `team` (weight 1, enabled) from the AWS
+/// CLI shorthand of its configuration.
+pub fn create_quota(name: &str, team: &str, shorthand: &str) -> allot_core::machine::Command {
+    use allot_common::api::{ActivationState, ComputeQuotaInput};
+    let config = allot_common::hyperpod::ComputeQuotaConfig::parse_shorthand(shorthand)
+        .unwrap_or_else(|e| panic!("quota config {shorthand:?}: {e}"));
+    allot_core::machine::Command::CreateComputeQuota(ComputeQuotaInput {
+        name: name.into(),
+        description: None,
+        team: team.into(),
+        fair_share_weight: 1,
+        config,
+        activation: ActivationState::Enabled,
+    })
+}
