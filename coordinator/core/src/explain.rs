@@ -877,25 +877,8 @@ fn check_flavor(
             ));
             return;
         }
-        let mut contested = short;
-        let mut contested_flavors = BTreeSet::new();
-        let place =
-            if st.placement && covers_all {
-                scheduler::node_shortfall(st, &mut ctx.acct.nodes, f, &wl.pod_reqs[ps], count)
-                    .contest(f, &mut contested, &mut contested_flavors);
-                vec![(ps, f, count)]
-            } else {
-                Vec::new()
-            };
-        preemption_lines(
-            ctx,
-            wl,
-            &usage_here,
-            &place,
-            &contested,
-            &contested_flavors,
-            d,
-        );
+        let on_nodes = st.placement && covers_all;
+        preemption_lines_for(ctx, wl, &usage_here, (ps, f, count), short, on_nodes, d);
         return;
     }
     // Quota fits: room on nodes.
@@ -926,22 +909,8 @@ fn check_flavor(
                     fail.wanted - fail.placed,
                     per_pod(st, reqs)
                 ));
-                let place = vec![(ps, f, count)];
-                let (mut contested, mut contested_flavors) = (BTreeSet::new(), BTreeSet::new());
-                scheduler::node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count).contest(
-                    f,
-                    &mut contested,
-                    &mut contested_flavors,
-                );
-                preemption_lines(
-                    ctx,
-                    wl,
-                    &usage_here,
-                    &place,
-                    &contested,
-                    &contested_flavors,
-                    d,
-                );
+                let here = (ps, f, count);
+                preemption_lines_for(ctx, wl, &usage_here, here, BTreeSet::new(), true, d);
                 return;
             }
         }
@@ -1065,6 +1034,30 @@ fn victims_txt(st: &State, vs: &[Victim]) -> String {
 }
 
 /// Runs the scheduler's victim search for one flavor and says what it found, or why nothing.
+/// `preemption_lines` for pod set `ps` on flavor `f`: the quota pairs in `contested`, and
+/// with `on_nodes` also where its `count` pods fall short on the flavor's nodes (the pod set is
+/// then placed there).
+fn preemption_lines_for(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    (ps, f, count): (usize, FlavorId, u32),
+    mut contested: BTreeSet<FrId>,
+    on_nodes: bool,
+    d: &mut Diag,
+) {
+    let mut contested_flavors = BTreeSet::new();
+    let place =
+        if on_nodes {
+            scheduler::node_shortfall(ctx.st, &mut ctx.acct.nodes, f, &wl.pod_reqs[ps], count)
+                .contest(f, &mut contested, &mut contested_flavors);
+            vec![(ps, f, count)]
+        } else {
+            Vec::new()
+        };
+    preemption_lines(ctx, wl, usage, &place, &contested, &contested_flavors, d);
+}
+
 fn preemption_lines(
     ctx: &mut Ctx,
     wl: &Workload,
