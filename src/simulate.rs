@@ -285,7 +285,9 @@ impl Sim {
         admitted_at: Option<Time>,
     ) -> Result<(), ScenarioError> {
         let spec = scenario::workload(path, w)?;
-        if self.rejected.contains_key(&spec.name) || self.state.by_name.contains_key(&spec.name) {
+        if self.rejected.contains_key(&spec.name)
+            || self.state.by_name.contains_key(spec.name.as_str())
+        {
             return Err(err(
                 format!("{path}.name"),
                 format!("workload {:?} is defined twice", spec.name),

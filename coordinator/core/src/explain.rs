@@ -177,7 +177,7 @@ fn reason_detail(
 }
 
 fn preempted_line(st: &State, wl: &Workload, p: &PreemptedBy, prefix: &str) -> Vec<String> {
-    let by = st.workloads.get(&p.preemptor);
+    let by = st.workloads.get(&p.preemptor).map(|w| &**w);
     let by_txt = match by {
         Some(b) => who(st, b),
         None => format!("workload id {}", p.preemptor.0),
@@ -411,6 +411,7 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
     let leaving: Vec<&Workload> = st
         .workloads
         .values()
+        .map(|v| &**v)
         .filter(|v| v.state == WlState::Evicting)
         .filter(|v| {
             v.preempted_by

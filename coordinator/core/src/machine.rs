@@ -12,6 +12,7 @@
 //! restart stay the same size however many workloads the cluster has run.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use allot_common::api::{
     ActivationState, ApiError, ComputeQuotaInput, ComputeQuotaView, ErrorKind, NodeReport, PodExit,
@@ -214,8 +215,9 @@ pub struct Machine {
     pub state: State,
     pub quotas: BTreeMap<String, QuotaRecord>,
     pub scheduler_config: Option<SchedulerConfigRecord>,
-    pub runs: BTreeMap<WlId, RunSpec>,
-    pub tokens: BTreeMap<WlId, String>,
+    /// Shared, not copied, by a copy of the machine (see `State::workloads`).
+    pub runs: BTreeMap<WlId, Arc<RunSpec>>,
+    pub tokens: BTreeMap<WlId, Arc<str>>,
     pub counters: Counters,
     next_quota: u64,
     pub nodes_meta: BTreeMap<String, NodeMeta>,
@@ -745,7 +747,9 @@ impl Machine {
         events: &mut Vec<Event>,
     ) -> Result<(WlId, bool), ApiError> {
         if let Ok(id) = self.state.find_workload(&input.spec.name) {
-            if input.client_token.is_some() && self.tokens.get(&id) == input.client_token.as_ref() {
+            if input.client_token.is_some()
+                && self.tokens.get(&id).map(|t| &**t) == input.client_token.as_deref()
+            {
                 return Ok((id, true));
             }
             return Err(StateError::DuplicateWorkload(input.spec.name.clone()).into());
@@ -753,10 +757,10 @@ impl Machine {
         let (id, ev) = self.state.submit(input.spec.clone(), now)?;
         events.extend(ev);
         if let Some(run) = &input.run {
-            self.runs.insert(id, run.clone());
+            self.runs.insert(id, Arc::new(run.clone()));
         }
         if let Some(t) = &input.client_token {
-            self.tokens.insert(id, t.clone());
+            self.tokens.insert(id, t.as_str().into());
         }
         Ok((id, false))
     }

@@ -122,7 +122,7 @@ pub(crate) fn eviction_chain(st: &State, wl: &Workload) -> Vec<WlId> {
             break;
         }
         out.push(id);
-        next = st.workloads.get(&id).and_then(evicted_by);
+        next = st.workloads.get(&id).and_then(|w| evicted_by(w));
     }
     out
 }

@@ -3,6 +3,7 @@
 //! no randomness, ordered maps only.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use allot_common::quota::{
     validate_cohort_name, validate_quotas, validate_team_name, DEFAULT_COHORT,
@@ -289,8 +290,10 @@ pub struct State {
     pub team_ids: BTreeMap<String, TeamId>,
     pub cohorts: Vec<CohortRt>,
     pub cohort_specs: BTreeMap<String, CohortSpec>,
-    pub workloads: BTreeMap<WlId, Workload>,
-    pub by_name: BTreeMap<String, WlId>,
+    /// Copy-on-write, like the node set: copying the state (for a snapshot written off the
+    /// raft thread) shares every workload until one changes.
+    pub workloads: BTreeMap<WlId, Arc<Workload>>,
+    pub by_name: BTreeMap<Arc<str>, WlId>,
     pub acct: Acct,
     /// Whether admission must place pods on nodes (false: quota-only, as `allot simulate`
     /// without nodes).
@@ -726,8 +729,8 @@ impl State {
         let id = wl.id;
         self.next_id += 1;
         self.teams[team.idx()].pending.insert(wl.queue_key());
-        self.by_name.insert(wl.spec.name.clone(), id);
-        self.workloads.insert(id, wl);
+        self.by_name.insert(wl.spec.name.as_str().into(), id);
+        self.workloads.insert(id, Arc::new(wl));
         Ok((id, vec![Event::Submitted { wl: id }]))
     }
 
@@ -761,7 +764,7 @@ impl State {
     fn check_submit(&self, spec: &WorkloadSpec) -> Result<(TeamId, i32), StateError> {
         spec.validate()
             .map_err(|e| StateError::Invalid(e.to_string()))?;
-        if self.by_name.contains_key(&spec.name) {
+        if self.by_name.contains_key(spec.name.as_str()) {
             return Err(StateError::DuplicateWorkload(spec.name.clone()));
         }
         let team = self.team_id(&spec.team)?;
@@ -835,7 +838,7 @@ impl State {
             s if s.holds_quota() => self.release(id),
             _ => return Ok(None),
         }
-        Ok(self.workloads.get_mut(&id))
+        Ok(wl_mut(&mut self.workloads, &id))
     }
 
     /// Drops a finished workload from the state altogether (its name can be used again).
@@ -851,8 +854,8 @@ impl State {
             return;
         }
         if let Some(w) = self.workloads.remove(&id) {
-            if self.by_name.get(&w.spec.name) == Some(&id) {
-                self.by_name.remove(&w.spec.name);
+            if self.by_name.get(w.spec.name.as_str()) == Some(&id) {
+                self.by_name.remove(w.spec.name.as_str());
             }
         }
     }
@@ -895,7 +898,7 @@ impl State {
 
     /// Agents report the pods started.
     pub fn mark_running(&mut self, id: WlId) {
-        if let Some(wl) = self.workloads.get_mut(&id) {
+        if let Some(wl) = wl_mut(&mut self.workloads, &id) {
             if wl.state == WlState::Admitted {
                 wl.state = WlState::Running;
             }
@@ -945,7 +948,7 @@ impl State {
                 } else {
                     format!("node {name} failed ({why}); its pods were lost")
                 };
-                if let Some(wl) = self.workloads.get_mut(&id) {
+                if let Some(wl) = wl_mut(&mut self.workloads, &id) {
                     wl.set_condition("Evicted", true, "NodeFailures", &msg, now);
                 }
                 events.push(Event::Evicted {
@@ -971,7 +974,7 @@ impl State {
         message: &str,
         now: Time,
     ) -> Vec<Event> {
-        let Some(wl) = self.workloads.get_mut(&id) else {
+        let Some(wl) = wl_mut(&mut self.workloads, &id) else {
             return Vec::new();
         };
         if !matches!(wl.state, WlState::Admitted | WlState::Running) {
@@ -1047,7 +1050,7 @@ impl State {
 
     /// Gives back a workload's quota and node allocations.
     fn release(&mut self, id: WlId) {
-        let Some(wl) = self.workloads.get_mut(&id) else {
+        let Some(wl) = wl_mut(&mut self.workloads, &id) else {
             return;
         };
         let team = wl.team;
@@ -1088,7 +1091,7 @@ impl State {
             return Vec::new();
         }
         self.release(id);
-        let wl = self.workloads.get_mut(&id).expect("present above");
+        let wl = wl_mut(&mut self.workloads, &id).expect("present above");
         wl.state = WlState::Pending;
         wl.admitted_at = None;
         let (reason, msg) = wl
@@ -1125,14 +1128,14 @@ impl State {
         let mut events = Vec::new();
         // Last cycle's preemptors lose their head start: it was for this cycle only.
         for id in std::mem::take(&mut self.preemptors) {
-            if let Some(w) = self.workloads.get_mut(&id) {
+            if let Some(w) = wl_mut(&mut self.workloads, &id) {
                 w.preempting = None;
                 w.preempting_flavors = None;
             }
         }
         let mut order: u32 = 0;
         for (id, reason, message) in &plan.pending {
-            if let Some(wl) = self.workloads.get_mut(id) {
+            if let Some(wl) = wl_mut(&mut self.workloads, id) {
                 if wl.state == WlState::Pending {
                     wl.set_condition("QuotaReserved", false, reason, message, now);
                 }
@@ -1146,7 +1149,7 @@ impl State {
             if reason != crate::plan::WAITING_FOR_VICTIMS {
                 continue;
             }
-            if let Some(w) = self.workloads.get_mut(id) {
+            if let Some(w) = wl_mut(&mut self.workloads, id) {
                 if w.state == WlState::Pending && w.preempting.is_none() {
                     w.preempting = Some(order);
                     order += 1;
@@ -1159,7 +1162,7 @@ impl State {
                 continue;
             };
             if matches!(victim.state, WlState::Admitted | WlState::Running) {
-                let v = self.workloads.get_mut(&p.victim).expect("checked");
+                let v = wl_mut(&mut self.workloads, &p.victim).expect("checked");
                 v.state = WlState::Evicting;
                 v.preemptions += 1;
                 v.eviction = Some(("Preempted".into(), p.message.clone()));
@@ -1178,7 +1181,7 @@ impl State {
                     message: p.message.clone(),
                 });
             }
-            if let Some(w) = self.workloads.get_mut(&p.preemptor) {
+            if let Some(w) = wl_mut(&mut self.workloads, &p.preemptor) {
                 if w.preempting.is_none() {
                     w.preempting = Some(order);
                     order += 1;
@@ -1187,7 +1190,7 @@ impl State {
             }
         }
         for (id, flavors) in &plan.targets {
-            if let Some(w) = self.workloads.get_mut(id) {
+            if let Some(w) = wl_mut(&mut self.workloads, id) {
                 if w.preempting.is_some() {
                     w.preempting_flavors = Some(flavors.clone());
                 }
@@ -1197,7 +1200,7 @@ impl State {
             match self.admit(a.wl, &a.admission, now) {
                 Ok(ev) => events.extend(ev),
                 Err(message) => {
-                    if let Some(wl) = self.workloads.get_mut(&a.wl) {
+                    if let Some(wl) = wl_mut(&mut self.workloads, &a.wl) {
                         wl.set_condition("QuotaReserved", false, "Pending", &message, now);
                     }
                     events.push(Event::AdmissionRetried { wl: a.wl, message });
@@ -1248,7 +1251,7 @@ impl State {
         self.acct = acct;
         self.dequeue(id);
         let team_name = self.teams[team.idx()].name().to_string();
-        let wl = self.workloads.get_mut(&id).expect("checked");
+        let wl = wl_mut(&mut self.workloads, &id).expect("checked");
         wl.state = WlState::Admitted;
         wl.admission = Some(adm.clone());
         wl.admitted_at = Some(now);
@@ -1413,4 +1416,12 @@ fn check_admission(st: &State, wl: &Workload, adm: &Admission) -> Result<(), Str
         ));
     }
     Ok(())
+}
+
+/// A workload to change: its own copy once a copy of the state shares it.
+fn wl_mut<'a>(
+    workloads: &'a mut BTreeMap<WlId, Arc<Workload>>,
+    id: &WlId,
+) -> Option<&'a mut Workload> {
+    workloads.get_mut(id).map(Arc::make_mut)
 }

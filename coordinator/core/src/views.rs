@@ -87,7 +87,10 @@ pub fn workload(m: &Machine, id: WlId) -> WorkloadView {
                 time_ms: c.time,
             })
             .collect(),
-        run: m.runs.get(&id).cloned(),
+        run: m
+            .runs
+            .get(&id)
+            .map(|r| allot_common::api::RunSpec::clone(r)),
     }
 }
 
@@ -324,7 +327,11 @@ pub fn assignments(m: &Machine, node: &str) -> NodeAssignments {
                 requests,
                 master_addr: master_addr.clone(),
                 master_port: master_port(w.id, w.attempt),
-                run: m.runs.get(&w.id).cloned().unwrap_or_default(),
+                run: m
+                    .runs
+                    .get(&w.id)
+                    .map(|r| allot_common::api::RunSpec::clone(r))
+                    .unwrap_or_default(),
                 stop: stop.clone(),
             });
         }
