@@ -26,6 +26,9 @@ pub struct ReplicaConfig {
     pub snapshot_every: u64,
     /// Entries kept behind a snapshot for followers that lag a little.
     pub keep_behind_snapshot: u64,
+    /// Hand snapshots out as `SnapshotJob`s (a copy of the machine to encode elsewhere) instead
+    /// of encoding them on the caller's thread: see `take_snapshot_job`.
+    pub background_snapshots: bool,
 }
 
 impl ReplicaConfig {
@@ -38,6 +41,7 @@ impl ReplicaConfig {
             heartbeat_tick: 2,
             snapshot_every: 10_000,
             keep_behind_snapshot: 1_000,
+            background_snapshots: false,
         }
     }
 }
@@ -77,6 +81,21 @@ pub struct Replica<D: Disk> {
     /// Encodes and decodes the machine for snapshots.
     codec: SnapshotCodec,
     installed: u64,
+    /// With `background_snapshots`: the index of the snapshot being encoded elsewhere (no
+    /// second one starts before it ends).
+    job_index: Option<u64>,
+    /// The last index a snapshot was taken or attempted at: the next one is due an interval on.
+    snapshot_base: u64,
+}
+
+/// A snapshot to encode off the raft thread: a copy of the machine at `index`. The copy shares
+/// every workload with the live machine (copy-on-write), so making it takes the raft thread a
+/// few milliseconds where encoding takes tens. Encode it with the codec and hand the bytes to
+/// `Replica::finish_snapshot`, or report a failure with `Replica::snapshot_failed`.
+pub struct SnapshotJob {
+    pub index: u64,
+    pub term: u64,
+    pub machine: Machine,
 }
 
 /// How the machine is encoded in snapshots and log entries.
@@ -175,6 +194,8 @@ impl<D: Disk> Replica<D> {
             reads: Vec::new(),
             codec,
             installed: 0,
+            job_index: None,
+            snapshot_base: snap_index,
         })
     }
 
@@ -365,6 +386,7 @@ impl<D: Disk> Replica<D> {
             self.machine = (self.codec.decode_machine)(&s.data).map_err(ReplicaError::Snapshot)?;
             self.applied = s.get_metadata().index;
             self.last_snapshot = self.applied;
+            self.snapshot_base = self.applied;
             self.installed += 1;
         }
         for rs in rd.take_read_states() {
@@ -434,10 +456,54 @@ impl<D: Disk> Replica<D> {
 
     /// Snapshots the machine every `snapshot_every` entries and compacts the log behind it.
     fn maybe_snapshot(&mut self) -> Result<(), ReplicaError> {
-        if self.applied < self.next_snapshot_at() {
+        if self.cfg.background_snapshots || self.applied < self.next_snapshot_at() {
             return Ok(());
         }
         self.snapshot_now()
+    }
+
+    /// With `background_snapshots`: a snapshot of the applied state to encode elsewhere, when
+    /// one is due. Until it is finished (or reported failed) no other is handed out.
+    pub fn take_snapshot_job(&mut self) -> Result<Option<SnapshotJob>, ReplicaError> {
+        if !self.cfg.background_snapshots
+            || self.job_index.is_some()
+            || self.applied < self.next_snapshot_at()
+        {
+            return Ok(None);
+        }
+        let term = raft::Storage::term(self.raw.store(), self.applied)?;
+        self.job_index = Some(self.applied);
+        Ok(Some(SnapshotJob {
+            index: self.applied,
+            term,
+            machine: self.machine.clone(),
+        }))
+    }
+
+    /// Writes the snapshot a `SnapshotJob` was encoded into (`data`) and compacts the log
+    /// behind it. A job overtaken by a snapshot installed from the leader is dropped.
+    pub fn finish_snapshot(
+        &mut self,
+        index: u64,
+        term: u64,
+        data: Vec<u8>,
+    ) -> Result<(), ReplicaError> {
+        if self.job_index != Some(index) {
+            return Ok(());
+        }
+        self.job_index = None;
+        if index <= self.last_snapshot || index > self.applied {
+            return Ok(());
+        }
+        self.write_snapshot(index, term, data)
+    }
+
+    /// A `SnapshotJob` could not be encoded: the next attempt comes an interval later.
+    pub fn snapshot_failed(&mut self, index: u64) {
+        if self.job_index == Some(index) {
+            self.job_index = None;
+            self.snapshot_base = self.snapshot_base.max(index);
+        }
     }
 
     /// The applied index at which this replica takes its next snapshot. Writing one stops a
@@ -456,33 +522,36 @@ impl<D: Disk> Replica<D> {
             .position(|v| *v == self.cfg.id)
             .unwrap_or(0) as u64;
         let offset = every / n * k;
-        let at = self.last_snapshot - self.last_snapshot % every + offset;
-        if at > self.last_snapshot {
+        let base = self.snapshot_base;
+        let at = base - base % every + offset;
+        if at > base {
             at
         } else {
             at + every
         }
     }
 
-    /// Takes a snapshot of the applied state now.
+    /// Takes a snapshot of the applied state now, on this thread.
     pub fn snapshot_now(&mut self) -> Result<(), ReplicaError> {
         if self.applied == self.last_snapshot {
             return Ok(());
         }
         let data = (self.codec.encode_machine)(&self.machine).map_err(ReplicaError::Snapshot)?;
         let term = raft::Storage::term(self.raw.store(), self.applied)?;
+        self.write_snapshot(self.applied, term, data)
+    }
+
+    /// Writes a snapshot of the state at `index` and compacts the log behind it.
+    fn write_snapshot(&mut self, index: u64, term: u64, data: Vec<u8>) -> Result<(), ReplicaError> {
         let mut snap = Snapshot {
             data: data.into(),
             ..Default::default()
         };
         let meta = snap.mut_metadata();
-        meta.index = self.applied;
+        meta.index = index;
         meta.term = term;
         meta.set_conf_state(self.raw.store().conf_state.clone());
-        let compact_to = self
-            .applied
-            .saturating_sub(self.cfg.keep_behind_snapshot)
-            .max(1);
+        let compact_to = index.saturating_sub(self.cfg.keep_behind_snapshot).max(1);
         self.disk.write(&Batch {
             hard_state: None,
             entries: &[],
@@ -493,7 +562,8 @@ impl<D: Disk> Replica<D> {
         let store = self.raw.mut_store();
         store.record(&snap);
         store.compact(compact_to);
-        self.last_snapshot = self.applied;
+        self.last_snapshot = index;
+        self.snapshot_base = self.snapshot_base.max(index);
         Ok(())
     }
 

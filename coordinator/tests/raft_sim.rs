@@ -8,6 +8,10 @@
 //! - replicas at the same applied index have the same state (digest of the encoded machine);
 //! - the applied state never over-commits a quota or a device (`State::check_invariants`).
 //!
+//! Some replicas (drawn by the seed) snapshot as the server does: a copy of the machine is
+//! encoded "elsewhere" and its bytes come back a few steps later, by which time the replica
+//! may have applied more, installed a newer snapshot from the leader, or crashed.
+//!
 //! A failure prints the seed; `ALLOT_SIM_SEED=<seed> cargo test -p allot-coordinator --test
 //! raft_sim replay -- --nocapture` replays it. `ALLOT_SIM_SEEDS=N` runs more seeds.
 
@@ -17,7 +21,7 @@ use allot_common::api::{ActivationState, ComputeQuotaInput, RunSpec, SubmitInput
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::{Catalog, PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
 use allot_coordinator::raftlog::MemDisk;
-use allot_coordinator::replica::{Replica, ReplicaConfig, Sent, SnapshotCodec};
+use allot_coordinator::replica::{Replica, ReplicaConfig, Sent, SnapshotCodec, SnapshotJob};
 use allot_core::machine::{Command, Entry as Cmd};
 use allot_core::WlState;
 use raft::eraftpb::Message;
@@ -71,6 +75,12 @@ struct Sim {
     faults_on: bool,
     logger: slog::Logger,
     log: Vec<String>,
+    /// Snapshot jobs being encoded: (replica, its incarnation, the step they finish, the job).
+    jobs: Vec<(usize, u64, u64, SnapshotJob)>,
+    /// Per replica: bumped at every crash, so a job never finishes on a later incarnation.
+    incarnation: Vec<u64>,
+    /// Snapshots written from background jobs, over the run.
+    background_written: u64,
 }
 
 fn codec() -> SnapshotCodec {
@@ -104,6 +114,9 @@ impl Sim {
             faults_on: true,
             logger: slog::Logger::root(slog::Discard, slog::o!()),
             log: Vec::new(),
+            jobs: Vec::new(),
+            incarnation: vec![0; n],
+            background_written: 0,
         };
         for i in 0..n {
             let r = sim.open(i);
@@ -122,7 +135,59 @@ impl Sim {
         c.heartbeat_tick = 2;
         c.snapshot_every = 40 + self.rng.below(40);
         c.keep_behind_snapshot = self.rng.below(20);
+        c.background_snapshots = self.rng.chance(500);
         c
+    }
+
+    /// Takes replica `i`'s due snapshot job, to finish a few steps from now.
+    fn take_job(&mut self, i: usize) {
+        let Some(r) = self.nodes[i].as_mut() else {
+            return;
+        };
+        match r.take_snapshot_job() {
+            Ok(Some(job)) => {
+                let at = self.step + 1 + self.rng.below(8);
+                self.jobs.push((i, self.incarnation[i], at, job));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let msg = format!("replica {} take_snapshot_job: {e}", i + 1);
+                self.fail(&msg)
+            }
+        }
+    }
+
+    /// Finishes the jobs due now: encodes the copy and writes it (synced, or lost in a crash).
+    fn finish_jobs(&mut self) {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.jobs)
+            .into_iter()
+            .partition(|(_, _, at, _)| *at <= self.step);
+        self.jobs = later;
+        for (i, inc, _, job) in due {
+            if inc != self.incarnation[i] {
+                continue;
+            }
+            let Some(r) = self.nodes[i].as_mut() else {
+                continue;
+            };
+            let data = encode_machine(&job.machine);
+            let before = r.snapshot_index();
+            if let Err(e) = r.finish_snapshot(job.index, job.term, data) {
+                let msg = format!("replica {} finish_snapshot: {e}", i + 1);
+                self.fail(&msg)
+            }
+            if r.snapshot_index() != before {
+                self.background_written += 1;
+            }
+            self.disks[i].sync();
+        }
+    }
+
+    /// Replica `i` crashed: its disk loses what was not synced, its jobs are gone.
+    fn crash(&mut self, i: usize) {
+        self.disks[i].crash();
+        self.nodes[i] = None;
+        self.incarnation[i] += 1;
     }
 
     fn open(&mut self, i: usize) -> Replica<MemDisk> {
@@ -377,8 +442,7 @@ impl Sim {
         // Crash after the write and before the fsync returns: nothing staged survives, nothing
         // of this Ready was sent or acknowledged.
         if self.faults_on && self.rng.chance(3) {
-            self.disks[i].crash();
-            self.nodes[i] = None;
+            self.crash(i);
             self.log.push(format!(
                 "step {}: replica {} crashed mid-write",
                 self.step,
@@ -394,6 +458,7 @@ impl Sim {
         let applied_index = r.applied_index();
         let id = r.id();
         self.send(msgs);
+        self.take_job(i);
         for a in applied {
             if a.token.is_some() {
                 if let Ok(allot_common::api::Reply::Submitted { name, state, .. }) = &a.result {
@@ -492,8 +557,7 @@ impl Sim {
         if self.rng.chance(4) {
             let i = self.rng.below(self.n as u64) as usize;
             if self.nodes[i].is_some() {
-                self.disks[i].crash();
-                self.nodes[i] = None;
+                self.crash(i);
                 self.log
                     .push(format!("step {}: replica {} crashed", self.step, i + 1));
             }
@@ -531,6 +595,7 @@ impl Sim {
                 }
             }
             self.deliver();
+            self.finish_jobs();
             if let Some(l) = self.leader() {
                 for _ in 0..self.rng.below(3) {
                     self.random_command(l);
@@ -560,6 +625,7 @@ impl Sim {
                 }
             }
             self.deliver();
+            self.finish_jobs();
             for i in 0..self.n {
                 self.ready(i);
             }
@@ -600,14 +666,21 @@ fn seeds(default: u64) -> u64 {
 #[test]
 fn three_replicas_many_seeds() {
     let mut fast = 0;
+    let mut background = 0;
     for seed in 0..seeds(12) {
         let mut sim = Sim::new(seed, 3);
         sim.run(600);
         assert!(!sim.leaders.is_empty(), "seed {seed}: no leader ever");
         fast += sim.admitted_in_submit;
+        background += sim.background_written;
     }
     // The fast path's plans must have applied for some submits, or it went untested.
     assert!(fast > 0, "no submit was admitted by its own entry");
+    // So must snapshots encoded off the raft thread.
+    assert!(
+        background > 0,
+        "no snapshot was written from a background job"
+    );
 }
 
 #[test]
