@@ -6,7 +6,8 @@
 //! `MemDisk` for the deterministic simulation, which keeps staged writes apart from synced ones so
 //! a simulated crash can lose exactly what a real one could.
 
-use std::path::Path;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use protobuf::Message as _;
@@ -45,6 +46,9 @@ pub struct Batch<'a> {
     pub install: Option<&'a Snapshot>,
     /// A snapshot taken locally of applied state: kept, the log stays.
     pub local: Option<&'a Snapshot>,
+    /// With `local`: its data is already durable in this file (`SnapshotStore::write`), so
+    /// only the reference goes into the batch. `MemDisk` ignores it.
+    pub local_file: Option<&'a SnapshotFile>,
     /// Drop entries before this index (after a local snapshot).
     pub compact_to: Option<u64>,
 }
@@ -294,11 +298,157 @@ fn apply_batch(c: &mut LogCache, b: &Batch<'_>) {
 
 // ---------------------------------------------------------------------------------- RedbDisk
 
+/// A snapshot's data in its own file beside the redb file, written by `SnapshotStore::write`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotFile {
+    /// The file's name in the redb file's directory.
+    pub name: String,
+    pub len: u64,
+    pub crc: u32,
+}
+
+impl SnapshotFile {
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(12 + self.name.len());
+        b.extend_from_slice(&self.len.to_le_bytes());
+        b.extend_from_slice(&self.crc.to_le_bytes());
+        b.extend_from_slice(self.name.as_bytes());
+        b
+    }
+
+    fn from_bytes(b: &[u8]) -> Result<Self, DiskError> {
+        let bad = || {
+            DiskError::Corrupt(format!(
+                "{SNAPSHOT_FILE} holds {} bytes that do not name a snapshot file",
+                b.len()
+            ))
+        };
+        if b.len() < 13 {
+            return Err(bad());
+        }
+        let len = u64::from_le_bytes(b[..8].try_into().map_err(|_| bad())?);
+        let crc = u32::from_le_bytes(b[8..12].try_into().map_err(|_| bad())?);
+        let name = std::str::from_utf8(&b[12..])
+            .map_err(|_| bad())?
+            .to_string();
+        Ok(SnapshotFile { name, len, crc })
+    }
+}
+
+/// Writes snapshot data into files beside a `RedbDisk`, from any thread: a snapshot's data is
+/// most of its cost to write, and written into redb it held the raft thread up for as long as
+/// that took. The reference then goes into redb with the compaction (`Batch::local_file`).
+#[derive(Clone, Debug)]
+pub struct SnapshotStore {
+    dir: PathBuf,
+    /// `raft` for `raft.redb`: files are `raft.snapshot-<index>-<nanoseconds>`.
+    stem: String,
+}
+
+impl SnapshotStore {
+    fn for_db(path: &Path) -> Self {
+        SnapshotStore {
+            dir: path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+            stem: path
+                .file_stem()
+                .map_or_else(|| "raft".to_string(), |s| s.to_string_lossy().into_owned()),
+        }
+    }
+
+    /// A new name for the snapshot at `index`: never one a recorded snapshot has, so writing
+    /// it cannot replace the data a committed reference points at.
+    fn name(&self, index: u64) -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("{}.snapshot-{index:020}-{nanos:x}", self.stem)
+    }
+
+    /// The index in a snapshot file's name, for files of this store.
+    fn index_of(&self, name: &str) -> Option<u64> {
+        let rest = name.strip_prefix(&self.stem)?.strip_prefix(".snapshot-")?;
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    }
+
+    /// Writes the data of the snapshot at `index` and makes it durable: a temporary file,
+    /// fsync'ed, renamed into place, and the directory fsync'ed.
+    pub fn write(&self, index: u64, data: &[u8]) -> Result<SnapshotFile, DiskError> {
+        let name = self.name(index);
+        let path = self.dir.join(&name);
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        let io = |what: String| DiskError::Io {
+            path: path.display().to_string(),
+            what,
+        };
+        let mut f = std::fs::File::create(&tmp)
+            .map_err(|e| io(format!("creating {}: {e}", tmp.display())))?;
+        f.write_all(data)
+            .and_then(|_| f.sync_all())
+            .map_err(|e| io(format!("writing {}: {e}", tmp.display())))?;
+        drop(f);
+        std::fs::rename(&tmp, &path).map_err(|e| io(format!("renaming {}: {e}", tmp.display())))?;
+        std::fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io(format!("syncing directory {}: {e}", self.dir.display())))?;
+        Ok(SnapshotFile {
+            name,
+            len: data.len() as u64,
+            crc: crc32fast::hash(data),
+        })
+    }
+
+    fn read(&self, f: &SnapshotFile) -> Result<Vec<u8>, DiskError> {
+        let path = self.dir.join(&f.name);
+        let data = std::fs::read(&path).map_err(|e| {
+            DiskError::Corrupt(format!(
+                "the snapshot file {} cannot be read: {e}",
+                path.display()
+            ))
+        })?;
+        let crc = crc32fast::hash(&data);
+        if data.len() as u64 != f.len || crc != f.crc {
+            return Err(DiskError::Corrupt(format!(
+                "the snapshot file {} holds {} bytes with CRC-32 {crc:08x}; {} bytes with CRC-32 {:08x} were written",
+                path.display(),
+                data.len(),
+                f.len,
+                f.crc
+            )));
+        }
+        Ok(data)
+    }
+
+    /// Removes this store's files for snapshots before `index`, except `keep`, and leftover
+    /// temporary files before it (best effort: a file left behind only takes space).
+    fn remove_older(&self, index: u64, keep: Option<&str>) {
+        let Ok(dir) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if Some(name.as_str()) == keep {
+                continue;
+            }
+            if self.index_of(&name).is_some_and(|i| i < index) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 const LOG: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("raft_log");
 const META: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("raft_meta");
 
 /// Which journal generation redb already holds (u64, little-endian).
 const FOLDED: &str = "journal_folded";
+/// When the latest snapshot's data is in its own file: which (`SnapshotFile::to_bytes`).
+const SNAPSHOT_FILE: &str = "snapshot_file";
 
 /// The durable log in a redb file, written through a journal (`crate::journal`): each batch is
 /// one record appended and fdatasync'ed there; the records are folded into redb in one
@@ -309,6 +459,7 @@ pub struct RedbDisk {
     journal: Journal,
     /// What the journal holds that redb does not yet, in the order it was written.
     pending: Vec<Record>,
+    snapshots: SnapshotStore,
 }
 
 impl RedbDisk {
@@ -346,12 +497,32 @@ impl RedbDisk {
         tx.commit().map_err(|e| io(e.to_string()))?;
         let (journal, pending) =
             Journal::open(&path.with_extension("journal"), journal_bytes, folded)?;
-        Ok(RedbDisk {
+        let disk = RedbDisk {
             db,
             path: p,
             journal,
             pending,
-        })
+            snapshots: SnapshotStore::for_db(path),
+        };
+        // Files of snapshots that were never recorded (a crash before their batch) or that a
+        // later one replaced: nothing refers to them.
+        let file = disk.current_snapshot_file()?;
+        disk.snapshots
+            .remove_older(u64::MAX, file.as_ref().map(|f| f.name.as_str()));
+        Ok(disk)
+    }
+
+    /// Where snapshot data can be written from another thread (`Batch::local_file`).
+    pub fn snapshot_store(&self) -> SnapshotStore {
+        self.snapshots.clone()
+    }
+
+    /// The file the latest snapshot's data is in, if it has one.
+    fn current_snapshot_file(&self) -> Result<Option<SnapshotFile>, DiskError> {
+        let tx = self.db.begin_read().map_err(|e| self.io(e))?;
+        let meta = tx.open_table(META).map_err(|e| self.io(e))?;
+        let v = meta.get(SNAPSHOT_FILE).map_err(|e| self.io(e))?;
+        v.map(|v| SnapshotFile::from_bytes(v.value())).transpose()
     }
     fn io(&self, e: impl std::fmt::Display) -> DiskError {
         DiskError::Io {
@@ -390,6 +561,11 @@ impl RedbDisk {
         tx.commit().map_err(|e| self.io(e))?;
         self.pending.clear();
         self.journal.next_generation();
+        if let Some(s) = extra.and_then(|b| b.install.or(b.local)) {
+            // Files of earlier snapshots; a later one may be being written beside them.
+            let keep = extra.and_then(|b| b.local_file).map(|f| f.name.as_str());
+            self.snapshots.remove_older(s.get_metadata().index, keep);
+        }
         Ok(())
     }
 
@@ -415,8 +591,21 @@ impl RedbDisk {
             if b.install.is_some() {
                 log.retain(|_, _| false).map_err(|e| self.io(e))?;
             }
-            meta.insert("snapshot", encode(s)?.as_slice())
-                .map_err(|e| self.io(e))?;
+            match b.local_file.filter(|_| b.install.is_none()) {
+                Some(f) => {
+                    let mut without_data = s.clone();
+                    without_data.data = Default::default();
+                    meta.insert("snapshot", encode(&without_data)?.as_slice())
+                        .map_err(|e| self.io(e))?;
+                    meta.insert(SNAPSHOT_FILE, f.to_bytes().as_slice())
+                        .map_err(|e| self.io(e))?;
+                }
+                None => {
+                    meta.insert("snapshot", encode(s)?.as_slice())
+                        .map_err(|e| self.io(e))?;
+                    meta.remove(SNAPSHOT_FILE).map_err(|e| self.io(e))?;
+                }
+            }
             meta.insert(
                 "conf_state",
                 encode(s.get_metadata().get_conf_state())?.as_slice(),
@@ -483,6 +672,10 @@ impl Disk for RedbDisk {
         if let Some(v) = meta.get("snapshot").map_err(|e| self.io(e))? {
             p.snapshot = decode("snapshot", v.value())?;
             p.conf_state = p.snapshot.get_metadata().get_conf_state().clone();
+        }
+        if let Some(v) = meta.get(SNAPSHOT_FILE).map_err(|e| self.io(e))? {
+            let f = SnapshotFile::from_bytes(v.value())?;
+            p.snapshot.data = self.snapshots.read(&f)?.into();
         }
         if let Some(v) = meta.get("conf_state").map_err(|e| self.io(e))? {
             p.conf_state = decode("conf state", v.value())?;

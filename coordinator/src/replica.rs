@@ -11,7 +11,7 @@ use protobuf::Message as _;
 use raft::eraftpb::{Entry, EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole};
 
-use crate::raftlog::{Batch, Disk, DiskError, LogCache};
+use crate::raftlog::{Batch, Disk, DiskError, LogCache, SnapshotFile};
 
 #[derive(Clone, Debug)]
 pub struct ReplicaConfig {
@@ -96,6 +96,14 @@ pub struct SnapshotJob {
     pub index: u64,
     pub term: u64,
     pub machine: Machine,
+}
+
+/// A `SnapshotJob`'s machine encoded (`data`), and durable in `file` when that is set.
+pub struct EncodedSnapshot {
+    pub index: u64,
+    pub term: u64,
+    pub data: Vec<u8>,
+    pub file: Option<SnapshotFile>,
 }
 
 /// How the machine is encoded in snapshots and log entries.
@@ -371,6 +379,7 @@ impl<D: Disk> Replica<D> {
                 entries: &entries,
                 install: install.as_ref(),
                 local: None,
+                local_file: None,
                 compact_to: None,
             })?;
             let store = self.raw.mut_store();
@@ -480,22 +489,18 @@ impl<D: Disk> Replica<D> {
         }))
     }
 
-    /// Writes the snapshot a `SnapshotJob` was encoded into (`data`) and compacts the log
-    /// behind it. A job overtaken by a snapshot installed from the leader is dropped.
-    pub fn finish_snapshot(
-        &mut self,
-        index: u64,
-        term: u64,
-        data: Vec<u8>,
-    ) -> Result<(), ReplicaError> {
-        if self.job_index != Some(index) {
+    /// Writes the snapshot a `SnapshotJob` was encoded into (`data`, already durable in `file`
+    /// when set) and compacts the log behind it. A job overtaken by a snapshot installed from
+    /// the leader is dropped.
+    pub fn finish_snapshot(&mut self, s: EncodedSnapshot) -> Result<(), ReplicaError> {
+        if self.job_index != Some(s.index) {
             return Ok(());
         }
         self.job_index = None;
-        if index <= self.last_snapshot || index > self.applied {
+        if s.index <= self.last_snapshot || s.index > self.applied {
             return Ok(());
         }
-        self.write_snapshot(index, term, data)
+        self.write_snapshot(s)
     }
 
     /// A `SnapshotJob` could not be encoded: the next attempt comes an interval later.
@@ -538,11 +543,22 @@ impl<D: Disk> Replica<D> {
         }
         let data = (self.codec.encode_machine)(&self.machine).map_err(ReplicaError::Snapshot)?;
         let term = raft::Storage::term(self.raw.store(), self.applied)?;
-        self.write_snapshot(self.applied, term, data)
+        self.write_snapshot(EncodedSnapshot {
+            index: self.applied,
+            term,
+            data,
+            file: None,
+        })
     }
 
     /// Writes a snapshot of the state at `index` and compacts the log behind it.
-    fn write_snapshot(&mut self, index: u64, term: u64, data: Vec<u8>) -> Result<(), ReplicaError> {
+    fn write_snapshot(&mut self, s: EncodedSnapshot) -> Result<(), ReplicaError> {
+        let EncodedSnapshot {
+            index,
+            term,
+            data,
+            file,
+        } = s;
         let mut snap = Snapshot {
             data: data.into(),
             ..Default::default()
@@ -557,6 +573,7 @@ impl<D: Disk> Replica<D> {
             entries: &[],
             install: None,
             local: Some(&snap),
+            local_file: file.as_ref(),
             compact_to: Some(compact_to),
         })?;
         let store = self.raw.mut_store();

@@ -21,7 +21,9 @@ use allot_common::api::{ActivationState, ComputeQuotaInput, RunSpec, SubmitInput
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::{Catalog, PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
 use allot_coordinator::raftlog::MemDisk;
-use allot_coordinator::replica::{Replica, ReplicaConfig, Sent, SnapshotCodec, SnapshotJob};
+use allot_coordinator::replica::{
+    EncodedSnapshot, Replica, ReplicaConfig, Sent, SnapshotCodec, SnapshotJob,
+};
 use allot_core::machine::{Command, Entry as Cmd};
 use allot_core::WlState;
 use raft::eraftpb::Message;
@@ -172,7 +174,12 @@ impl Sim {
             };
             let data = encode_machine(&job.machine);
             let before = r.snapshot_index();
-            if let Err(e) = r.finish_snapshot(job.index, job.term, data) {
+            if let Err(e) = r.finish_snapshot(EncodedSnapshot {
+                index: job.index,
+                term: job.term,
+                data,
+                file: None,
+            }) {
                 let msg = format!("replica {} finish_snapshot: {e}", i + 1);
                 self.fail(&msg)
             }

@@ -88,6 +88,7 @@ fn run(seed: u64, journal_bytes: u64, steps: usize) {
         let first = m.entries.first().map_or(snap + 1, |e| e.index);
         let hs;
         let s;
+        let file;
         let entries: Vec<Entry>;
         let batch = match rng.below(20) {
             // Appends, some overwriting a suffix, some too big for the journal.
@@ -125,11 +126,21 @@ fn run(seed: u64, journal_bytes: u64, steps: usize) {
                 }
             }
             // A local snapshot of applied state, and the log compacted up to it.
+            // Half of them with the data written to its own file first, as the server does.
             15..=16 if last > first => {
                 let at = first + rng.below(last - first);
                 s = snapshot(at, term, &mut rng);
+                file = match rng.below(2) {
+                    0 => Some(
+                        disk.snapshot_store()
+                            .write(at, &s.data)
+                            .expect("snapshot file"),
+                    ),
+                    _ => None,
+                };
                 Batch {
                     local: Some(&s),
+                    local_file: file.as_ref(),
                     compact_to: Some(at.saturating_sub(rng.below(2))),
                     ..Default::default()
                 }
@@ -224,4 +235,123 @@ fn a_log_with_a_gap_is_reported_as_corrupt_not_loaded() {
         err.contains("gap after entry 2") && err.contains("is 4"),
         "{err}"
     );
+}
+
+fn snapshot_files(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".snapshot-"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Entries 1..=n, then a local snapshot at `at` whose data is in its own file.
+fn disk_with_file_snapshot(path: &std::path::Path, at: u64, data: &[u8]) -> RedbDisk {
+    let mut disk = RedbDisk::open(path).expect("open");
+    let entries: Vec<Entry> = (1..=at + 2)
+        .map(|index| Entry {
+            index,
+            term: 1,
+            ..Default::default()
+        })
+        .collect();
+    disk.write(&Batch {
+        entries: &entries,
+        ..Default::default()
+    })
+    .expect("append");
+    let mut s = Snapshot::default();
+    s.mut_metadata().index = at;
+    s.mut_metadata().term = 1;
+    s.data = data.to_vec().into();
+    let f = disk.snapshot_store().write(at, data).expect("file");
+    disk.write(&Batch {
+        local: Some(&s),
+        local_file: Some(&f),
+        compact_to: Some(at),
+        ..Default::default()
+    })
+    .expect("snapshot");
+    disk
+}
+
+#[test]
+fn a_damaged_snapshot_file_is_reported_with_its_name_not_loaded() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("raft.redb");
+    drop(disk_with_file_snapshot(
+        &path,
+        5,
+        b"the state at entry five",
+    ));
+    let files = snapshot_files(dir.path());
+    assert_eq!(files.len(), 1);
+    assert!(
+        files[0].starts_with("raft.snapshot-00000000000000000005-"),
+        "{files:?}"
+    );
+    let mut disk = RedbDisk::open(&path).expect("open");
+    let p = disk.load().expect("load");
+    assert_eq!(&p.snapshot.data[..], b"the state at entry five");
+    assert_eq!(p.snapshot.get_metadata().index, 5);
+    drop(disk);
+    std::fs::write(dir.path().join(&files[0]), b"the state at entry fivE").expect("damage");
+    let err = RedbDisk::open(&path)
+        .expect("open")
+        .load()
+        .expect_err("a damaged snapshot must not load")
+        .to_string();
+    assert!(
+        err.contains(&files[0]) && err.contains("CRC-32"),
+        "the error names the file and what was wrong: {err}"
+    );
+}
+
+#[test]
+fn snapshot_files_nothing_refers_to_are_removed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("raft.redb");
+    let disk = disk_with_file_snapshot(&path, 5, b"five");
+    // A snapshot written to its file, then a crash before its batch: nothing refers to it.
+    disk.snapshot_store().write(7, b"seven").expect("file");
+    std::fs::write(
+        dir.path().join("raft.snapshot-00000000000000000008-1.tmp"),
+        b"ei",
+    )
+    .expect("tmp");
+    drop(disk);
+    let mut disk = RedbDisk::open(&path).expect("reopen");
+    let files = snapshot_files(dir.path());
+    assert!(
+        files.len() == 1 && files[0].starts_with("raft.snapshot-00000000000000000005-"),
+        "{files:?}"
+    );
+    // A later snapshot replaces the earlier one's file; one taken into redb removes both.
+    let mut s = Snapshot::default();
+    s.mut_metadata().index = 6;
+    s.mut_metadata().term = 1;
+    s.data = b"six".to_vec().into();
+    let f = disk.snapshot_store().write(6, b"six").expect("file");
+    disk.write(&Batch {
+        local: Some(&s),
+        local_file: Some(&f),
+        compact_to: Some(6),
+        ..Default::default()
+    })
+    .expect("snapshot");
+    assert_eq!(snapshot_files(dir.path()), vec![f.name.clone()]);
+    assert!(f.name.starts_with("raft.snapshot-00000000000000000006-"));
+    s.mut_metadata().index = 7;
+    s.data = b"seven".to_vec().into();
+    disk.write(&Batch {
+        local: Some(&s),
+        compact_to: Some(7),
+        ..Default::default()
+    })
+    .expect("snapshot in redb");
+    assert!(snapshot_files(dir.path()).is_empty());
+    assert_eq!(&disk.load().expect("load").snapshot.data[..], b"seven");
 }
