@@ -248,6 +248,10 @@ impl<D: Disk> Replica<D> {
     pub fn disk(&self) -> &D {
         &self.disk
     }
+    /// How the machine is encoded: what a `SnapshotJob` is encoded with.
+    pub fn codec(&self) -> SnapshotCodec {
+        self.codec
+    }
     /// The log this replica holds: (index, term, data) from its first entry.
     pub fn log_entries(&self) -> &[Entry] {
         &self.raw.store().entries
@@ -511,8 +515,8 @@ impl<D: Disk> Replica<D> {
         }
     }
 
-    /// The applied index at which this replica takes its next snapshot. Writing one stops a
-    /// replica's raft loop for tens of milliseconds, so each voter takes its snapshots at its
+    /// The applied index at which this replica takes its next snapshot. Taking one holds a
+    /// replica's raft loop for milliseconds (tens when encoded on it), so each voter takes its snapshots at its
     /// own offset within the interval (voter k of n at k * `snapshot_every` / n past each
     /// multiple of it). When all three replicas wrote theirs at the same index, every commit
     /// waited for them; now two voters that are not snapshotting still form a quorum with

@@ -73,18 +73,26 @@ pub(crate) enum Input {
     RefreshMetrics(oneshot::Sender<()>),
     /// A snapshot was encoded off the raft thread (`Replica::take_snapshot_job`), or could not
     /// be.
-    SnapshotEncoded {
-        index: u64,
-        term: u64,
-        data: Result<Vec<u8>, String>,
-        /// The file the data was written to, unless that failed (then it goes into redb).
-        file: Option<SnapshotFile>,
-        /// How long making the copy took the raft thread, and encoding and storing it the
-        /// other.
-        copy: Duration,
-        encode: Duration,
-        store: Duration,
-    },
+    SnapshotEncoded(SnapshotDone),
+}
+
+/// What the snapshot thread sends back to the raft thread.
+pub(crate) struct SnapshotDone {
+    index: u64,
+    term: u64,
+    data: Result<Vec<u8>, String>,
+    /// The file the data was written to, unless that failed (then it goes into redb).
+    file: Option<SnapshotFile>,
+    /// Copying the machine (on the raft thread), encoding it and storing the file (on the
+    /// snapshot's).
+    took: [Duration; 3],
+}
+
+/// A disk that cannot be written must not acknowledge anything: the replica stops, and its
+/// supervisor restarts it from what is durable.
+fn storage_failed(e: impl std::fmt::Display) -> ! {
+    tracing::error!("raft storage failed, stopping the replica: {e}");
+    std::process::exit(70);
 }
 
 /// What the rest of the process can see of the raft thread.
@@ -231,8 +239,6 @@ struct RaftLoop {
     scratch: Option<(u64, allot_core::quota::Acct)>,
     /// Where snapshots encoded off this thread come back.
     input: mpsc::UnboundedSender<Input>,
-    codec: SnapshotCodec,
-    snapshot_every: u64,
 }
 
 /// The leader's view of agent heartbeats. Not replicated: a new leader counts every lease from
@@ -361,15 +367,7 @@ impl RaftLoop {
                 self.metrics.update(&self.rep);
                 let _ = done.send(());
             }
-            Input::SnapshotEncoded {
-                index,
-                term,
-                data,
-                file,
-                copy,
-                encode,
-                store,
-            } => self.finish_snapshot(index, term, data, file, [copy, encode, store]),
+            Input::SnapshotEncoded(done) => self.finish_snapshot(done),
         }
     }
 
@@ -382,14 +380,11 @@ impl RaftLoop {
         let job = match self.rep.take_snapshot_job() {
             Ok(Some(job)) => job,
             Ok(None) => return,
-            Err(e) => {
-                tracing::error!("raft storage failed, stopping the replica: {e}");
-                std::process::exit(70);
-            }
+            Err(e) => storage_failed(e),
         };
         let copy = t0.elapsed();
         let done = self.input.clone();
-        let encode_machine = self.codec.encode_machine;
+        let encode_machine = self.rep.codec().encode_machine;
         let files = self.rep.disk().snapshot_store();
         let (index, term) = (job.index, job.term);
         let spawned = std::thread::Builder::new()
@@ -410,15 +405,13 @@ impl RaftLoop {
                     },
                     Err(_) => None,
                 };
-                let _ = done.send(Input::SnapshotEncoded {
+                let _ = done.send(Input::SnapshotEncoded(SnapshotDone {
                     index,
                     term,
                     data,
                     file,
-                    copy,
-                    encode,
-                    store: t1.elapsed(),
-                });
+                    took: [copy, encode, t1.elapsed()],
+                }));
             });
         if let Err(e) = spawned {
             tracing::warn!("could not start a thread to encode the snapshot at {index}: {e}");
@@ -426,24 +419,22 @@ impl RaftLoop {
         }
     }
 
-    /// `took`: copying the machine (on this thread), encoding it and storing the file (on the
-    /// snapshot's).
-    fn finish_snapshot(
-        &mut self,
-        index: u64,
-        term: u64,
-        data: Result<Vec<u8>, String>,
-        file: Option<SnapshotFile>,
-        took: [Duration; 3],
-    ) {
+    fn finish_snapshot(&mut self, done: SnapshotDone) {
+        let SnapshotDone {
+            index,
+            term,
+            data,
+            file,
+            took,
+        } = done;
         let data = match data {
             Ok(d) => d,
             Err(e) => {
-                tracing::error!(
-                    "could not encode the snapshot at index {index}: {e}; the next attempt comes {} entries later",
-                    self.snapshot_every
-                );
                 self.rep.snapshot_failed(index);
+                tracing::error!(
+                    "could not encode the snapshot at index {index}: {e}; the next attempt comes at index {}",
+                    self.rep.next_snapshot_at()
+                );
                 return;
             }
         };
@@ -456,8 +447,7 @@ impl RaftLoop {
             data,
             file,
         }) {
-            tracing::error!("raft storage failed, stopping the replica: {e}");
-            std::process::exit(70);
+            storage_failed(e);
         }
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         tracing::info!(
@@ -703,9 +693,7 @@ impl RaftLoop {
             for _ in 0..2 {
                 self.schedule();
                 if let Err(e) = self.drain_ready().await {
-                    // A disk that cannot be written must not acknowledge anything: stop.
-                    tracing::error!("raft storage failed, stopping the replica: {e}");
-                    std::process::exit(70);
+                    storage_failed(e);
                 }
             }
             self.after();
@@ -1276,8 +1264,6 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         },
         scratch: None,
         input: input_tx.clone(),
-        codec: SnapshotCodec::wire(),
-        snapshot_every: cfg.snapshot_every,
     };
     let shared = Shared {
         id: cfg.id,
