@@ -4,7 +4,7 @@
 //! every step it checks:
 //! - at most one leader per term;
 //! - no committed entry is lost or changed (every replica applies the same entry at an index,
-//!   and every leader holds every committed entry);
+//!   and every leader holds every entry committed before its term);
 //! - replicas at the same applied index have the same state (digest of the encoded machine);
 //! - the applied state never over-commits a quota or a device (`State::check_invariants`).
 //!
@@ -47,6 +47,12 @@ impl Rng {
     }
 }
 
+struct Committed {
+    term: u64,
+    data: Vec<u8>,
+    seen_in_term: u64,
+}
+
 struct InFlight {
     at: u64,
     seq: u64,
@@ -65,7 +71,10 @@ struct Sim {
     /// Replica ids in each side of the current partition (empty = none).
     partition: Option<BTreeSet<u64>>,
     leaders: BTreeMap<u64, u64>,
-    committed: BTreeMap<u64, (u64, Vec<u8>)>,
+    /// Each committed index: its entry's term and data, and the term of the replica that first
+    /// applied it. The entry was committed in that term or earlier (the replica learned of the
+    /// commit from a leader no newer than itself), so every leader of a later term must hold it.
+    committed: BTreeMap<u64, Committed>,
     digests: BTreeMap<u64, u64>,
     next_token: u64,
     acknowledged: BTreeSet<String>,
@@ -485,14 +494,23 @@ impl Sim {
             .filter(|e| e.index <= applied_index)
             .map(|e| (e.index, e.term, e.data.to_vec()))
             .collect();
+        let seen_in_term = self.nodes[i].as_ref().expect("present").term();
         for (index, term, data) in entries {
             match self.committed.get(&index) {
-                Some((t, d)) if *t != term || *d != data => self.fail(&format!(
-                    "replica {id} applied index {index} with term {term}, but term {t} was committed there"
+                Some(c) if c.term != term || c.data != data => self.fail(&format!(
+                    "replica {id} applied index {index} with term {term}, but term {} was committed there",
+                    c.term
                 )),
                 Some(_) => {}
                 None => {
-                    self.committed.insert(index, (term, data));
+                    self.committed.insert(
+                        index,
+                        Committed {
+                            term,
+                            data,
+                            seen_in_term,
+                        },
+                    );
                 }
             }
         }
@@ -537,20 +555,28 @@ impl Sim {
                     ));
                 }
             }
-            // Leader completeness: the leader holds every committed entry it has not compacted.
+            // Leader completeness: a leader holds every entry committed in an earlier term (that
+            // it has not compacted). A deposed leader that has not heard of its successor yet
+            // may hold other entries at indexes its successor committed.
             let r = self.nodes[i].as_ref().expect("present");
-            let max_committed = self.committed.keys().next_back().copied().unwrap_or(0);
+            let must_hold = |c: &Committed| c.seen_in_term < term;
+            let max_committed = self
+                .committed
+                .iter()
+                .rev()
+                .find(|(_, c)| must_hold(c))
+                .map_or(0, |(i, _)| *i);
             if r.last_index() < max_committed {
                 self.fail(&format!(
-                    "leader {id} (term {term}) ends its log at {} but index {max_committed} was committed",
+                    "leader {id} (term {term}) ends its log at {} but index {max_committed} was committed before its term",
                     r.last_index()
                 ));
             }
             for e in r.log_entries() {
-                if let Some((t, d)) = self.committed.get(&e.index) {
-                    if *t != e.term || d.as_slice() != &e.data[..] {
+                if let Some(c) = self.committed.get(&e.index) {
+                    if must_hold(c) && (c.term != e.term || c.data.as_slice() != &e.data[..]) {
                         self.fail(&format!(
-                            "leader {id} holds a different entry at committed index {}",
+                            "leader {id} (term {term}) holds a different entry at index {}, committed before its term",
                             e.index
                         ));
                     }
