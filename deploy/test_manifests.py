@@ -902,6 +902,10 @@ class BareMetal(unittest.TestCase):
         self.assertEqual(u["Service"]["ExecStart"], ["/usr/local/bin/allot coordinator --config /etc/allot/coordinator.yaml"])
         self.assertTrue(cfg["data_dir"].startswith("/var/lib/" + u["Service"]["StateDirectory"][0] + "/"))
         self.assertNotEqual(u["Service"]["User"], ["root"])
+        # The raft thread's SCHED_FIFO 1 (raft_priority: realtime) is allowed, and no more.
+        self.assertEqual(cfg["raft_priority"], "realtime")
+        self.assertEqual(u["Service"]["LimitRTPRIO"], ["1"])
+        self.assertNotIn("RestrictRealtime", u["Service"])
 
     def test_agent_config(self):
         cfg = self.load("agent.yaml")

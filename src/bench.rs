@@ -14,6 +14,7 @@ use allot_common::api::{
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::tls::{self, Identity};
 use allot_common::{Catalog, ResourceName, Resources, WorkloadSpec};
+use allot_coordinator::priority::RaftPriority;
 use anyhow::{anyhow, bail, Context};
 
 use crate::client::{call, watch_once, Client, ClientOpts};
@@ -42,6 +43,10 @@ pub struct BenchArgs {
     /// Instance type of the simulated nodes.
     #[arg(long, default_value = "ml.p4d.24xlarge")]
     pub instance_type: String,
+    /// Passed to each `allot coordinator --raft-priority` (realtime or normal); the bench
+    /// prints what each replica's raft thread got.
+    #[arg(long, default_value = "realtime", value_parser = |s: &str| s.parse::<RaftPriority>())]
+    pub raft_priority: RaftPriority,
 }
 
 struct Cluster {
@@ -103,7 +108,11 @@ fn fsync_baseline(dir: &Path, n: usize) -> anyhow::Result<Vec<Duration>> {
     Ok(out)
 }
 
-fn start_cluster(dir: &Path, keep: bool) -> anyhow::Result<(Cluster, Vec<String>)> {
+fn start_cluster(
+    dir: &Path,
+    keep: bool,
+    raft_priority: RaftPriority,
+) -> anyhow::Result<(Cluster, Vec<String>)> {
     let certs = dir.join("certs");
     tls::init_ca(&certs, false)?;
     tls::issue(
@@ -136,6 +145,7 @@ fn start_cluster(dir: &Path, keep: bool) -> anyhow::Result<(Cluster, Vec<String>
         let child = Command::new(&exe)
             .args(["coordinator", "--id", &id.to_string(), "--listen", addr])
             .args(["--peers", &peers, "--http", "off"])
+            .args(["--raft-priority", &raft_priority.to_string()])
             .arg("--data-dir")
             .arg(dir.join(format!("data-{id}")))
             .arg("--certs")
@@ -147,6 +157,36 @@ fn start_cluster(dir: &Path, keep: bool) -> anyhow::Result<(Cluster, Vec<String>
         cluster.children.push(child);
     }
     Ok((cluster, addrs))
+}
+
+/// The scheduling policy of replica `id`'s raft thread (process `pid`), read from /proc: what
+/// it got, not what it asked for.
+fn raft_policy(pid: u32, id: u64) -> String {
+    let name = format!("raft-{id}");
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return "unknown (no /proc)".into();
+    };
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // Fields after the command name (which ends at the last ')'): the policy is field 41
+        // of the line, the 39th after it.
+        let policy = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(38))
+            .and_then(|p| p.parse::<u32>().ok());
+        return match policy {
+            Some(0) => "normal".into(),
+            Some(1) => "SCHED_FIFO".into(),
+            Some(2) => "SCHED_RR".into(),
+            Some(p) => format!("policy {p}"),
+            None => "unknown".into(),
+        };
+    }
+    format!("unknown (no thread {name})")
 }
 
 fn job(name: String, team: String, res: &ResourceName, qty: i64) -> SubmitInput {
@@ -218,7 +258,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         ms(pct(&shared, 0.5)),
         ms(pct(&shared, 0.99))
     );
-    let (_cluster, addrs) = start_cluster(&base, a.keep)?;
+    let (cluster, addrs) = start_cluster(&base, a.keep, a.raft_priority)?;
     if a.keep {
         println!("data and logs in {}", base.display());
     }
@@ -238,6 +278,17 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         }
     }
     println!("3 replicas up, leader elected in {}", ms(t.elapsed()));
+    println!(
+        "raft threads (--raft-priority {}): {}",
+        a.raft_priority,
+        cluster
+            .children
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("replica {}: {}", i + 1, raft_policy(c.id(), i as u64 + 1)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 
     // Teams with an equal share of the nodes.
     let per_team = (a.nodes / a.teams).max(1);

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
-use allot_coordinator::server::{self, ServerConfig};
+use allot_coordinator::server::{self, RaftPriority, ServerConfig};
 use anyhow::{anyhow, bail};
 use serde::Deserialize;
 
@@ -50,6 +50,11 @@ pub struct CoordinatorArgs {
     /// Longest pause between scheduling cycles when nothing changes, ms [default: 1000].
     #[arg(long)]
     pub schedule_interval_ms: Option<u64>,
+    /// How the raft thread is scheduled: "realtime" (SCHED_FIFO 1 where the process may: root,
+    /// CAP_SYS_NICE or an RLIMIT_RTPRIO of 1; otherwise it says so and runs normally) or
+    /// "normal" [default: realtime].
+    #[arg(long)]
+    pub raft_priority: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -67,6 +72,7 @@ struct FileConfig {
     heartbeat_ticks: Option<usize>,
     snapshot_every: Option<u64>,
     schedule_interval_ms: Option<u64>,
+    raft_priority: Option<String>,
 }
 
 pub fn parse_peers(list: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
@@ -193,6 +199,12 @@ pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
             .max(1),
         &(1..=SNAPSHOT_EVERY_MAX),
     )?;
+    let raft_priority = match a.raft_priority.or(f.raft_priority) {
+        None => RaftPriority::default(),
+        Some(s) => s
+            .parse()
+            .map_err(|e| anyhow!("--raft-priority (config file: raft_priority): {e}"))?,
+    };
     Ok(ServerConfig {
         id,
         listen,
@@ -214,6 +226,7 @@ pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
             .schedule_interval_ms
             .or(f.schedule_interval_ms)
             .unwrap_or(1000),
+        raft_priority,
     })
 }
 
@@ -223,7 +236,7 @@ pub async fn run(a: CoordinatorArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow!("coordinator {}: {e}", cfg.id))?;
     eprintln!(
-        "allot coordinator {} serving on {} (peers: {}){}",
+        "allot coordinator {} serving on {} (peers: {}){}; raft thread at {}",
         cfg.id,
         cfg.listen,
         cfg.peers
@@ -234,7 +247,8 @@ pub async fn run(a: CoordinatorArgs) -> anyhow::Result<()> {
         running
             .http_addr
             .map(|a| format!(", metrics on http://{a}/metrics"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        running.raft_priority
     );
     shutdown_signal().await;
     eprintln!("allot coordinator {}: stopping", cfg.id);
@@ -426,6 +440,28 @@ mod tests {
                 .unwrap()
                 .snapshot_every,
             1
+        );
+    }
+
+    #[test]
+    fn raft_priority_defaults_to_realtime_and_names_what_it_accepts() {
+        assert_eq!(
+            resolve_with(&[], None).unwrap().raft_priority,
+            RaftPriority::Realtime
+        );
+        let cfg = resolve_with(&[], Some("raft_priority: normal\n")).unwrap();
+        assert_eq!(cfg.raft_priority, RaftPriority::Normal);
+        // The flag wins over the file.
+        let cfg = resolve_with(
+            &["--raft-priority", "realtime"],
+            Some("raft_priority: normal\n"),
+        )
+        .unwrap();
+        assert_eq!(cfg.raft_priority, RaftPriority::Realtime);
+        let e = err(&["--raft-priority", "fifo"], None);
+        assert!(
+            e.contains("--raft-priority (config file: raft_priority): \"fifo\" is not a raft thread priority; accepted: realtime, normal"),
+            "{e}"
         );
     }
 }

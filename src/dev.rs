@@ -214,6 +214,10 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             dir.join(format!("data-{i}")).display().to_string(),
             "--certs".into(),
             certs.display().to_string(),
+            // A development cluster on a workstation: its replicas do not need real-time
+            // threads (see `allot coordinator --raft-priority`).
+            "--raft-priority".into(),
+            "normal".into(),
         ];
         coordinators.push(spawn(
             &format!("coordinator {i}"),

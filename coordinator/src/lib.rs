@@ -4,6 +4,7 @@
 pub mod http;
 pub mod journal;
 pub mod metrics;
+pub mod priority;
 pub mod raftlog;
 pub mod replica;
 pub mod server;

@@ -21,6 +21,7 @@ use raft::eraftpb::{Message, MessageType};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::Metrics;
+pub use crate::priority::RaftPriority;
 use crate::raftlog::{RedbDisk, SnapshotFile};
 use crate::replica::{
     decode_message, encode_message, EncodedSnapshot, Replica, ReplicaConfig, SnapshotCodec,
@@ -47,6 +48,8 @@ pub struct ServerConfig {
     pub heartbeat_ticks: usize,
     pub snapshot_every: u64,
     pub schedule_interval_ms: u64,
+    /// How the raft thread is scheduled (see `priority`).
+    pub raft_priority: RaftPriority,
 }
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -1210,6 +1213,8 @@ pub struct Running {
     pub status: Arc<Mutex<Status>>,
     pub endpoint: quinn::Endpoint,
     pub http_addr: Option<SocketAddr>,
+    /// How the raft thread is scheduled, in words (a refused real-time priority says why).
+    pub raft_priority: String,
 }
 
 pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
@@ -1279,10 +1284,13 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     let tick = Duration::from_millis(cfg.tick_ms);
     let listen = cfg.listen;
     let id = cfg.id;
-    let (up_tx, up_rx) = oneshot::channel::<Result<quinn::Endpoint, String>>();
+    let want_priority = cfg.raft_priority;
+    let (up_tx, up_rx) = oneshot::channel::<Result<(quinn::Endpoint, String), String>>();
     std::thread::Builder::new()
         .name(format!("raft-{id}"))
         .spawn(move || {
+            // Before the runtime: threads it starts from here inherit the normal policy.
+            let priority = crate::priority::apply(want_priority);
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -1333,7 +1341,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
                             });
                         }
                     });
-                    let _ = up_tx.send(Ok(endpoint));
+                    let _ = up_tx.send(Ok((endpoint, priority)));
                     lp.run(input_rx, tick).await;
                 })
             });
@@ -1342,7 +1350,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
                 std::process::exit(70);
             }
         })?;
-    let endpoint = up_rx
+    let (endpoint, raft_priority) = up_rx
         .await
         .map_err(|_| "the raft thread stopped while starting".to_string())??;
     let http_addr = match cfg.http {
@@ -1363,5 +1371,6 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         status,
         endpoint,
         http_addr,
+        raft_priority,
     })
 }
