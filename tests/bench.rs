@@ -36,6 +36,7 @@ fn a_small_bench_prints_every_figure_and_admits_everything() {
         "disk fsync (4 KiB append + fdatasync, 1000 samples before the cluster starts): p50 ",
         "the same with 3 writers at once",
         "4 teams, 20 nodes of ml.p4d.24xlarge registered",
+        "raft threads (--raft-priority realtime): replica 1: ",
         "API round trip to the leader",
         "2 rounds of 20 fsync probes",
         "  round 1: fsync p50 ",
@@ -61,6 +62,10 @@ fn bad_bench_arguments_are_refused_with_the_value() {
         (&["--rounds", "0"][..], "0"),
         (&["--samples", "0"][..], "0"),
         (&["--instance-type", "ml.nope"][..], "ml.nope"),
+        (
+            &["--raft-priority", "fifo"][..],
+            "\"fifo\" is not a raft thread priority; accepted: realtime, normal",
+        ),
     ] {
         let out = Command::new(BIN)
             .arg("bench")
