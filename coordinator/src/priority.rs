@@ -8,8 +8,8 @@
 //!
 //! Threads the raft thread starts (the snapshot encoder, tokio's blocking pool) go back to the
 //! normal policy (`SCHED_RESET_ON_FORK`): only the thread on the commit path is raised. The
-//! kernel's real-time throttling (by default 5% of each CPU kept for other work) bounds what a
-//! busy raft thread can take from the rest of the host.
+//! kernel's real-time throttling (by default at most 0.95 s of every second) bounds what a busy
+//! raft thread can take from the rest of the host.
 
 use std::fmt;
 use std::str::FromStr;
@@ -87,16 +87,16 @@ pub fn make_realtime() -> Result<(), String> {
     Err("only supported on Linux".to_string())
 }
 
-/// The calling thread's scheduling policy, without the reset-on-fork flag (`libc::SCHED_*`).
-#[cfg(target_os = "linux")]
-pub fn current_policy() -> libc::c_int {
-    // SAFETY: no arguments besides the calling thread's pid (0).
-    unsafe { libc::sched_getscheduler(0) & !SCHED_RESET_ON_FORK }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calling thread's scheduling policy, without the reset-on-fork flag (`libc::SCHED_*`).
+    #[cfg(target_os = "linux")]
+    fn current_policy() -> libc::c_int {
+        // SAFETY: no arguments besides the calling thread's pid (0).
+        unsafe { libc::sched_getscheduler(0) & !SCHED_RESET_ON_FORK }
+    }
 
     #[test]
     fn parses_the_two_priorities_and_names_the_accepted_ones() {

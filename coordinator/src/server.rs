@@ -1289,7 +1289,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     std::thread::Builder::new()
         .name(format!("raft-{id}"))
         .spawn(move || {
-            // Before the runtime: threads it starts from here inherit the normal policy.
+            // Only this thread: threads it starts get the normal policy back.
             let priority = crate::priority::apply(want_priority);
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()

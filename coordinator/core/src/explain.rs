@@ -1034,7 +1034,6 @@ fn victims_txt(st: &State, vs: &[Victim]) -> String {
         .join(", ")
 }
 
-/// Runs the scheduler's victim search for one flavor and says what it found, or why nothing.
 /// `preemption_lines` for pod set `ps` on flavor `f`: the quota pairs in `contested`, and
 /// with `on_nodes` also where its `count` pods fall short on the flavor's nodes (the pod set is
 /// then placed there).
@@ -1059,6 +1058,7 @@ fn preemption_lines_for(
     preemption_lines(ctx, wl, usage, &place, &contested, &contested_flavors, d);
 }
 
+/// Runs the scheduler's victim search for one flavor and says what it found, or why nothing.
 fn preemption_lines(
     ctx: &mut Ctx,
     wl: &Workload,

@@ -109,6 +109,13 @@ impl WlState {
             WlState::Admitted | WlState::Running | WlState::Evicting
         )
     }
+    /// Succeeded, failed or cancelled: it will not run again.
+    pub fn is_finished(&self) -> bool {
+        matches!(
+            self,
+            WlState::Succeeded | WlState::Failed | WlState::Cancelled
+        )
+    }
 }
 
 /// A Kueue-style condition.
@@ -844,13 +851,11 @@ impl State {
     /// Drops a finished workload from the state altogether (its name can be used again).
     /// Anything else is left alone.
     pub fn forget_finished(&mut self, id: WlId) {
-        let finished = self.workloads.get(&id).is_some_and(|w| {
-            matches!(
-                w.state,
-                WlState::Succeeded | WlState::Failed | WlState::Cancelled
-            )
-        });
-        if !finished {
+        if !self
+            .workloads
+            .get(&id)
+            .is_some_and(|w| w.state.is_finished())
+        {
             return;
         }
         if let Some(w) = self.workloads.remove(&id) {

@@ -106,13 +106,7 @@ pub fn workloads(m: &Machine, f: &WorkloadFilter) -> Vec<WorkloadView> {
         .workloads
         .values()
         .filter(|w| team.is_none_or(|t| w.team == t))
-        .filter(|w| {
-            f.all
-                || !matches!(
-                    w.state,
-                    WlState::Succeeded | WlState::Failed | WlState::Cancelled
-                )
-        })
+        .filter(|w| f.all || !w.state.is_finished())
         .map(|w| workload(m, w.id))
         .collect()
 }
