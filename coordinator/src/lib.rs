@@ -3,6 +3,7 @@
 
 pub mod http;
 pub mod journal;
+pub mod leader;
 pub mod metrics;
 pub mod priority;
 pub mod raftlog;

@@ -20,6 +20,7 @@ use allot_core::views;
 use raft::eraftpb::{Message, MessageType};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::leader::{CycleDone, Leader, LeaderConfig, Millis, RoleChange};
 use crate::metrics::Metrics;
 pub use crate::priority::RaftPriority;
 use crate::raftlog::{RedbDisk, SnapshotFile};
@@ -77,6 +78,8 @@ pub(crate) enum Input {
     /// A snapshot was encoded off the raft thread (`Replica::take_snapshot_job`), or could not
     /// be.
     SnapshotEncoded(SnapshotDone),
+    /// A scheduling cycle computed off the raft thread, and how long it took.
+    CycleDone(CycleDone, Duration),
 }
 
 /// What the snapshot thread sends back to the raft thread.
@@ -222,105 +225,36 @@ fn now_ms() -> i64 {
 
 struct RaftLoop {
     rep: Replica<RedbDisk>,
+    /// The leader's decisions (leases, cycles, plans, the fast path), without I/O.
+    leader: Leader,
+    /// The monotonic clock's origin for the driver's `Millis`.
+    origin: Instant,
     peers: BTreeMap<u64, mpsc::UnboundedSender<Message>>,
     waiters: HashMap<u64, (oneshot::Sender<Response>, Instant)>,
     pending_reads: HashMap<u64, (Query, oneshot::Sender<Response>)>,
     ready_reads: Vec<(u64, Query, oneshot::Sender<Response>)>,
-    next_token: u64,
-    plan_token: Option<u64>,
-    plan_since: Instant,
-    dirty: bool,
-    last_schedule: Instant,
-    schedule_interval: Duration,
-    was_leader: bool,
     status: Arc<Mutex<Status>>,
     metrics: Arc<Metrics>,
     applied_tx: tokio::sync::watch::Sender<u64>,
-    leases: Leases,
-    /// The leader's copy of the accounting at an applied index, made while idle, for the next
-    /// submit's fast path (copying it costs tens of µs at a thousand nodes).
-    scratch: Option<(u64, allot_core::quota::Acct)>,
-    /// Where snapshots encoded off this thread come back.
+    /// Where snapshots encoded and cycles computed off the raft thread come back.
     input: mpsc::UnboundedSender<Input>,
 }
 
-/// The leader's view of agent heartbeats. Not replicated: a new leader counts every lease from
-/// the moment it took over, so it never declares a node lost sooner than its lease allows.
-struct Leases {
-    heard: HashMap<String, Instant>,
-    leader_since: Instant,
-    /// Nodes whose `NodeLost` was proposed, and when (retried after `WRITE_TIMEOUT`).
-    proposed: HashMap<String, Instant>,
-    last_check: Instant,
-}
-
-/// A node is lost after this many leases without a heartbeat: one lease for its agent to
-/// notice and stop its pods, one more for them to stop.
-pub const LEASES_BEFORE_LOST: u32 = 2;
+/// Cycles with at most this many pending workloads run on the raft thread (a thread hop costs
+/// more than they do); larger ones on a thread of their own, so commits and heartbeats never
+/// wait for a long cycle.
+const INLINE_CYCLE_BACKLOG: usize = 256;
 
 impl RaftLoop {
+    fn now(&self) -> Millis {
+        self.origin.elapsed().as_millis() as Millis
+    }
+
     /// Leader only: proposes `NodeLost` for agents silent for longer than their leases allow.
     fn check_leases(&mut self) {
-        if !self.rep.is_leader() || self.leases.last_check.elapsed() < Duration::from_millis(100) {
-            return;
-        }
-        self.leases.last_check = Instant::now();
-        let st = &self.rep.machine.state;
-        let mut lost = Vec::new();
-        for (name, meta) in &self.rep.machine.nodes_meta {
-            let Some(report) = &meta.report else { continue };
-            if report.lease_ms == 0 {
-                continue;
-            }
-            let healthy = st
-                .acct
-                .nodes
-                .find(name)
-                .is_some_and(|n| st.acct.nodes.node(n).healthy);
-            if !healthy {
-                self.leases.proposed.remove(name);
-                continue;
-            }
-            let since = self
-                .leases
-                .heard
-                .get(name)
-                .copied()
-                .unwrap_or(self.leases.leader_since)
-                .max(self.leases.leader_since);
-            let limit = Duration::from_millis(report.lease_ms) * LEASES_BEFORE_LOST;
-            let silent = since.elapsed();
-            if silent <= limit {
-                continue;
-            }
-            if self
-                .leases
-                .proposed
-                .get(name)
-                .is_some_and(|t| t.elapsed() < WRITE_TIMEOUT)
-            {
-                continue;
-            }
-            lost.push((
-                name.clone(),
-                format!(
-                    "no heartbeat from its agent for {:.1}s (lease {:.1}s): its pods were stopped by its agent",
-                    silent.as_secs_f64(),
-                    report.lease_ms as f64 / 1000.0
-                ),
-            ));
-        }
-        for (name, reason) in lost {
-            tracing::warn!("node {name} lost: {reason}");
-            let token = self.next_token;
-            self.next_token += 1;
-            let cmd = Command::NodeLost {
-                name: name.clone(),
-                reason,
-            };
-            if self.rep.propose(token, &Cmd { now: now_ms(), cmd }).is_ok() {
-                self.leases.proposed.insert(name, Instant::now());
-            }
+        let now = self.now();
+        for l in self.leader.poll_leases(&mut self.rep, now, now_ms()) {
+            tracing::warn!("node {} lost: {}", l.node, l.reason);
         }
     }
 
@@ -331,25 +265,29 @@ impl RaftLoop {
                 let _ = self.rep.step(m);
             }
             Input::Propose { cmd, reply } => {
-                let token = self.next_token;
-                self.next_token += 1;
-                let now = now_ms();
-                let cmd = self.fast_path(cmd, now, token);
-                match self.rep.propose(token, &Cmd { now, cmd }) {
+                let token = self.leader.token();
+                let wall = now_ms();
+                let t0 = Instant::now();
+                let cmd = self
+                    .leader
+                    .fast_path(&self.rep, cmd, wall, token, self.now());
+                if matches!(cmd, Command::SubmitPlanned { .. }) {
+                    self.metrics
+                        .cycle_seconds
+                        .observe(t0.elapsed().as_secs_f64());
+                }
+                match self.rep.propose(token, &Cmd { now: wall, cmd }) {
                     Ok(()) => {
                         self.waiters.insert(token, (reply, Instant::now()));
                     }
                     Err(e) => {
-                        if self.plan_token == Some(token) {
-                            self.plan_token = None;
-                        }
+                        self.leader.handle_refused(token);
                         let _ = reply.send(Err(e));
                     }
                 }
             }
             Input::Read { query, reply } => {
-                let token = self.next_token;
-                self.next_token += 1;
+                let token = self.leader.token();
                 match self.rep.read_index(token) {
                     Ok(()) => {
                         self.pending_reads.insert(token, (query, reply));
@@ -362,9 +300,13 @@ impl RaftLoop {
             Input::Unreachable(id) => self.rep.report_unreachable(id),
             Input::SnapshotStatus(id, ok) => self.rep.report_snapshot(id, ok),
             Input::Heartbeat(node) => {
-                if self.rep.is_leader() {
-                    self.leases.heard.insert(node, Instant::now());
-                }
+                let now = self.now();
+                self.leader.handle_heartbeat(&self.rep, &node, now);
+            }
+            Input::CycleDone(done, took) => {
+                self.metrics.cycle_seconds.observe(took.as_secs_f64());
+                let now = self.now();
+                self.leader.handle_cycle_done(&mut self.rep, done, now);
             }
             Input::RefreshMetrics(done) => {
                 self.metrics.update(&self.rep);
@@ -466,89 +408,33 @@ impl RaftLoop {
         );
     }
 
-    /// A submit on an idle cluster goes into the log with the plan that admits it (one commit
-    /// instead of the submit's and then the plan's). Only when nothing is in flight, so the plan
-    /// is computed on exactly the state the entry will apply to; otherwise, or when the workload
-    /// would not be admitted at once, the submit goes alone and the next cycle decides. The entry
-    /// counts as the plan in flight, so no cycle is proposed beside it.
-    fn fast_path(&mut self, cmd: Command, now: i64, token: u64) -> Command {
-        let Command::Submit(input) = cmd else {
-            return cmd;
-        };
-        if !self.nothing_in_flight() {
-            return Command::Submit(input);
-        }
-        let t0 = Instant::now();
-        let applied = self.rep.applied_index();
-        let acct = self
-            .scratch
-            .take()
-            .filter(|(at, _)| *at == applied)
-            .map(|(_, a)| a);
-        let planned = self.rep.machine.plan_submit_with(&input, now, acct);
-        self.metrics
-            .cycle_seconds
-            .observe(t0.elapsed().as_secs_f64());
-        match planned {
-            Some((id, plan)) => {
-                self.plan_token = Some(token);
-                self.plan_since = Instant::now();
-                Command::SubmitPlanned {
-                    input,
-                    id: id.0,
-                    plan,
-                }
-            }
-            None => Command::Submit(input),
-        }
-    }
-
+    /// Runs the cycle the driver asks for: on this thread when the backlog is small, else on
+    /// a thread of its own, whose plan comes back as `Input::CycleDone`.
     fn schedule(&mut self) {
-        if !self.rep.is_leader() {
+        let now = self.now();
+        let Some(job) = self.leader.poll_cycle(&self.rep, now, now_ms()) else {
+            return;
+        };
+        if job.backlog() <= INLINE_CYCLE_BACKLOG {
+            let t0 = Instant::now();
+            let done = job.run();
+            self.metrics
+                .cycle_seconds
+                .observe(t0.elapsed().as_secs_f64());
+            self.leader.handle_cycle_done(&mut self.rep, done, now);
             return;
         }
-        if self.plan_token.is_some() {
-            // One plan in flight at a time; give up on one that was lost with a leadership change.
-            if self.plan_since.elapsed() < WRITE_TIMEOUT {
-                return;
-            }
-            self.plan_token = None;
-        }
-        if !self.dirty && self.last_schedule.elapsed() < self.schedule_interval {
-            return;
-        }
-        self.dirty = false;
-        self.last_schedule = Instant::now();
-        let now = now_ms();
-        let t0 = Instant::now();
-        let plan = allot_core::schedule(&self.rep.machine.state, now);
-        self.metrics
-            .cycle_seconds
-            .observe(t0.elapsed().as_secs_f64());
-        let st = &self.rep.machine.state;
-        let messages_changed = plan.pending.iter().any(|(id, r, m)| {
-            st.workloads
-                .get(id)
-                .is_some_and(|w| w.pending_status() != Some((r.as_str(), m.as_str())))
-        });
-        if !plan.has_decisions() && !messages_changed {
-            return;
-        }
-        let token = self.next_token;
-        self.next_token += 1;
-        if self
-            .rep
-            .propose(
-                token,
-                &Cmd {
-                    now,
-                    cmd: Command::Plan(plan),
-                },
-            )
-            .is_ok()
-        {
-            self.plan_token = Some(token);
-            self.plan_since = Instant::now();
+        let back = self.input.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("cycle-{}", self.rep.id()))
+            .spawn(move || {
+                let t0 = Instant::now();
+                let done = job.run();
+                let _ = back.send(Input::CycleDone(done, t0.elapsed()));
+            });
+        if let Err(e) = spawned {
+            // The driver gives the cycle up after its retry interval and asks again.
+            tracing::warn!("could not start a thread for a scheduling cycle: {e}");
         }
     }
 
@@ -585,16 +471,8 @@ impl RaftLoop {
             self.rep.ready_apply(rd)?;
             send(self.rep.take_messages());
             for a in self.rep.take_applied() {
-                if a.kind != "plan" || a.result.is_err() {
-                    self.dirty = true;
-                }
-                if !a.events.is_empty() {
-                    self.dirty = true;
-                }
+                self.leader.handle_applied(&a);
                 if let Some(t) = a.token {
-                    if self.plan_token == Some(t) {
-                        self.plan_token = None;
-                    }
                     if let Some((w, _)) = self.waiters.remove(&t) {
                         let _ = w.send(a.result);
                         answered = true;
@@ -631,7 +509,8 @@ impl RaftLoop {
 
     fn after(&mut self) {
         let leader = self.rep.is_leader();
-        if self.was_leader && !leader {
+        let now = self.now();
+        if self.leader.sync_role(&self.rep, now) == RoleChange::Lost {
             // Proposals may still commit under the new leader, but this replica cannot tell
             // its clients; they retry (idempotently) elsewhere.
             let e = self.rep.not_leader();
@@ -641,15 +520,7 @@ impl RaftLoop {
             for (_, (_, r)) in self.pending_reads.drain() {
                 let _ = r.send(Err(e.clone()));
             }
-            self.plan_token = None;
         }
-        if leader && !self.was_leader {
-            self.dirty = true;
-            self.leases.leader_since = Instant::now();
-            self.leases.heard.clear();
-            self.leases.proposed.clear();
-        }
-        self.was_leader = leader;
         let stale: Vec<u64> = self
             .waiters
             .iter()
@@ -701,30 +572,8 @@ impl RaftLoop {
             }
             self.after();
             self.start_snapshot();
-            self.prepare_scratch();
+            self.leader.prepare_scratch(&self.rep);
         }
-    }
-
-    /// While nothing is pending, the leader keeps a copy of the accounting for the next
-    /// submit's fast path (made here, before waiting for input, not on the submit's path).
-    fn prepare_scratch(&mut self) {
-        let applied = self.rep.applied_index();
-        let st = &self.rep.machine.state;
-        if !self.nothing_in_flight()
-            || self.scratch.as_ref().is_some_and(|(at, _)| *at == applied)
-            || st.has_pending()
-        {
-            return;
-        }
-        self.scratch = Some((applied, st.acct.clone()));
-    }
-
-    /// The leader, with no plan in flight and every entry applied: a plan computed now is
-    /// computed on exactly the state the next entry applies to.
-    fn nothing_in_flight(&self) -> bool {
-        self.rep.is_leader()
-            && self.plan_token.is_none()
-            && self.rep.last_index() == self.rep.applied_index()
     }
 }
 
@@ -1251,23 +1100,15 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         waiters: HashMap::new(),
         pending_reads: HashMap::new(),
         ready_reads: Vec::new(),
-        next_token: 1,
-        plan_token: None,
-        plan_since: Instant::now(),
-        dirty: true,
-        last_schedule: Instant::now(),
-        schedule_interval: Duration::from_millis(cfg.schedule_interval_ms),
-        was_leader: false,
+        leader: Leader::new(LeaderConfig {
+            schedule_interval_ms: cfg.schedule_interval_ms,
+            retry_ms: WRITE_TIMEOUT.as_millis() as u64,
+            ..LeaderConfig::default()
+        }),
+        origin: Instant::now(),
         status: status.clone(),
         metrics: metrics.clone(),
         applied_tx,
-        leases: Leases {
-            heard: HashMap::new(),
-            leader_since: Instant::now(),
-            proposed: HashMap::new(),
-            last_check: Instant::now(),
-        },
-        scratch: None,
         input: input_tx.clone(),
     };
     let shared = Shared {
