@@ -1,12 +1,21 @@
-//! Deterministic simulation of 3 and 5 coordinator replicas: the real `Replica` (raft-rs, the
-//! log cache, the state machine, the scheduler's plans) on a simulated network and disks, with
-//! message loss, delay, reordering, partitions, and crashes that lose unsynced writes. After
-//! every step it checks:
+//! Deterministic simulation of 3 and 5 coordinator replicas and the agents of three nodes: the
+//! real `Replica` (raft-rs, the log cache, the state machine) and the real leader driver
+//! (`leader::Leader`: agent leases, cycles, plan proposals, the hand-over of leadership) on a
+//! simulated network and disks, with message loss, delay, reordering, partitions, crashes that
+//! lose unsynced writes, and agents that crash, restart and are cut off. Time is passed in (a
+//! step is 100 ms); cycles are computed at once or a few steps later, as the server computes
+//! large ones on their own thread. The simulated agents behave as `agent/` does: they sync with
+//! the replica they believe leads, renew their lease from when a confirmed answer's request
+//! left, start and stop pods (with a grace period) and report how they ended; their pods outlive
+//! the agent process and are killed when the node's lease runs out. After every step it checks:
 //! - at most one leader per term;
 //! - no committed entry is lost or changed (every replica applies the same entry at an index,
 //!   and every leader holds every entry committed before its term);
 //! - replicas at the same applied index have the same state (digest of the encoded machine);
-//! - the applied state never over-commits a quota or a device (`State::check_invariants`).
+//! - the applied state never over-commits a quota or a device (`State::check_invariants`);
+//! - no two attempts of one workload run at the same time on the nodes.
+//!
+//! With only leader crashes, no workload may be evicted for a node failure.
 //!
 //! Some replicas (drawn by the seed) snapshot as the server does: a copy of the machine is
 //! encoded "elsewhere" and its bytes come back a few steps later, by which time the replica
@@ -17,15 +26,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use allot_common::api::{ActivationState, ComputeQuotaInput, RunSpec, SubmitInput};
+use allot_common::api::{
+    ActivationState, ComputeQuotaInput, NodeAssignments, NodeReport, PodExit, RunSpec, SubmitInput,
+};
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::{Catalog, PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
+use allot_coordinator::leader::{CycleJob, Leader, LeaderConfig};
 use allot_coordinator::raftlog::MemDisk;
 use allot_coordinator::replica::{
     EncodedSnapshot, Replica, ReplicaConfig, Sent, SnapshotCodec, SnapshotJob,
 };
 use allot_core::machine::{Command, Entry as Cmd};
-use allot_core::WlState;
+use allot_core::{Event, WlState};
 use raft::eraftpb::Message;
 
 struct Rng(u64);
@@ -81,7 +93,6 @@ struct Sim {
     /// Submits acknowledged as admitted by their own entry (the fast path's plan applied).
     admitted_in_submit: usize,
     submitted: u64,
-    plan_at: u64,
     /// Off while the cluster heals at the end.
     faults_on: bool,
     logger: slog::Logger,
@@ -92,6 +103,113 @@ struct Sim {
     incarnation: Vec<u64>,
     /// Snapshots written from background jobs, over the run.
     background_written: u64,
+    /// Each replica's leader driver (the server's own `leader::Leader`), new with each start.
+    drivers: Vec<Leader>,
+    /// Cycles being computed "elsewhere": (replica, incarnation, the step they finish, job).
+    cycles: Vec<(usize, u64, u64, CycleJob)>,
+    agents: Vec<Agent>,
+    /// Syncs, answers and reports between agents and replicas.
+    agent_net: Vec<AgentMsg>,
+    /// Which faults this run injects.
+    faults: Faults,
+    /// Workloads evicted because an agent's node was declared failed, over the run (counted
+    /// once per replica that applied it).
+    node_failures: u64,
+    /// Pods started by agents over the run.
+    pods_started: u64,
+}
+
+/// Nodes with a simulated agent; the random commands use `node-N` names, never these.
+const AGENTS: usize = 3;
+/// The agents' lease.
+const LEASE_MS: u64 = 3_000;
+/// One simulation step, in milliseconds of the clocks handed to the replicas' drivers.
+const STEP_MS: u64 = 100;
+
+#[derive(Clone, Copy)]
+struct Faults {
+    /// Message loss, delay and duplication between replicas, partitions, crashes mid-write.
+    network: bool,
+    /// Replica crashes (always of the leader when `only_leaders`).
+    crashes: bool,
+    only_leaders: bool,
+    /// Agents crash and restart, and are cut off from every replica for a while.
+    agents: bool,
+}
+
+impl Faults {
+    fn all() -> Self {
+        Faults {
+            network: true,
+            crashes: true,
+            only_leaders: false,
+            agents: true,
+        }
+    }
+}
+
+/// One pod a simulated node runs, as its shim would.
+#[derive(Clone, Debug)]
+struct SimPod {
+    attempt: u32,
+    /// Set when it was told to stop (or finished, or lost its lease): the step it is gone, and
+    /// how it ended (succeeded, lost).
+    stopping: Option<(u64, bool, bool)>,
+}
+
+/// A node's agent and the pods its shims run. The pods and the lease file outlive the agent
+/// process; what the agent knew of the cluster does not.
+struct Agent {
+    node: String,
+    alive: bool,
+    incarnation: u64,
+    /// The lease file: wall-clock milliseconds until which pods may run.
+    lease_until: i64,
+    /// (workload, rank) -> the pod.
+    pods: BTreeMap<(String, u32), SimPod>,
+    /// Pods that ended: (workload, attempt, rank) -> (succeeded, lost). Reported while the
+    /// cluster still lists them.
+    done: BTreeMap<(String, u32, u32), (bool, bool)>,
+    /// The replica it talks to (index).
+    target: usize,
+    /// A sync in flight since this step.
+    syncing: Option<u64>,
+    next_sync: u64,
+    registered: bool,
+    /// Cut off from every replica until this step.
+    cut_until: u64,
+}
+
+enum AgentMsg {
+    Sync {
+        agent: usize,
+        incarnation: u64,
+        replica: usize,
+        sent: u64,
+        at: u64,
+    },
+    Answer {
+        agent: usize,
+        incarnation: u64,
+        sent: u64,
+        at: u64,
+        answer: Result<Box<NodeAssignments>, u64>,
+    },
+    Report {
+        replica: usize,
+        at: u64,
+        cmd: Box<Command>,
+    },
+}
+
+impl AgentMsg {
+    fn at(&self) -> u64 {
+        match self {
+            AgentMsg::Sync { at, .. }
+            | AgentMsg::Answer { at, .. }
+            | AgentMsg::Report { at, .. } => *at,
+        }
+    }
 }
 
 fn codec() -> SnapshotCodec {
@@ -121,18 +239,45 @@ impl Sim {
             acknowledged: BTreeSet::new(),
             admitted_in_submit: 0,
             submitted: 0,
-            plan_at: 0,
             faults_on: true,
             logger: slog::Logger::root(slog::Discard, slog::o!()),
             log: Vec::new(),
             jobs: Vec::new(),
             incarnation: vec![0; n],
             background_written: 0,
+            drivers: Vec::new(),
+            cycles: Vec::new(),
+            agents: (0..AGENTS)
+                .map(|k| Agent {
+                    node: format!("agent-{k}"),
+                    alive: true,
+                    incarnation: 0,
+                    lease_until: 0,
+                    pods: BTreeMap::new(),
+                    done: BTreeMap::new(),
+                    target: k % n,
+                    syncing: None,
+                    next_sync: 1,
+                    registered: false,
+                    cut_until: 0,
+                })
+                .collect(),
+            agent_net: Vec::new(),
+            faults: Faults::all(),
+            node_failures: 0,
+            pods_started: 0,
         };
+        sim.drivers = (0..n).map(|_| Self::driver()).collect();
         for i in 0..n {
             let r = sim.open(i);
             sim.nodes.push(Some(r));
         }
+        sim
+    }
+
+    fn with_faults(seed: u64, n: usize, faults: Faults) -> Self {
+        let mut sim = Sim::new(seed, n);
+        sim.faults = faults;
         sim
     }
 
@@ -206,7 +351,25 @@ impl Sim {
         self.incarnation[i] += 1;
     }
 
+    fn driver() -> Leader {
+        Leader::new(LeaderConfig {
+            schedule_interval_ms: 1_000,
+            lease_check_ms: 100,
+            retry_ms: 2_000,
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.step * STEP_MS
+    }
+
+    fn wall(&self) -> i64 {
+        (self.step * STEP_MS) as i64
+    }
+
     fn open(&mut self, i: usize) -> Replica<MemDisk> {
+        // A new process: its driver starts afresh too.
+        self.drivers[i] = Self::driver();
         let cfg = self.cfg(i);
         Replica::open(cfg, self.disks[i].clone(), codec(), &self.logger)
             .unwrap_or_else(|e| self.fail(&format!("replica {} failed to open: {e}", i + 1)))
@@ -229,7 +392,7 @@ impl Sim {
 
     fn send(&mut self, msgs: Vec<Message>) {
         for m in msgs {
-            if self.faults_on && self.rng.chance(30) {
+            if self.faults_on && self.faults.network && self.rng.chance(30) {
                 self.lost(&m);
                 continue;
             }
@@ -385,9 +548,13 @@ impl Sim {
             }
         } else if k < 78 {
             // An agent reports an end: finish a running one, or complete an eviction.
+            // Only for workloads with no pod on a simulated agent's node: those report their own.
             let Some(name) = self.pick_workload(i, |s| s.holds_quota()) else {
                 return;
             };
+            if self.on_agent_node(i, &name) {
+                return;
+            }
             Command::WorkloadExited {
                 name,
                 succeeded: true,
@@ -402,6 +569,22 @@ impl Sim {
             return;
         };
         self.propose(i, cmd);
+    }
+
+    /// Whether workload `name` has a pod on a simulated agent's node, as replica `i` sees it.
+    fn on_agent_node(&self, i: usize, name: &str) -> bool {
+        let Some(r) = self.nodes[i].as_ref() else {
+            return false;
+        };
+        let st = &r.machine.state;
+        let Ok(id) = st.find_workload(name) else {
+            return false;
+        };
+        st.workload(id).admission.as_ref().is_some_and(|a| {
+            a.placement
+                .iter()
+                .any(|(_, p)| st.acct.nodes.node(p.node).name.starts_with("agent-"))
+        })
     }
 
     /// A random workload, as replica `i` sees it, whose state passes `pred`.
@@ -421,17 +604,49 @@ impl Sim {
         Some(ws[self.rng.below(ws.len() as u64) as usize].clone())
     }
 
-    fn schedule(&mut self, i: usize) {
-        if self.step < self.plan_at {
-            return;
-        }
-        let Some(r) = self.nodes[i].as_ref() else {
+    /// Runs replica `i`'s leader driver, as the server's raft loop does each turn: leases,
+    /// then a cycle when one is due, computed now or a few steps later ("on another thread").
+    fn lead(&mut self, i: usize) {
+        let (now, wall) = (self.now(), self.wall());
+        let Some(r) = self.nodes[i].as_mut() else {
             return;
         };
-        let plan = allot_core::schedule(&r.machine.state, self.step as i64 * 100);
-        if plan.has_decisions() {
-            self.plan_at = self.step + 3;
-            self.propose(i, Command::Plan(plan));
+        let d = &mut self.drivers[i];
+        for l in d.poll_leases(r, now, wall) {
+            self.log.push(format!(
+                "step {}: replica {} declares {} lost: {}",
+                self.step,
+                i + 1,
+                l.node,
+                l.reason
+            ));
+        }
+        let Some(job) = d.poll_cycle(r, now, wall) else {
+            return;
+        };
+        if self.rng.chance(500) {
+            d.handle_cycle_done(r, job.run(), now);
+        } else {
+            let at = self.step + 1 + self.rng.below(5);
+            self.cycles.push((i, self.incarnation[i], at, job));
+        }
+    }
+
+    /// Cycles computed elsewhere come back (to a replica that may have crashed or lost its
+    /// leadership meanwhile).
+    fn finish_cycles(&mut self) {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.cycles)
+            .into_iter()
+            .partition(|(_, _, at, _)| *at <= self.step);
+        self.cycles = later;
+        let now = self.now();
+        for (i, inc, _, job) in due {
+            if inc != self.incarnation[i] {
+                continue;
+            }
+            if let Some(r) = self.nodes[i].as_mut() {
+                self.drivers[i].handle_cycle_done(r, job.run(), now);
+            }
         }
     }
 
@@ -457,7 +672,7 @@ impl Sim {
         }
         // Crash after the write and before the fsync returns: nothing staged survives, nothing
         // of this Ready was sent or acknowledged.
-        if self.faults_on && self.rng.chance(3) {
+        if self.faults_on && self.faults.network && self.rng.chance(3) {
             self.crash(i);
             self.log.push(format!(
                 "step {}: replica {} crashed mid-write",
@@ -475,6 +690,22 @@ impl Sim {
         let id = r.id();
         self.send(msgs);
         self.take_job(i);
+        for a in &applied {
+            self.drivers[i].handle_applied(a);
+            for e in &a.events {
+                // Only agents' nodes: the random commands fail `node-N`s on purpose.
+                if let Event::Evicted {
+                    reason, message, ..
+                } = e
+                {
+                    if reason == "NodeFailures" && message.starts_with("node agent-") {
+                        self.node_failures += 1;
+                        self.log
+                            .push(format!("step {}: replica {}: {message}", self.step, i + 1));
+                    }
+                }
+            }
+        }
         for a in applied {
             if a.token.is_some() {
                 if let Ok(allot_common::api::Reply::Submitted { name, state, .. }) = &a.result {
@@ -587,9 +818,14 @@ impl Sim {
 
     fn faults(&mut self) {
         // Crash a live replica (a clean crash: everything synced survives).
-        if self.rng.chance(4) {
-            let i = self.rng.below(self.n as u64) as usize;
-            if self.nodes[i].is_some() {
+        let rate = if self.faults.only_leaders { 15 } else { 4 };
+        if self.faults.crashes && self.rng.chance(rate) {
+            let i = if self.faults.only_leaders {
+                self.leader()
+            } else {
+                Some(self.rng.below(self.n as u64) as usize)
+            };
+            if let Some(i) = i.filter(|&i| self.nodes[i].is_some()) {
                 self.crash(i);
                 self.log
                     .push(format!("step {}: replica {} crashed", self.step, i + 1));
@@ -604,17 +840,342 @@ impl Sim {
                     .push(format!("step {}: replica {} restarted", self.step, i + 1));
             }
         }
-        // Partitions come and go.
-        if self.partition.is_none() && self.rng.chance(5) {
-            let side: BTreeSet<u64> = (1..=self.n as u64)
-                .filter(|_| self.rng.chance(500))
+        if self.faults.network {
+            // Partitions come and go.
+            if self.partition.is_none() && self.rng.chance(5) {
+                let side: BTreeSet<u64> = (1..=self.n as u64)
+                    .filter(|_| self.rng.chance(500))
+                    .collect();
+                self.log
+                    .push(format!("step {}: partition {side:?}", self.step));
+                self.partition = Some(side);
+            } else if self.partition.is_some() && self.rng.chance(20) {
+                self.partition = None;
+                self.log.push(format!("step {}: healed", self.step));
+            }
+        }
+        if self.faults.agents {
+            for k in 0..AGENTS {
+                if self.agents[k].alive && self.rng.chance(3) {
+                    // The agent process dies; its pods and lease file stay.
+                    let a = &mut self.agents[k];
+                    a.alive = false;
+                    a.incarnation += 1;
+                    a.syncing = None;
+                    self.log
+                        .push(format!("step {}: agent {} crashed", self.step, a.node));
+                } else if !self.agents[k].alive && self.rng.chance(50) {
+                    let a = &mut self.agents[k];
+                    a.alive = true;
+                    a.registered = false;
+                    a.next_sync = self.step;
+                    self.log
+                        .push(format!("step {}: agent {} restarted", self.step, a.node));
+                } else if self.rng.chance(2) {
+                    // Cut off from every replica for up to three leases.
+                    let steps = self.rng.below(3 * LEASE_MS / STEP_MS);
+                    self.agents[k].cut_until = self.step + steps;
+                    self.log.push(format!(
+                        "step {}: agent {} cut off for {steps} steps",
+                        self.step, self.agents[k].node
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Whether agent `k` and replica `i` can exchange messages now.
+    fn agent_reaches(&self, k: usize, i: usize) -> bool {
+        self.agents[k].cut_until <= self.step && self.nodes[i].is_some()
+    }
+
+    /// Whether replica `i` would get a read index confirmed: it leads, and a majority of the
+    /// replicas (itself included) are up, connected to it and in no later term.
+    fn confirms_reads(&self, i: usize) -> bool {
+        let Some(r) = self.nodes[i].as_ref().filter(|r| r.is_leader()) else {
+            return false;
+        };
+        let (id, term) = (r.id(), r.term());
+        let votes = (0..self.n)
+            .filter(|&j| {
+                self.nodes[j]
+                    .as_ref()
+                    .is_some_and(|o| self.connected(id, o.id()) && o.term() <= term)
+            })
+            .count();
+        votes > self.n / 2
+    }
+
+    fn agent_send(&mut self, msg: AgentMsg) {
+        if self.faults_on && self.faults.agents && self.rng.chance(20) {
+            return;
+        }
+        self.agent_net.push(msg);
+    }
+
+    /// The agents and their nodes take one step: pods end, leases run out, syncs go out, and
+    /// whatever arrived is handled.
+    fn agents_step(&mut self) {
+        let (step, wall, now) = (self.step, self.wall(), self.now());
+        // The shims: pods stop when told to (after their grace), finish by themselves, and are
+        // killed when the node's lease runs out, whether or not the agent process lives.
+        for k in 0..AGENTS {
+            let finish: Vec<(String, u32)> = self.agents[k]
+                .pods
+                .iter()
+                .filter(|(_, p)| p.stopping.is_none())
+                .map(|(key, _)| key.clone())
+                .filter(|_| self.rng.chance(10))
                 .collect();
-            self.log
-                .push(format!("step {}: partition {side:?}", self.step));
-            self.partition = Some(side);
-        } else if self.partition.is_some() && self.rng.chance(20) {
-            self.partition = None;
-            self.log.push(format!("step {}: healed", self.step));
+            let a = &mut self.agents[k];
+            for key in finish {
+                if let Some(p) = a.pods.get_mut(&key) {
+                    p.stopping = Some((step + 1, true, false));
+                }
+            }
+            if wall >= a.lease_until {
+                for p in a.pods.values_mut() {
+                    if p.stopping.is_none_or(|(at, _, _)| at > step) {
+                        p.stopping = Some((step, false, true));
+                    }
+                }
+            }
+            let gone: Vec<(String, u32)> = a
+                .pods
+                .iter()
+                .filter(|(_, p)| p.stopping.is_some_and(|(at, _, _)| at <= step))
+                .map(|(key, _)| key.clone())
+                .collect();
+            for (w, rank) in gone {
+                if let Some(p) = a.pods.remove(&(w.clone(), rank)) {
+                    let (_, ok, lost) = p.stopping.expect("stopping");
+                    a.done.insert((w, p.attempt, rank), (ok, lost));
+                }
+            }
+        }
+        // Syncs go out.
+        for k in 0..AGENTS {
+            let a = &self.agents[k];
+            if !a.alive {
+                continue;
+            }
+            if let Some(since) = a.syncing {
+                // Given up a second after its wait, as the agent does.
+                if step.saturating_sub(since) * STEP_MS > LEASE_MS / 5 + 1_000 {
+                    // The next address, as the client tries them in turn.
+                    self.agents[k].syncing = None;
+                    self.agents[k].target = (self.agents[k].target + 1) % self.n;
+                }
+                continue;
+            }
+            if step < a.next_sync {
+                continue;
+            }
+            let (target, incarnation, registered) = (a.target, a.incarnation, a.registered);
+            if !registered {
+                let cmd = Command::ReportNode(self.report_of(k));
+                let at = step + 1 + self.rng.below(3);
+                self.agent_send(AgentMsg::Report {
+                    replica: target,
+                    at,
+                    cmd: Box::new(cmd),
+                });
+            }
+            let at = step + 1 + self.rng.below(3);
+            self.agents[k].syncing = Some(step);
+            self.agent_send(AgentMsg::Sync {
+                agent: k,
+                incarnation,
+                replica: target,
+                sent: step,
+                at,
+            });
+        }
+        // Deliveries.
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.agent_net)
+            .into_iter()
+            .partition(|m| m.at() <= step);
+        self.agent_net = later;
+        for m in due {
+            match m {
+                AgentMsg::Sync {
+                    agent,
+                    incarnation,
+                    replica,
+                    sent,
+                    ..
+                } => {
+                    if !self.agent_reaches(agent, replica) {
+                        continue;
+                    }
+                    let node = self.agents[agent].node.clone();
+                    let confirmed = self.confirms_reads(replica);
+                    let r = self.nodes[replica].as_mut().expect("reached");
+                    // The server counts the heartbeat before it tries the read.
+                    self.drivers[replica].handle_heartbeat(r, &node, now);
+                    let answer = if confirmed {
+                        Ok(Box::new(allot_core::views::assignments(&r.machine, &node)))
+                    } else {
+                        Err(r.leader())
+                    };
+                    let at = step + 1 + self.rng.below(3);
+                    self.agent_send(AgentMsg::Answer {
+                        agent,
+                        incarnation,
+                        sent,
+                        at,
+                        answer,
+                    });
+                }
+                AgentMsg::Answer {
+                    agent,
+                    incarnation,
+                    sent,
+                    answer,
+                    ..
+                } => {
+                    let a = &self.agents[agent];
+                    if !a.alive || a.incarnation != incarnation || a.cut_until > step {
+                        continue;
+                    }
+                    self.agents[agent].syncing = None;
+                    self.agents[agent].next_sync = step + 1 + self.rng.below(5);
+                    match answer {
+                        Ok(assigned) => self.reconcile(agent, sent, *assigned),
+                        Err(hint) => {
+                            self.agents[agent].target = if hint == 0 {
+                                self.rng.below(self.n as u64) as usize
+                            } else {
+                                hint as usize - 1
+                            };
+                        }
+                    }
+                }
+                AgentMsg::Report { replica, cmd, .. } => {
+                    let Some(r) = self.nodes[replica].as_mut() else {
+                        continue;
+                    };
+                    let token = self.drivers[replica].token();
+                    let _ = r.propose(
+                        token,
+                        &Cmd {
+                            now: wall,
+                            cmd: *cmd,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn report_of(&self, k: usize) -> NodeReport {
+        let it = Catalog::builtin().get("ml.g5.8xlarge").expect("in catalog");
+        NodeReport {
+            name: self.agents[k].node.clone(),
+            instance_type: "ml.g5.8xlarge".into(),
+            capacity: it.resources(),
+            devices: Vec::new(),
+            address: String::new(),
+            http: String::new(),
+            lease_ms: LEASE_MS,
+            agent_version: String::new(),
+        }
+    }
+
+    /// Agent `k` got its assignments for a sync sent at step `sent`: its lease runs from then;
+    /// it starts what it should run, stops what it should not, and reports what ended.
+    fn reconcile(&mut self, k: usize, sent: u64, assigned: NodeAssignments) {
+        let step = self.step;
+        let target = self.agents[k].target;
+        let grace = 1 + self.rng.below(5);
+        let mut reports = Vec::new();
+        let node = self.agents[k].node.clone();
+        let a = &mut self.agents[k];
+        a.lease_until = (sent * STEP_MS + LEASE_MS) as i64;
+        if !assigned.registered || !assigned.healthy {
+            a.registered = false;
+        }
+        let wall = (step * STEP_MS) as i64;
+        let mut wanted = BTreeSet::new();
+        for p in &assigned.pods {
+            let key = (p.workload.clone(), p.rank);
+            wanted.insert((key.clone(), p.attempt));
+            if let Some(&(ok, lost)) = a.done.get(&(p.workload.clone(), p.attempt, p.rank)) {
+                reports.push((p.workload.clone(), p.attempt, p.rank, ok, lost));
+                continue;
+            }
+            match a.pods.get_mut(&key) {
+                Some(pod)
+                    if pod.attempt == p.attempt && p.stop.is_some() && pod.stopping.is_none() =>
+                {
+                    pod.stopping = Some((step + grace, false, false));
+                }
+                // Running as it should, or an older attempt of it, stopped first (below).
+                Some(_) => {}
+                None if p.stop.is_some() => {
+                    // Told to stop a pod this node never ran: it has ended.
+                    a.done
+                        .insert((p.workload.clone(), p.attempt, p.rank), (false, false));
+                    reports.push((p.workload.clone(), p.attempt, p.rank, false, false));
+                }
+                None if wall < a.lease_until => {
+                    a.pods.insert(
+                        key,
+                        SimPod {
+                            attempt: p.attempt,
+                            stopping: None,
+                        },
+                    );
+                    self.pods_started += 1;
+                }
+                None => {}
+            }
+        }
+        for (key, pod) in a.pods.iter_mut() {
+            if !wanted.contains(&(key.clone(), pod.attempt)) && pod.stopping.is_none() {
+                pod.stopping = Some((step + grace, false, false));
+            }
+        }
+        for (workload, attempt, rank, succeeded, lost) in reports {
+            let cmd = Command::PodsExited {
+                node: Some(node.clone()),
+                workload,
+                attempt,
+                exits: vec![PodExit {
+                    rank,
+                    succeeded,
+                    lost,
+                    detail: "sim".into(),
+                }],
+            };
+            let at = step + 1 + self.rng.below(3);
+            self.agent_send(AgentMsg::Report {
+                replica: target,
+                at,
+                cmd: Box::new(cmd),
+            });
+        }
+    }
+
+    /// No two attempts of one workload run at the same time anywhere in the cluster.
+    fn check_no_overlap(&self) {
+        let mut running: BTreeMap<&str, BTreeMap<u32, Vec<&str>>> = BTreeMap::new();
+        for a in &self.agents {
+            for ((w, _), p) in &a.pods {
+                running
+                    .entry(w.as_str())
+                    .or_default()
+                    .entry(p.attempt)
+                    .or_default()
+                    .push(a.node.as_str());
+            }
+        }
+        for (w, attempts) in running {
+            if attempts.len() > 1 {
+                self.fail(&format!(
+                    "workload {w} runs two attempts at once: {attempts:?} (attempt -> nodes)"
+                ));
+            }
         }
     }
 
@@ -629,16 +1190,21 @@ impl Sim {
             }
             self.deliver();
             self.finish_jobs();
+            self.finish_cycles();
+            self.agents_step();
             if let Some(l) = self.leader() {
                 for _ in 0..self.rng.below(3) {
                     self.random_command(l);
                 }
-                self.schedule(l);
+            }
+            for i in 0..self.n {
+                self.lead(i);
             }
             for i in 0..self.n {
                 self.ready(i);
             }
             self.check_leaders();
+            self.check_no_overlap();
         }
         // Heal everything and let the cluster converge; then every acknowledged submission
         // is present exactly once on every replica.
@@ -650,6 +1216,15 @@ impl Sim {
                 self.nodes[i] = Some(r);
             }
         }
+        for a in &mut self.agents {
+            a.cut_until = 0;
+            if !a.alive {
+                a.alive = true;
+                a.registered = false;
+                a.next_sync = self.step;
+            }
+        }
+        let end = self.step + 400;
         for _ in 0..400 {
             self.step += 1;
             for i in 0..self.n {
@@ -659,10 +1234,20 @@ impl Sim {
             }
             self.deliver();
             self.finish_jobs();
+            self.finish_cycles();
+            // The agents and drivers go quiet for the last steps, so the log stops growing.
+            let quiet = self.step >= end - 40;
+            if !quiet {
+                self.agents_step();
+                for i in 0..self.n {
+                    self.lead(i);
+                }
+            }
             for i in 0..self.n {
                 self.ready(i);
             }
             self.check_leaders();
+            self.check_no_overlap();
         }
         let Some(l) = self.leader() else {
             self.fail("no leader after healing every fault");
@@ -700,13 +1285,20 @@ fn seeds(default: u64) -> u64 {
 fn three_replicas_many_seeds() {
     let mut fast = 0;
     let mut background = 0;
+    let mut started = 0;
     for seed in 0..seeds(12) {
         let mut sim = Sim::new(seed, 3);
         sim.run(600);
         assert!(!sim.leaders.is_empty(), "seed {seed}: no leader ever");
         fast += sim.admitted_in_submit;
         background += sim.background_written;
+        started += sim.pods_started;
     }
+    // The agents must have run pods, or the no-overlap check checked nothing.
+    assert!(
+        started > 100,
+        "only {started} pods started by the simulated agents"
+    );
     // The fast path's plans must have applied for some submits, or it went untested.
     assert!(fast > 0, "no submit was admitted by its own entry");
     // So must snapshots encoded off the raft thread.
@@ -714,6 +1306,38 @@ fn three_replicas_many_seeds() {
         background > 0,
         "no snapshot was written from a background job"
     );
+}
+
+#[test]
+fn leader_changes_never_restart_running_work() {
+    // Only leaders crash (and restart): agents, their links and the replicas' network stay
+    // sound, so no node is ever silent and no running workload may be evicted for a node
+    // failure, however often leadership moves.
+    let mut changes = 0;
+    let mut started = 0;
+    for seed in 0..seeds(8) {
+        let mut sim = Sim::with_faults(
+            500 + seed,
+            3,
+            Faults {
+                network: false,
+                crashes: true,
+                only_leaders: true,
+                agents: false,
+            },
+        );
+        sim.run(600);
+        if sim.node_failures > 0 {
+            sim.fail(&format!(
+                "{} evictions for node failures with only leader changes",
+                sim.node_failures
+            ));
+        }
+        changes += sim.leaders.len();
+        started += sim.pods_started;
+    }
+    assert!(changes > 8 * 3, "only {changes} terms had a leader");
+    assert!(started > 40, "only {started} pods started");
 }
 
 #[test]
