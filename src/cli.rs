@@ -16,6 +16,8 @@ use serde_json::{json, Value};
 
 use crate::client::{api, watch_once, Client, ClientOpts};
 use crate::scenario;
+use allot_common::api::ErrorKind;
+use allot_common::client::ClientError;
 
 #[derive(Clone, Copy, Debug, Default, ValueEnum)]
 pub enum Format {
@@ -171,6 +173,11 @@ pub enum ClusterCmd {
     Submit {
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
+        /// The submit's idempotency key: a submit whose outcome is unknown (no leader
+        /// answered, leadership moved) is repeated with the key it printed, and returns the
+        /// original workload instead of a second one [default: a new key].
+        #[arg(long)]
+        client_token: Option<String>,
         #[command(flatten)]
         out: Out,
     },
@@ -374,8 +381,26 @@ async fn resolve_quota(c: &mut Client, id: &str) -> anyhow::Result<String> {
     }
 }
 
+/// Why a write's outcome is unknown: no answer came (the cluster may have applied it), or the
+/// leader lost its leadership before it could tell. `None` when the answer is definite.
+fn outcome_unknown(
+    r: &Result<Result<allot_common::api::Reply, allot_common::api::ApiError>, ClientError>,
+) -> Option<String> {
+    match r {
+        Err(e) => Some(e.to_string()),
+        Ok(Err(e)) if e.kind == ErrorKind::Unavailable => Some(e.message.clone()),
+        _ => None,
+    }
+}
+
 pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
     let mut c = opts.connect()?;
+    let r = run_with(cmd, &mut c).await;
+    opts.remember(&c);
+    r
+}
+
+async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
     match cmd {
         ClusterCmd::CreateComputeQuota { q, out } => {
             let name = q
@@ -394,7 +419,7 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
             q,
             out,
         } => {
-            let name = resolve_quota(&mut c, &compute_quota_id).await?;
+            let name = resolve_quota(c, &compute_quota_id).await?;
             let input = quota_input(&q, name)?;
             print_reply(
                 api(c
@@ -410,7 +435,7 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
             compute_quota_id,
             out,
         } => {
-            let name = resolve_quota(&mut c, &compute_quota_id).await?;
+            let name = resolve_quota(c, &compute_quota_id).await?;
             print_reply(
                 api(c.call(Body::DescribeComputeQuota { name }).await)?,
                 out.format,
@@ -429,7 +454,7 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
             print_reply(r, out.format);
         }
         ClusterCmd::DeleteComputeQuota { compute_quota_id } => {
-            let name = resolve_quota(&mut c, &compute_quota_id).await?;
+            let name = resolve_quota(c, &compute_quota_id).await?;
             api(c
                 .call(Body::DeleteComputeQuota { name: name.clone() })
                 .await)?;
@@ -476,9 +501,29 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
                 out.format,
             );
         }
-        ClusterCmd::Submit { file, out } => {
-            let input = read_job(&file)?;
-            print_reply(api(c.call(Body::Submit(input)).await)?, out.format);
+        ClusterCmd::Submit {
+            file,
+            client_token,
+            out,
+        } => {
+            let mut input = read_job(&file)?;
+            if let Some(t) = client_token {
+                input.client_token = Some(t);
+            }
+            let (name, token) = (
+                input.spec.name.clone(),
+                input.client_token.clone().unwrap_or_default(),
+            );
+            let r = c.call(Body::Submit(input)).await;
+            if let Some(why) = outcome_unknown(&r) {
+                bail!(
+                    "the outcome of submitting {name} is unknown: {why}\nit may have been accepted; \
+                     repeat the same submit with --client-token {token} to get the original \
+                     workload rather than a second one, or look for it with \
+                     `allot describe workload {name}`"
+                );
+            }
+            print_reply(api(r)?, out.format);
         }
         ClusterCmd::Cancel { name } => {
             api(c.call(Body::Cancel { name: name.clone() }).await)?;
@@ -492,7 +537,7 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
             rank,
             attempt,
         } => {
-            print!("{}", pod_logs(&mut c, &name, rank, attempt).await?);
+            print!("{}", pod_logs(c, &name, rank, attempt).await?);
         }
         ClusterCmd::Describe {
             what: DescribeWhat::Workload { name, out },
@@ -511,7 +556,7 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
             } => {
                 let filter = WorkloadFilter { team, all };
                 if watch {
-                    return watch_workloads(&mut c, filter).await;
+                    return watch_workloads(c, filter).await;
                 }
                 print_reply(api(c.call(Body::GetWorkloads(filter)).await)?, out.format);
             }

@@ -37,8 +37,40 @@ impl ClientOpts {
             _ => PathBuf::from("certs"),
         };
         let stem = self.identity.as_deref().unwrap_or("admin-admin");
-        Ok(Client::new(addrs, &dir, stem)?)
+        let mut c = Client::new(addrs.clone(), &dir, stem)?;
+        if let Some(l) = last_leader(&addrs) {
+            c.prefer(&l);
+        }
+        Ok(c)
     }
+
+    /// Remembers which coordinator answered, so the next command asks it first.
+    pub fn remember(&self, c: &Client) {
+        let Some(addr) = c.answered_by() else { return };
+        let Some(path) = leader_file() else { return };
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        // Best effort: a command works the same without it, only its first try may miss.
+        let _ = std::fs::write(&path, format!("{}\n{addr}\n", c.addrs().join(",")));
+    }
+}
+
+/// `~/.allot/leader`: the coordinator list it is for, and the address that last answered.
+fn leader_file() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+    Some(PathBuf::from(home).join(".allot").join("leader"))
+}
+
+fn last_leader(addrs: &[String]) -> Option<String> {
+    let text = std::fs::read_to_string(leader_file()?).ok()?;
+    let mut lines = text.lines();
+    let mut for_addrs: Vec<&str> = lines.next()?.split(',').collect();
+    let leader = lines.next()?.trim().to_string();
+    let mut ours: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    for_addrs.sort_unstable();
+    ours.sort_unstable();
+    (for_addrs == ours && addrs.contains(&leader)).then_some(leader)
 }
 
 /// A reply, with the coordinator's refusal turned into an error ("Kind: message").

@@ -181,6 +181,56 @@ fn leader_killed_during_1000_submissions_loses_and_duplicates_nothing() {
 }
 
 #[test]
+fn the_cli_finds_the_new_leader_after_a_kill_and_a_repeated_token_returns_the_original() {
+    let mut c = Cluster::new(3, 200);
+    let rt = rt();
+    let leader = rt.block_on(async {
+        let mut cl = c.client("admin-admin");
+        wait_leader(&mut cl).await;
+        let Ok(Ok(Reply::Hello {
+            leader: Some(l), ..
+        })) = cl.call(Body::Hello).await
+        else {
+            panic!("no leader named");
+        };
+        (l - 1) as usize
+    });
+    setup_team(&c, "team-a");
+    // The CLI remembers the leader that answered `setup_team`'s last command; it is killed,
+    // so the next command's first address is dead and a follower may name it for a while.
+    c.kill(leader);
+    let job = c.dir.path().join("job.yaml");
+    std::fs::write(
+        &job,
+        "name: after-kill\nteam: team-a\npriority: 1\ncount: 1\nrequests: {gpu: 1}\ncommand: [sleep, '60']\n",
+    )
+    .expect("job file");
+    let job = job.to_str().expect("utf-8 path");
+    let t0 = std::time::Instant::now();
+    let out = c.cli_ok(
+        "admin-admin",
+        &["submit", "-f", job, "--client-token", "retry-me"],
+    );
+    println!("submit after the leader's kill took {:?}", t0.elapsed());
+    assert!(out.contains("workload after-kill submitted"), "{out}");
+    // The same submit again (its outcome was unknown, say): the original workload, not a
+    // second one and not a conflict.
+    let again = c.cli_ok(
+        "admin-admin",
+        &["submit", "-f", job, "--client-token", "retry-me"],
+    );
+    assert!(again.contains("already submitted"), "{again}");
+    // Without the key it is a different submit of the same name: refused.
+    let other = c.cli("admin-admin", &["submit", "-f", job]);
+    assert!(!other.status.success());
+    assert!(
+        String::from_utf8_lossy(&other.stderr).contains("after-kill"),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+}
+
+#[test]
 fn a_follower_that_was_down_catches_up_from_a_snapshot() {
     let mut c = Cluster::new(3, 50);
     let rt = rt();

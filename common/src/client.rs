@@ -1,8 +1,10 @@
 //! A client's connection to a coordinator cluster: QUIC with the user's certificate, one
 //! request per stream, redirects to the leader, retries while an election is under way.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::api::{ApiError, Body, ErrorKind, Reply, Request};
@@ -34,8 +36,16 @@ pub struct Client {
     endpoint: quinn::Endpoint,
     config: quinn::ClientConfig,
     addrs: Vec<String>,
+    /// The address that last answered (the leader, for a write), tried first.
     conn: Option<(String, quinn::Connection)>,
+    /// Connections made by a race and not used yet, by address.
+    spare: Arc<Mutex<BTreeMap<String, quinn::Connection>>>,
 }
+
+/// How long a connection attempt may take. A replica that answers does so in milliseconds
+/// (one round trip and a TLS handshake); a dead one never does, and every second spent on it
+/// is a second of failover the user waits through.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The error when no coordinator address is given, with the ways to give one.
 const NO_ADDRESS: &str =
@@ -67,7 +77,26 @@ impl Client {
             config,
             addrs,
             conn: None,
+            spare: Arc::new(Mutex::new(BTreeMap::new())),
         })
+    }
+
+    /// Tries `addr` first on the next request (the leader a previous run found).
+    pub fn prefer(&mut self, addr: &str) {
+        if let Some(i) = self.addrs.iter().position(|a| a == addr) {
+            let a = self.addrs.remove(i);
+            self.addrs.insert(0, a);
+        }
+    }
+
+    /// The coordinator addresses, in the order they are tried.
+    pub fn addrs(&self) -> &[String] {
+        &self.addrs
+    }
+
+    /// The address that answered the last request.
+    pub fn answered_by(&self) -> Option<&str> {
+        self.conn.as_ref().map(|(a, _)| a.as_str())
     }
 
     async fn connect(&mut self, addr: &str) -> Result<quinn::Connection, ClientError> {
@@ -76,21 +105,47 @@ impl Client {
                 return Ok(c.clone());
             }
         }
-        let sock = tokio::net::lookup_host(addr)
-            .await
-            .map_err(|e| transport(addr, format!("resolving: {e}")))?
-            .next()
-            .ok_or_else(|| transport(addr, "resolves to no address"))?;
-        let connecting = self
-            .endpoint
-            .connect_with(self.config.clone(), sock, tls::SERVER_NAME)
-            .map_err(|e| transport(addr, e))?;
-        let conn = tokio::time::timeout(Duration::from_secs(3), connecting)
-            .await
-            .map_err(|_| transport(addr, "no answer within 3s"))?
-            .map_err(|e| transport(addr, e))?;
+        let spare = self.spare.lock().ok().and_then(|mut s| s.remove(addr));
+        let conn = match spare.filter(|c| c.close_reason().is_none()) {
+            Some(c) => c,
+            None => dial(&self.endpoint, &self.config, addr).await?,
+        };
         self.conn = Some((addr.to_string(), conn.clone()));
         Ok(conn)
+    }
+
+    /// Dials every address in `addrs` at once and returns the first that connects; the others
+    /// that connect later are kept for the redirect that usually follows (a follower names the
+    /// leader). Fails when none connects within `CONNECT_TIMEOUT`.
+    async fn race(&mut self, addrs: &[String]) -> Result<String, ClientError> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for a in addrs {
+            let (ep, cfg, a, tx, spare) = (
+                self.endpoint.clone(),
+                self.config.clone(),
+                a.clone(),
+                tx.clone(),
+                self.spare.clone(),
+            );
+            tokio::spawn(async move {
+                let r = dial(&ep, &cfg, &a).await;
+                if let Ok(c) = &r {
+                    if let Ok(mut s) = spare.lock() {
+                        s.insert(a.clone(), c.clone());
+                    }
+                }
+                let _ = tx.send((a, r.map(|_| ())));
+            });
+        }
+        drop(tx);
+        let mut errors = Vec::new();
+        while let Some((a, r)) = rx.recv().await {
+            match r {
+                Ok(()) => return Ok(a),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        Err(ClientError::Setup(errors.join("; ")))
     }
 
     async fn once(
@@ -133,29 +188,66 @@ impl Client {
 
     /// Sends one request to the cluster: follows leader hints, tries every address, and
     /// retries while an election is under way. API errors come back as `Ok(Err(_))`.
+    ///
+    /// The address that answered last goes first. Without one, or once it fails, every address
+    /// not known to be down is dialled at once and the first to connect is asked; a hint that
+    /// names an address that just failed (followers name a killed leader until they elect
+    /// another) is not followed. So a dead replica costs at most one `CONNECT_TIMEOUT`, not one
+    /// per try.
     pub async fn call(&mut self, body: Body) -> Result<Result<Reply, ApiError>, ClientError> {
         let deadline = tokio::time::Instant::now() + RETRY_FOR;
-        let mut next: Option<String> = self.conn.as_ref().map(|(a, _)| a.clone());
-        let mut i = 0usize;
-        let mut last_err: String;
+        let mut next: Option<String> = self
+            .conn
+            .as_ref()
+            .map(|(a, _)| a.clone())
+            .or_else(|| (self.addrs.len() == 1).then(|| self.addrs[0].clone()));
+        // Addresses that failed in this call, and when.
+        let mut down: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
+        let mut last_err = String::new();
         loop {
-            let addr = next.take().unwrap_or_else(|| {
-                let a = self.addrs[i % self.addrs.len()].clone();
-                i += 1;
-                a
-            });
-            match self.once(&addr, &body).await {
-                Ok(Err(e)) if e.kind == ErrorKind::NotLeader => {
-                    next = e.leader.clone();
-                    last_err = e.message;
+            let now = tokio::time::Instant::now();
+            // An address that failed is tried again after a second (it may have restarted).
+            down.retain(|_, t| now.duration_since(*t) < Duration::from_secs(1));
+            let addr = match next.take().filter(|a| !down.contains_key(a)) {
+                Some(a) => Some(a),
+                None => {
+                    let up: Vec<String> = self
+                        .addrs
+                        .iter()
+                        .filter(|a| !down.contains_key(*a))
+                        .cloned()
+                        .collect();
+                    if up.is_empty() {
+                        None
+                    } else {
+                        match self.race(&up).await {
+                            Ok(a) => Some(a),
+                            Err(e) => {
+                                last_err = e.to_string();
+                                for a in up {
+                                    down.insert(a, now);
+                                }
+                                None
+                            }
+                        }
+                    }
                 }
-                Ok(Err(e)) if e.kind == ErrorKind::Unavailable && retry_safe(&body) => {
-                    last_err = e.message;
-                }
-                Ok(r) => return Ok(r),
-                Err(e) => {
-                    self.conn = None;
-                    last_err = e.to_string();
+            };
+            if let Some(addr) = addr {
+                match self.once(&addr, &body).await {
+                    Ok(Err(e)) if e.kind == ErrorKind::NotLeader => {
+                        next = e.leader.clone();
+                        last_err = e.message;
+                    }
+                    Ok(Err(e)) if e.kind == ErrorKind::Unavailable && retry_safe(&body) => {
+                        last_err = e.message;
+                    }
+                    Ok(r) => return Ok(r),
+                    Err(e) => {
+                        self.conn = None;
+                        down.insert(addr, tokio::time::Instant::now());
+                        last_err = e.to_string();
+                    }
                 }
             }
             if tokio::time::Instant::now() > deadline {
@@ -165,11 +257,38 @@ impl Client {
                     tried: self.addrs.join(", "),
                 });
             }
-            if next.is_none() && i.is_multiple_of(self.addrs.len()) {
-                tokio::time::sleep(Duration::from_millis(150)).await;
+            if next.is_none() {
+                // No leader named (an election is under way): a short pause before asking
+                // again.
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     }
+}
+
+/// Connects to `addr`, within `CONNECT_TIMEOUT`.
+async fn dial(
+    endpoint: &quinn::Endpoint,
+    config: &quinn::ClientConfig,
+    addr: &str,
+) -> Result<quinn::Connection, ClientError> {
+    let sock = tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| transport(addr, format!("resolving: {e}")))?
+        .next()
+        .ok_or_else(|| transport(addr, "resolves to no address"))?;
+    let connecting = endpoint
+        .connect_with(config.clone(), sock, tls::SERVER_NAME)
+        .map_err(|e| transport(addr, e))?;
+    tokio::time::timeout(CONNECT_TIMEOUT, connecting)
+        .await
+        .map_err(|_| {
+            transport(
+                addr,
+                format!("no answer within {} ms", CONNECT_TIMEOUT.as_millis()),
+            )
+        })?
+        .map_err(|e| transport(addr, e))
 }
 
 /// Whether a request may be sent again after an ambiguous failure.

@@ -134,6 +134,8 @@ impl Cluster {
             .env("ALLOT_COORDINATORS", self.addrs.join(","))
             .env("ALLOT_CERTS", self.certs())
             .env("ALLOT_AS", stem)
+            // The CLI remembers the last leader under $HOME/.allot: the test's, not the user's.
+            .env("HOME", self.dir.path())
             .output()
             .expect("run allot")
     }
