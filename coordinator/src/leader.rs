@@ -25,8 +25,12 @@ use crate::replica::{Applied, Replica};
 /// Milliseconds on a monotonic clock with an arbitrary origin.
 pub type Millis = u64;
 
-/// A node is lost after this many leases without a heartbeat: one lease for its agent to
-/// notice and stop its pods, one more for them to stop.
+/// A node is marked failed after this many leases without a heartbeat (its agent has stopped
+/// its pods, or is stopping them, by then): its workloads are evicted but keep their room.
+pub const LEASES_BEFORE_FAILED: u64 = 1;
+/// A failed node is declared lost, and the workloads still waiting on it requeued, after this
+/// many leases without a heartbeat: its agent's lease has run out for certain, even if a sync
+/// answered just before the node was marked failed renewed it.
 pub const LEASES_BEFORE_LOST: u64 = 2;
 
 #[derive(Clone, Debug)]
@@ -111,8 +115,10 @@ pub struct Leader {
     leader_since: Millis,
     /// The last heartbeat heard from each node's agent while this replica led.
     heard: BTreeMap<String, Millis>,
-    /// Nodes whose `NodeLost` was proposed, and when (made again after `retry_ms`).
-    lost_proposed: BTreeMap<String, Millis>,
+    /// Nodes whose `NodeLost` was proposed: whether the node was healthy then (the first
+    /// `NodeLost` fails a node, the second releases its workloads), and when (made again after
+    /// `retry_ms`).
+    lost_proposed: BTreeMap<String, (bool, Millis)>,
     last_lease_check: Option<Millis>,
     next_token: u64,
     /// The plan (or planned submit) in flight: its token and when it was proposed.
@@ -214,8 +220,10 @@ impl Leader {
     }
 
     /// Leader only: proposes `NodeLost` for every healthy node whose agent this replica has not
-    /// heard from for `LEASES_BEFORE_LOST` leases, counted from its last heartbeat or from when
-    /// this replica became leader, whichever is later. Returns the nodes declared lost.
+    /// heard from for `LEASES_BEFORE_FAILED` leases, and for every failed node that workloads
+    /// still hold room on after `LEASES_BEFORE_LOST`; silence counts from the last heartbeat or
+    /// from when this replica became leader, whichever is later. Returns the nodes declared
+    /// lost.
     pub fn poll_leases<D: Disk>(
         &mut self,
         rep: &mut Replica<D>,
@@ -238,12 +246,13 @@ impl Leader {
             if report.lease_ms == 0 {
                 continue;
             }
-            let healthy = st
-                .acct
-                .nodes
-                .find(name)
-                .is_some_and(|n| st.acct.nodes.node(n).healthy);
-            if !healthy {
+            let Some(n) = st.acct.nodes.find(name) else {
+                continue;
+            };
+            // A failed node is watched while workloads wait on it for their pods to stop
+            // (`State::fail_node_fenced`); its `NodeLost` releases them.
+            let healthy = st.acct.nodes.node(n).healthy;
+            if !healthy && st.workloads_on(n).is_empty() {
                 self.lost_proposed.remove(name);
                 continue;
             }
@@ -254,36 +263,49 @@ impl Leader {
                 .unwrap_or(self.leader_since)
                 .max(self.leader_since);
             let silent = now.saturating_sub(since);
-            if silent <= report.lease_ms * LEASES_BEFORE_LOST {
+            let leases = if healthy {
+                LEASES_BEFORE_FAILED
+            } else {
+                LEASES_BEFORE_LOST
+            };
+            if silent <= report.lease_ms * leases {
                 continue;
             }
             if self
                 .lost_proposed
                 .get(name)
-                .is_some_and(|t| now.saturating_sub(*t) < self.cfg.retry_ms)
+                .is_some_and(|&(h, t)| h == healthy && now.saturating_sub(t) < self.cfg.retry_ms)
             {
                 continue;
             }
-            lost.push(Lost {
-                node: name.clone(),
-                reason: format!(
-                    "no heartbeat from its agent for {:.1}s (lease {:.1}s): its pods were stopped by its agent",
-                    silent as f64 / 1000.0,
-                    report.lease_ms as f64 / 1000.0
-                ),
-            });
+            lost.push((
+                healthy,
+                Lost {
+                    node: name.clone(),
+                    reason: format!(
+                        "no heartbeat from its agent for {:.1}s (lease {:.1}s): {}",
+                        silent as f64 / 1000.0,
+                        report.lease_ms as f64 / 1000.0,
+                        if healthy {
+                            "its agent stops its pods"
+                        } else {
+                            "its pods were stopped by its agent"
+                        }
+                    ),
+                },
+            ));
         }
-        for l in &lost {
+        for (healthy, l) in &lost {
             let token = self.token();
             let cmd = Command::NodeLost {
                 name: l.node.clone(),
                 reason: l.reason.clone(),
             };
             if rep.propose(token, &Cmd { now: wall, cmd }).is_ok() {
-                self.lost_proposed.insert(l.node.clone(), now);
+                self.lost_proposed.insert(l.node.clone(), (*healthy, now));
             }
         }
-        lost
+        lost.into_iter().map(|(_, l)| l).collect()
     }
 
     /// A submit on an idle cluster goes into the log with the plan that admits it (one commit
@@ -509,7 +531,7 @@ mod tests {
         assert_eq!(leader.sync_role(&rep, elected), RoleChange::None);
         // node-1's agent keeps heartbeating; node-2's is silent from the election on.
         let mut t = elected;
-        while t <= elected + 2 * LEASE_MS {
+        while t <= elected + LEASE_MS {
             leader.handle_heartbeat(&rep, "node-1", t);
             assert!(
                 leader.poll_leases(&mut rep, t, 0).is_empty(),
@@ -518,13 +540,13 @@ mod tests {
             );
             t += 500;
         }
-        // Past two leases of silence under this leader, node-2 (only) is declared lost.
-        let lost = leader.poll_leases(&mut rep, elected + 2 * LEASE_MS + 600, 0);
+        // Past a lease of silence under this leader, node-2 (only) is declared lost.
+        let lost = leader.poll_leases(&mut rep, elected + LEASE_MS + 600, 0);
         assert_eq!(
             lost.iter().map(|l| l.node.as_str()).collect::<Vec<_>>(),
             vec!["node-2"]
         );
-        assert!(lost[0].reason.contains("for 20.6s"), "{}", lost[0].reason);
+        assert!(lost[0].reason.contains("for 10.6s"), "{}", lost[0].reason);
         while rep.handle_ready().expect("ready") {}
         assert_eq!(lost_nodes(&rep), vec!["node-2".to_string()]);
     }
@@ -540,11 +562,11 @@ mod tests {
         leader.was_leader = false;
         assert_eq!(leader.sync_role(&rep, 50_000), RoleChange::Gained);
         assert!(leader
-            .poll_leases(&mut rep, 50_000 + 2 * LEASE_MS, 0)
+            .poll_leases(&mut rep, 50_000 + LEASE_MS, 0)
             .is_empty());
         assert_eq!(
             leader
-                .poll_leases(&mut rep, 50_000 + 2 * LEASE_MS + 200, 0)
+                .poll_leases(&mut rep, 50_000 + LEASE_MS + 200, 0)
                 .len(),
             1
         );
@@ -589,5 +611,75 @@ mod tests {
         leader.was_leader = false;
         leader.sync_role(&rep, 5_001);
         assert_eq!(leader.handle_cycle_done(&mut rep, job.run(), 5_002), None);
+    }
+
+    #[test]
+    fn a_silent_node_is_failed_after_a_lease_and_its_workloads_released_after_two() {
+        let mut rep = leading(&["node-1"]);
+        let mut leader = Leader::new(LeaderConfig::default());
+        leader.sync_role(&rep, 0);
+        // A workload running on node-1.
+        let mut req = allot_common::Resources::new();
+        req.add(&allot_common::ResourceName::gpu(), 1);
+        let quota = allot_common::hyperpod::ComputeQuotaConfig::parse_shorthand(
+            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}]",
+        )
+        .expect("valid");
+        let cmds = [
+            Command::CreateComputeQuota(allot_common::api::ComputeQuotaInput {
+                name: "q".into(),
+                description: None,
+                team: "team-a".into(),
+                fair_share_weight: 1,
+                config: quota,
+                activation: allot_common::api::ActivationState::Enabled,
+            }),
+            Command::Submit(allot_common::api::SubmitInput {
+                spec: allot_common::WorkloadSpec::single("w", "team-a", 1, req),
+                run: None,
+                client_token: None,
+            }),
+        ];
+        for (i, cmd) in cmds.into_iter().enumerate() {
+            rep.propose(200 + i as u64, &Cmd { now: 0, cmd })
+                .expect("proposed");
+        }
+        while rep.handle_ready().expect("ready") {}
+        let job = leader.poll_cycle(&rep, 0, 0).expect("a cycle");
+        leader.handle_cycle_done(&mut rep, job.run(), 0);
+        while rep.handle_ready().expect("ready") {}
+        let state = |rep: &Replica<MemDisk>| {
+            let st = &rep.machine.state;
+            st.workload(st.find_workload("w").expect("exists")).state
+        };
+        assert_eq!(state(&rep), allot_core::WlState::Admitted);
+        leader.handle_heartbeat(&rep, "node-1", 1_000);
+        // One lease of silence: failed, the workload evicted but holding its room.
+        assert_eq!(
+            leader
+                .poll_leases(&mut rep, 1_000 + LEASE_MS + 100, 0)
+                .len(),
+            1
+        );
+        while rep.handle_ready().expect("ready") {}
+        assert_eq!(lost_nodes(&rep), vec!["node-1".to_string()]);
+        assert_eq!(state(&rep), allot_core::WlState::Evicting);
+        // Not released before two leases of silence.
+        assert!(leader
+            .poll_leases(&mut rep, 1_000 + 2 * LEASE_MS, 0)
+            .is_empty());
+        let lost = leader.poll_leases(&mut rep, 1_000 + 2 * LEASE_MS + 100, 0);
+        assert_eq!(lost.len(), 1);
+        assert!(
+            lost[0].reason.contains("were stopped"),
+            "{}",
+            lost[0].reason
+        );
+        while rep.handle_ready().expect("ready") {}
+        assert_eq!(state(&rep), allot_core::WlState::Pending);
+        // Nothing holds room on the failed node any more: it is not declared lost again.
+        assert!(leader
+            .poll_leases(&mut rep, 1_000 + 5 * LEASE_MS, 0)
+            .is_empty());
     }
 }

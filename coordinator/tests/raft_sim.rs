@@ -508,6 +508,14 @@ impl Sim {
                 healthy: self.rng.chance(600),
                 reason: "sim".into(),
             }
+        } else if k < 18 && self.faults.agents {
+            // An admin marks an agent's node failed while its agent and pods run on: the
+            // workloads there must not start elsewhere before their pods stopped.
+            Command::SetNodeHealth {
+                name: format!("agent-{}", self.rng.below(AGENTS as u64)),
+                healthy: false,
+                reason: "marked failed by an admin".into(),
+            }
         } else if k < 70 {
             self.submitted += 1;
             let mut req = Resources::new();

@@ -84,8 +84,11 @@ pub enum Command {
     Plan(Plan),
     /// An agent registered its node or reported a changed inventory.
     ReportNode(NodeReport),
-    /// The leader saw no heartbeat from a node's agent for longer than its lease allows: its
-    /// agent has stopped the node's pods by now, so its workloads are requeued.
+    /// The leader saw no heartbeat from a node's agent for longer than its lease allows. The
+    /// first time, the node is marked failed and its workloads are evicted but keep their room
+    /// (`State::fail_node_fenced`); the second, on a failed node, after two leases of silence,
+    /// the agent has stopped every pod for certain and they are requeued. A node without an
+    /// agent's lease is failed and its workloads requeued at once.
     NodeLost {
         name: String,
         reason: String,
@@ -514,7 +517,11 @@ impl Machine {
                 healthy,
                 reason,
             } => {
-                events.extend(self.state.set_node_health(name, *healthy, now)?);
+                if !*healthy && self.has_lease(name) {
+                    events.extend(self.state.fail_node_fenced(name, reason, now)?);
+                } else {
+                    events.extend(self.state.set_node_health(name, *healthy, now)?);
+                }
                 self.nodes_meta.entry(name.clone()).or_default().reason = if *healthy {
                     String::new()
                 } else {
@@ -528,11 +535,23 @@ impl Machine {
                     return Err(not_found(format!("unknown node {name:?}")));
                 };
                 if self.state.acct.nodes.node(n).healthy {
-                    events.extend(
-                        self.state
-                            .set_node_health_because(name, false, reason, now)?,
-                    );
+                    // Its workloads keep their room until their pods are reported stopped or
+                    // the node is declared lost again, once the agent's lease has run out for
+                    // certain: a sync the agent made just before this entry may have started a
+                    // pod, and it must stop before a replacement starts.
+                    if self.has_lease(name) {
+                        events.extend(self.state.fail_node_fenced(name, reason, now)?);
+                    } else {
+                        events.extend(
+                            self.state
+                                .set_node_health_because(name, false, reason, now)?,
+                        );
+                    }
                     self.nodes_meta.entry(name.clone()).or_default().reason = reason.clone();
+                } else {
+                    // Failed earlier and fenced: its workloads waited for their pods to stop,
+                    // which the lease that ran out now guarantees.
+                    events.extend(self.state.release_lost_node(name, reason, now));
                 }
                 Ok(Reply::Done)
             }
@@ -799,6 +818,15 @@ impl Machine {
         let wl = self.state.prepare(&input.spec, now).ok()??;
         let plan = crate::scheduler::schedule_alone_with(&self.state, &wl, now, acct)?;
         Some((wl.id, plan))
+    }
+
+    /// Whether `node`'s agent holds a lease: its pods are stopped by the agent, and run until
+    /// it says so or the lease runs out.
+    pub fn has_lease(&self, node: &str) -> bool {
+        self.nodes_meta
+            .get(node)
+            .and_then(|m| m.report.as_ref())
+            .is_some_and(|r| r.lease_ms > 0)
     }
 
     /// A user acts only on its own team's workloads.

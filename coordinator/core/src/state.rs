@@ -936,18 +936,7 @@ impl State {
             .ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
         let mut events = Vec::new();
         if !healthy {
-            let hit: Vec<WlId> = self
-                .workloads
-                .values()
-                .filter(|w| w.state.holds_quota())
-                .filter(|w| {
-                    w.admission
-                        .as_ref()
-                        .is_some_and(|a| a.placement.iter().any(|(_, p)| p.node == node))
-                })
-                .map(|w| w.id)
-                .collect();
-            for id in hit {
+            for id in self.workloads_on(node) {
                 let msg = if why.is_empty() {
                     format!("node {name} failed; its pods were lost")
                 } else {
@@ -967,6 +956,74 @@ impl State {
         self.acct.nodes.set_health(node, healthy);
         self.rebuild();
         Ok(events)
+    }
+
+    /// A node whose agent holds a lease failed (an admin or its own report says so): its
+    /// workloads are evicted, but they keep their room until their pods are reported stopped
+    /// or the node is declared lost (`release_lost_node`, once its agent's lease has provably
+    /// run out), so no replacement can start while a pod of theirs may still run there.
+    pub fn fail_node_fenced(
+        &mut self,
+        name: &str,
+        why: &str,
+        now: Time,
+    ) -> Result<Vec<Event>, StateError> {
+        let node = self
+            .acct
+            .nodes
+            .find(name)
+            .ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
+        let mut events = Vec::new();
+        for id in self.workloads_on(node) {
+            let msg = if why.is_empty() {
+                format!("node {name} failed; its pods are being stopped")
+            } else {
+                format!("node {name} failed ({why}); its pods are being stopped")
+            };
+            events.extend(self.start_eviction(id, "NodeFailures", &msg, now));
+        }
+        self.acct.nodes.set_health(node, false);
+        self.rebuild();
+        Ok(events)
+    }
+
+    /// The node's agent has been silent for longer than its lease allows, so its pods have
+    /// stopped: every workload still holding room on it is requeued.
+    pub fn release_lost_node(&mut self, name: &str, why: &str, now: Time) -> Vec<Event> {
+        let Some(node) = self.acct.nodes.find(name) else {
+            return Vec::new();
+        };
+        let mut events = Vec::new();
+        for id in self.workloads_on(node) {
+            let msg = format!("node {name} was lost ({why}); its pods were stopped");
+            if let Some(wl) = wl_mut(&mut self.workloads, &id) {
+                if wl.eviction.is_none() {
+                    wl.eviction = Some(("NodeFailures".into(), msg.clone()));
+                }
+                wl.set_condition("Evicted", true, "NodeFailures", &msg, now);
+            }
+            events.push(Event::Evicted {
+                wl: id,
+                reason: "NodeFailures".into(),
+                message: msg,
+            });
+            events.extend(self.complete_eviction(id, now));
+        }
+        events
+    }
+
+    /// Workloads holding room with a pod placed on `node`.
+    pub fn workloads_on(&self, node: NodeId) -> Vec<WlId> {
+        self.workloads
+            .values()
+            .filter(|w| w.state.holds_quota())
+            .filter(|w| {
+                w.admission
+                    .as_ref()
+                    .is_some_and(|a| a.placement.iter().any(|(_, p)| p.node == node))
+            })
+            .map(|w| w.id)
+            .collect()
     }
 
     /// Starts evicting an admitted or running workload that no preemption chose (a device

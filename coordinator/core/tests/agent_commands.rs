@@ -208,7 +208,7 @@ fn lost_pods_requeue_and_stale_attempts_are_ignored() {
 }
 
 #[test]
-fn node_loss_requeues_and_a_new_report_brings_the_node_back() {
+fn node_loss_fences_then_requeues_and_a_new_report_brings_the_node_back() {
     let mut m = cluster(&["n1"]);
     submit(&mut m, "w", 1, 1);
     cycle(&mut m, 2);
@@ -220,9 +220,29 @@ fn node_loss_requeues_and_a_new_report_brings_the_node_back() {
             reason: "no heartbeat for 20s".into(),
         },
     );
-    assert_eq!(state(&m, "w"), WlState::Pending);
+    // The first NodeLost fails the node, and its workload is evicted but keeps its room: a
+    // sync its agent made just before may have started the pod, which is told to stop.
+    assert_eq!(state(&m, "w"), WlState::Evicting);
     let a = views::assignments(&m, "n1");
     assert!(!a.healthy && a.health_reason.contains("no heartbeat"));
+    assert_eq!(a.pods.len(), 1);
+    assert!(a.pods[0]
+        .stop
+        .as_deref()
+        .is_some_and(|s| s.contains("NodeFailures")));
+    cycle(&mut m, 3);
+    assert_eq!(state(&m, "w"), WlState::Evicting, "no replacement yet");
+    // The second, once the agent's lease has run out for certain, requeues it.
+    apply(
+        &mut m,
+        3,
+        Command::NodeLost {
+            name: "n1".into(),
+            reason: "no heartbeat for 20s".into(),
+        },
+    );
+    assert_eq!(state(&m, "w"), WlState::Pending);
+    let a = views::assignments(&m, "n1");
     assert!(a.pods.is_empty());
     apply(&mut m, 4, Command::ReportNode(report("n1", &[])));
     assert!(views::assignments(&m, "n1").healthy);
@@ -248,4 +268,46 @@ fn bad_reports_are_refused_with_the_value() {
         cmd: Command::ReportNode(r),
     });
     assert!(res.unwrap_err().message.contains("ml.nope"));
+}
+
+#[test]
+fn a_failed_node_keeps_its_workloads_until_their_pods_are_reported_stopped() {
+    // An admin marks a node whose agent holds a lease failed: the workload is evicted, but a
+    // replacement waits until the agent reports the pod stopped.
+    let mut m = cluster(&["n1", "n2"]);
+    submit(&mut m, "w", 1, 1);
+    cycle(&mut m, 2);
+    let node = views::workload(&m, m.state.find_workload("w").expect("exists")).pods[0]
+        .node
+        .clone();
+    apply(
+        &mut m,
+        3,
+        Command::SetNodeHealth {
+            name: node.clone(),
+            healthy: false,
+            reason: "maintenance".into(),
+        },
+    );
+    assert_eq!(state(&m, "w"), WlState::Evicting);
+    cycle(&mut m, 4);
+    assert_eq!(state(&m, "w"), WlState::Evicting, "no replacement yet");
+    apply(
+        &mut m,
+        5,
+        Command::PodsExited {
+            node: Some(node),
+            workload: "w".into(),
+            attempt: 1,
+            exits: vec![allot_common::api::PodExit {
+                rank: 0,
+                succeeded: false,
+                lost: false,
+                detail: "stopped".into(),
+            }],
+        },
+    );
+    assert_eq!(state(&m, "w"), WlState::Pending);
+    cycle(&mut m, 6);
+    assert_eq!(state(&m, "w"), WlState::Admitted);
 }
