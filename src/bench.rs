@@ -47,6 +47,11 @@ pub struct BenchArgs {
     /// prints what each replica's raft thread got.
     #[arg(long, default_value = "realtime", value_parser = |s: &str| s.parse::<RaftPriority>())]
     pub raft_priority: RaftPriority,
+    /// Instead of the runs above: three replicas and four agents with running work, the
+    /// leader SIGKILLed this many times; prints the elections and the time from each kill to
+    /// the first admission, and checks that nothing was lost, duplicated or restarted.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub failover: Option<u32>,
 }
 
 struct Cluster {
@@ -67,11 +72,11 @@ impl Drop for Cluster {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn pct(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -84,7 +89,7 @@ fn p99_ratio(lat: &[Duration], base: &[Duration]) -> f64 {
     pct(lat, 0.99).as_secs_f64() / pct(base, 0.99).as_secs_f64().max(1e-9)
 }
 
-fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
@@ -218,6 +223,9 @@ async fn wait_admitted(c: &mut Client, name: &str, since: Instant) -> anyhow::Re
 }
 
 pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
+    if let Some(kills) = a.failover {
+        return crate::failover::run(&a, kills).await;
+    }
     let it = Catalog::builtin()
         .get(&a.instance_type)
         .map_err(|e| anyhow!("--instance-type: {e}"))?

@@ -82,12 +82,12 @@ fn check_port(port: u16, replicas: u32, nodes: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
-struct Proc {
-    what: String,
-    child: Child,
+pub(crate) struct Proc {
+    pub what: String,
+    pub child: Child,
 }
 
-fn spawn(what: &str, args: &[String], log: &Path) -> anyhow::Result<Proc> {
+pub(crate) fn spawn(what: &str, args: &[String], log: &Path) -> anyhow::Result<Proc> {
     let exe = std::env::current_exe().context("cannot find the allot binary")?;
     let out = std::fs::OpenOptions::new()
         .create(true)
@@ -116,7 +116,7 @@ fn spawn(what: &str, args: &[String], log: &Path) -> anyhow::Result<Proc> {
     })
 }
 
-fn terminate(procs: &mut [Proc], within: Duration) {
+pub(crate) fn terminate(procs: &mut [Proc], within: Duration) {
     for p in procs.iter() {
         // SAFETY: kill(2) on a child's pid.
         unsafe {

@@ -13,6 +13,7 @@ mod client;
 mod config;
 mod coordinator_cmd;
 mod dev;
+mod failover;
 mod scenario;
 mod simulate;
 

@@ -57,9 +57,44 @@ fn a_small_bench_prints_every_figure_and_admits_everything() {
 }
 
 #[test]
+fn the_failover_bench_kills_leaders_and_checks_nothing_was_lost_or_restarted() {
+    let child = Command::new(BIN)
+        .args(["bench", "--failover", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("allot bench starts");
+    let dir = std::env::temp_dir().join(format!("allot-failover-{}", child.id()));
+    let out = child.wait_with_output().expect("allot bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The bench itself fails when a workload was lost, duplicated or restarted.
+    assert!(
+        out.status.success(),
+        "allot bench --failover failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+    for expected in [
+        "3 replicas, 4 agents (ml.g5.8xlarge, 1 fake GPU each), 4 long-running workloads running; 2 leader kills:",
+        "  kill 1: replica ",
+        "  kill 2: replica ",
+        "elections: p50 ",
+        "kill to first admission (a new client per submit, as the CLI): p50 ",
+        "workloads lost: 0, duplicated: 0, long-running ones restarted: 0 of 4",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "the output lacks {expected:?}:\n{stdout}"
+        );
+    }
+    assert!(!dir.exists(), "{} was left behind", dir.display());
+}
+
+#[test]
 fn bad_bench_arguments_are_refused_with_the_value() {
     for (args, expected) in [
         (&["--rounds", "0"][..], "0"),
+        (&["--failover", "0"][..], "0"),
         (&["--samples", "0"][..], "0"),
         (&["--instance-type", "ml.nope"][..], "ml.nope"),
         (

@@ -38,8 +38,15 @@ pub struct Client {
     addrs: Vec<String>,
     /// The address that last answered (the leader, for a write), tried first.
     conn: Option<(String, quinn::Connection)>,
-    /// Connections made by a race and not used yet, by address.
-    spare: Arc<Mutex<BTreeMap<String, quinn::Connection>>>,
+    /// What the last race's dials came to, by address: a connection not used yet, still
+    /// dialling, or failed.
+    spare: Arc<Mutex<BTreeMap<String, Dial>>>,
+}
+
+enum Dial {
+    Dialling,
+    Up(quinn::Connection),
+    Failed,
 }
 
 /// How long a connection attempt may take. A replica that answers does so in milliseconds
@@ -105,7 +112,14 @@ impl Client {
                 return Ok(c.clone());
             }
         }
-        let spare = self.spare.lock().ok().and_then(|mut s| s.remove(addr));
+        let spare = self
+            .spare
+            .lock()
+            .ok()
+            .and_then(|mut s| match s.remove(addr) {
+                Some(Dial::Up(c)) => Some(c),
+                _ => None,
+            });
         let conn = match spare.filter(|c| c.close_reason().is_none()) {
             Some(c) => c,
             None => dial(&self.endpoint, &self.config, addr).await?,
@@ -119,6 +133,12 @@ impl Client {
     /// leader). Fails when none connects within `CONNECT_TIMEOUT`.
     async fn race(&mut self, addrs: &[String]) -> Result<String, ClientError> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        if let Ok(mut s) = self.spare.lock() {
+            s.clear();
+            for a in addrs {
+                s.insert(a.clone(), Dial::Dialling);
+            }
+        }
         for a in addrs {
             let (ep, cfg, a, tx, spare) = (
                 self.endpoint.clone(),
@@ -129,9 +149,13 @@ impl Client {
             );
             tokio::spawn(async move {
                 let r = dial(&ep, &cfg, &a).await;
-                if let Ok(c) = &r {
-                    if let Ok(mut s) = spare.lock() {
-                        s.insert(a.clone(), c.clone());
+                if let Ok(mut s) = spare.lock() {
+                    // Unless a later race has started over.
+                    if let Some(d) = s.get_mut(&a).filter(|d| matches!(d, Dial::Dialling)) {
+                        *d = match &r {
+                            Ok(c) => Dial::Up(c.clone()),
+                            Err(_) => Dial::Failed,
+                        };
                     }
                 }
                 let _ = tx.send((a, r.map(|_| ())));
@@ -189,18 +213,20 @@ impl Client {
     /// Sends one request to the cluster: follows leader hints, tries every address, and
     /// retries while an election is under way. API errors come back as `Ok(Err(_))`.
     ///
-    /// The address that answered last goes first. Without one, or once it fails, every address
-    /// not known to be down is dialled at once and the first to connect is asked; a hint that
+    /// The connection that answered last is used again. Without one, or once it fails, every
+    /// address not known to be down is dialled at once and the first to connect is asked; a hint that
     /// names an address that just failed (followers name a killed leader until they elect
     /// another) is not followed. So a dead replica costs at most one `CONNECT_TIMEOUT`, not one
     /// per try.
     pub async fn call(&mut self, body: Body) -> Result<Result<Reply, ApiError>, ClientError> {
         let deadline = tokio::time::Instant::now() + RETRY_FOR;
+        // A live connection is used again; without one, every address is dialled at once
+        // (the last known leader first), so a dead one costs nothing when another answers.
         let mut next: Option<String> = self
             .conn
             .as_ref()
-            .map(|(a, _)| a.clone())
-            .or_else(|| (self.addrs.len() == 1).then(|| self.addrs[0].clone()));
+            .filter(|(_, c)| c.close_reason().is_none())
+            .map(|(a, _)| a.clone());
         // Addresses that failed in this call, and when.
         let mut down: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
         let mut last_err = String::new();
@@ -236,7 +262,7 @@ impl Client {
             if let Some(addr) = addr {
                 match self.once(&addr, &body).await {
                     Ok(Err(e)) if e.kind == ErrorKind::NotLeader => {
-                        next = e.leader.clone();
+                        next = self.follow(&addr, e.leader.clone(), &mut down).await;
                         last_err = e.message;
                     }
                     Ok(Err(e)) if e.kind == ErrorKind::Unavailable && retry_safe(&body) => {
@@ -262,6 +288,47 @@ impl Client {
                 // again.
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+        }
+    }
+}
+
+impl Client {
+    /// Where to go after `asked` named `hint` as the leader. Followers go on naming a killed
+    /// leader until they elect another, so a hint whose dial (from the last race) failed or is
+    /// still under way is not waited on for a whole `CONNECT_TIMEOUT`: after a short pause the
+    /// follower is asked again, and by then it may name the new leader.
+    async fn follow(
+        &mut self,
+        asked: &str,
+        hint: Option<String>,
+        down: &mut BTreeMap<String, tokio::time::Instant>,
+    ) -> Option<String> {
+        let hint = hint?;
+        let pause = Duration::from_millis(50);
+        let t = tokio::time::Instant::now();
+        loop {
+            let (dialling, failed) =
+                self.spare
+                    .lock()
+                    .ok()
+                    .map_or((false, false), |s| match s.get(&hint) {
+                        Some(Dial::Dialling) => (true, false),
+                        Some(Dial::Failed) => (false, true),
+                        _ => (false, false),
+                    });
+            if failed {
+                down.insert(hint, t);
+                tokio::time::sleep(pause).await;
+                return Some(asked.to_string());
+            }
+            // Connected, or not dialled in this race: go there.
+            if !dialling {
+                return Some(hint);
+            }
+            if t.elapsed() >= pause {
+                return Some(asked.to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }
