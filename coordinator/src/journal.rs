@@ -56,6 +56,8 @@ pub struct Journal {
     direct: bool,
     /// With `direct`: the bytes of the block `offset` is in, before `offset`.
     tail: Vec<u8>,
+    /// What opening repaired, if anything.
+    repaired: Option<String>,
 }
 
 fn io_err(path: &Path, what: impl std::fmt::Display) -> DiskError {
@@ -101,8 +103,39 @@ impl Journal {
                 false,
             ),
         };
-        let size = data.len() as u64 / BLOCK * BLOCK;
-        let (generation, end, payloads) = scan(&data[..size as usize]);
+        let mut repaired = None;
+        if (data.len() as u64) < size {
+            // Cut short (it is created whole and never shrinks): what is left is replayed,
+            // and the file is made whole again for the records that follow.
+            repaired = Some(format!(
+                "the file is {} bytes, shorter than the {size} it was created with",
+                data.len()
+            ));
+        }
+        let whole = (data.len() as u64).div_ceil(BLOCK) * BLOCK;
+        let found = scan(&data);
+        let newer = found.generation > folded;
+        if let Some(what) = &found.damage {
+            let at = found.end;
+            if let Some(later) = valid_record_after(&data, at as usize, found.generation, folded) {
+                return Err(DiskError::Corrupt(format!(
+                    "journal {} is damaged at offset {at} ({what}), and a whole record follows at offset {later}: records this replica acknowledged as durable are lost or changed. \
+                     Restore its data directory from a backup, or remove the data directory and start the replica again to re-join: it then copies the log from its peers",
+                    path.display()
+                )));
+            }
+            if newer || found.generation == 0 {
+                repaired = Some(match repaired {
+                    Some(cut) => format!("{cut}; the record at offset {at} is torn ({what})"),
+                    None => format!("the record at offset {at} is torn ({what})"),
+                });
+            }
+        }
+        let size = size.max(whole);
+        if (data.len() as u64) < size {
+            file.set_len(size)
+                .map_err(|e| io_err(path, format!("restoring the journal's size: {e}")))?;
+        }
         let mut j = Journal {
             file,
             path: path.to_path_buf(),
@@ -111,17 +144,30 @@ impl Journal {
             offset: 0,
             direct,
             tail: Vec::new(),
+            repaired: repaired.map(|what| {
+                format!(
+                    "journal {}: {what}. A record is acknowledged only once it is whole on disk, so what was lost was never acknowledged by this replica, or the disk lost it: the replica goes on from the last whole record, at offset {}, and catches up from its peers",
+                    path.display(),
+                    found.end
+                )
+            }),
         };
         let mut records = Vec::new();
-        if generation > folded {
-            for p in payloads {
+        if newer {
+            for p in found.payloads {
                 records.push(decode_record(p)?);
             }
-            j.generation = generation;
+            let end = found.end;
+            j.generation = found.generation;
             j.offset = end;
             j.tail = data[(end / BLOCK * BLOCK) as usize..end as usize].to_vec();
         }
         Ok((j, records))
+    }
+
+    /// What opening repaired, in words (a torn last record, a file cut short), if anything.
+    pub fn repaired(&self) -> Option<&str> {
+        self.repaired.as_deref()
     }
 
     /// The generation new records are written in.
@@ -213,33 +259,109 @@ fn create(path: &Path, size: u64) -> Result<(), DiskError> {
     Ok(())
 }
 
-/// The first generation's valid records: (generation, end offset, payloads). Generation 0
-/// when there is none.
-fn scan(data: &[u8]) -> (u64, u64, Vec<&[u8]>) {
+/// What replaying the journal found.
+struct Scan<'a> {
+    /// The generation of the records read (0 when there is none).
+    generation: u64,
+    /// Where the records read end: the next record goes here.
+    end: u64,
+    payloads: Vec<&'a [u8]>,
+    /// Why the replay stopped at `end`, when it was not the clean end of the records (zeros,
+    /// the file's end, or an older generation's records behind the newest one's).
+    damage: Option<String>,
+}
+
+/// The header at `off` and its payload, if a whole record with a valid checksum is there:
+/// (generation, payload). Otherwise why not.
+fn record_at(data: &[u8], off: usize) -> Result<(u64, &[u8]), String> {
+    let Some(h) = data.get(off..off + HEADER) else {
+        return Err(format!(
+            "a header of {HEADER} bytes expected, the file ends after {}",
+            data.len().saturating_sub(off)
+        ));
+    };
+    if h[0..4] != MAGIC {
+        return Err(format!(
+            "the magic {:?} expected, {:02x?} found",
+            std::str::from_utf8(&MAGIC).unwrap_or("AJ01"),
+            &h[0..4]
+        ));
+    }
+    let g = u64::from_le_bytes(h[4..12].try_into().unwrap_or_default());
+    let len = u32::from_le_bytes(h[12..16].try_into().unwrap_or_default()) as usize;
+    let crc = u32::from_le_bytes(h[16..20].try_into().unwrap_or_default());
+    let Some(payload) = data.get(off + HEADER..off + HEADER + len) else {
+        return Err(format!(
+            "a payload of {len} bytes expected, the file ends after {}",
+            data.len().saturating_sub(off + HEADER)
+        ));
+    };
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&h[4..16]);
+    hasher.update(payload);
+    let computed = hasher.finalize();
+    if computed != crc {
+        return Err(format!(
+            "checksum {crc:08x} stored, {computed:08x} computed over its {len} bytes"
+        ));
+    }
+    if g == 0 {
+        return Err("generation 0, which is never written".into());
+    }
+    Ok((g, payload))
+}
+
+/// The first generation's valid records, and whether something other than their clean end
+/// stopped the replay.
+fn scan(data: &[u8]) -> Scan<'_> {
     let mut off = 0usize;
     let mut generation = 0u64;
-    let mut out = Vec::new();
-    while let Some(h) = data.get(off..off + HEADER) {
-        if h[0..4] != MAGIC {
-            break;
+    let mut payloads = Vec::new();
+    let damage = loop {
+        let header = data.get(off..off + HEADER);
+        // Zeros, or the end of the file: the clean end of the records.
+        if header.is_none_or(|h| h.iter().all(|&b| b == 0)) {
+            break None;
         }
-        let g = u64::from_le_bytes(h[4..12].try_into().unwrap_or_default());
-        let len = u32::from_le_bytes(h[12..16].try_into().unwrap_or_default()) as usize;
-        let crc = u32::from_le_bytes(h[16..20].try_into().unwrap_or_default());
-        let Some(payload) = data.get(off + HEADER..off + HEADER + len) else {
-            break;
-        };
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&h[4..16]);
-        hasher.update(payload);
-        if hasher.finalize() != crc || (generation != 0 && g != generation) || g == 0 {
-            break;
+        match record_at(data, off) {
+            Ok((g, payload)) if generation == 0 || g == generation => {
+                generation = g;
+                payloads.push(payload);
+                off += HEADER + payload.len();
+            }
+            // An older generation's records behind the newest one's: already folded.
+            Ok((g, _)) if g < generation => break None,
+            Ok((g, _)) => {
+                break Some(format!(
+                    "a record of generation {g} behind generation {generation}'s"
+                ))
+            }
+            Err(why) => break Some(why),
         }
-        generation = g;
-        out.push(payload);
-        off += HEADER + len;
+    };
+    Scan {
+        generation,
+        end: off as u64,
+        payloads,
+        damage,
     }
-    (generation, off as u64, out)
+}
+
+/// The offset of a whole record of generation `generation` (any generation newer than
+/// `folded` when it is 0) anywhere after `from`: one written after a damaged record, which
+/// was then durable and acknowledged.
+fn valid_record_after(data: &[u8], from: usize, generation: u64, folded: u64) -> Option<usize> {
+    let mut off = from + 1;
+    while off + HEADER <= data.len() {
+        let at = data[off..].windows(4).position(|w| w == MAGIC)? + off;
+        if let Ok((g, _)) = record_at(data, at) {
+            if (generation != 0 && g == generation) || (generation == 0 && g > folded) {
+                return Some(at);
+            }
+        }
+        off = at + 1;
+    }
+    None
 }
 
 /// Encodes a record's payload: a flag byte, the hard state if present, then the entries, each
@@ -394,10 +516,94 @@ mod tests {
             let (mut j, got) = open(&path, 64 << 10, 0).expect("reopen");
             assert_eq!(got, vec![a.clone()]);
             assert_eq!(j.offset, torn_at);
+            // Named: the file, the offset, and what was expected there.
+            let said = j.repaired().expect("the repair is reported").to_string();
+            for part in [
+                path.display().to_string(),
+                format!("offset {torn_at}"),
+                "checksum".to_string(),
+                "catches up from its peers".to_string(),
+            ] {
+                assert!(said.contains(&part), "{said:?} lacks {part:?}");
+            }
             let c = rec(None, vec![entry(2, 2)]);
             assert!(write(&mut j, &c));
-            let (_, got) = open(&path, 64 << 10, 0).expect("reopen");
+            let (j, got) = open(&path, 64 << 10, 0).expect("reopen");
             assert_eq!(got, vec![a, c]);
+            assert_eq!(j.repaired(), None, "the repair holds");
+        });
+    }
+
+    #[test]
+    fn damage_before_a_whole_record_is_a_refusal_that_says_what_to_do() {
+        both(|| {
+            let dir = tempfile::tempdir().expect("tmp");
+            let path = dir.path().join("raft.journal");
+            let (mut j, _) = open(&path, 64 << 10, 0).expect("open");
+            let mut offsets = Vec::new();
+            for i in 1..=5 {
+                offsets.push(j.offset);
+                assert!(write(&mut j, &rec(None, vec![entry(i, 1)])));
+            }
+            drop(j);
+            // The third record's payload is damaged; the fourth and fifth are whole: the third
+            // was durable (and acknowledged) before they were written.
+            let f = OpenOptions::new().write(true).open(&path).expect("file");
+            f.write_all_at(&[0xee], offsets[2] + HEADER as u64 + 7)
+                .expect("damage");
+            let Err(e) = open(&path, 64 << 10, 0) else {
+                panic!("a journal damaged before whole records was opened");
+            };
+            let e = e.to_string();
+            for part in [
+                path.display().to_string(),
+                format!("damaged at offset {}", offsets[2]),
+                format!("a whole record follows at offset {}", offsets[3]),
+                "Restore".to_string(),
+                "re-join".to_string(),
+            ] {
+                assert!(e.contains(&part), "{e:?} lacks {part:?}");
+            }
+        });
+    }
+
+    #[test]
+    fn a_journal_cut_short_is_reported_and_made_whole() {
+        both(|| {
+            let dir = tempfile::tempdir().expect("tmp");
+            let path = dir.path().join("raft.journal");
+            let (mut j, _) = open(&path, 64 << 10, 0).expect("open");
+            let mut offsets = Vec::new();
+            let mut written = Vec::new();
+            for i in 1..=40 {
+                offsets.push(j.offset);
+                let r = rec(None, vec![entry(i, 1)]);
+                assert!(write(&mut j, &r));
+                written.push(r);
+            }
+            drop(j);
+            // Cut in the middle of record 31 (and so on a block boundary or not).
+            let cut = offsets[30] + 10;
+            let f = OpenOptions::new().write(true).open(&path).expect("file");
+            f.set_len(cut).expect("cut");
+            drop(f);
+            let (mut j, got) = open(&path, 64 << 10, 0).expect("reopen");
+            // Every whole record before the cut is read back.
+            let kept = got.len();
+            assert_eq!(kept, 30);
+            assert_eq!(got[..], written[..kept]);
+            let said = j.repaired().expect("reported").to_string();
+            assert!(said.contains(&format!("the file is {cut} bytes")), "{said}");
+            assert_eq!(
+                std::fs::metadata(&path).expect("meta").len(),
+                64 << 10,
+                "made whole again"
+            );
+            let next = rec(None, vec![entry(kept as u64 + 1, 2)]);
+            assert!(write(&mut j, &next));
+            let (_, got) = open(&path, 64 << 10, 0).expect("reopen");
+            assert_eq!(got.len(), kept + 1);
+            assert_eq!(got[kept], next);
         });
     }
 

@@ -80,13 +80,17 @@ impl LogCache {
         // The commit index is written lazily (see `Replica::handle_ready_with`), so the one on
         // disk may lag; a snapshot holds only applied, hence committed, entries.
         let mut hard_state = p.hard_state;
-        hard_state.commit = hard_state.commit.max(p.snapshot.get_metadata().index);
-        LogCache {
-            hard_state,
+        let mut c = LogCache {
+            hard_state: HardState::default(),
             conf_state,
             snapshot: p.snapshot,
             entries: p.entries,
-        }
+        };
+        // Never past the log either (raft-rs refuses to start then): a log that lost its last
+        // entries (a journal cut short) goes on from what it has.
+        hard_state.commit = hard_state.commit.min(c.last()).max(c.snap_index());
+        c.hard_state = hard_state;
+        c
     }
     fn snap_index(&self) -> u64 {
         self.snapshot.get_metadata().index
@@ -250,6 +254,14 @@ impl MemDisk {
     }
     pub fn synced_last_index(&self) -> u64 {
         self.lock().synced.last()
+    }
+    /// Loses the last `n` durable entries after the snapshot (a journal cut short), and
+    /// anything not synced.
+    pub fn lose_tail(&self, n: usize) {
+        let mut g = self.lock();
+        g.staged = None;
+        let keep = g.synced.entries.len().saturating_sub(n);
+        g.synced.entries.truncate(keep);
     }
 }
 
@@ -510,6 +522,12 @@ impl RedbDisk {
         disk.snapshots
             .remove_older(u64::MAX, file.as_ref().map(|f| f.name.as_str()));
         Ok(disk)
+    }
+
+    /// What opening repaired in the journal (a torn last record, a file cut short), if
+    /// anything.
+    pub fn repaired(&self) -> Option<&str> {
+        self.journal.repaired()
     }
 
     /// Where snapshot data can be written from another thread (`Batch::local_file`).

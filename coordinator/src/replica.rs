@@ -8,7 +8,7 @@ use allot_common::api::{ApiError, ErrorKind, Reply};
 use allot_core::machine::{Entry as Cmd, Machine};
 use allot_core::Event;
 use protobuf::Message as _;
-use raft::eraftpb::{Entry, EntryType, Message, Snapshot};
+use raft::eraftpb::{Entry, EntryType, Message, MessageType, Snapshot};
 use raft::{RawNode, StateRole};
 
 use crate::raftlog::{Batch, Disk, DiskError, LogCache, SnapshotFile};
@@ -86,6 +86,9 @@ pub struct Replica<D: Disk> {
     job_index: Option<u64>,
     /// The last index a snapshot was taken or attempted at: the next one is due an interval on.
     snapshot_base: u64,
+    /// A commit index a leader named past this replica's log (it lost entries it had
+    /// acknowledged): it votes for no one until its log reaches it.
+    must_reach: u64,
 }
 
 /// A snapshot to encode off the raft thread: a copy of the machine at `index`. The copy shares
@@ -204,6 +207,7 @@ impl<D: Disk> Replica<D> {
             installed: 0,
             job_index: None,
             snapshot_base: snap_index,
+            must_reach: 0,
         })
     }
 
@@ -213,7 +217,51 @@ impl<D: Disk> Replica<D> {
     pub fn tick(&mut self) {
         self.raw.tick();
     }
-    pub fn step(&mut self, m: Message) -> Result<(), raft::Error> {
+    /// Steps a message from a peer. Two cases raft-rs does not expect are handled first,
+    /// both after a replica lost entries it had acknowledged (a journal cut short or a torn
+    /// record dropped at start):
+    /// - as a follower, a heartbeat may name a commit index past this replica's log (raft-rs
+    ///   would panic): the commit is taken only as far as the log goes, and the replica casts
+    ///   no vote until its log reaches what it was told is committed, so it never helps elect
+    ///   a leader that lacks those entries;
+    /// - as the leader, a follower may refuse appends below what it acknowledged before
+    ///   (raft-rs takes that as stale and never sends the older entries): its progress is
+    ///   moved back to what it has, and the leader probes from there.
+    pub fn step(&mut self, mut m: Message) -> Result<(), raft::Error> {
+        let last = self.raw.raft.raft_log.last_index();
+        match m.get_msg_type() {
+            MessageType::MsgHeartbeat if m.commit > last => {
+                if m.commit > self.must_reach {
+                    tracing::warn!(
+                        "replica {}: the leader says index {} is committed, but this replica's log ends at {last}: entries it acknowledged were lost from its disk; it catches up from the leader and votes for no one until its log reaches {}",
+                        self.cfg.id, m.commit, m.commit
+                    );
+                    self.must_reach = m.commit;
+                }
+                m.commit = last;
+            }
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+                if last < self.must_reach =>
+            {
+                return Ok(());
+            }
+            MessageType::MsgAppendResponse if m.reject && self.is_leader() => {
+                let from = m.from;
+                if let Some(pr) = self.raw.raft.mut_prs().get_mut(from) {
+                    if m.reject_hint < pr.matched {
+                        tracing::warn!(
+                            "replica {from} holds entries up to {} only, below the {} it acknowledged: it lost them from its disk; sending them again",
+                            m.reject_hint, pr.matched
+                        );
+                        pr.matched = m.reject_hint;
+                        pr.become_probe();
+                        // raft-rs then takes the refusal as the answer to a probe at m.index.
+                        pr.next_idx = m.index + 1;
+                    }
+                }
+            }
+            _ => {}
+        }
         self.raw.step(m)
     }
     pub fn campaign(&mut self) -> Result<(), raft::Error> {

@@ -1077,6 +1077,9 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     let server_tls = tls::server_config(&files)?;
     let client_tls = tls::client_config(&files)?;
     let disk = RedbDisk::open(&cfg.data_dir.join("raft.redb"))?;
+    if let Some(what) = disk.repaired() {
+        tracing::warn!("{what}");
+    }
     let mut rcfg = ReplicaConfig::new(cfg.id, cfg.peers.keys().copied().collect());
     rcfg.election_tick = cfg.election_ticks;
     rcfg.max_election_tick = cfg.election_ticks * 2;
