@@ -1,0 +1,394 @@
+//! Chaos, end to end and bounded in time: three coordinator replicas and four agents as real
+//! processes on loopback. While a client streams submissions (each repeated with its key while
+//! its outcome is unknown), the leader is SIGKILLed twice, an agent is SIGKILLed and restarted,
+//! and a follower is SIGKILLed, its journal cut in the middle of its last record, and restarted.
+//! Then: every acknowledged submission is there exactly once; the long-running workloads still
+//! run their first attempt (no leader change or agent restart restarted them); no two attempts
+//! of a workload ever ran at once, checked from the nodes' side twice over: a watcher samples
+//! the pod processes all along, and every pod writes a start and a stop record.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use allot_common::api::{
+    ActivationState, Body, ComputeQuotaInput, ErrorKind, Reply, RunSpec, SubmitInput,
+    WorkloadFilter,
+};
+use allot_common::hyperpod::ComputeQuotaConfig;
+use allot_common::{ResourceName, Resources, WorkloadSpec};
+use support::*;
+
+const NODES: usize = 4;
+/// Below the default (10 s), yet above the time an agent can take to renew its lease across a
+/// leader kill: up to a wait (a fifth of the lease) since its last renewal, the sync on the
+/// dead leader timing out a second after another wait, and an election.
+const LEASE_S: f64 = 8.0;
+
+/// Samples pod processes and records every moment two attempts of one workload were alive.
+struct AttemptWatch {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<(usize, Vec<String>)>>,
+}
+
+impl AttemptWatch {
+    fn start(run: &str) -> AttemptWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let run = run.to_string();
+        let handle = std::thread::spawn(move || {
+            let (mut samples, mut bad) = (0, Vec::new());
+            while !s.load(Ordering::SeqCst) {
+                let mut attempts: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+                for p in pod_processes(&run) {
+                    attempts
+                        .entry(p.workload.clone())
+                        .or_default()
+                        .insert(p.attempt.clone(), p.node.clone());
+                }
+                for (w, a) in attempts {
+                    if a.len() > 1 {
+                        bad.push(format!("{w} runs attempts {a:?} (attempt -> node) at once"));
+                    }
+                }
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (samples, bad)
+        });
+        AttemptWatch {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    fn finish(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or((0, vec!["the watcher panicked".into()]))
+    }
+}
+
+fn workload(name: &str, res: ResourceName, secs: u32, script: &str, run: &str) -> SubmitInput {
+    let mut r = Resources::new();
+    r.add(&res, 1);
+    SubmitInput {
+        client_token: Some(format!("key-{name}")),
+        spec: WorkloadSpec::single(name, "team-a", 1, r),
+        run: Some(RunSpec {
+            command: vec!["sh".into(), script.into(), secs.to_string()],
+            env: [("TEST_RUN".to_string(), run.to_string())].into(),
+            grace_seconds: Some(1),
+            ..RunSpec::default()
+        }),
+    }
+}
+
+/// The leader's index, asking the replicas.
+async fn leader_of(c: &Cluster) -> usize {
+    let mut cl = c.client("admin-admin");
+    let t = Instant::now();
+    loop {
+        if let Ok(Ok(Reply::Hello {
+            leader: Some(l), ..
+        })) = cl.call(Body::Hello).await
+        {
+            return (l - 1) as usize;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no leader");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until replica `i` has applied what the leader had committed when asked.
+fn caught_up(c: &Cluster, i: usize, rt: &tokio::runtime::Runtime) {
+    let leader = rt.block_on(leader_of(c));
+    let target = wait_for(10, "the leader's commit index", || {
+        c.metric(leader, "allot_raft_commit_index")
+    });
+    wait_for(
+        30,
+        &format!("replica {} to catch up to {target}", i + 1),
+        || {
+            let mine = c.metric(i, "allot_raft_applied_index")?;
+            (mine >= target).then_some(())
+        },
+    );
+}
+
+/// Cuts `journal` in the middle of its last record (the file is zero-filled past it).
+fn cut_last_record(journal: &std::path::Path) -> u64 {
+    let data = std::fs::read(journal).expect("journal");
+    let end = data.iter().rposition(|&b| b != 0).expect("records") as u64 + 1;
+    let cut = end.saturating_sub(40);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(journal)
+        .expect("open journal");
+    f.set_len(cut).expect("cut");
+    cut
+}
+
+#[test]
+fn leader_kills_an_agent_kill_and_a_cut_journal_lose_nothing_and_run_nothing_twice() {
+    let mut c = Cluster::new(3, 100_000);
+    let rt = rt();
+    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    let run = format!("chaos-{}", std::process::id());
+    let records = c.dir.path().join("records.txt");
+    let script = c.dir.path().join("rec.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "rec() {{ echo \"$1 $ALLOT_WORKLOAD $ALLOT_ATTEMPT $ALLOT_NODE $(date +%s%N)\" >> {}; }}\nrec start\ntrap 'rec stop; exit 143' TERM\nsleep \"$1\" & wait\nrec stop\n",
+            records.display()
+        ),
+    )
+    .expect("script");
+    let script = script.display().to_string();
+    let mut agents: Vec<AgentProc> = (1..=NODES)
+        .map(|i| c.start_agent(&format!("node-{i}"), "ml.g5.8xlarge", 1, LEASE_S))
+        .collect();
+    rt.block_on(async {
+        let mut cl = c.client("admin-admin");
+        let quota = ComputeQuotaConfig::parse_shorthand(&format!(
+            "ComputeQuotaResources=[{{InstanceType=ml.g5.8xlarge,Count={NODES}}}]"
+        ))
+        .expect("quota");
+        let r = cl
+            .call(Body::CreateComputeQuota(ComputeQuotaInput {
+                name: "team-a".into(),
+                description: None,
+                team: "team-a".into(),
+                fair_share_weight: 1,
+                config: quota,
+                activation: ActivationState::Enabled,
+            }))
+            .await;
+        assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+        for i in 1..=NODES {
+            let r = cl
+                .call(Body::Submit(workload(
+                    &format!("long-{i}"),
+                    ResourceName::gpu(),
+                    3600,
+                    &script,
+                    &run,
+                )))
+                .await;
+            assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+        }
+    });
+    let first: Vec<SeenPod> = wait_for(30, "the long-running pods", || {
+        let ps: Vec<SeenPod> = pod_processes(&run)
+            .into_iter()
+            .filter(|p| p.workload.starts_with("long-"))
+            .collect();
+        (ps.len() == NODES).then_some(ps)
+    });
+    let watch = AttemptWatch::start(&run);
+
+    // The submit stream, on its own thread, while the faults happen below.
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let done = Arc::new(AtomicBool::new(false));
+    let stream = {
+        let (acked, done) = (acked.clone(), done.clone());
+        let (addrs, certs, script, run) = (c.addrs.clone(), c.certs(), script.clone(), run.clone());
+        std::thread::spawn(move || {
+            rt_small().block_on(async move {
+                let mut i = 0;
+                while !done.load(Ordering::SeqCst) && i < 400 {
+                    i += 1;
+                    let name = format!("s-{i:03}");
+                    let input = workload(&name, ResourceName::cpu(), 1, &script, &run);
+                    let t = Instant::now();
+                    loop {
+                        let mut cl =
+                            allot_common::client::Client::new(addrs.clone(), &certs, "admin-admin")
+                                .expect("client");
+                        match cl.call(Body::Submit(input.clone())).await {
+                            Ok(Ok(Reply::Submitted { .. })) => {
+                                acked.lock().expect("lock").push(name.clone());
+                                break;
+                            }
+                            Ok(Err(e)) if e.kind == ErrorKind::Unavailable => {}
+                            Ok(other) => panic!("{name}: {other:?}"),
+                            Err(_) => {}
+                        }
+                        // The outcome is unknown: the same submit again, with its key.
+                        assert!(
+                            t.elapsed() < Duration::from_secs(30),
+                            "{name} never answered"
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(40)).await;
+                }
+            })
+        })
+    };
+
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_secs(2));
+        let l = rt.block_on(leader_of(&c));
+        c.kill(l);
+        std::thread::sleep(Duration::from_secs(1));
+        c.start(l);
+        // Back in the quorum before the next fault: two replicas down at once is a majority.
+        caught_up(&c, l, &rt);
+    }
+    // An agent dies and comes back within its lease: its pods run on, adopted.
+    std::thread::sleep(Duration::from_secs(1));
+    agents[1].kill();
+    std::thread::sleep(Duration::from_millis(800));
+    agents[1].start();
+    // A follower loses the end of its journal.
+    std::thread::sleep(Duration::from_secs(1));
+    let l = rt.block_on(leader_of(&c));
+    let f = (l + 1) % 3;
+    c.kill(f);
+    let journal = c.dir.path().join(format!("data-{}/raft.journal", f + 1));
+    let cut = cut_last_record(&journal);
+    c.start(f);
+    std::thread::sleep(Duration::from_secs(3));
+    done.store(true, Ordering::SeqCst);
+    stream.join().expect("the submit stream");
+
+    // The cut follower said what it repaired and caught up with the leader.
+    let log = std::fs::read_to_string(c.dir.path().join(format!("coordinator-{}.log", f + 1)))
+        .unwrap_or_default();
+    assert!(
+        log.contains(&journal.display().to_string()) && log.contains("catches up from its peers"),
+        "replica {} did not report the journal cut at {cut}:\n{log}",
+        f + 1
+    );
+    caught_up(&c, f, &rt);
+
+    // Every acknowledged submission exactly once.
+    let acked = acked.lock().expect("lock").clone();
+    assert!(
+        acked.len() > 20,
+        "only {} submissions acknowledged",
+        acked.len()
+    );
+    let all = rt.block_on(async {
+        match c
+            .client("admin-admin")
+            .call(Body::GetWorkloads(WorkloadFilter {
+                team: None,
+                all: true,
+            }))
+            .await
+        {
+            Ok(Ok(Reply::Workloads(w))) => w,
+            other => panic!("get workloads: {other:?}"),
+        }
+    });
+    let mut names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
+    names.sort_unstable();
+    let listed = names.len();
+    names.dedup();
+    assert_eq!(listed, names.len(), "a workload is listed twice");
+    for a in &acked {
+        assert!(
+            names.binary_search(&a.as_str()).is_ok(),
+            "acknowledged {a} is missing"
+        );
+    }
+
+    // The long-running pods are the same processes, on their first attempt.
+    let now: Vec<SeenPod> = pod_processes(&run)
+        .into_iter()
+        .filter(|p| p.workload.starts_with("long-"))
+        .collect();
+    assert_eq!(
+        now,
+        first,
+        "a long-running workload was restarted\n{}\n{}",
+        (1..=NODES)
+            .map(|i| c.cli_ok(
+                "admin-admin",
+                &["describe", "workload", &format!("long-{i}")]
+            ))
+            .collect::<String>(),
+        grep_logs(
+            &c,
+            &[
+                "lost",
+                "lease",
+                "NodeFailures",
+                "Pod",
+                "evict",
+                "WARN",
+                "ERROR"
+            ]
+        )
+    );
+
+    let (samples, violations) = watch.finish();
+    assert!(samples > 50, "only {samples} samples");
+    assert!(violations.is_empty(), "{violations:?}");
+    // The pods' own records: an attempt's stop comes before a later attempt's start.
+    let text = std::fs::read_to_string(&records).unwrap_or_default();
+    let mut spans: BTreeMap<(String, u32), (u128, Option<u128>)> = BTreeMap::new();
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let [what, w, attempt, _node, t] = f[..] else {
+            continue;
+        };
+        let (Ok(a), Ok(t)) = (attempt.parse::<u32>(), t.parse::<u128>()) else {
+            continue;
+        };
+        let e = spans.entry((w.to_string(), a)).or_insert((t, None));
+        if what == "stop" {
+            e.1 = Some(t);
+        }
+    }
+    assert!(
+        spans.len() > 20,
+        "only {} pod records:\n{text}",
+        spans.len()
+    );
+    for ((w, a), (_, stop)) in &spans {
+        if let (Some(stop), Some((next, _))) = (stop, spans.get(&(w.clone(), a + 1))) {
+            assert!(
+                stop <= next,
+                "{w}: attempt {} started before attempt {a} stopped",
+                a + 1
+            );
+        }
+    }
+    drop(agents);
+}
+
+fn rt_small() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The lines of every process's log that mention one of `words`.
+fn grep_logs(c: &Cluster, words: &[&str]) -> String {
+    let mut out = String::new();
+    let Ok(dir) = std::fs::read_dir(c.dir.path()) else {
+        return out;
+    };
+    let mut files: Vec<_> = dir
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for l in text.lines().filter(|l| words.iter().any(|w| l.contains(w))) {
+            out.push_str(&format!("{}: {l}\n", f.display()));
+        }
+    }
+    out
+}
