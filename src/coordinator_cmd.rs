@@ -56,6 +56,10 @@ pub struct CoordinatorArgs {
     /// "normal" [default: realtime].
     #[arg(long)]
     pub raft_priority: Option<String>,
+    /// Free space, in MiB, the data directory's file system keeps in reserve: below it the
+    /// leader refuses writes (reads go on) until space is freed [default: 64].
+    #[arg(long)]
+    pub disk_reserve_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -74,6 +78,7 @@ struct FileConfig {
     snapshot_every: Option<u64>,
     schedule_interval_ms: Option<u64>,
     raft_priority: Option<String>,
+    disk_reserve_mb: Option<u64>,
 }
 
 pub fn parse_peers(list: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
@@ -124,6 +129,8 @@ fn check_peers(source: &str, peers: &BTreeMap<u64, String>) -> anyhow::Result<()
 const TICK_MS: RangeInclusive<u64> = 1..=10_000;
 const ELECTION_TICKS: RangeInclusive<usize> = 2..=1_000;
 const SNAPSHOT_EVERY_MAX: u64 = 1_000_000_000;
+/// A reserve above a petabyte is a typo.
+const DISK_RESERVE_MB_MAX: u64 = 1 << 30;
 
 /// Refuses `value` outside `range`, naming the flag, its config-file key, the value and the range.
 fn in_range<T: PartialOrd + Display>(
@@ -206,6 +213,11 @@ pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
             .parse()
             .map_err(|e| anyhow!("--raft-priority (config file: raft_priority): {e}"))?,
     };
+    let disk_reserve_mb = in_range(
+        "disk-reserve-mb",
+        a.disk_reserve_mb.or(f.disk_reserve_mb).unwrap_or(64),
+        &(0..=DISK_RESERVE_MB_MAX),
+    )?;
     Ok(ServerConfig {
         id,
         listen,
@@ -228,6 +240,7 @@ pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
             .or(f.schedule_interval_ms)
             .unwrap_or(1000),
         raft_priority,
+        disk_reserve_bytes: disk_reserve_mb << 20,
     })
 }
 
@@ -403,7 +416,7 @@ mod tests {
                 cfg.heartbeat_ticks,
                 cfg.snapshot_every
             ),
-            (50, 10, 2, 10_000)
+            (50, 6, 2, 10_000)
         );
         for (flags, want) in [
             (&["--tick-ms", "0"][..], "--tick-ms (config file: tick_ms) is 0; accepted: 1 to 10000"),
@@ -441,6 +454,23 @@ mod tests {
                 .unwrap()
                 .snapshot_every,
             1
+        );
+    }
+
+    #[test]
+    fn disk_reserve_defaults_to_64_mib_and_a_bad_one_is_named() {
+        assert_eq!(
+            resolve_with(&[], None).unwrap().disk_reserve_bytes,
+            64 << 20
+        );
+        let cfg = resolve_with(&["--disk-reserve-mb", "0"], Some("disk_reserve_mb: 8\n")).unwrap();
+        assert_eq!(cfg.disk_reserve_bytes, 0);
+        let e = resolve_with(&[], Some("disk_reserve_mb: 9999999999\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("disk-reserve-mb") && e.contains("9999999999"),
+            "{e}"
         );
     }
 

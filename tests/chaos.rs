@@ -251,7 +251,7 @@ fn leader_kills_an_agent_kill_and_a_cut_journal_lose_nothing_and_run_nothing_twi
     let l = rt.block_on(leader_of(&c));
     let f = (l + 1) % 3;
     c.kill(f);
-    let journal = c.dir.path().join(format!("data-{}/raft.journal", f + 1));
+    let journal = c.data_root.join(format!("data-{}/raft.journal", f + 1));
     let cut = cut_last_record(&journal);
     c.start(f);
     std::thread::sleep(Duration::from_secs(3));

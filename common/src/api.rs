@@ -376,6 +376,9 @@ pub enum ErrorKind {
     Unavailable,
     /// Client and server speak different protocol versions.
     Version,
+    /// The leader's disk is below its reserve: the write was refused and nothing was written.
+    /// Retry once space is freed (not at once: it is not a transient error).
+    NoSpace,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

@@ -51,6 +51,8 @@ pub struct ServerConfig {
     pub schedule_interval_ms: u64,
     /// How the raft thread is scheduled (see `priority`).
     pub raft_priority: RaftPriority,
+    /// Free space the data directory's file system keeps: below it the leader refuses writes.
+    pub disk_reserve_bytes: u64,
 }
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -238,6 +240,68 @@ struct RaftLoop {
     applied_tx: tokio::sync::watch::Sender<u64>,
     /// Where snapshots encoded and cycles computed off the raft thread come back.
     input: mpsc::UnboundedSender<Input>,
+    space: DiskSpace,
+}
+
+/// The free space of the data directory's file system, looked at no more than every 100 ms.
+/// Below the reserve the leader refuses writes with an error that says so, and reads go on:
+/// a disk that fills up then never fails a write half-way (which stops the replica), and
+/// writes are taken again as soon as space is freed.
+struct DiskSpace {
+    dir: PathBuf,
+    reserve: u64,
+    /// When it was last looked at, and what was free then.
+    seen: Option<(Instant, u64)>,
+}
+
+impl DiskSpace {
+    fn free(&mut self) -> u64 {
+        if let Some((at, free)) = self.seen {
+            if at.elapsed() < Duration::from_millis(100) {
+                return free;
+            }
+        }
+        let free = free_bytes(&self.dir).unwrap_or(u64::MAX);
+        self.seen = Some((Instant::now(), free));
+        free
+    }
+
+    /// The refusal for a write, if the disk is below its reserve.
+    fn refusal(&mut self, id: u64) -> Option<ApiError> {
+        if self.reserve == 0 {
+            return None;
+        }
+        let free = self.free();
+        (free < self.reserve).then(|| {
+            ApiError::new(
+                ErrorKind::NoSpace,
+                format!(
+                    "the disk of coordinator {id} ({}) has {} MiB free, below the {} MiB it keeps in reserve (--disk-reserve-mb): writes are refused until space is freed; reads are served",
+                    self.dir.display(),
+                    free >> 20,
+                    self.reserve >> 20
+                ),
+            )
+        })
+    }
+}
+
+/// Bytes an unprivileged process may still write on the file system holding `dir`.
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `path` is a NUL-terminated string and `st` a buffer statvfs fills on success.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    // Both are u64 on 64-bit Linux, narrower elsewhere.
+    #[allow(clippy::unnecessary_cast)]
+    let (blocks, size) = (st.f_bavail as u64, st.f_frsize as u64);
+    Some(blocks.saturating_mul(size))
 }
 
 /// Cycles with at most this many pending workloads run on the raft thread (a thread hop costs
@@ -265,6 +329,12 @@ impl RaftLoop {
                 let _ = self.rep.step(m);
             }
             Input::Propose { cmd, reply } => {
+                if self.rep.is_leader() {
+                    if let Some(e) = self.space.refusal(self.rep.id()) {
+                        let _ = reply.send(Err(e));
+                        return;
+                    }
+                }
                 let token = self.leader.token();
                 let wall = now_ms();
                 let t0 = Instant::now();
@@ -1109,6 +1179,11 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
             ..LeaderConfig::default()
         }),
         origin: Instant::now(),
+        space: DiskSpace {
+            dir: cfg.data_dir.clone(),
+            reserve: cfg.disk_reserve_bytes,
+            seen: None,
+        },
         status: status.clone(),
         metrics: metrics.clone(),
         applied_tx,

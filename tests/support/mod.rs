@@ -20,6 +20,10 @@ pub struct Cluster {
     pub http: Vec<u16>,
     pub procs: Vec<Option<Child>>,
     pub snapshot_every: u64,
+    /// Where the replicas' data directories are (the test's directory unless said otherwise).
+    pub data_root: PathBuf,
+    /// More `allot coordinator` arguments.
+    pub extra: Vec<String>,
 }
 
 pub fn udp_port() -> u16 {
@@ -38,6 +42,16 @@ pub fn tcp_port() -> u16 {
 
 impl Cluster {
     pub fn new(n: usize, snapshot_every: u64) -> Cluster {
+        Self::with(n, snapshot_every, None, &[])
+    }
+
+    /// `new`, with the data directories under `data_root` and `extra` coordinator arguments.
+    pub fn with(
+        n: usize,
+        snapshot_every: u64,
+        data_root: Option<PathBuf>,
+        extra: &[&str],
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let certs = dir.path().join("certs");
         tls::init_ca(&certs, false).expect("CA");
@@ -72,9 +86,11 @@ impl Cluster {
                 .map(|_| format!("127.0.0.1:{}", udp_port()))
                 .collect(),
             http: (0..n).map(|_| tcp_port()).collect(),
-            dir,
             procs: (0..n).map(|_| None).collect(),
             snapshot_every,
+            data_root: data_root.unwrap_or_else(|| dir.path().to_path_buf()),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            dir,
         };
         for i in 0..n {
             c.start(i);
@@ -105,9 +121,10 @@ impl Cluster {
             .args(["--http", &format!("127.0.0.1:{}", self.http[i])])
             .args(["--snapshot-every", &self.snapshot_every.to_string()])
             .arg("--data-dir")
-            .arg(self.dir.path().join(format!("data-{}", i + 1)))
+            .arg(self.data_root.join(format!("data-{}", i + 1)))
             .arg("--certs")
             .arg(self.certs())
+            .args(&self.extra)
             .env("ALLOT_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
