@@ -113,6 +113,16 @@ fn fsync_baseline(dir: &Path, n: usize) -> anyhow::Result<Vec<Duration>> {
     Ok(out)
 }
 
+/// `--peers` for replicas 1, 2, ... at `addrs`.
+pub(crate) fn peers_arg(addrs: &[String]) -> String {
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn start_cluster(
     dir: &Path,
     keep: bool,
@@ -131,12 +141,7 @@ fn start_cluster(
     )?;
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
     let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| format!("{}={a}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",");
+    let peers = peers_arg(&addrs);
     let exe = std::env::current_exe().context("finding the allot binary")?;
     let mut cluster = Cluster {
         children: Vec::new(),

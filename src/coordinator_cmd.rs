@@ -423,8 +423,8 @@ mod tests {
             (&["--tick-ms", "10001"], "is 10001; accepted: 1 to 10000"),
             (&["--election-ticks", "1"], "--election-ticks (config file: election_ticks) is 1; accepted: 2 to 1000"),
             (&["--election-ticks", "18446744073709551615"], "is 18446744073709551615; accepted: 2 to 1000"),
-            (&["--heartbeat-ticks", "0"], "--heartbeat-ticks (config file: heartbeat_ticks) is 0; accepted: 1 to 9 (below --election-ticks 10)"),
-            (&["--heartbeat-ticks", "10"], "is 10; accepted: 1 to 9"),
+            (&["--heartbeat-ticks", "0"], "--heartbeat-ticks (config file: heartbeat_ticks) is 0; accepted: 1 to 5 (below --election-ticks 6)"),
+            (&["--heartbeat-ticks", "6"], "is 6; accepted: 1 to 5"),
             (&["--snapshot-every", "18446744073709551615"], "--snapshot-every (config file: snapshot_every) is 18446744073709551615; accepted: 1 to 1000000000"),
         ] {
             let e = err(flags, None);

@@ -60,12 +60,7 @@ fn workload(name: &str, res: &ResourceName, command: &[&str]) -> SubmitInput {
 }
 
 fn coordinator_args(i: usize, addrs: &[String], dir: &Path, a: &BenchArgs) -> Vec<String> {
-    let peers = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| format!("{}={a}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",");
+    let peers = crate::bench::peers_arg(addrs);
     vec![
         "coordinator".into(),
         "--id".into(),

@@ -8,25 +8,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use allot_common::api::{Body, Reply, WorkloadFilter, WorkloadView};
+use allot_common::api::WorkloadView;
 use support::*;
 
 const SCHEDULER_CONFIG: &str = "PriorityClasses=[{Name=inference,Weight=90},{Name=experimentation,Weight=80},{Name=fine-tuning,Weight=50},{Name=training,Weight=70}],FairShare=Enabled";
 
 fn workloads(c: &Cluster) -> Vec<WorkloadView> {
-    rt().block_on(async {
-        match c
-            .client("admin-admin")
-            .call(Body::GetWorkloads(WorkloadFilter {
-                team: None,
-                all: true,
-            }))
-            .await
-        {
-            Ok(Ok(Reply::Workloads(w))) => w,
-            other => panic!("get workloads: {other:?}"),
-        }
-    })
+    all_workloads(c)
 }
 
 fn workload(c: &Cluster, name: &str) -> Option<WorkloadView> {

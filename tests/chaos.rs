@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use allot_common::api::{
     ActivationState, Body, ComputeQuotaInput, ErrorKind, Reply, RunSpec, SubmitInput,
-    WorkloadFilter,
 };
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::{ResourceName, Resources, WorkloadSpec};
@@ -275,19 +274,7 @@ fn leader_kills_an_agent_kill_and_a_cut_journal_lose_nothing_and_run_nothing_twi
         "only {} submissions acknowledged",
         acked.len()
     );
-    let all = rt.block_on(async {
-        match c
-            .client("admin-admin")
-            .call(Body::GetWorkloads(WorkloadFilter {
-                team: None,
-                all: true,
-            }))
-            .await
-        {
-            Ok(Ok(Reply::Workloads(w))) => w,
-            other => panic!("get workloads: {other:?}"),
-        }
-    });
+    let all = all_workloads(&c);
     let mut names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
     names.sort_unstable();
     let listed = names.len();

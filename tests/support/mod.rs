@@ -221,6 +221,23 @@ pub fn http_get(addr: &str, path: &str) -> Option<String> {
     Some(out)
 }
 
+/// Every workload, finished ones included, as the admin sees them.
+pub fn all_workloads(c: &Cluster) -> Vec<allot_common::api::WorkloadView> {
+    rt().block_on(async {
+        match c
+            .client("admin-admin")
+            .call(Body::GetWorkloads(allot_common::api::WorkloadFilter {
+                team: None,
+                all: true,
+            }))
+            .await
+        {
+            Ok(Ok(allot_common::api::Reply::Workloads(w))) => w,
+            other => panic!("get workloads: {other:?}"),
+        }
+    })
+}
+
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -929,28 +929,12 @@ impl State {
         why: &str,
         now: Time,
     ) -> Result<Vec<Event>, StateError> {
-        let node = self
-            .acct
-            .nodes
-            .find(name)
-            .ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
+        let node = self.node_named(name)?;
         let mut events = Vec::new();
         if !healthy {
             for id in self.workloads_on(node) {
-                let msg = if why.is_empty() {
-                    format!("node {name} failed; its pods were lost")
-                } else {
-                    format!("node {name} failed ({why}); its pods were lost")
-                };
-                if let Some(wl) = wl_mut(&mut self.workloads, &id) {
-                    wl.set_condition("Evicted", true, "NodeFailures", &msg, now);
-                }
-                events.push(Event::Evicted {
-                    wl: id,
-                    reason: "NodeFailures".into(),
-                    message: msg,
-                });
-                events.extend(self.complete_eviction(id, now));
+                let msg = node_failed(name, why, "its pods were lost");
+                events.extend(self.requeue_for_node_failure(id, msg, now));
             }
         }
         self.acct.nodes.set_health(node, healthy);
@@ -968,18 +952,10 @@ impl State {
         why: &str,
         now: Time,
     ) -> Result<Vec<Event>, StateError> {
-        let node = self
-            .acct
-            .nodes
-            .find(name)
-            .ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
+        let node = self.node_named(name)?;
         let mut events = Vec::new();
         for id in self.workloads_on(node) {
-            let msg = if why.is_empty() {
-                format!("node {name} failed; its pods are being stopped")
-            } else {
-                format!("node {name} failed ({why}); its pods are being stopped")
-            };
+            let msg = node_failed(name, why, "its pods are being stopped");
             events.extend(self.start_eviction(id, "NodeFailures", &msg, now));
         }
         self.acct.nodes.set_health(node, false);
@@ -996,20 +972,33 @@ impl State {
         let mut events = Vec::new();
         for id in self.workloads_on(node) {
             let msg = format!("node {name} was lost ({why}); its pods were stopped");
-            if let Some(wl) = wl_mut(&mut self.workloads, &id) {
-                if wl.eviction.is_none() {
-                    wl.eviction = Some(("NodeFailures".into(), msg.clone()));
-                }
-                wl.set_condition("Evicted", true, "NodeFailures", &msg, now);
-            }
-            events.push(Event::Evicted {
-                wl: id,
-                reason: "NodeFailures".into(),
-                message: msg,
-            });
-            events.extend(self.complete_eviction(id, now));
+            events.extend(self.requeue_for_node_failure(id, msg, now));
         }
         events
+    }
+
+    /// Evicts and requeues at once a workload whose node failed (its pods are gone).
+    fn requeue_for_node_failure(&mut self, id: WlId, msg: String, now: Time) -> Vec<Event> {
+        if let Some(wl) = wl_mut(&mut self.workloads, &id) {
+            if wl.eviction.is_none() {
+                wl.eviction = Some(("NodeFailures".into(), msg.clone()));
+            }
+            wl.set_condition("Evicted", true, "NodeFailures", &msg, now);
+        }
+        let mut events = vec![Event::Evicted {
+            wl: id,
+            reason: "NodeFailures".into(),
+            message: msg,
+        }];
+        events.extend(self.complete_eviction(id, now));
+        events
+    }
+
+    fn node_named(&self, name: &str) -> Result<NodeId, StateError> {
+        self.acct
+            .nodes
+            .find(name)
+            .ok_or_else(|| StateError::UnknownNode(name.to_string()))
     }
 
     /// Workloads holding room with a pod placed on `node`.
@@ -1478,6 +1467,15 @@ fn check_admission(st: &State, wl: &Workload, adm: &Admission) -> Result<(), Str
         ));
     }
     Ok(())
+}
+
+/// The message of a workload evicted because its node failed.
+fn node_failed(name: &str, why: &str, pods: &str) -> String {
+    if why.is_empty() {
+        format!("node {name} failed; {pods}")
+    } else {
+        format!("node {name} failed ({why}); {pods}")
+    }
 }
 
 /// A workload to change: its own copy once a copy of the state shares it.
