@@ -231,6 +231,36 @@ fn the_cli_finds_the_new_leader_after_a_kill_and_a_repeated_token_returns_the_or
 }
 
 #[test]
+fn a_submit_nobody_answered_says_its_outcome_is_unknown_and_how_to_repeat_it() {
+    // No coordinator listens at the address: the CLI retries for its whole budget, then says
+    // the submit may or may not have been applied and prints the key to repeat it with.
+    let c = Cluster::new(1, 200);
+    let job = c.dir.path().join("job.yaml");
+    std::fs::write(
+        &job,
+        "name: lost-reply\nteam: team-a\ncount: 1\nrequests: {gpu: 1}\n",
+    )
+    .expect("job file");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_allot"))
+        .args(["submit", "-f", job.to_str().expect("utf-8")])
+        .args(["--client-token", "key-42"])
+        .env("ALLOT_COORDINATORS", format!("127.0.0.1:{}", udp_port()))
+        .env("ALLOT_CERTS", c.certs())
+        .env("HOME", c.dir.path())
+        .output()
+        .expect("run allot");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    for part in [
+        "the outcome of submitting lost-reply is unknown",
+        "--client-token key-42",
+        "allot describe workload lost-reply",
+    ] {
+        assert!(err.contains(part), "{err:?} lacks {part:?}");
+    }
+}
+
+#[test]
 fn a_follower_that_was_down_catches_up_from_a_snapshot() {
     let mut c = Cluster::new(3, 50);
     let rt = rt();
