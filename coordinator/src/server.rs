@@ -318,7 +318,7 @@ impl RaftLoop {
     fn check_leases(&mut self) {
         let now = self.now();
         for l in self.leader.poll_leases(&mut self.rep, now, now_ms()) {
-            tracing::warn!("node {} lost: {}", l.node, l.reason);
+            tracing::warn!("node {} declared lost: {}", l.node, l.reason);
         }
     }
 

@@ -1209,6 +1209,16 @@ impl State {
             }
         }
         for p in &plan.preemptions {
+            // A plan computed on an older state (the leader computes large cycles off its raft
+            // thread) may name a preemptor that has since been cancelled or admitted: its
+            // victims are left alone.
+            if self
+                .workloads
+                .get(&p.preemptor)
+                .is_none_or(|w| w.state != WlState::Pending)
+            {
+                continue;
+            }
             let Some(victim) = self.workloads.get(&p.victim) else {
                 continue;
             };

@@ -587,6 +587,31 @@ fn stale_admission_is_rejected_at_apply_time_not_applied_half() {
 }
 
 #[test]
+fn a_stale_plan_does_not_preempt_for_a_preemptor_that_left_the_queue() {
+    // The leader computes large cycles off its raft thread: by the time a plan applies, its
+    // preemptor may have been cancelled. Its victim is left running.
+    let mut t = gpu_team("a", 2, Some(0));
+    t.preemption.within_team = WithinTeam::LowerOrNewerEqualPriority;
+    let mut s = Sim::classical(vec![t]);
+    s.nodes(F, "g", 1, 2);
+    s.at(0)
+        .submit(wl("old", "a", 0, 2, &[("gpu", "1")]))
+        .settle();
+    s.at(6).submit(wl("high", "a", 1, 2, &[("gpu", "1")]));
+    let plan = schedule(&s.st, 6);
+    assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
+    let high = s.st.find_workload("high").unwrap();
+    s.st.cancel(high, 7).unwrap();
+    let ev = s.st.apply_plan(&plan, 8);
+    assert!(
+        ev.iter().all(|e| e.preempted().is_none()),
+        "a victim was preempted for a cancelled preemptor: {ev:?}"
+    );
+    assert_eq!(s.state("old"), WlState::Admitted);
+    s.st.check_invariants().unwrap();
+}
+
+#[test]
 fn node_failure_requeues_and_keeps_submit_time() {
     let mut s = Sim::classical(vec![gpu_team("a", 4, None)]);
     s.nodes(F, "g", 2, 2);
