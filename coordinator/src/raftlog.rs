@@ -255,13 +255,18 @@ impl MemDisk {
     pub fn synced_last_index(&self) -> u64 {
         self.lock().synced.last()
     }
-    /// Loses the last `n` durable entries after the snapshot (a journal cut short), and
-    /// anything not synced.
-    pub fn lose_tail(&self, n: usize) {
+    /// Loses up to the last `n` durable entries after the snapshot (a journal cut short: the
+    /// journal holds only what came after the last fold, which every snapshot does), and
+    /// anything not synced. Returns how many were lost.
+    pub fn lose_tail(&self, n: usize) -> usize {
         let mut g = self.lock();
         g.staged = None;
-        let keep = g.synced.entries.len().saturating_sub(n);
+        let snap = g.synced.snap_index();
+        let after = g.synced.entries.iter().filter(|e| e.index > snap).count();
+        let lost = n.min(after);
+        let keep = g.synced.entries.len() - lost;
         g.synced.entries.truncate(keep);
+        lost
     }
 }
 

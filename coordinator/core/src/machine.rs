@@ -86,9 +86,9 @@ pub enum Command {
     ReportNode(NodeReport),
     /// The leader saw no heartbeat from a node's agent for longer than its lease allows. The
     /// first time, the node is marked failed and its workloads are evicted but keep their room
-    /// (`State::fail_node_fenced`); the second, on a failed node, after two leases of silence,
-    /// the agent has stopped every pod for certain and they are requeued. A node without an
-    /// agent's lease is failed and its workloads requeued at once.
+    /// (`Machine::node_failed`); the second, on a failed node, after two leases of silence, the
+    /// agent has stopped every pod for certain, and each workload is requeued once its pods on
+    /// other nodes are gone too.
     NodeLost {
         name: String,
         reason: String,
@@ -517,10 +517,10 @@ impl Machine {
                 healthy,
                 reason,
             } => {
-                if !*healthy && self.has_lease(name) {
-                    events.extend(self.state.fail_node_fenced(name, reason, now)?);
+                if *healthy {
+                    events.extend(self.state.set_node_health(name, true, now)?);
                 } else {
-                    events.extend(self.state.set_node_health(name, *healthy, now)?);
+                    self.node_failed(name, reason, now, events)?;
                 }
                 self.nodes_meta.entry(name.clone()).or_default().reason = if *healthy {
                     String::new()
@@ -535,23 +535,19 @@ impl Machine {
                     return Err(not_found(format!("unknown node {name:?}")));
                 };
                 if self.state.acct.nodes.node(n).healthy {
-                    // Its workloads keep their room until their pods are reported stopped or
-                    // the node is declared lost again, once the agent's lease has run out for
-                    // certain: a sync the agent made just before this entry may have started a
-                    // pod, and it must stop before a replacement starts.
-                    if self.has_lease(name) {
-                        events.extend(self.state.fail_node_fenced(name, reason, now)?);
-                    } else {
-                        events.extend(
-                            self.state
-                                .set_node_health_because(name, false, reason, now)?,
-                        );
-                    }
+                    // A sync the agent made just before this entry may have started a pod: its
+                    // workloads keep their room until the node is declared lost again, once
+                    // the agent's lease has run out for certain.
+                    self.node_failed(name, reason, now, events)?;
                     self.nodes_meta.entry(name.clone()).or_default().reason = reason.clone();
                 } else {
-                    // Failed earlier and fenced: its workloads waited for their pods to stop,
-                    // which the lease that ran out now guarantees.
-                    events.extend(self.state.release_lost_node(name, reason, now));
+                    // Failed earlier: the lease that ran out now guarantees its pods stopped.
+                    self.node_pods_gone(
+                        name,
+                        &format!("node {name} was lost ({reason})"),
+                        now,
+                        events,
+                    );
                 }
                 Ok(Reply::Done)
             }
@@ -818,6 +814,52 @@ impl Machine {
         let wl = self.state.prepare(&input.spec, now).ok()??;
         let plan = crate::scheduler::schedule_alone_with(&self.state, &wl, now, acct)?;
         Some((wl.id, plan))
+    }
+
+    /// A node failed. Its workloads are evicted and keep their room until every one of their
+    /// pods is gone: reported stopped by its agent, or on a node whose agent's lease has
+    /// provably run out (`node_pods_gone`, at the next `NodeLost`). Pods on a node without an
+    /// agent's lease are gone at once. So no replacement starts while a pod of the last attempt
+    /// may still run anywhere, a gang's other nodes included.
+    fn node_failed(
+        &mut self,
+        name: &str,
+        reason: &str,
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<(), ApiError> {
+        events.extend(self.state.fail_node_fenced(name, reason, now)?);
+        if !self.has_lease(name) {
+            self.node_pods_gone(name, &format!("node {name} failed ({reason})"), now, events);
+        }
+        Ok(())
+    }
+
+    /// Every pod of the current attempts placed on `name` is gone (its node has no agent, or
+    /// the agent's lease has run out): recorded as lost exits, so a workload is requeued once
+    /// its pods on other nodes are gone too.
+    fn node_pods_gone(&mut self, name: &str, detail: &str, now: Time, events: &mut Vec<Event>) {
+        let Some(node) = self.state.acct.nodes.find(name) else {
+            return;
+        };
+        for id in self.state.workloads_on(node) {
+            let wl = self.state.workload(id);
+            let (workload, attempt) = (wl.spec.name.clone(), wl.attempt);
+            let exits: Vec<PodExit> = wl
+                .admission
+                .iter()
+                .flat_map(|a| a.placement.iter().enumerate())
+                .filter(|(_, (_, p))| p.node == node)
+                .map(|(rank, _)| PodExit {
+                    rank: rank as u32,
+                    succeeded: false,
+                    lost: true,
+                    detail: detail.to_string(),
+                })
+                .collect();
+            // Cannot fail: the workload, its attempt and its ranks come from the state.
+            let _ = self.pods_exited(None, &workload, attempt, &exits, now, events);
+        }
     }
 
     /// Whether `node`'s agent holds a lease: its pods are stopped by the agent, and run until

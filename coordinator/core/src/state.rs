@@ -942,10 +942,9 @@ impl State {
         Ok(events)
     }
 
-    /// A node whose agent holds a lease failed (an admin or its own report says so): its
-    /// workloads are evicted, but they keep their room until their pods are reported stopped
-    /// or the node is declared lost (`release_lost_node`, once its agent's lease has provably
-    /// run out), so no replacement can start while a pod of theirs may still run there.
+    /// A node failed while pods may still run on it or on its workloads' other nodes: its
+    /// workloads are evicted, but they keep their room until their pods are gone (see
+    /// `Machine::node_failed`), so no replacement can start while a pod of theirs may run.
     pub fn fail_node_fenced(
         &mut self,
         name: &str,
@@ -961,20 +960,6 @@ impl State {
         self.acct.nodes.set_health(node, false);
         self.rebuild();
         Ok(events)
-    }
-
-    /// The node's agent has been silent for longer than its lease allows, so its pods have
-    /// stopped: every workload still holding room on it is requeued.
-    pub fn release_lost_node(&mut self, name: &str, why: &str, now: Time) -> Vec<Event> {
-        let Some(node) = self.acct.nodes.find(name) else {
-            return Vec::new();
-        };
-        let mut events = Vec::new();
-        for id in self.workloads_on(node) {
-            let msg = format!("node {name} was lost ({why}); its pods were stopped");
-            events.extend(self.requeue_for_node_failure(id, msg, now));
-        }
-        events
     }
 
     /// Evicts and requeues at once a workload whose node failed (its pods are gone).

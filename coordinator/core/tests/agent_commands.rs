@@ -311,3 +311,41 @@ fn a_failed_node_keeps_its_workloads_until_their_pods_are_reported_stopped() {
     cycle(&mut m, 6);
     assert_eq!(state(&m, "w"), WlState::Admitted);
 }
+
+#[test]
+fn a_gang_waits_for_its_pods_on_a_leased_node_when_a_node_without_an_agent_fails() {
+    // One pod on n1 (an agent with a lease), one on n2 (registered by an admin, no agent).
+    let mut m = cluster(&["n1"]);
+    let capacity = Catalog::builtin().get(T).unwrap().resources();
+    apply(
+        &mut m,
+        0,
+        Command::RegisterNode {
+            name: "n2".into(),
+            instance_type: T.into(),
+            capacity,
+        },
+    );
+    submit(&mut m, "g", 2, 4);
+    cycle(&mut m, 2);
+    assert_eq!(state(&m, "g"), WlState::Admitted);
+    apply(
+        &mut m,
+        3,
+        Command::SetNodeHealth {
+            name: "n2".into(),
+            healthy: false,
+            reason: "maintenance".into(),
+        },
+    );
+    // n2's pod is gone at once (nothing runs it), but n1's may still run: no replacement yet.
+    assert_eq!(state(&m, "g"), WlState::Evicting);
+    cycle(&mut m, 4);
+    assert_eq!(state(&m, "g"), WlState::Evicting);
+    let a = views::assignments(&m, "n1");
+    assert_eq!(a.pods.len(), 1);
+    assert!(a.pods[0].stop.is_some(), "n1 is told to stop its pod");
+    let rank = a.pods[0].rank;
+    exited(&mut m, "n1", "g", 1, rank, false, false);
+    assert_eq!(state(&m, "g"), WlState::Pending);
+}
