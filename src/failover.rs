@@ -425,6 +425,7 @@ pub async fn run(a: &BenchArgs, kills: u32) -> anyhow::Result<()> {
         "workloads lost: {lost}, duplicated: {duplicated}, long-running ones restarted: {restarted} of {NODES}"
     );
     if lost + duplicated + restarted > 0 {
+        procs.keep = true;
         bail!(
             "failover broke a guarantee: {lost} lost, {duplicated} duplicated, {restarted} restarted (before {before:?}, after {after:?}); logs in {}",
             dir.display()

@@ -89,6 +89,8 @@ pub struct Replica<D: Disk> {
     /// A commit index a leader named past this replica's log (it lost entries it had
     /// acknowledged): it votes for no one until its log reaches it.
     must_reach: u64,
+    /// Read indexes asked before this leader committed an entry of its term.
+    deferred_reads: Vec<u64>,
 }
 
 /// A snapshot to encode off the raft thread: a copy of the machine at `index`. The copy shares
@@ -208,6 +210,7 @@ impl<D: Disk> Replica<D> {
             job_index: None,
             snapshot_base: snap_index,
             must_reach: 0,
+            deferred_reads: Vec::new(),
         })
     }
 
@@ -335,8 +338,32 @@ impl<D: Disk> Replica<D> {
         if !self.is_leader() {
             return Err(self.not_leader());
         }
+        // raft-rs drops a read index asked of a leader that has not yet committed an entry of
+        // its own term (the first few milliseconds after an election), and the read would wait
+        // for its timeout: it is asked once that entry is committed (`ready_begin`).
+        if !self.raw.raft.commit_to_current_term() {
+            self.deferred_reads.push(token);
+            return Ok(());
+        }
         self.raw.read_index(ctx_bytes(self.cfg.id, token));
         Ok(())
+    }
+
+    /// Asks the read indexes deferred until this leader committed an entry of its term; they
+    /// are dropped when it no longer leads (its caller fails them on the change of leadership).
+    fn flush_deferred_reads(&mut self) {
+        if self.deferred_reads.is_empty() {
+            return;
+        }
+        if !self.is_leader() {
+            self.deferred_reads.clear();
+            return;
+        }
+        if self.raw.raft.commit_to_current_term() {
+            for token in std::mem::take(&mut self.deferred_reads) {
+                self.raw.read_index(ctx_bytes(self.cfg.id, token));
+            }
+        }
     }
 
     pub fn not_leader(&self) -> ApiError {
@@ -396,6 +423,7 @@ impl<D: Disk> Replica<D> {
     /// leave before the write (returned here) reach the network before it calls
     /// `ready_write`. Nothing else may touch the replica until `ready_apply` returns.
     pub fn ready_begin(&mut self) -> Option<(raft::Ready, Vec<Message>)> {
+        self.flush_deferred_reads();
         if !self.raw.has_ready() {
             return None;
         }
@@ -655,4 +683,30 @@ pub fn encode_message(m: &Message) -> Result<Vec<u8>, String> {
 /// Decodes a raft message. Only called on bytes from authenticated coordinator peers.
 pub fn decode_message(b: &[u8]) -> Result<Message, String> {
     Message::parse_from_bytes(b).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raftlog::MemDisk;
+
+    #[test]
+    fn a_read_asked_right_after_an_election_is_answered() {
+        // raft-rs drops a read index asked before the new leader has committed an entry of
+        // its term; the read would then wait for the caller's timeout (10 s in the server).
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let cfg = ReplicaConfig::new(1, vec![1]);
+        let mut rep =
+            Replica::open(cfg, MemDisk::new(false), SnapshotCodec::wire(), &logger).expect("opens");
+        rep.campaign().expect("campaigns");
+        assert!(rep.is_leader());
+        assert!(!rep.raw.raft.commit_to_current_term());
+        rep.read_index(7).expect("asked");
+        let mut reads = Vec::new();
+        for _ in 0..4 {
+            rep.handle_ready().expect("ready");
+            reads.extend(rep.take_reads());
+        }
+        assert_eq!(reads.iter().map(|(t, _)| *t).collect::<Vec<_>>(), vec![7]);
+    }
 }
