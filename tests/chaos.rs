@@ -22,10 +22,11 @@ use allot_common::{ResourceName, Resources, WorkloadSpec};
 use support::*;
 
 const NODES: usize = 4;
-/// Below the default (10 s), yet above the time an agent can take to renew its lease across a
-/// leader kill: up to a wait (a fifth of the lease) since its last renewal, the sync on the
-/// dead leader timing out a second after another wait, and an election.
-const LEASE_S: f64 = 8.0;
+/// Above the default (10 s): an agent's lease renewal across a leader kill can take 8 s or
+/// more here (a sync on the dead leader times out a second after its wait, and a second sync
+/// has been seen to hang too; see the README's known gaps), and what this test checks is that
+/// a leader change itself never restarts running work. Nothing here waits for a lease to end.
+const LEASE_S: f64 = 20.0;
 
 /// Samples pod processes and records every moment two attempts of one workload were alive.
 struct AttemptWatch {
