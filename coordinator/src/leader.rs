@@ -68,8 +68,6 @@ pub enum RoleChange {
 /// to `Leader::handle_cycle_done`.
 pub struct CycleJob {
     pub id: u64,
-    /// The applied index the copy was taken at.
-    pub applied: u64,
     pub wall: i64,
     pub state: State,
 }
@@ -77,7 +75,6 @@ pub struct CycleJob {
 /// A computed cycle.
 pub struct CycleDone {
     pub id: u64,
-    pub applied: u64,
     pub wall: i64,
     pub plan: Plan,
 }
@@ -92,7 +89,6 @@ impl CycleJob {
         let plan = allot_core::schedule(&self.state, self.wall);
         CycleDone {
             id: self.id,
-            applied: self.applied,
             wall: self.wall,
             plan,
         }
@@ -387,7 +383,6 @@ impl Leader {
         self.cycle = Some((id, now));
         Some(CycleJob {
             id,
-            applied: rep.applied_index(),
             wall,
             state: rep.machine.state.clone(),
         })
@@ -454,11 +449,6 @@ impl Leader {
             && self.plan.is_none()
             && self.cycle.is_none()
             && rep.last_index() == rep.applied_index()
-    }
-
-    /// Whether a cycle is out being computed.
-    pub fn cycle_in_flight(&self) -> bool {
-        self.cycle.is_some()
     }
 }
 
