@@ -405,7 +405,7 @@ impl Leader {
             return None;
         }
         self.cycle = None;
-        let plan = done.plan;
+        let mut plan = done.plan;
         let st = &rep.machine.state;
         let messages_changed = plan.pending.iter().any(|(id, r, m)| {
             st.workloads
@@ -415,6 +415,7 @@ impl Leader {
         if !plan.has_decisions() && !messages_changed {
             return None;
         }
+        plan.retain_changed_pending(st);
         let token = self.token();
         let entry = Cmd {
             now: done.wall,

@@ -76,6 +76,22 @@ impl Plan {
     pub fn has_decisions(&self) -> bool {
         !self.admissions.is_empty() || !self.preemptions.is_empty()
     }
+
+    /// Drops the pending messages that `state` already shows, keeping only those that change
+    /// something when applied: new or changed reasons and messages, and every preemptor's
+    /// `WAITING_FOR_VICTIMS` (its order among them is its head start in the next cycle). A
+    /// cycle repeats most messages unchanged; logging each of them again made the replicated
+    /// log grow with the backlog times the number of plans. Applying the result does exactly
+    /// what applying the whole plan would.
+    pub fn retain_changed_pending(&mut self, state: &State) {
+        self.pending.retain(|(id, reason, message)| {
+            reason == WAITING_FOR_VICTIMS
+                || state.workloads.get(id).is_some_and(|w| {
+                    w.state == crate::state::WlState::Pending
+                        && w.pending_status() != Some((reason.as_str(), message.as_str()))
+                })
+        });
+    }
 }
 
 /// Checks that every admission of `plan` fits `state` when applied in order (same quota `fits`
