@@ -144,7 +144,30 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let outcome = scenario::parse(&text).and_then(|sc| simulate::run(&sc));
+            // Progress on a terminal only: a pipe or a log file gets the result alone.
+            let tty = std::io::stderr().is_terminal();
+            let parse_started = std::time::Instant::now();
+            let parsed = scenario::parse(&text);
+            drop(text);
+            if tty {
+                eprint!("\rparsed in {:.1}s", parse_started.elapsed().as_secs_f64());
+            }
+            let mut show = |p: &simulate::Progress| {
+                if tty {
+                    eprint!(
+                        "\rsimulated {:.0}s of {:.0}s: {} cycles, {} pending, {:.1}s wall   ",
+                        p.now as f64 / 1000.0,
+                        p.end as f64 / 1000.0,
+                        p.cycles,
+                        p.pending,
+                        p.elapsed.as_secs_f64()
+                    );
+                }
+            };
+            let outcome = parsed.and_then(|sc| simulate::run_with_progress(&sc, &mut show));
+            if tty {
+                eprintln!();
+            }
             let outcome = match outcome {
                 Ok(o) => o,
                 Err(e) => {

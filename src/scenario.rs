@@ -275,12 +275,41 @@ pub fn err(path: impl Into<String>, message: impl Into<String>) -> ScenarioError
     }
 }
 
+/// The largest scenario file read, in bytes.
+pub const MAX_FILE_BYTES: usize = 512 << 20;
+/// The most nodes a scenario may expand to (`count` included): ten times the largest cluster
+/// the benchmarks simulate. A 200-byte file asking for 100 million nodes is refused here
+/// instead of taking every byte of memory.
+pub const MAX_NODES: u64 = 100_000;
+
 /// Parses YAML (or JSON) text into the raw scenario, with the failing key's path on error.
+/// The YAML parser's budgets grow with the text (a scenario of 100,000 workloads has millions
+/// of nodes), so only what the text itself holds is ever built; its limits on aliases stay
+/// as they are, so a small file cannot expand into a large one.
 pub fn parse(text: &str) -> Result<ScenarioIn, ScenarioError> {
+    if text.len() > MAX_FILE_BYTES {
+        return Err(err(
+            "",
+            format!(
+                "the file is {} bytes; at most {MAX_FILE_BYTES} are read",
+                text.len()
+            ),
+        ));
+    }
     let value: Value = match serde_json::from_str(text) {
         Ok(v) => v,
-        Err(_) => serde_saphyr::from_str(text)
-            .map_err(|e| err("", format!("not valid YAML or JSON: {e}")))?,
+        Err(_) => {
+            let scale = text.len().saturating_add(1024);
+            let options = serde_saphyr::options! {
+                budget: serde_saphyr::budget! {
+                    max_events: scale.max(1_000_000),
+                    max_nodes: scale.max(250_000),
+                    max_total_scalar_bytes: scale.max(64 << 20),
+                },
+            };
+            serde_saphyr::from_str_with_options(text, options)
+                .map_err(|e| err("", format!("not valid YAML or JSON: {e}")))?
+        }
     };
     let sc: ScenarioIn = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
@@ -596,8 +625,20 @@ pub fn workload(path: &str, w: &WorkloadIn) -> Result<WorkloadSpec, ScenarioErro
 /// Expands node entries (`name_prefix` + `count`) into (name, instance type, capacity).
 pub fn nodes(nodes: &[NodeIn]) -> Result<Vec<(String, String, Resources)>, ScenarioError> {
     let mut out = Vec::new();
+    let mut total: u64 = 0;
     for (i, n) in nodes.iter().enumerate() {
         let path = format!("nodes[{i}]");
+        total += u64::from(n.count.unwrap_or(1));
+        if total > MAX_NODES {
+            return Err(err(
+                format!("{path}.count"),
+                format!(
+                    "{} nodes in all so far ({} here); a scenario may have at most {MAX_NODES}",
+                    total,
+                    n.count.unwrap_or(1)
+                ),
+            ));
+        }
         let capacity = match &n.resources {
             Some(r) => resources(&format!("{path}.resources"), r)?,
             None => Catalog::builtin()

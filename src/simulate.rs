@@ -371,8 +371,21 @@ impl Sim {
     }
 }
 
-/// Runs a parsed scenario.
-pub fn run(sc: &ScenarioIn) -> Result<Outcome, ScenarioError> {
+/// How far a run has got, for a progress line.
+pub struct Progress {
+    /// Simulated time reached, and the last event's time (ms).
+    pub now: Time,
+    pub end: Time,
+    pub cycles: u64,
+    pub pending: usize,
+    pub elapsed: std::time::Duration,
+}
+
+/// Runs a parsed scenario, calling `progress` about twice a second of wall time.
+pub fn run_with_progress(
+    sc: &ScenarioIn,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Outcome, ScenarioError> {
     let started = Instant::now();
     let policy = match &sc.policy {
         Some(p) => scenario::policy("policy", p, &Default::default())?,
@@ -482,10 +495,23 @@ pub fn run(sc: &ScenarioIn) -> Result<Outcome, ScenarioError> {
     let start = sim.queue.keys().next().map(|(t, _)| *t).unwrap_or(0).min(0);
     let mut now = start;
     sim.settle(now)?;
+    let end = until.unwrap_or_else(|| sim.queue.keys().last().map(|(t, _)| *t).unwrap_or(0));
+    let mut next_report = started + std::time::Duration::from_millis(500);
     while let Some(((t, _), _)) = sim.queue.first_key_value() {
         let t = *t;
         if until.is_some_and(|u| t > u) {
             break;
+        }
+        let wall = Instant::now();
+        if wall >= next_report {
+            next_report = wall + std::time::Duration::from_millis(500);
+            progress(&Progress {
+                now: t,
+                end: end.max(t),
+                cycles: sim.cycles,
+                pending: sim.state.teams.iter().map(|t| t.pending.len()).sum(),
+                elapsed: started.elapsed(),
+            });
         }
         now = t;
         while let Some(entry) = sim.queue.first_entry() {

@@ -1,0 +1,67 @@
+//! `allot simulate` on large and hostile scenario files, through the real binary.
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_allot");
+
+fn simulate(name: &str, text: &str) -> std::process::Output {
+    let dir = std::env::temp_dir().join(format!("allot-simulate-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write scenario");
+    let out = Command::new(BIN)
+        .args(["simulate", "--output", "json"])
+        .arg(&path)
+        .output()
+        .expect("run allot simulate");
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// A YAML scenario of `workloads` one-GPU jobs on `nodes` p5 nodes, all submitted at once.
+fn big_yaml(nodes: usize, workloads: usize) -> String {
+    let mut s = String::from(
+        "version: 1\nnodes:\n  - {name_prefix: p5-, count: NODES, instance_type: ml.p5.48xlarge}\n\
+         teams:\n  - {name: a, compute_quota: \"ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,Count=NODES}]\"}\n\
+         workloads:\n",
+    )
+    .replace("NODES", &nodes.to_string());
+    for i in 0..workloads {
+        s.push_str(&format!(
+            "  - {{name: w{i:06}, team: a, submit_at: 0, duration: 60, count: 1, requests: {{gpu: 1, cpu: 4, memory: 16Gi}}}}\n"
+        ));
+    }
+    s.push_str("until: 0\n");
+    s
+}
+
+#[test]
+fn a_yaml_file_beyond_the_parsers_default_budget_is_read() {
+    // 12,000 workloads are about 300,000 YAML nodes: over serde-saphyr's default of 250,000,
+    // which refused the 100,000-workload benchmark file.
+    let out = simulate("big.yaml", &big_yaml(20, 12_000));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "simulate failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json output");
+    // 20 nodes of 8 GPUs: 160 one-GPU jobs run, the rest wait.
+    assert_eq!(v["stats"]["admitted"], 160, "{}", v["stats"]);
+    let pending = v["final"]["workloads"]
+        .as_object()
+        .expect("workloads")
+        .values()
+        .filter(|w| w["state"] == "Pending")
+        .count();
+    assert_eq!(pending, 12_000 - 160);
+}
+
+#[test]
+fn a_tiny_file_asking_for_a_hundred_million_nodes_is_refused_at_once() {
+    let text = "version: 1\nteams: [{name: a, compute_quota: \"ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}]\"}]\nnodes: [{name_prefix: g5-, count: 100000000, instance_type: ml.g5.8xlarge}]\n";
+    let out = simulate("bomb.yaml", text);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("nodes[0].count") && stderr.contains("at most 100000"),
+        "{stderr}"
+    );
+}
