@@ -1,7 +1,12 @@
 //! Scheduler throughput at cluster scale: `cargo bench -p allot-core --bench schedule`.
 //!
 //! A cohort of 64 teams (16 GPUs of nominal each) on 128 nodes of 8 GPUs, with thousands of
-//! pending 1-8 GPU workloads at mixed priorities.
+//! pending 1-8 GPU workloads at mixed priorities; then contended clusters of 1,000 and 10,000
+//! nodes with 10,000 and 100,000 pending (LendAndBorrow teams, four priorities, preemption
+//! possible), driven by a stream of arrivals and completions, each followed by one timed cycle:
+//! the cycle time's p50 and p99 are printed for `schedule` and, where it finishes in reasonable
+//! time, for `schedule_reference` (every workload one at a time). `ALLOT_BENCH_SMALL=1` runs
+//! only small contended cases (what CI runs).
 
 use std::hint::black_box;
 
@@ -11,7 +16,9 @@ use allot_common::{
     WorkloadSpec,
 };
 use allot_core::schedule;
-use allot_core::state::{Event, State};
+use allot_core::scheduler::schedule_reference;
+use allot_core::state::{Event, State, WlState};
+use allot_core::WlId;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
 const FLAVOR: &str = "ml.p5.48xlarge";
@@ -93,7 +100,180 @@ fn settle(st: &mut State) {
     }
 }
 
+/// A contended cluster: `nodes` p5 nodes, `teams` teams sharing them equally with
+/// LendAndBorrow (borrowing limit 100 %), and `pending` one-pod and gang workloads of 1 to 64
+/// GPUs at four priorities, submitted in order and settled (the cluster full, the rest waiting).
+fn contended(nodes: usize, teams: usize, pending: usize) -> State {
+    let mut st = State::new(ClusterPolicy {
+        fair_share: true,
+        ..Default::default()
+    });
+    let per_team = (nodes * 8 / teams) as i64;
+    for t in 0..teams {
+        let mut spec = TeamSpec::new(
+            &format!("team-{t:03}"),
+            vec![FlavorQuota {
+                flavor: FLAVOR.into(),
+                resources: vec![
+                    (
+                        ResourceName::cpu(),
+                        ResourceQuota {
+                            nominal: per_team * 24_000,
+                            borrowing_limit: Some(per_team * 24_000),
+                            lending_limit: None,
+                        },
+                    ),
+                    (
+                        ResourceName::gpu(),
+                        ResourceQuota {
+                            nominal: per_team,
+                            borrowing_limit: Some(per_team),
+                            lending_limit: None,
+                        },
+                    ),
+                ],
+            }],
+        );
+        spec.fair_share_weight = [10, 50, 100][t % 3];
+        st.set_team(spec).expect("valid team");
+    }
+    let mut cap = Resources::new();
+    cap.set(ResourceName::gpu(), 8);
+    cap.set(ResourceName::cpu(), 192_000);
+    for n in 0..nodes {
+        st.add_node(&format!("p5-{n}"), FLAVOR, &cap)
+            .expect("valid node");
+    }
+    let mut rng = Lcg(7);
+    for i in 0..pending {
+        submit_contended(&mut st, &mut rng, i, teams, 0);
+    }
+    settle(&mut st);
+    st
+}
+
+fn submit_contended(st: &mut State, rng: &mut Lcg, i: usize, teams: usize, now: i64) {
+    let kind = rng.next() % 100;
+    let (count, gpus) = if kind < 55 {
+        (1, [1, 1, 2, 4][rng.next() as usize % 4])
+    } else if kind < 90 {
+        (1, 8)
+    } else {
+        ([2, 4, 8][rng.next() as usize % 3], 8)
+    };
+    let mut req = Resources::new();
+    req.set(ResourceName::gpu(), gpus);
+    req.set(ResourceName::cpu(), gpus * 20_000);
+    let spec = WorkloadSpec {
+        name: format!("c{i}"),
+        team: format!("team-{:03}", rng.next() as usize % teams),
+        priority: PriorityRef::Value([50, 70, 80, 90][rng.next() as usize % 4]),
+        instance_type: None,
+        pod_sets: vec![PodSet {
+            name: "main".into(),
+            count,
+            min_count: None,
+            requests: req,
+        }],
+    };
+    st.submit(spec, now).expect("valid workload");
+}
+
+/// Drives `st` with `steps` events (an arrival three times in four, else a running workload
+/// finishing), one cycle of `cycle` after each, applied; returns each cycle's time.
+fn stream(
+    st: &mut State,
+    teams: usize,
+    steps: usize,
+    cycle: fn(&State, i64) -> allot_core::Plan,
+) -> Vec<std::time::Duration> {
+    let mut rng = Lcg(99);
+    let mut times = Vec::with_capacity(steps);
+    let mut running: Vec<WlId> = st
+        .workloads
+        .values()
+        .filter(|w| w.state == WlState::Admitted)
+        .map(|w| w.id)
+        .collect();
+    for step in 0..steps {
+        let now = 1 + step as i64;
+        if !rng.next().is_multiple_of(4) || running.is_empty() {
+            submit_contended(st, &mut rng, 1_000_000 + step, teams, now);
+        } else {
+            let i = rng.next() as usize % running.len();
+            let id = running.swap_remove(i);
+            let _ = st.finish(id, true, now);
+        }
+        let started = std::time::Instant::now();
+        let plan = black_box(cycle(st, now));
+        times.push(started.elapsed());
+        for e in st.apply_plan(&plan, now) {
+            match e {
+                Event::Preempted { wl, .. } => {
+                    st.complete_eviction(wl, now);
+                }
+                Event::Admitted { wl } => running.push(wl),
+                _ => {}
+            }
+        }
+        running.retain(|id| st.workload(*id).state == WlState::Admitted);
+    }
+    times
+}
+
+fn percentiles(label: &str, mut times: Vec<std::time::Duration>) {
+    times.sort();
+    let at = |q: f64| {
+        let i = ((times.len() as f64 - 1.0) * q).round() as usize;
+        times[i].as_secs_f64() * 1000.0
+    };
+    eprintln!(
+        "{label}: cycle p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} cycles",
+        at(0.5),
+        at(0.99),
+        at(1.0),
+        times.len()
+    );
+}
+
+/// The contended cases: (nodes, teams, pending, cycles timed, whether the reference runs too).
+fn contended_cases() {
+    let small = std::env::var("ALLOT_BENCH_SMALL").is_ok();
+    let cases: &[(usize, usize, usize, usize, bool)] = if small {
+        &[(50, 5, 500, 20, true)]
+    } else {
+        &[
+            (1_000, 100, 10_000, 200, true),
+            (1_000, 100, 100_000, 200, false),
+            (10_000, 100, 100_000, 100, false),
+        ]
+    };
+    for &(nodes, teams, pending, steps, with_reference) in cases {
+        let setup = std::time::Instant::now();
+        let st = contended(nodes, teams, pending);
+        let waiting: usize = st.teams.iter().map(|t| t.pending.len()).sum();
+        eprintln!(
+            "contended {nodes} nodes, {teams} teams, {pending} submitted ({waiting} pending after settling; set up in {:.1}s)",
+            setup.elapsed().as_secs_f64()
+        );
+        percentiles(
+            "  schedule",
+            stream(&mut st.clone(), teams, steps, schedule),
+        );
+        if with_reference {
+            percentiles(
+                "  schedule_reference",
+                stream(&mut st.clone(), teams, steps, schedule_reference),
+            );
+        }
+    }
+}
+
 fn bench(c: &mut Criterion) {
+    contended_cases();
+    if std::env::var("ALLOT_BENCH_SMALL").is_ok() {
+        return;
+    }
     let mut g = c.benchmark_group("schedule");
     g.sample_size(10);
     for fair_share in [false, true] {

@@ -172,10 +172,12 @@ pub(crate) fn own_allowed(policy: WithinTeam, wl: &Workload, c: &Workload) -> bo
 /// most recently admitted, name.
 fn order(ctx: &Ctx, own: TeamId, cands: &mut [Cand]) {
     let st = ctx.st;
-    cands.sort_by(|a, b| {
-        let wa = st.workload(a.id);
-        let wb = st.workload(b.id);
-        let key = |w: &Workload, c: &Cand| {
+    // Each key once (a workload lookup per comparison was most of the search's cost); ids are
+    // unique, so the unstable sort gives the one order.
+    let mut keyed: Vec<_> = cands
+        .iter()
+        .map(|c| {
+            let w = st.workload(c.id);
             // Admissions planned in this cycle are the most recent of all.
             let admitted_at = if ctx.planned.contains_key(&c.id) {
                 i64::MAX
@@ -183,17 +185,22 @@ fn order(ctx: &Ctx, own: TeamId, cands: &mut [Cand]) {
                 w.admitted_at.unwrap_or(i64::MAX)
             };
             (
-                w.state != WlState::Evicting,
-                c.team == own,
-                w.priority,
-                std::cmp::Reverse(admitted_at),
+                (
+                    w.state != WlState::Evicting,
+                    c.team == own,
+                    w.priority,
+                    std::cmp::Reverse(admitted_at),
+                ),
+                w.spec.name.as_str(),
+                c.id,
+                c.clone(),
             )
-        };
-        key(wa, a)
-            .cmp(&key(wb, b))
-            .then_with(|| wa.spec.name.cmp(&wb.spec.name))
-            .then_with(|| a.id.cmp(&b.id))
-    });
+        })
+        .collect();
+    keyed.sort_unstable_by(|a, b| (&a.0, a.1, a.2).cmp(&(&b.0, b.1, b.2)));
+    for (slot, k) in cands.iter_mut().zip(keyed) {
+        *slot = k.3;
+    }
 }
 
 fn collect(
@@ -345,6 +352,11 @@ fn classical(
     let team = &st.teams[t.idx()];
     let mut cands = collect(ctx, wl, usage, f_set, false);
     if cands.is_empty() {
+        return None;
+    }
+    // No attempt can fit without every candidate gone, whatever their order: test that before
+    // sorting (the attempts test each their own part of it below).
+    if !fits_without_all(ctx, wl, usage, place, &cands, true) {
         return None;
     }
     order(ctx, t, &mut cands);

@@ -950,8 +950,8 @@ pub(crate) fn entry_key(ctx: &mut Ctx, wl: &Workload) -> EntryKey {
 }
 
 /// Workloads with the same shape get the same decision from the same working state (Kueue's
-/// scheduling-equivalence idea): team, priority, pinned flavor, pod sets, and the submit time
-/// only where the team's policy compares it.
+/// scheduling-equivalence idea): team, priority, pinned flavor, pod sets, the submit time only
+/// where the team's policy compares it, whether it is a preemptor, and who evicted it.
 type ShapeKey = (
     TeamId,
     i32,
@@ -959,6 +959,7 @@ type ShapeKey = (
     Vec<(String, u32, Option<u32>, Vec<(ResId, i64)>)>,
     Time,
     bool,
+    Option<WlId>,
 );
 
 fn shape_key(st: &State, wl: &Workload) -> ShapeKey {
@@ -977,6 +978,9 @@ fn shape_key(st: &State, wl: &Workload) -> ShapeKey {
             .collect(),
         if time_matters { wl.submit_time } else { 0 },
         wl.preempting.is_some(),
+        // The workload that evicted it is never its victim (`preemption::never_taken`): two
+        // workloads alike in all else but this may not get the same decision.
+        preemption::evicted_by(wl),
     )
 }
 
@@ -1023,7 +1027,7 @@ pub fn schedule_alone_with(
 struct TeamCursor<'a> {
     /// Last cycle's preemptors of the team, by their order among them.
     first: std::vec::IntoIter<(u32, WlId)>,
-    rest: std::collections::btree_set::Iter<'a, crate::state::QueueKey>,
+    rest: std::iter::Peekable<std::collections::btree_set::Iter<'a, crate::state::QueueKey>>,
     st: &'a State,
     /// The team has preemptors: the rest of its queue skips them.
     skip: bool,
@@ -1044,9 +1048,19 @@ impl<'a> TeamCursor<'a> {
         TeamCursor {
             skip: !first.is_empty(),
             first: first.into_iter(),
-            rest: st.teams[t.idx()].pending.iter(),
+            rest: st.teams[t.idx()].pending.iter().peekable(),
             st,
         }
+    }
+
+    /// The next workload when it is a plain queue entry (no preemptor of the team is left
+    /// first, and the team has none to skip), with its queue key: what a cycle can judge from
+    /// the queue alone.
+    fn peek_plain(&mut self) -> Option<&'a crate::state::QueueKey> {
+        if self.skip || self.first.len() > 0 {
+            return None;
+        }
+        self.rest.peek().copied()
     }
 }
 
@@ -1065,7 +1079,34 @@ impl Iterator for TeamCursor<'_> {
 }
 
 /// Runs one scheduling cycle over every pending workload. Pure: the state is not changed.
+///
+/// Its cost follows the shapes waiting and the decisions made, not the length of the queues: a
+/// workload whose shape (team, priority, pinned flavor, pod sets; see `shape_key`) was already
+/// found waiting, with nothing changed since, is settled from the queue alone, and so are the
+/// ones after it for as long as they would come out of the cross-team tournament next. It makes
+/// exactly the plan of `schedule_reference`, which takes every workload one at a time (the
+/// property test `fast_cycle_equals_reference` checks it over seeded random histories).
 pub fn schedule(st: &State, now: Time) -> Plan {
+    schedule_with(st, now, true)
+}
+
+/// The definition `schedule` must match: every pending workload taken one at a time through
+/// the tournament, its key computed and its shape looked up on its own. Kept for the
+/// equivalence test and the benchmarks' baseline.
+pub fn schedule_reference(st: &State, now: Time) -> Plan {
+    schedule_with(st, now, false)
+}
+
+/// A (team, shape) memo key of the fast path: the shape fingerprint, the submit time where the
+/// team's policy compares it, and whether the workload is a preemptor.
+type FastShape = (u128, Time, bool);
+
+fn time_matters(st: &State, t: TeamId) -> bool {
+    st.teams[t.idx()].spec.preemption.within_team
+        == allot_common::quota::WithinTeam::LowerOrNewerEqualPriority
+}
+
+fn schedule_with(st: &State, now: Time, fast: bool) -> Plan {
     // Nothing to decide: skip the working copy (the node set is most of a cycle's cost then).
     if !st.has_pending() {
         return Plan::default();
@@ -1082,8 +1123,15 @@ pub fn schedule(st: &State, now: Time) -> Plan {
             cursors.insert(t, TeamCursor::new(st, t));
         }
     }
+    // Bumped whenever the working state changes; memoised "waits" are valid for one generation.
+    let mut generation: u64 = 0;
+    // Fast path: the (borrows, share) part of plain workloads' tournament keys per shape, for
+    // one generation (the rest of the key comes from the queue entry).
+    let mut key_parts: BTreeMap<u128, (u64, bool, Share)> = BTreeMap::new();
     let advance = |ctx: &mut Ctx,
                    t: TeamId,
+                   generation: u64,
+                   key_parts: &mut BTreeMap<u128, (u64, bool, Share)>,
                    cursors: &mut BTreeMap<TeamId, TeamCursor<'_>>,
                    heads: &mut BTreeMap<TeamId, EntryKey>,
                    heap: &mut BTreeSet<(EntryKey, TeamId)>| {
@@ -1093,9 +1141,30 @@ pub fn schedule(st: &State, now: Time) -> Plan {
         let Some(it) = cursors.get_mut(&t) else {
             return;
         };
+        let plain = it.peek_plain().filter(|q| fast && q.shape != 0);
         if let Some(id) = it.next() {
-            let wl = st.workload(id);
-            let key = entry_key(ctx, wl);
+            let key = match plain {
+                Some(q) => {
+                    let (b, share) = match key_parts.get(&q.shape) {
+                        Some((g, b, sh)) if *g == generation => (*b, *sh),
+                        _ => {
+                            let k = entry_key(ctx, st.workload(id));
+                            key_parts.insert(q.shape, (generation, k.1, k.2));
+                            (k.1, k.2)
+                        }
+                    };
+                    (
+                        u32::MAX,
+                        b,
+                        share,
+                        q.neg_priority,
+                        q.submit,
+                        q.name.clone(),
+                        q.id,
+                    )
+                }
+                None => entry_key(ctx, st.workload(id)),
+            };
             heads.insert(t, key.clone());
             heap.insert((key, t));
         } else {
@@ -1104,19 +1173,42 @@ pub fn schedule(st: &State, now: Time) -> Plan {
     };
     let team_ids: Vec<TeamId> = cursors.keys().copied().collect();
     for t in team_ids {
-        advance(&mut ctx, t, &mut cursors, &mut heads, &mut heap);
+        advance(
+            &mut ctx,
+            t,
+            generation,
+            &mut key_parts,
+            &mut cursors,
+            &mut heads,
+            &mut heap,
+        );
     }
-    // Bumped whenever the working state changes; memoised "waits" are valid for one generation.
-    let mut generation: u64 = 0;
     let mut victim_teams: BTreeSet<TeamId> = BTreeSet::new();
     let mut preemptor_teams: BTreeSet<TeamId> = BTreeSet::new();
     let mut memo: BTreeMap<ShapeKey, (u64, String, String)> = BTreeMap::new();
+    let mut fast_memo: BTreeMap<FastShape, (u64, String, String)> = BTreeMap::new();
     while let Some((key, t)) = heap.pop_first() {
         heads.remove(&t);
         let wl = st.workload(key.6);
         plan.considered += 1;
-        let shape = shape_key(st, wl);
-        let outcome = match memo.get(&shape) {
+        let shape = if fast {
+            Err((
+                wl.shape_fingerprint(),
+                if time_matters(st, wl.team) {
+                    wl.submit_time
+                } else {
+                    0
+                },
+                wl.preempting.is_some(),
+            ))
+        } else {
+            Ok(shape_key(st, wl))
+        };
+        let memoised = match &shape {
+            Ok(k) => memo.get(k),
+            Err(k) => fast_memo.get(k),
+        };
+        let outcome = match memoised {
             Some((g, reason, message)) if *g == generation => Outcome::Pending {
                 reason: reason.clone(),
                 message: message.clone(),
@@ -1150,8 +1242,11 @@ pub fn schedule(st: &State, now: Time) -> Plan {
         } = &outcome
         {
             if hold.is_empty() {
-                memo.entry(shape)
-                    .or_insert_with(|| (generation, reason.clone(), message.clone()));
+                let entry = (generation, reason.clone(), message.clone());
+                match shape {
+                    Ok(k) => memo.insert(k, entry),
+                    Err(k) => fast_memo.insert(k, entry),
+                };
             }
         }
         if let Outcome::Preempting(victims, _) = &outcome {
@@ -1292,7 +1387,27 @@ pub fn schedule(st: &State, now: Time) -> Plan {
                 ));
             }
         } else {
-            advance(&mut ctx, t, &mut cursors, &mut heads, &mut heap);
+            if fast && st.teams[t.idx()].spec.queueing != QueueingStrategy::StrictFIFO {
+                settle_run(
+                    st,
+                    t,
+                    generation,
+                    &fast_memo,
+                    &key_parts,
+                    &mut cursors,
+                    &heap,
+                    &mut plan,
+                );
+            }
+            advance(
+                &mut ctx,
+                t,
+                generation,
+                &mut key_parts,
+                &mut cursors,
+                &mut heads,
+                &mut heap,
+            );
         }
         for vt in rekey {
             if let Some(old) = heads.remove(&vt) {
@@ -1304,4 +1419,60 @@ pub fn schedule(st: &State, now: Time) -> Plan {
         }
     }
     plan
+}
+
+/// Settles, from the queue alone, the run of team `t`'s next workloads that the reference loop
+/// would take next and find waiting again: each is a plain queue entry whose shape was found
+/// waiting in this generation (nothing changed since), and whose tournament key (its shape's
+/// cached part, then the queue order) comes before every other team's head. Each gets the
+/// memoised reason and message, as the reference gives it. The first workload that is not such
+/// is left for `advance`.
+#[allow(clippy::too_many_arguments)]
+fn settle_run(
+    st: &State,
+    t: TeamId,
+    generation: u64,
+    fast_memo: &BTreeMap<FastShape, (u64, String, String)>,
+    key_parts: &BTreeMap<u128, (u64, bool, Share)>,
+    cursors: &mut BTreeMap<TeamId, TeamCursor<'_>>,
+    heap: &BTreeSet<(EntryKey, TeamId)>,
+    plan: &mut Plan,
+) {
+    let Some(it) = cursors.get_mut(&t) else {
+        return;
+    };
+    let time_matters = time_matters(st, t);
+    let rival = heap.first().map(|(k, _)| k);
+    while let Some(q) = it.peek_plain() {
+        if q.shape == 0 {
+            return;
+        }
+        let Some((_, reason, message)) = fast_memo
+            .get(&(q.shape, if time_matters { q.submit } else { 0 }, false))
+            .filter(|(g, _, _)| *g == generation)
+        else {
+            return;
+        };
+        let Some((_, b, share)) = key_parts.get(&q.shape).filter(|(g, _, _)| *g == generation)
+        else {
+            return;
+        };
+        if let Some(r) = rival {
+            let mine = (
+                u32::MAX,
+                *b,
+                *share,
+                q.neg_priority,
+                q.submit,
+                q.name.as_str(),
+                q.id,
+            );
+            if mine > (r.0, r.1, r.2, r.3, r.4, r.5.as_str(), r.6) {
+                return;
+            }
+        }
+        it.next();
+        plan.considered += 1;
+        plan.pending.push((q.id, reason.clone(), message.clone()));
+    }
 }

@@ -72,12 +72,39 @@ pub struct CohortRt {
 }
 
 /// Queue order inside a team: higher priority first, then submit time, name, id.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct QueueKey {
     pub neg_priority: i64,
     pub submit: Time,
     pub name: String,
     pub id: WlId,
+    /// The workload's shape fingerprint (`Workload::shape_fingerprint`), so a cycle can tell
+    /// workloads of one shape apart from the queue alone. Not part of the order (the id is
+    /// unique); 0 in queues written before it existed, which a cycle treats as unknown.
+    #[serde(default)]
+    pub shape: u128,
+}
+
+impl PartialEq for QueueKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+impl Eq for QueueKey {}
+impl PartialOrd for QueueKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for QueueKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.neg_priority, self.submit, &self.name, self.id).cmp(&(
+            other.neg_priority,
+            other.submit,
+            &other.name,
+            other.id,
+        ))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,7 +225,36 @@ impl Workload {
             submit: self.submit_time,
             name: self.spec.name.clone(),
             id: self.id,
+            shape: self.shape_fingerprint(),
         }
+    }
+    /// A 128-bit fingerprint of what the scheduler's shape key compares apart from time and
+    /// preemption marks: team, priority, pinned flavor, each pod set's name, counts and
+    /// requests, and the workload that evicted it (set only while it is not pending, so a
+    /// queue entry's copy stays true). Two workloads with the same fingerprint have the same shape (a collision
+    /// among the shapes of one cluster is a 2^-128 event). Never 0.
+    pub fn shape_fingerprint(&self) -> u128 {
+        use std::hash::{Hash, Hasher};
+        #[allow(deprecated)]
+        let mut a =
+            std::hash::SipHasher::new_with_keys(0x616c_6c6f_745f_7368, 0x6170_655f_6669_6e67);
+        #[allow(deprecated)]
+        let mut b =
+            std::hash::SipHasher::new_with_keys(0x9e37_79b9_7f4a_7c15, 0xbf58_476d_1ce4_e5b9);
+        for h in [&mut a, &mut b] {
+            self.team.hash(h);
+            self.priority.hash(h);
+            self.pinned.hash(h);
+            self.preempted_by.as_ref().map(|p| p.preemptor).hash(h);
+            self.spec.pod_sets.len().hash(h);
+            for (p, r) in self.spec.pod_sets.iter().zip(&self.pod_reqs) {
+                p.name.hash(h);
+                p.count.hash(h);
+                p.min_count.hash(h);
+                r.hash(h);
+            }
+        }
+        ((u128::from(a.finish()) << 64) | u128::from(b.finish())).max(1)
     }
     pub fn condition(&self, kind: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.kind == kind)

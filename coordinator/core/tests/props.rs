@@ -992,6 +992,12 @@ impl<'s> Sim<'s> {
         ensure(&again == plan, || {
             format!("a second schedule() on a copy of the state differs: {again:#?}")
         })?;
+        // The fast cycle makes exactly the reference cycle's plan: every admission, preemption,
+        // target and pending message, in the same order.
+        let reference = allot_core::scheduler::schedule_reference(st, self.now);
+        ensure(&reference == plan, || {
+            format!("the reference cycle (every workload one at a time) plans otherwise: {reference:#?}")
+        })?;
         // The leader logs only the pending messages that change something: applying that
         // plan leaves exactly the state the whole plan leaves.
         let mut slim = plan.clone();

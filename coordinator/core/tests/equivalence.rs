@@ -1,0 +1,201 @@
+//! The fast cycle (`schedule`) against the reference cycle (`schedule_reference`, every pending
+//! workload taken one at a time): over seeded random histories of contended clusters, built so
+//! that many workloads of few shapes wait in several teams at once (the case the fast cycle
+//! settles from the queues alone), both must make the identical plan at every step: the same
+//! admissions with the same placements, the same preemptions, targets and pending messages, in
+//! the same order.
+//!
+//! `ALLOT_EQUIV_SEEDS=N` runs N seeds (default 120); `ALLOT_EQUIV_SEED=S` replays one.
+
+use allot_common::quota::{
+    BorrowWithinCohortPolicy, QueueingStrategy, ReclaimWithinCohort, ResourceQuota, WithinTeam,
+};
+use allot_common::{
+    ClusterPolicy, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, TeamSpec,
+    WorkloadSpec,
+};
+use allot_core::scheduler::schedule_reference;
+use allot_core::state::{Event, State, WlState};
+use allot_core::{schedule, WlId};
+
+const FLAVOR: &str = "ml.p5.48xlarge";
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+fn cluster(rng: &mut Rng) -> (State, usize) {
+    let fair_share = rng.below(2) == 0;
+    let mut st = State::new(ClusterPolicy {
+        fair_share,
+        ..Default::default()
+    });
+    let teams = 2 + rng.below(4) as usize;
+    for t in 0..teams {
+        let nominal = rng.pick(&[4, 8, 16]);
+        let mut spec = TeamSpec::new(
+            &format!("team-{t}"),
+            vec![FlavorQuota {
+                flavor: FLAVOR.into(),
+                resources: vec![
+                    (
+                        ResourceName::cpu(),
+                        ResourceQuota {
+                            nominal: nominal * 24_000,
+                            borrowing_limit: None,
+                            lending_limit: None,
+                        },
+                    ),
+                    (
+                        ResourceName::gpu(),
+                        ResourceQuota {
+                            nominal,
+                            borrowing_limit: rng.pick(&[None, Some(0), Some(8)]),
+                            lending_limit: None,
+                        },
+                    ),
+                ],
+            }],
+        );
+        spec.fair_share_weight = rng.pick(&[0, 1, 10, 50]);
+        spec.preemption.within_team = rng.pick(&[
+            WithinTeam::LowerPriority,
+            WithinTeam::LowerPriority,
+            WithinTeam::Never,
+            WithinTeam::LowerOrNewerEqualPriority,
+        ]);
+        spec.preemption.reclaim_within_cohort = rng.pick(&[
+            ReclaimWithinCohort::Any,
+            ReclaimWithinCohort::LowerPriority,
+            ReclaimWithinCohort::Never,
+        ]);
+        if spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::Never {
+            spec.preemption.borrow_within_cohort.policy = rng.pick(&[
+                BorrowWithinCohortPolicy::Never,
+                BorrowWithinCohortPolicy::LowerPriority,
+            ]);
+        } else {
+            spec.preemption.borrow_within_cohort.policy = BorrowWithinCohortPolicy::Never;
+        }
+        if rng.below(6) == 0 {
+            spec.queueing = QueueingStrategy::StrictFIFO;
+        }
+        st.set_team(spec).expect("valid team");
+    }
+    let mut cap = Resources::new();
+    cap.set(ResourceName::gpu(), 8);
+    cap.set(ResourceName::cpu(), 192_000);
+    for n in 0..(1 + rng.below(6)) {
+        st.add_node(&format!("p5-{n}"), FLAVOR, &cap)
+            .expect("valid node");
+    }
+    (st, teams)
+}
+
+fn workload(rng: &mut Rng, i: usize, teams: usize) -> WorkloadSpec {
+    // Few shapes, so that many workloads share one.
+    let (count, gpus) = rng.pick(&[(1, 1), (1, 1), (1, 2), (1, 4), (1, 8), (2, 8)]);
+    let mut req = Resources::new();
+    req.set(ResourceName::gpu(), gpus);
+    req.set(ResourceName::cpu(), gpus * 4000);
+    WorkloadSpec {
+        name: format!("w{i}"),
+        team: format!("team-{}", rng.below(teams as u64)),
+        priority: PriorityRef::Value(rng.pick(&[0, 10, 10, 20])),
+        instance_type: None,
+        pod_sets: vec![PodSet {
+            name: "main".into(),
+            count,
+            min_count: (rng.below(8) == 0).then_some(1),
+            requests: req,
+        }],
+    }
+}
+
+/// Runs one history; `Err` names the step where the two cycles differ.
+fn history(seed: u64) -> Result<usize, String> {
+    let mut rng = Rng(seed);
+    let (mut st, teams) = cluster(&mut rng);
+    let mut next = 0usize;
+    let mut now = 0i64;
+    let mut compared = 0usize;
+    for step in 0..60 {
+        now += 1 + rng.below(5) as i64;
+        // Arrivals in bursts (submit times collide), finishes and cancels.
+        for _ in 0..rng.below(12) {
+            let spec = workload(&mut rng, next, teams);
+            next += 1;
+            let _ = st.submit(spec, now);
+        }
+        let ids: Vec<WlId> = st.workloads.keys().copied().collect();
+        for id in ids {
+            let state = st.workload(id).state;
+            let r = rng.below(100);
+            if matches!(state, WlState::Admitted | WlState::Running) && r < 12 {
+                let _ = st.finish(id, true, now);
+            } else if state == WlState::Pending && r < 3 {
+                let _ = st.cancel(id, now);
+            } else if state == WlState::Evicting && r < 60 {
+                st.complete_eviction(id, now);
+            }
+        }
+        for cycle in 0..20 {
+            let plan = schedule(&st, now);
+            let reference = schedule_reference(&st, now);
+            compared += 1;
+            if plan != reference {
+                return Err(format!(
+                    "seed {seed}, step {step}, cycle {cycle}: the fast cycle plans\n{plan:#?}\nthe reference plans\n{reference:#?}"
+                ));
+            }
+            let events = st.apply_plan(&plan, now);
+            for e in &events {
+                if let Event::Preempted { wl, .. } = e {
+                    if rng.below(2) == 0 {
+                        st.complete_eviction(*wl, now);
+                    }
+                }
+            }
+            if !plan.has_decisions() {
+                break;
+            }
+        }
+    }
+    Ok(compared)
+}
+
+#[test]
+fn fast_cycle_equals_reference() {
+    let seeds: Vec<u64> = match std::env::var("ALLOT_EQUIV_SEED") {
+        Ok(s) => vec![s.parse().expect("ALLOT_EQUIV_SEED is a number")],
+        Err(_) => {
+            let n: u64 = std::env::var("ALLOT_EQUIV_SEEDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(120);
+            (0..n).collect()
+        }
+    };
+    let mut plans = 0;
+    for seed in seeds {
+        match history(seed) {
+            Ok(n) => plans += n,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(plans > 0);
+}
