@@ -52,6 +52,12 @@ pub struct BenchArgs {
     /// the first admission, and checks that nothing was lost, duplicated or restarted.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub failover: Option<u32>,
+    /// After the idle rounds: submit this many 8-GPU workloads (more than the nodes hold) to
+    /// the other teams, and once they settle run the latency rounds again with that backlog
+    /// waiting; prints the leader's cycle time p50/p99, submit-to-admit p50/p99 against the
+    /// idle figure, and leadership changes (there must be none). Skips the sustained run.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub pending: Option<u32>,
 }
 
 struct Cluster {
@@ -123,11 +129,12 @@ pub(crate) fn peers_arg(addrs: &[String]) -> String {
         .join(",")
 }
 
+/// Three coordinators; returns them, their API addresses and their HTTP (metrics) addresses.
 fn start_cluster(
     dir: &Path,
     keep: bool,
     raft_priority: RaftPriority,
-) -> anyhow::Result<(Cluster, Vec<String>)> {
+) -> anyhow::Result<(Cluster, Vec<String>, Vec<String>)> {
     let certs = dir.join("certs");
     tls::init_ca(&certs, false)?;
     tls::issue(
@@ -141,6 +148,9 @@ fn start_cluster(
     )?;
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect::<Result<_, _>>()?;
     let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let http: Vec<String> = (0..3)
+        .map(|_| free_port().map(|p| format!("127.0.0.1:{p}")))
+        .collect::<Result<_, _>>()?;
     let peers = peers_arg(&addrs);
     let exe = std::env::current_exe().context("finding the allot binary")?;
     let mut cluster = Cluster {
@@ -154,7 +164,7 @@ fn start_cluster(
         let log = std::fs::File::create(dir.join(format!("coordinator-{id}.log")))?;
         let child = Command::new(&exe)
             .args(["coordinator", "--id", &id.to_string(), "--listen", addr])
-            .args(["--peers", &peers, "--http", "off"])
+            .args(["--peers", &peers, "--http", &http[i]])
             .args(["--raft-priority", &raft_priority.to_string()])
             .arg("--data-dir")
             .arg(dir.join(format!("data-{id}")))
@@ -166,7 +176,7 @@ fn start_cluster(
             .context("starting a coordinator")?;
         cluster.children.push(child);
     }
-    Ok((cluster, addrs))
+    Ok((cluster, addrs, http))
 }
 
 /// The scheduling policy of replica `id`'s raft thread (process `pid`), read from /proc: what
@@ -209,11 +219,284 @@ fn job(name: String, team: String, res: &ResourceName, qty: i64) -> SubmitInput 
     }
 }
 
+/// What `latency_rounds` measured, each sorted.
+struct Latency {
+    lat: Vec<Duration>,
+    fs: Vec<Duration>,
+    ratios: Vec<f64>,
+    in_one: usize,
+}
+
+impl Latency {
+    fn print(&self, what: &str) {
+        let (lat, fs, ratios) = (&self.lat, &self.fs, &self.ratios);
+        println!(
+            "disk fsync over the rounds ({} samples): p50 {}, p99 {}",
+            fs.len(),
+            ms(pct(fs, 0.5)),
+            ms(pct(fs, 0.99))
+        );
+        println!(
+            "{what} over the rounds ({} samples, {} admitted in the submit's own commit): p50 {}, p90 {}, p99 {}, max {} ({:.1}x the fsync p99 over the same rounds; rounds {:.1}x to {:.1}x, median {:.1}x)",
+            lat.len(),
+            self.in_one,
+            ms(pct(lat, 0.5)),
+            ms(pct(lat, 0.9)),
+            ms(pct(lat, 0.99)),
+            ms(lat.last().copied().unwrap_or_default()),
+            p99_ratio(lat, fs),
+            ratios.first().copied().unwrap_or_default(),
+            ratios.last().copied().unwrap_or_default(),
+            ratios.get(ratios.len() / 2).copied().unwrap_or_default(),
+        );
+    }
+}
+
+/// The latency rounds: each takes the disk's fsync baseline, then submits one-cpu workloads
+/// to team-0 one at a time and waits for each admission (the submit's reply says whether it
+/// came in the same commit; otherwise the server's long poll, watching team-0 only).
+async fn latency_rounds(
+    c: &mut Client,
+    base: &Path,
+    a: &BenchArgs,
+    tag: &str,
+) -> anyhow::Result<Latency> {
+    let cpu = ResourceName::cpu();
+    let mut lat = Vec::new();
+    let mut fs = Vec::new();
+    let mut ratios = Vec::new();
+    let mut in_one = 0usize;
+    for r in 0..a.rounds {
+        let probes = fsync_baseline(base, a.samples as usize)?;
+        let mut round = Vec::with_capacity(a.samples as usize);
+        for i in 0..a.samples {
+            let name = format!("{tag}-{r}-{i}");
+            let t = Instant::now();
+            let reply = call(c, Body::Submit(job(name.clone(), "team-0".into(), &cpu, 1))).await?;
+            if matches!(&reply, Reply::Submitted { state, .. } if state != "Pending") {
+                in_one += 1;
+            } else {
+                wait_admitted(c, &name, t).await?;
+            }
+            round.push(t.elapsed());
+            call(c, Body::Cancel { name }).await?;
+        }
+        round.sort();
+        let ratio = p99_ratio(&round, &probes);
+        println!(
+            "  round {}: fsync p50 {}, p99 {}; submit-to-admit p50 {}, p99 {} ({ratio:.1}x)",
+            r + 1,
+            ms(pct(&probes, 0.5)),
+            ms(pct(&probes, 0.99)),
+            ms(pct(&round, 0.5)),
+            ms(pct(&round, 0.99)),
+        );
+        ratios.push(ratio);
+        lat.extend(round);
+        fs.extend(probes);
+    }
+    lat.sort();
+    fs.sort();
+    ratios.sort_by(f64::total_cmp);
+    Ok(Latency {
+        lat,
+        fs,
+        ratios,
+        in_one,
+    })
+}
+
+/// The leader's `allot_schedule_cycle_seconds` histogram: (upper bound in seconds, count).
+async fn cycle_histogram(http: &str) -> anyhow::Result<Vec<(f64, u64)>> {
+    let (status, body) = crate::cli::http_get(http, "/metrics").await?;
+    if status != 200 {
+        bail!("GET {http}/metrics answered {status}");
+    }
+    let mut out = Vec::new();
+    for line in body.lines() {
+        // allot_schedule_cycle_seconds_bucket{le="0.0001",replica="1"} 3 (labels in any order)
+        let Some(rest) = line.strip_prefix("allot_schedule_cycle_seconds_bucket{") else {
+            continue;
+        };
+        let Some((labels, count)) = rest.split_once("} ") else {
+            continue;
+        };
+        let Some(le) = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("le=\""))
+            .and_then(|l| l.strip_suffix('"'))
+        else {
+            continue;
+        };
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().map_err(|e| anyhow!("bucket {le:?}: {e}"))?
+        };
+        out.push((
+            le,
+            count
+                .trim()
+                .parse()
+                .map_err(|e| anyhow!("count {count:?}: {e}"))?,
+        ));
+    }
+    Ok(out)
+}
+
+/// The bucket bound under which a fraction `q` of the cycles between two scrapes fell.
+fn histogram_pct(before: &[(f64, u64)], after: &[(f64, u64)], q: f64) -> Option<f64> {
+    let diff: Vec<(f64, u64)> = after
+        .iter()
+        .map(|(le, n)| {
+            let was = before
+                .iter()
+                .find(|(b, _)| b == le)
+                .map(|(_, n)| *n)
+                .unwrap_or(0);
+            (*le, n.saturating_sub(was))
+        })
+        .collect();
+    let total = diff.last()?.1;
+    if total == 0 {
+        return None;
+    }
+    let want = (total as f64 * q).ceil() as u64;
+    diff.iter().find(|(_, n)| *n >= want).map(|(le, _)| *le)
+}
+
+/// The replica every address agrees leads, if one does.
+async fn leader_of(opts: &ClientOpts) -> Option<u64> {
+    let mut c = opts.connect().ok()?;
+    match c.call(Body::Hello).await {
+        Ok(Ok(Reply::Hello { leader, .. })) => leader,
+        _ => None,
+    }
+}
+
+/// `--pending`: the latency rounds again with a deep contended backlog waiting.
+async fn deep_backlog(
+    c: &mut Client,
+    opts: &ClientOpts,
+    base: &Path,
+    a: &BenchArgs,
+    http: &[String],
+    n: u32,
+    idle: &Latency,
+) -> anyhow::Result<()> {
+    if a.teams < 2 {
+        bail!("--pending needs --teams 2 or more: team-0 takes the probes, the others the backlog");
+    }
+    let leader = leader_of(opts).await.ok_or_else(|| anyhow!("no leader"))?;
+    // Watch the leadership for the whole phase.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (opts, stop) = (opts.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut changes = 0u32;
+            let mut last = leader;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(l) = leader_of(&opts).await {
+                    if l != last {
+                        changes += 1;
+                        last = l;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            changes
+        })
+    };
+    let gpu = ResourceName::gpu();
+    let per_node = Catalog::builtin()
+        .get(&a.instance_type)
+        .map_err(|e| anyhow!("--instance-type: {e}"))?
+        .resources()
+        .get(&gpu);
+    if per_node <= 0 {
+        bail!(
+            "--pending needs an instance type with GPUs ({} has none)",
+            a.instance_type
+        );
+    }
+    let t0 = Instant::now();
+    let batch = 500u32;
+    let mut k = 0u32;
+    while k < n {
+        let end = (k + batch).min(n);
+        let jobs = (k..end)
+            .map(|i| {
+                let team = 1 + i % (a.teams - 1);
+                job(format!("deep-{i}"), format!("team-{team}"), &gpu, per_node)
+            })
+            .collect();
+        call(c, Body::SubmitBatch(jobs)).await?;
+        k = end;
+    }
+    // Settled: the pending count unchanged over three seconds.
+    let mut last = usize::MAX;
+    let mut still = 0;
+    let pending = loop {
+        let p = match call(c, Body::GetTeams).await? {
+            Reply::Teams(ts) => ts.iter().map(|t| t.pending as usize).sum::<usize>(),
+            _ => 0,
+        };
+        still = if p == last { still + 1 } else { 0 };
+        last = p;
+        if still >= 3 {
+            break p;
+        }
+        if t0.elapsed() > Duration::from_secs(600) {
+            bail!("the backlog did not settle within 600s ({p} pending)");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    println!(
+        "backlog: {n} workloads of {per_node} GPUs submitted to {} teams and settled in {}: {pending} pending",
+        a.teams - 1,
+        ms(t0.elapsed())
+    );
+    let leader_http = http
+        .get(leader as usize - 1)
+        .ok_or_else(|| anyhow!("leader {leader} has no metrics address"))?;
+    let before = cycle_histogram(leader_http).await?;
+    let deep = latency_rounds(c, base, a, "deep-probe").await?;
+    let after = cycle_histogram(leader_http).await?;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let changes = watcher.await.map_err(|e| anyhow!("leader watcher: {e}"))?;
+    deep.print(&format!("submit-to-admit with {pending} pending"));
+    let show = |q| match histogram_pct(&before, &after, q) {
+        Some(s) if s.is_finite() => format!("<= {}", ms(Duration::from_secs_f64(s))),
+        Some(_) => "above the histogram's largest bucket".into(),
+        None => "no cycle".into(),
+    };
+    println!(
+        "leader's scheduling cycles during those rounds: p50 {}, p99 {} (histogram buckets)",
+        show(0.5),
+        show(0.99)
+    );
+    println!(
+        "submit-to-admit p99 with the backlog / idle p99: {:.2}x ({} / {}); leadership changes: {changes}",
+        pct(&deep.lat, 0.99).as_secs_f64() / pct(&idle.lat, 0.99).as_secs_f64().max(1e-9),
+        ms(pct(&deep.lat, 0.99)),
+        ms(pct(&idle.lat, 0.99)),
+    );
+    if changes > 0 {
+        bail!("the leadership changed {changes} time(s) with the backlog waiting");
+    }
+    Ok(())
+}
+
 /// Waits, with the server's long poll, until workload `name` leaves Pending.
 async fn wait_admitted(c: &mut Client, name: &str, since: Instant) -> anyhow::Result<()> {
     let mut digest = 0u64;
     loop {
-        let (d, workloads) = watch_once(c, WorkloadFilter::default(), digest, 2_000).await?;
+        // Team-0 only: a reply listing a deep backlog would be large (and past the frame limit).
+        let filter = WorkloadFilter {
+            team: Some("team-0".into()),
+            all: false,
+        };
+        let (d, workloads) = watch_once(c, filter, digest, 2_000).await?;
         digest = d;
         if workloads
             .iter()
@@ -271,7 +554,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         ms(pct(&shared, 0.5)),
         ms(pct(&shared, 0.99))
     );
-    let (cluster, addrs) = start_cluster(&base, a.keep, a.raft_priority)?;
+    let (cluster, addrs, http) = start_cluster(&base, a.keep, a.raft_priority)?;
     if a.keep {
         println!("data and logs in {}", base.display());
     }
@@ -341,10 +624,6 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         a.teams, a.nodes, a.instance_type
     );
 
-    // Submit-to-admit latency, one workload at a time on the idle cluster: the submit's reply
-    // says whether the workload was admitted in the same commit; otherwise the probe waits for
-    // the admission with the server's long poll (no client-side polling).
-    let cpu = ResourceName::cpu();
     // The API round trip alone (no log, no disk): the floor under any write's latency.
     let mut hello = Vec::new();
     for _ in 0..a.samples {
@@ -362,68 +641,16 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     // samples moves by a third between consecutive runs), so a baseline taken at another time
     // would decide the ratio as much as the cluster does. Each round takes the baseline, then
     // the latency samples, and the ratio compares the two pooled over the same rounds.
+    // Submit-to-admit latency, one workload at a time on the idle cluster (`latency_rounds`).
     println!(
         "submit-to-admit on an idle cluster, {} rounds of {} fsync probes (4 KiB append + fdatasync, the cluster idle) then {} submits:",
         a.rounds, a.samples, a.samples
     );
-    let mut lat = Vec::new();
-    let mut fs = Vec::new();
-    let mut ratios = Vec::new();
-    let mut in_one = 0usize;
-    for r in 0..a.rounds {
-        let probes = fsync_baseline(&base, a.samples as usize)?;
-        let mut round = Vec::with_capacity(a.samples as usize);
-        for i in 0..a.samples {
-            let name = format!("lat-{r}-{i}");
-            let t = Instant::now();
-            let reply = call(
-                &mut c,
-                Body::Submit(job(name.clone(), "team-0".into(), &cpu, 1)),
-            )
-            .await?;
-            if matches!(&reply, Reply::Submitted { state, .. } if state != "Pending") {
-                in_one += 1;
-            } else {
-                wait_admitted(&mut c, &name, t).await?;
-            }
-            round.push(t.elapsed());
-            call(&mut c, Body::Cancel { name }).await?;
-        }
-        round.sort();
-        let ratio = p99_ratio(&round, &probes);
-        println!(
-            "  round {}: fsync p50 {}, p99 {}; submit-to-admit p50 {}, p99 {} ({ratio:.1}x)",
-            r + 1,
-            ms(pct(&probes, 0.5)),
-            ms(pct(&probes, 0.99)),
-            ms(pct(&round, 0.5)),
-            ms(pct(&round, 0.99)),
-        );
-        ratios.push(ratio);
-        lat.extend(round);
-        fs.extend(probes);
+    let idle = latency_rounds(&mut c, &base, &a, "lat").await?;
+    idle.print("submit-to-admit");
+    if let Some(n) = a.pending {
+        return deep_backlog(&mut c, &opts, &base, &a, &http, n, &idle).await;
     }
-    lat.sort();
-    fs.sort();
-    ratios.sort_by(f64::total_cmp);
-    println!(
-        "disk fsync over the rounds ({} samples): p50 {}, p99 {}",
-        fs.len(),
-        ms(pct(&fs, 0.5)),
-        ms(pct(&fs, 0.99))
-    );
-    println!(
-        "submit-to-admit over the rounds ({} samples, {in_one} admitted in the submit's own commit): p50 {}, p90 {}, p99 {}, max {} ({:.1}x the fsync p99 over the same rounds; rounds {:.1}x to {:.1}x, median {:.1}x)",
-        lat.len(),
-        ms(pct(&lat, 0.5)),
-        ms(pct(&lat, 0.9)),
-        ms(pct(&lat, 0.99)),
-        ms(lat.last().copied().unwrap_or_default()),
-        p99_ratio(&lat, &fs),
-        ratios.first().copied().unwrap_or_default(),
-        ratios.last().copied().unwrap_or_default(),
-        ratios.get(ratios.len() / 2).copied().unwrap_or_default(),
-    );
 
     // Sustained admissions: many submitters, batches of 500, until every workload is admitted.
     let total = a.workloads;

@@ -603,7 +603,7 @@ async fn pod_logs(
 }
 
 /// A minimal HTTP/1.1 GET (the agent's log endpoint): status and body.
-async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+pub(crate) async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::time::timeout(
         std::time::Duration::from_secs(3),

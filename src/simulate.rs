@@ -6,9 +6,10 @@ use std::time::Instant;
 
 use allot_common::workload::MAIN_POD_SET;
 use allot_common::ResourceName;
+use allot_core::cycle_cache::CycleCache;
 use allot_core::ids::{ResId, WlId};
 use allot_core::quota;
-use allot_core::schedule;
+use allot_core::scheduler::schedule_cached;
 use allot_core::state::{Event, State, Time, WlState};
 use serde_json::{json, Map, Value};
 
@@ -49,6 +50,9 @@ struct Sim {
     rejected: BTreeMap<String, (String, String)>,
     out: Vec<Value>,
     cycles: u64,
+    /// What each cycle found before its first decision, for the next when nothing but the
+    /// queues changed in between.
+    cache: CycleCache,
     admitted: u64,
     preempted: u64,
 }
@@ -342,7 +346,7 @@ impl Sim {
     /// Runs scheduling cycles at `t` until nothing changes.
     fn settle(&mut self, t: Time) -> Result<(), ScenarioError> {
         for _ in 0..MAX_CYCLES_PER_INSTANT {
-            let plan = schedule(&self.state, t);
+            let plan = schedule_cached(&self.state, t, &mut self.cache);
             self.cycles += 1;
             let events = self.state.apply_plan(&plan, t);
             let evicting: Vec<WlId> = events.iter().filter_map(Event::preempted).collect();
@@ -400,6 +404,7 @@ pub fn run_with_progress(
         rejected: BTreeMap::new(),
         out: Vec::new(),
         cycles: 0,
+        cache: CycleCache::default(),
         admitted: 0,
         preempted: 0,
     };

@@ -57,6 +57,49 @@ fn a_small_bench_prints_every_figure_and_admits_everything() {
 }
 
 #[test]
+fn a_deep_backlog_bench_measures_the_rounds_again_with_the_backlog_waiting() {
+    let out = Command::new(BIN)
+        .args(["bench", "--nodes", "10", "--teams", "3", "--pending", "300"])
+        .args(["--samples", "20", "--rounds", "1"])
+        .output()
+        .expect("allot bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The bench itself fails if the leadership changed.
+    assert!(
+        out.status.success(),
+        "allot bench --pending failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+    for expected in [
+        "backlog: 300 workloads of 8 GPUs submitted to 2 teams and settled in ",
+        " pending",
+        "submit-to-admit with ",
+        "leader's scheduling cycles during those rounds: p50 ",
+        "submit-to-admit p99 with the backlog / idle p99: ",
+        "leadership changes: 0",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "the output lacks {expected:?}:\n{stdout}"
+        );
+    }
+    // 10 nodes of 8 GPUs hold at most 10 of the 300: the rest wait through the rounds.
+    let pending: u32 = stdout
+        .lines()
+        .find(|l| l.starts_with("backlog: "))
+        .and_then(|l| l.rsplit(": ").next())
+        .and_then(|p| p.strip_suffix(" pending"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pending count in the backlog line:\n{stdout}"));
+    assert!(
+        (290..=300).contains(&pending),
+        "{pending} pending:\n{stdout}"
+    );
+    assert!(!stdout.contains("sustained:"), "{stdout}");
+}
+
+#[test]
 fn the_failover_bench_kills_leaders_and_checks_nothing_was_lost_or_restarted() {
     let child = Command::new(BIN)
         .args(["bench", "--failover", "2"])

@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use allot_core::cycle_cache::CycleCache;
 use allot_core::machine::{Command, Entry as Cmd};
 use allot_core::quota::Acct;
 use allot_core::state::State;
@@ -70,13 +71,21 @@ pub struct CycleJob {
     pub id: u64,
     pub wall: i64,
     pub state: State,
+    /// What the last cycle found before its first decision (`CycleCache`), travelling with
+    /// the job and back so the next cycle may start from it.
+    pub cache: CycleCache,
 }
 
 /// A computed cycle.
 pub struct CycleDone {
     pub id: u64,
     pub wall: i64,
+    /// The plan, without the pending messages the state already showed (the leader logs
+    /// only what changes something).
     pub plan: Plan,
+    /// Whether any pending message changed.
+    pub messages_changed: bool,
+    pub cache: CycleCache,
 }
 
 impl CycleJob {
@@ -85,12 +94,27 @@ impl CycleJob {
         self.state.teams.iter().map(|t| t.pending.len()).sum()
     }
 
-    pub fn run(self) -> CycleDone {
-        let plan = allot_core::schedule(&self.state, self.wall);
+    /// Computes the plan and compares its pending messages with the copy's, both here: with
+    /// a deep backlog each is a pass over every pending workload, kept off the raft thread.
+    /// No other plan applies while a cycle is out, so the messages the copy shows are those
+    /// the plan will apply to.
+    pub fn run(mut self) -> CycleDone {
+        let mut plan =
+            allot_core::scheduler::schedule_cached(&self.state, self.wall, &mut self.cache);
+        plan.retain_changed_pending(&self.state);
+        // Every entry left is a change, but for preemptors' (kept whatever they say).
+        let messages_changed = plan.pending.iter().any(|(id, r, m)| {
+            self.state
+                .workloads
+                .get(id)
+                .is_some_and(|w| w.pending_status() != Some((r.as_str(), m.as_str())))
+        });
         CycleDone {
             id: self.id,
             wall: self.wall,
             plan,
+            messages_changed,
+            cache: self.cache,
         }
     }
 }
@@ -128,6 +152,8 @@ pub struct Leader {
     /// A copy of the accounting at an applied index, made while idle, for the next submit's
     /// fast path (copying it costs tens of µs at a thousand nodes).
     scratch: Option<(u64, Acct)>,
+    /// The scheduler's cache between cycles; out with the job while a cycle runs.
+    cache: Option<CycleCache>,
 }
 
 impl Leader {
@@ -146,6 +172,7 @@ impl Leader {
             dirty: true,
             last_cycle: None,
             scratch: None,
+            cache: None,
         }
     }
 
@@ -385,6 +412,7 @@ impl Leader {
             id,
             wall,
             state: rep.machine.state.clone(),
+            cache: self.cache.take().unwrap_or_default(),
         })
     }
 
@@ -401,24 +429,25 @@ impl Leader {
         now: Millis,
     ) -> Option<u64> {
         self.sync_role(rep, now);
-        if !self.was_leader || self.cycle.map(|(id, _)| id) != Some(done.id) {
+        let CycleDone {
+            id,
+            wall,
+            plan,
+            messages_changed,
+            cache,
+        } = done;
+        // Whatever became of the cycle, its cache is good: a cycle checks it against the state.
+        self.cache = Some(cache);
+        if !self.was_leader || self.cycle.map(|(c, _)| c) != Some(id) {
             return None;
         }
         self.cycle = None;
-        let mut plan = done.plan;
-        let st = &rep.machine.state;
-        let messages_changed = plan.pending.iter().any(|(id, r, m)| {
-            st.workloads
-                .get(id)
-                .is_some_and(|w| w.pending_status() != Some((r.as_str(), m.as_str())))
-        });
         if !plan.has_decisions() && !messages_changed {
             return None;
         }
-        plan.retain_changed_pending(st);
         let token = self.token();
         let entry = Cmd {
-            now: done.wall,
+            now: wall,
             cmd: Command::Plan(plan),
         };
         match rep.propose(token, &entry) {

@@ -15,8 +15,9 @@ use allot_common::{
     ClusterPolicy, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, TeamSpec,
     WorkloadSpec,
 };
+use allot_core::cycle_cache::CycleCache;
 use allot_core::schedule;
-use allot_core::scheduler::schedule_reference;
+use allot_core::scheduler::{schedule_cached, schedule_reference};
 use allot_core::state::{Event, State, WlState};
 use allot_core::WlId;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
@@ -179,14 +180,19 @@ fn submit_contended(st: &mut State, rng: &mut Lcg, i: usize, teams: usize, now: 
     st.submit(spec, now).expect("valid workload");
 }
 
+/// How `stream` runs each cycle.
+#[derive(Clone, Copy)]
+enum Cycle {
+    /// `schedule_cached` with one cache across the stream, as `allot simulate` runs it.
+    Cached,
+    Fast,
+    Reference,
+}
+
 /// Drives `st` with `steps` events (an arrival three times in four, else a running workload
-/// finishing), one cycle of `cycle` after each, applied; returns each cycle's time.
-fn stream(
-    st: &mut State,
-    teams: usize,
-    steps: usize,
-    cycle: fn(&State, i64) -> allot_core::Plan,
-) -> Vec<std::time::Duration> {
+/// finishing), one cycle after each, applied; returns each cycle's time.
+fn stream(st: &mut State, teams: usize, steps: usize, how: Cycle) -> Vec<std::time::Duration> {
+    let mut cache = CycleCache::default();
     let mut rng = Lcg(99);
     let mut times = Vec::with_capacity(steps);
     let mut running: Vec<WlId> = st
@@ -205,7 +211,11 @@ fn stream(
             let _ = st.finish(id, true, now);
         }
         let started = std::time::Instant::now();
-        let plan = black_box(cycle(st, now));
+        let plan = black_box(match how {
+            Cycle::Cached => schedule_cached(st, now, &mut cache),
+            Cycle::Fast => schedule(st, now),
+            Cycle::Reference => schedule_reference(st, now),
+        });
         times.push(started.elapsed());
         for e in st.apply_plan(&plan, now) {
             match e {
@@ -257,13 +267,17 @@ fn contended_cases() {
             setup.elapsed().as_secs_f64()
         );
         percentiles(
+            "  schedule_cached",
+            stream(&mut st.clone(), teams, steps, Cycle::Cached),
+        );
+        percentiles(
             "  schedule",
-            stream(&mut st.clone(), teams, steps, schedule),
+            stream(&mut st.clone(), teams, steps, Cycle::Fast),
         );
         if with_reference {
             percentiles(
                 "  schedule_reference",
-                stream(&mut st.clone(), teams, steps, schedule_reference),
+                stream(&mut st.clone(), teams, steps, Cycle::Reference),
             );
         }
     }

@@ -42,6 +42,10 @@ pub struct Interner {
 }
 
 impl Interner {
+    /// How many flavors, resources and pairs are interned (ids only ever grow).
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        (self.flavors.len(), self.resources.len(), self.frs.len())
+    }
     pub fn flavor(&mut self, name: &str) -> FlavorId {
         if let Some(id) = self.flavor_ids.get(name) {
             return *id;

@@ -14,6 +14,7 @@ use allot_common::quota::{
     WhenCanBorrow, WhenCanPreempt,
 };
 
+use crate::cycle_cache::{CycleCache, FastShape};
 use crate::ids::{FlavorId, FrId, ResId, TeamId, WlId};
 use crate::nodes::PodAlloc;
 use crate::plan::{Plan, PlannedAdmission, PlannedPreemption};
@@ -1087,26 +1088,29 @@ impl Iterator for TeamCursor<'_> {
 /// exactly the plan of `schedule_reference`, which takes every workload one at a time (the
 /// property test `fast_cycle_equals_reference` checks it over seeded random histories).
 pub fn schedule(st: &State, now: Time) -> Plan {
-    schedule_with(st, now, true)
+    schedule_with(st, now, true, None)
+}
+
+/// `schedule`, starting from what the last cycle run with `cache` found before its first
+/// decision when the state reads the same apart from its queues (see `CycleCache`), and
+/// leaving what this one found there. The plan is `schedule`'s.
+pub fn schedule_cached(st: &State, now: Time, cache: &mut CycleCache) -> Plan {
+    schedule_with(st, now, true, Some(cache))
 }
 
 /// The definition `schedule` must match: every pending workload taken one at a time through
 /// the tournament, its key computed and its shape looked up on its own. Kept for the
 /// equivalence test and the benchmarks' baseline.
 pub fn schedule_reference(st: &State, now: Time) -> Plan {
-    schedule_with(st, now, false)
+    schedule_with(st, now, false, None)
 }
-
-/// A (team, shape) memo key of the fast path: the shape fingerprint, the submit time where the
-/// team's policy compares it, and whether the workload is a preemptor.
-type FastShape = (u128, Time, bool);
 
 fn time_matters(st: &State, t: TeamId) -> bool {
     st.teams[t.idx()].spec.preemption.within_team
         == allot_common::quota::WithinTeam::LowerOrNewerEqualPriority
 }
 
-fn schedule_with(st: &State, now: Time, fast: bool) -> Plan {
+fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut CycleCache>) -> Plan {
     // Nothing to decide: skip the working copy (the node set is most of a cycle's cost then).
     if !st.has_pending() {
         return Plan::default();
@@ -1128,6 +1132,20 @@ fn schedule_with(st: &State, now: Time, fast: bool) -> Plan {
     // Fast path: the (borrows, share) part of plain workloads' tournament keys per shape, for
     // one generation (the rest of the key comes from the queue entry).
     let mut key_parts: BTreeMap<u128, (u64, bool, Share)> = BTreeMap::new();
+    let mut fast_memo: BTreeMap<FastShape, (u64, String, String)> = BTreeMap::new();
+    // The last cycle's first-generation outcomes, when the state reads as it did then.
+    let fresh = cache.as_deref_mut().map(|c| {
+        let fresh = c.start(st);
+        if fresh.is_none() {
+            fast_memo.extend(
+                c.waits
+                    .iter()
+                    .map(|(k, (r, m))| (*k, (0, r.clone(), m.clone()))),
+            );
+            key_parts.extend(c.key_parts.iter().map(|(k, (b, sh))| (*k, (0, *b, *sh))));
+        }
+        fresh
+    });
     let advance = |ctx: &mut Ctx,
                    t: TeamId,
                    generation: u64,
@@ -1186,7 +1204,24 @@ fn schedule_with(st: &State, now: Time, fast: bool) -> Plan {
     let mut victim_teams: BTreeSet<TeamId> = BTreeSet::new();
     let mut preemptor_teams: BTreeSet<TeamId> = BTreeSet::new();
     let mut memo: BTreeMap<ShapeKey, (u64, String, String)> = BTreeMap::new();
-    let mut fast_memo: BTreeMap<FastShape, (u64, String, String)> = BTreeMap::new();
+    // Keeps this cycle's first-generation outcomes for the next (before any decision).
+    let mut fresh = fresh;
+    let mut keep = |fast_memo: &BTreeMap<FastShape, (u64, String, String)>,
+                    key_parts: &BTreeMap<u128, (u64, bool, Share)>| {
+        if let (Some(c), Some(fresh)) = (cache.as_deref_mut(), fresh.take()) {
+            c.store(
+                fresh,
+                fast_memo
+                    .iter()
+                    .filter(|((_, _, preempting), (g, _, _))| *g == 0 && !preempting)
+                    .map(|(k, (_, r, m))| (*k, (r.clone(), m.clone()))),
+                key_parts
+                    .iter()
+                    .filter(|(_, (g, _, _))| *g == 0)
+                    .map(|(k, (_, b, sh))| (*k, (*b, *sh))),
+            );
+        }
+    };
     while let Some((key, t)) = heap.pop_first() {
         heads.remove(&t);
         let wl = st.workload(key.6);
@@ -1259,6 +1294,9 @@ fn schedule_with(st: &State, now: Time, fast: bool) -> Plan {
             }
         }
         if !matches!(&outcome, Outcome::Pending { hold, .. } if hold.is_empty()) {
+            if generation == 0 {
+                keep(&fast_memo, &key_parts);
+            }
             generation += 1;
         }
         let mut blocked = false;
@@ -1418,6 +1456,7 @@ fn schedule_with(st: &State, now: Time, fast: bool) -> Plan {
             }
         }
     }
+    keep(&fast_memo, &key_parts);
     plan
 }
 

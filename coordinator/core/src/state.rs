@@ -58,7 +58,7 @@ impl TeamRt {
     }
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CohortRt {
     pub name: String,
     /// A team without a cohort gets a private one that holds only its own quota.
@@ -377,6 +377,10 @@ pub struct State {
     /// for) left when its quota was lowered under running work. Like `pool_excess`, it only
     /// shrinks as work leaves.
     pub team_excess: Vec<FrVec>,
+    /// Finished workloads dropped by `forget_finished` so far: an eviction chain may pass
+    /// through one, so a scheduler cache keyed on the state counts them.
+    #[serde(default)]
+    pub forgotten: u64,
 }
 
 impl Default for State {
@@ -422,6 +426,7 @@ impl State {
             preemptors: BTreeSet::new(),
             pool_excess: Vec::new(),
             team_excess: Vec::new(),
+            forgotten: 0,
         }
     }
 
@@ -915,6 +920,7 @@ impl State {
             return;
         }
         if let Some(w) = self.workloads.remove(&id) {
+            self.forgotten += 1;
             if self.by_name.get(w.spec.name.as_str()) == Some(&id) {
                 self.by_name.remove(w.spec.name.as_str());
             }

@@ -1,9 +1,10 @@
-//! The fast cycle (`schedule`) against the reference cycle (`schedule_reference`, every pending
-//! workload taken one at a time): over seeded random histories of contended clusters, built so
-//! that many workloads of few shapes wait in several teams at once (the case the fast cycle
-//! settles from the queues alone), both must make the identical plan at every step: the same
-//! admissions with the same placements, the same preemptions, targets and pending messages, in
-//! the same order.
+//! The fast cycle (`schedule`, and `schedule_cached` with one cache kept across the history)
+//! against the reference cycle (`schedule_reference`, every pending workload taken one at a
+//! time): over seeded random histories of contended clusters, built so that many workloads of
+//! few shapes wait in several teams at once (the case the fast cycle settles from the queues
+//! alone) and so that arrivals often change nothing else (the case the cache reuses the last
+//! cycle's outcomes), all must make the identical plan at every step: the same admissions with
+//! the same placements, the same preemptions, targets and pending messages, in the same order.
 //!
 //! `ALLOT_EQUIV_SEEDS=N` runs N seeds (default 120); `ALLOT_EQUIV_SEED=S` replays one.
 
@@ -14,7 +15,8 @@ use allot_common::{
     ClusterPolicy, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, TeamSpec,
     WorkloadSpec,
 };
-use allot_core::scheduler::schedule_reference;
+use allot_core::cycle_cache::CycleCache;
+use allot_core::scheduler::{schedule_cached, schedule_reference};
 use allot_core::state::{Event, State, WlState};
 use allot_core::{schedule, WlId};
 
@@ -127,8 +129,9 @@ fn workload(rng: &mut Rng, i: usize, teams: usize) -> WorkloadSpec {
 }
 
 /// Runs one history; `Err` names the step where the two cycles differ.
-fn history(seed: u64) -> Result<usize, String> {
+fn history(seed: u64) -> Result<(usize, u64), String> {
     let mut rng = Rng(seed);
+    let mut cache = CycleCache::default();
     let (mut st, teams) = cluster(&mut rng);
     let mut next = 0usize;
     let mut now = 0i64;
@@ -141,7 +144,19 @@ fn history(seed: u64) -> Result<usize, String> {
             next += 1;
             let _ = st.submit(spec, now);
         }
-        let ids: Vec<WlId> = st.workloads.keys().copied().collect();
+        // Half the steps only submit: nothing but the queues changes before the next cycle.
+        let quiet = rng.below(2) == 0;
+        let ids: Vec<WlId> = if quiet {
+            Vec::new()
+        } else {
+            st.workloads.keys().copied().collect()
+        };
+        if !quiet && rng.below(4) == 0 {
+            // A node goes down or comes back: room changes, usage may not.
+            let nodes = st.acct.nodes.nodes.len() as u64;
+            let name = format!("p5-{}", rng.below(nodes));
+            let _ = st.set_node_health(&name, rng.below(2) == 0, now);
+        }
         for id in ids {
             let state = st.workload(id).state;
             let r = rng.below(100);
@@ -155,11 +170,17 @@ fn history(seed: u64) -> Result<usize, String> {
         }
         for cycle in 0..20 {
             let plan = schedule(&st, now);
+            let cached = schedule_cached(&st, now, &mut cache);
             let reference = schedule_reference(&st, now);
             compared += 1;
             if plan != reference {
                 return Err(format!(
                     "seed {seed}, step {step}, cycle {cycle}: the fast cycle plans\n{plan:#?}\nthe reference plans\n{reference:#?}"
+                ));
+            }
+            if cached != reference {
+                return Err(format!(
+                    "seed {seed}, step {step}, cycle {cycle}: the cached cycle plans\n{cached:#?}\nthe reference plans\n{reference:#?}"
                 ));
             }
             let events = st.apply_plan(&plan, now);
@@ -175,7 +196,7 @@ fn history(seed: u64) -> Result<usize, String> {
             }
         }
     }
-    Ok(compared)
+    Ok((compared, cache.reused))
 }
 
 #[test]
@@ -190,12 +211,22 @@ fn fast_cycle_equals_reference() {
             (0..n).collect()
         }
     };
-    let mut plans = 0;
+    let (mut plans, mut reused) = (0, 0);
     for seed in seeds {
         match history(seed) {
-            Ok(n) => plans += n,
+            Ok((n, r)) => {
+                plans += n;
+                reused += r;
+            }
             Err(e) => panic!("{e}"),
         }
     }
-    assert!(plans > 0);
+    // The cache was used, not only kept: some cycles started from the last one's outcomes.
+    assert!(
+        plans > 0 && reused > 0,
+        "{plans} plans, {reused} cycles reused"
+    );
+    eprintln!(
+        "{plans} plans compared; {reused} cached cycles started from the last one's outcomes"
+    );
 }
