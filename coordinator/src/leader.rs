@@ -107,7 +107,7 @@ impl CycleJob {
             self.state
                 .workloads
                 .get(id)
-                .is_some_and(|w| w.pending_status() != Some((r.as_str(), m.as_str())))
+                .is_some_and(|w| w.pending_status() != Some((&**r, &**m)))
         });
         CycleDone {
             id: self.id,

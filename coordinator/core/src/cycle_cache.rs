@@ -118,7 +118,7 @@ impl Basis {
 pub struct CycleCache {
     basis: Option<Basis>,
     /// Plain shapes found waiting (no capacity held): reason and message.
-    pub(crate) waits: BTreeMap<FastShape, (String, String)>,
+    pub(crate) waits: BTreeMap<FastShape, (Arc<str>, Arc<str>)>,
     /// The (borrows, share) part of plain shapes' tournament keys.
     pub(crate) key_parts: BTreeMap<u128, (bool, Share)>,
     /// Cycles that could start from the last one's outcomes, and cycles run.
@@ -146,7 +146,7 @@ impl CycleCache {
     pub(crate) fn store(
         &mut self,
         fresh: Option<Basis>,
-        waits: impl Iterator<Item = (FastShape, (String, String))>,
+        waits: impl Iterator<Item = (FastShape, (Arc<str>, Arc<str>))>,
         key_parts: impl Iterator<Item = (u128, (bool, Share))>,
     ) {
         if let Some(b) = fresh {

@@ -1332,11 +1332,11 @@ fn queue_lines(
             }
         }
         let Some(b) = best else { break };
-        order.push((queues[b].0, queues[b].1[heads[b]].clone()));
+        order.push((queues[b].0, queues[b].1[heads[b]]));
         heads[b] += 1;
     }
     let cpos = order.iter().position(|(_, k)| k.6 == wl.id).unwrap_or(0);
-    let mine = order.get(cpos).map(|(_, k)| k.clone());
+    let mine = order.get(cpos).map(|(_, k)| *k);
     let criteria = if st.policy.fair_share {
         "preemptors first, then fits without borrowing, lower weighted share after admission, higher priority, earlier submit time"
     } else {

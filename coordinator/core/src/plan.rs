@@ -1,6 +1,8 @@
 //! What one scheduling cycle decided: admissions (quota and placement together), preemptions,
 //! and the reason every other pending workload waits.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{FlavorId, ResId, WlId};
@@ -62,7 +64,8 @@ pub struct Plan {
     pub admissions: Vec<PlannedAdmission>,
     pub preemptions: Vec<PlannedPreemption>,
     /// (workload, reason, message) for every pending workload considered and not admitted.
-    pub pending: Vec<(WlId, String, String)>,
+    /// Shared strings: workloads of one shape share one reason and message.
+    pub pending: Vec<(WlId, Arc<str>, Arc<str>)>,
     /// Pending workloads considered in this cycle.
     pub considered: usize,
     /// For each preemptor of this plan, the flavors (per pod set, per resource) its victims
@@ -85,10 +88,10 @@ impl Plan {
     /// what applying the whole plan would.
     pub fn retain_changed_pending(&mut self, state: &State) {
         self.pending.retain(|(id, reason, message)| {
-            reason == WAITING_FOR_VICTIMS
+            &**reason == WAITING_FOR_VICTIMS
                 || state.workloads.get(id).is_some_and(|w| {
                     w.state == crate::state::WlState::Pending
-                        && w.pending_status() != Some((reason.as_str(), message.as_str()))
+                        && w.pending_status() != Some((&**reason, &**message))
                 })
         });
     }

@@ -414,6 +414,29 @@ fn fair_sharing(
     place: &[(usize, FlavorId, u32)],
     f_set: &BTreeSet<FrId>,
 ) -> Option<Vec<Victim>> {
+    if fair_share_hopeless(ctx, wl, usage, f_set) {
+        // Debug builds (every test) check the short-cut against the search it skips.
+        #[cfg(debug_assertions)]
+        {
+            let found = fair_sharing_search(ctx, wl, usage, place, f_set);
+            assert!(
+                found.is_none(),
+                "the hopeless short-cut skipped a search that finds victims for {}: {found:?}",
+                wl.spec.name
+            );
+        }
+        return None;
+    }
+    fair_sharing_search(ctx, wl, usage, place, f_set)
+}
+
+fn fair_sharing_search(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    place: &[(usize, FlavorId, u32)],
+    f_set: &BTreeSet<FrId>,
+) -> Option<Vec<Victim>> {
     let st = ctx.st;
     let t = wl.team;
     let mut cands = collect(ctx, wl, usage, f_set, true);
@@ -550,6 +573,41 @@ fn fair_sharing(
         ctx.restore(c.id);
     }
     None
+}
+
+/// Whether the fair-sharing search below must end without victims, told before collecting
+/// and sorting candidates (each search walked every admitted workload of the borrowing teams,
+/// most of a contended cycle's cost): the preemptor's team has no workload it may preempt, the
+/// preemptor would borrow after admission, and its share after admission is above the share of
+/// every team of the cohort that borrows a contested pair. Then the search picks another team
+/// first, or none; its share is below the preemptor's, so neither strategy passes (the
+/// "hopeless" case below), and no second pass runs. Exactly the search's own answer.
+fn fair_share_hopeless(
+    ctx: &Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    f_set: &BTreeSet<FrId>,
+) -> bool {
+    let st = ctx.st;
+    let t = wl.team;
+    let team = &st.teams[t.idx()];
+    let policy = team.spec.preemption.within_team;
+    if holders(ctx, t).any(|id| own_allowed(policy, wl, st.workload(id))) {
+        return false;
+    }
+    let within_nominal_after = f_set.iter().all(|fr| {
+        let add: i64 = usage.iter().filter(|(u, _)| u == fr).map(|(_, v)| *v).sum();
+        !quota::borrows_with(st, &ctx.acct, t, *fr, add)
+    });
+    if within_nominal_after {
+        return false;
+    }
+    let p = quota::share(st, &ctx.acct, t, usage);
+    st.cohorts[team.cohort.idx()]
+        .members
+        .iter()
+        .filter(|m| **m != t && borrowing_in(ctx, **m, f_set))
+        .all(|m| p > quota::share(st, &ctx.acct, *m, &[]))
 }
 
 /// The victim's message: who took its place, why, and the numbers behind it.

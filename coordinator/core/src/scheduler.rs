@@ -8,6 +8,7 @@
 //! made, so later workloads see earlier ones.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use allot_common::quota::{
     BorrowWithinCohortPolicy, FungibilityPreference, QueueingStrategy, ReclaimWithinCohort,
@@ -701,8 +702,8 @@ enum Outcome {
     Admitted(Admission),
     Preempting(Vec<Victim>, Assignment),
     Pending {
-        reason: String,
-        message: String,
+        reason: Arc<str>,
+        message: Arc<str>,
         hold: Vec<(FrId, i64)>,
     },
 }
@@ -785,8 +786,8 @@ fn process(ctx: &mut Ctx, wl: &Workload) -> Outcome {
             .push_str(". No workload may be preempted for it under the team's preemption policy");
     }
     Outcome::Pending {
-        reason: a.reason.to_string(),
-        message,
+        reason: a.reason.into(),
+        message: message.into(),
         hold,
     }
 }
@@ -924,14 +925,15 @@ fn withdraw(ctx: &mut Ctx, plan: &mut Plan, wl: &Workload, v: &Victim) {
             ctx.st.teams[wl.team.idx()].name(),
             wl.spec.name,
             v.reason.phrase()
-        ),
+        )
+        .into(),
     ));
 }
 
 /// The order key of a team's head in the cross-team tournament.
-pub(crate) type EntryKey = (u32, bool, Share, i64, Time, String, WlId);
+pub(crate) type EntryKey<'a> = (u32, bool, Share, i64, Time, &'a str, WlId);
 
-pub(crate) fn entry_key(ctx: &mut Ctx, wl: &Workload) -> EntryKey {
+pub(crate) fn entry_key<'a>(ctx: &mut Ctx, wl: &'a Workload) -> EntryKey<'a> {
     let full = full_counts(wl);
     let a = assign(ctx, wl, &full, true);
     let share = if ctx.st.policy.fair_share {
@@ -945,7 +947,7 @@ pub(crate) fn entry_key(ctx: &mut Ctx, wl: &Workload) -> EntryKey {
         share,
         -i64::from(wl.priority),
         wl.submit_time,
-        wl.spec.name.clone(),
+        wl.spec.name.as_str(),
         wl.id,
     )
 }
@@ -1110,7 +1112,12 @@ fn time_matters(st: &State, t: TeamId) -> bool {
         == allot_common::quota::WithinTeam::LowerOrNewerEqualPriority
 }
 
-fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut CycleCache>) -> Plan {
+fn schedule_with<'a>(
+    st: &'a State,
+    now: Time,
+    fast: bool,
+    mut cache: Option<&mut CycleCache>,
+) -> Plan {
     // Nothing to decide: skip the working copy (the node set is most of a cycle's cost then).
     if !st.has_pending() {
         return Plan::default();
@@ -1119,7 +1126,9 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     let mut plan = Plan::default();
     // Team cursors: the next pending workload of each team, in the order the cycle takes them.
     let mut cursors: BTreeMap<TeamId, TeamCursor<'_>> = BTreeMap::new();
-    let mut heads: BTreeMap<TeamId, EntryKey> = BTreeMap::new();
+    // Each team's head: its tournament key, and its shape fingerprint when its queue entry
+    // gave it (a plain entry).
+    let mut heads: BTreeMap<TeamId, (EntryKey, Option<u128>)> = BTreeMap::new();
     let mut heap: BTreeSet<(EntryKey, TeamId)> = BTreeSet::new();
     for (i, team) in st.teams.iter().enumerate() {
         if !team.pending.is_empty() {
@@ -1132,7 +1141,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     // Fast path: the (borrows, share) part of plain workloads' tournament keys per shape, for
     // one generation (the rest of the key comes from the queue entry).
     let mut key_parts: BTreeMap<u128, (u64, bool, Share)> = BTreeMap::new();
-    let mut fast_memo: BTreeMap<FastShape, (u64, String, String)> = BTreeMap::new();
+    let mut fast_memo: BTreeMap<FastShape, (u64, Arc<str>, Arc<str>)> = BTreeMap::new();
     // The last cycle's first-generation outcomes, when the state reads as it did then.
     let fresh = cache.as_deref_mut().map(|c| {
         let fresh = c.start(st);
@@ -1150,10 +1159,10 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                    t: TeamId,
                    generation: u64,
                    key_parts: &mut BTreeMap<u128, (u64, bool, Share)>,
-                   cursors: &mut BTreeMap<TeamId, TeamCursor<'_>>,
-                   heads: &mut BTreeMap<TeamId, EntryKey>,
-                   heap: &mut BTreeSet<(EntryKey, TeamId)>| {
-        if let Some(old) = heads.remove(&t) {
+                   cursors: &mut BTreeMap<TeamId, TeamCursor<'a>>,
+                   heads: &mut BTreeMap<TeamId, (EntryKey<'a>, Option<u128>)>,
+                   heap: &mut BTreeSet<(EntryKey<'a>, TeamId)>| {
+        if let Some((old, _)) = heads.remove(&t) {
             heap.remove(&(old, t));
         }
         let Some(it) = cursors.get_mut(&t) else {
@@ -1177,13 +1186,13 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                         share,
                         q.neg_priority,
                         q.submit,
-                        q.name.clone(),
+                        q.name.as_str(),
                         q.id,
                     )
                 }
                 None => entry_key(ctx, st.workload(id)),
             };
-            heads.insert(t, key.clone());
+            heads.insert(t, (key, plain.map(|q| q.shape)));
             heap.insert((key, t));
         } else {
             cursors.remove(&t);
@@ -1203,10 +1212,10 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     }
     let mut victim_teams: BTreeSet<TeamId> = BTreeSet::new();
     let mut preemptor_teams: BTreeSet<TeamId> = BTreeSet::new();
-    let mut memo: BTreeMap<ShapeKey, (u64, String, String)> = BTreeMap::new();
+    let mut memo: BTreeMap<ShapeKey, (u64, Arc<str>, Arc<str>)> = BTreeMap::new();
     // Keeps this cycle's first-generation outcomes for the next (before any decision).
     let mut fresh = fresh;
-    let mut keep = |fast_memo: &BTreeMap<FastShape, (u64, String, String)>,
+    let mut keep = |fast_memo: &BTreeMap<FastShape, (u64, Arc<str>, Arc<str>)>,
                     key_parts: &BTreeMap<u128, (u64, bool, Share)>| {
         if let (Some(c), Some(fresh)) = (cache.as_deref_mut(), fresh.take()) {
             c.store(
@@ -1223,12 +1232,12 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
         }
     };
     while let Some((key, t)) = heap.pop_first() {
-        heads.remove(&t);
+        let head_fp = heads.remove(&t).and_then(|(_, fp)| fp);
         let wl = st.workload(key.6);
         plan.considered += 1;
         let shape = if fast {
             Err((
-                wl.shape_fingerprint(),
+                head_fp.unwrap_or_else(|| wl.shape_fingerprint()),
                 if time_matters(st, wl.team) {
                     wl.submit_time
                 } else {
@@ -1322,7 +1331,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                     Some(o @ Outcome::Admitted(_)) => o,
                     _ => Outcome::Pending {
                         reason: "WaitingForQuota".into(),
-                        message: a.messages.join("; "),
+                        message: a.messages.join("; ").into(),
                         hold: Vec::new(),
                     },
                 }
@@ -1395,7 +1404,8 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                         },
                         victims.len(),
                         names.join(", ")
-                    ),
+                    )
+                    .into(),
                 ));
                 blocked = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
             }
@@ -1413,16 +1423,15 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
         }
         if blocked {
             // StrictFIFO: the head blocks the rest of its team for this cycle.
+            let reason: Arc<str> = "WaitingForQuota".into();
+            let message: Arc<str> = format!(
+                "StrictFIFO: waiting behind {} in team {}",
+                wl.spec.name,
+                st.teams[t.idx()].name()
+            )
+            .into();
             for id in cursors.remove(&t).into_iter().flatten() {
-                plan.pending.push((
-                    id,
-                    "WaitingForQuota".into(),
-                    format!(
-                        "StrictFIFO: waiting behind {} in team {}",
-                        wl.spec.name,
-                        st.teams[t.idx()].name()
-                    ),
-                ));
+                plan.pending.push((id, reason.clone(), message.clone()));
             }
         } else {
             if fast && st.teams[t.idx()].spec.queueing != QueueingStrategy::StrictFIFO {
@@ -1448,10 +1457,10 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
             );
         }
         for vt in rekey {
-            if let Some(old) = heads.remove(&vt) {
-                heap.remove(&(old.clone(), vt));
+            if let Some((old, fp)) = heads.remove(&vt) {
+                heap.remove(&(old, vt));
                 let key = entry_key(&mut ctx, st.workload(old.6));
-                heads.insert(vt, key.clone());
+                heads.insert(vt, (key, fp));
                 heap.insert((key, vt));
             }
         }
@@ -1471,7 +1480,7 @@ fn settle_run(
     st: &State,
     t: TeamId,
     generation: u64,
-    fast_memo: &BTreeMap<FastShape, (u64, String, String)>,
+    fast_memo: &BTreeMap<FastShape, (u64, Arc<str>, Arc<str>)>,
     key_parts: &BTreeMap<u128, (u64, bool, Share)>,
     cursors: &mut BTreeMap<TeamId, TeamCursor<'_>>,
     heap: &BTreeSet<(EntryKey, TeamId)>,
@@ -1506,7 +1515,7 @@ fn settle_run(
                 q.name.as_str(),
                 q.id,
             );
-            if mine > (r.0, r.1, r.2, r.3, r.4, r.5.as_str(), r.6) {
+            if mine > (r.0, r.1, r.2, r.3, r.4, r.5, r.6) {
                 return;
             }
         }

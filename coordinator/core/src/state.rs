@@ -1244,7 +1244,7 @@ impl State {
         // (a grace period), which so keep their head start until the victims are gone, as Kueue
         // keeps such a preemptor at its queue's head.
         for (id, reason, _) in &plan.pending {
-            if reason != crate::plan::WAITING_FOR_VICTIMS {
+            if &**reason != crate::plan::WAITING_FOR_VICTIMS {
                 continue;
             }
             if let Some(w) = wl_mut(&mut self.workloads, id) {

@@ -102,13 +102,34 @@ pub fn workloads(m: &Machine, f: &WorkloadFilter) -> Vec<WorkloadView> {
         },
         None => None,
     };
-    m.state
-        .workloads
-        .values()
-        .filter(|w| team.is_none_or(|t| w.team == t))
-        .filter(|w| f.all || !w.state.is_finished())
-        .map(|w| workload(m, w.id))
-        .collect()
+    match team {
+        // One team's active workloads are its queue and what holds its quota: read those
+        // alone, in id order as the scan gives them, not every workload of the cluster (a
+        // watcher of one team is asked again after every change, with any backlog waiting).
+        Some(t) if !f.all => {
+            let team = &m.state.teams[t.idx()];
+            let mut ids: Vec<WlId> = team
+                .pending
+                .iter()
+                .map(|k| k.id)
+                .chain(team.admitted.iter().copied())
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            ids.into_iter()
+                .filter(|id| m.state.workloads.contains_key(id))
+                .map(|id| workload(m, id))
+                .collect()
+        }
+        _ => m
+            .state
+            .workloads
+            .values()
+            .filter(|w| team.is_none_or(|t| w.team == t))
+            .filter(|w| f.all || !w.state.is_finished())
+            .map(|w| workload(m, w.id))
+            .collect(),
+    }
 }
 
 pub fn nodes(m: &Machine) -> Vec<NodeView> {

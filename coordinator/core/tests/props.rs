@@ -1177,7 +1177,7 @@ impl<'s> Sim<'s> {
         let waiting = plan
             .pending
             .iter()
-            .any(|(id, reason, _)| *id != pid && reason == "WaitingForPreemptedWorkloads");
+            .any(|(id, reason, _)| *id != pid && &**reason == "WaitingForPreemptedWorkloads");
         if holds || withdrawn || waiting {
             return Ok(());
         }
