@@ -87,8 +87,9 @@ fn cluster(teams: usize, nodes: usize, pending: usize, fair_share: bool) -> Stat
 
 /// Applies cycles until nothing changes (evictions complete at once).
 fn settle(st: &mut State) {
+    let mut cache = CycleCache::default();
     for _ in 0..100 {
-        let plan = schedule(st, 0);
+        let plan = schedule_cached(st, 0, &mut cache);
         let ev = st.apply_plan(&plan, 0);
         for e in ev {
             if let Event::Preempted { wl, .. } = e {
