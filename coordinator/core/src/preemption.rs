@@ -458,12 +458,6 @@ fn fair_sharing_search(
         FairSharingStrategy::LessThanOrEqualToFinalShare => p <= t1,
         FairSharingStrategy::LessThanInitialShare => p < t0,
     };
-    let within_nominal_after = |ctx: &Ctx| {
-        f_set.iter().all(|fr| {
-            let add: i64 = usage.iter().filter(|(u, _)| u == fr).map(|(_, v)| *v).sum();
-            !quota::borrows_with(ctx.st, &ctx.acct, t, *fr, add)
-        })
-    };
     // The team with the highest share that still has candidates; ties go to the team whose next
     // candidate ranks first (BTreeMap order of team ids keeps it deterministic).
     let pick = |ctx: &Ctx,
@@ -508,7 +502,7 @@ fn fair_sharing_search(
             }
             continue;
         }
-        if within_nominal_after(ctx) {
+        if within_nominal_after(ctx, t, usage, f_set) {
             let c = by_team
                 .get_mut(&target)
                 .and_then(|q| q.pop_front())
@@ -575,6 +569,19 @@ fn fair_sharing_search(
     None
 }
 
+/// Whether team `t`, with `usage` admitted, stays within its nominal on every contested pair.
+fn within_nominal_after(
+    ctx: &Ctx,
+    t: TeamId,
+    usage: &[(FrId, i64)],
+    f_set: &BTreeSet<FrId>,
+) -> bool {
+    f_set.iter().all(|fr| {
+        let add: i64 = usage.iter().filter(|(u, _)| u == fr).map(|(_, v)| *v).sum();
+        !quota::borrows_with(ctx.st, &ctx.acct, t, *fr, add)
+    })
+}
+
 /// Whether the fair-sharing search below must end without victims, told before collecting
 /// and sorting candidates (each search walked every admitted workload of the borrowing teams,
 /// most of a contended cycle's cost): the preemptor's team has no workload it may preempt, the
@@ -595,11 +602,7 @@ fn fair_share_hopeless(
     if holders(ctx, t).any(|id| own_allowed(policy, wl, st.workload(id))) {
         return false;
     }
-    let within_nominal_after = f_set.iter().all(|fr| {
-        let add: i64 = usage.iter().filter(|(u, _)| u == fr).map(|(_, v)| *v).sum();
-        !quota::borrows_with(st, &ctx.acct, t, *fr, add)
-    });
-    if within_nominal_after {
+    if within_nominal_after(ctx, t, usage, f_set) {
         return false;
     }
     let p = quota::share(st, &ctx.acct, t, usage);
