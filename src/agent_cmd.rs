@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use allot_agent::agent::{Agent, AgentConfig};
-use allot_agent::inventory::{check_fake_gpus, InventoryConfig};
+use allot_agent::inventory::nvml::{self, open_nvml};
+use allot_agent::inventory::{check_fake_gpus, Discovery, InventoryConfig};
 use allot_common::tls::Identity;
 use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
@@ -54,6 +55,11 @@ pub struct AgentArgs {
     /// Stop every pod when the agent stops (otherwise pods outlive an agent restart).
     #[arg(long)]
     pub stop_pods_on_exit: bool,
+    /// Discover this node's inventory once, print it as JSON (capacity, devices, warnings, and
+    /// what NVML reports: driver, GPUs, MIG mode and MIG devices) and exit, without contacting
+    /// the cluster. Read-only: nothing on the GPUs is changed.
+    #[arg(long)]
+    pub discover: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -152,8 +158,35 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
     })
 }
 
+/// `allot agent --discover`: what the agent would report, and what NVML says, as JSON.
+pub fn discover(cfg: &AgentConfig) -> anyhow::Result<serde_json::Value> {
+    let mut d = Discovery::new(&cfg.inventory).map_err(|e| anyhow!(e))?;
+    let inv = d.discover();
+    let nvml = if cfg.inventory.fake_gpus.is_some() {
+        serde_json::json!({ "fake_gpus": cfg.inventory.fake_gpus })
+    } else {
+        match open_nvml().and_then(|api| nvml::report(api.as_ref())) {
+            Ok(r) => serde_json::to_value(r)?,
+            Err(e) => serde_json::json!({ "error": d.nvml_error().unwrap_or(&e) }),
+        }
+    };
+    Ok(serde_json::json!({
+        "node": cfg.node,
+        "instance_type": inv.instance_type,
+        "capacity": inv.capacity,
+        "devices": inv.devices,
+        "warnings": inv.warnings,
+        "nvml": nvml,
+    }))
+}
+
 pub fn run(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<()> {
+    let only_discover = a.discover;
     let cfg = resolve(a, opts)?;
+    if only_discover {
+        println!("{}", serde_json::to_string_pretty(&discover(&cfg)?)?);
+        return Ok(());
+    }
     // One thread is plenty for an agent, and keeps its footprint small.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -197,6 +230,7 @@ mod tests {
             discover_every: None,
             cgroup_root: None,
             stop_pods_on_exit: false,
+            discover: false,
         }
     }
 
@@ -237,5 +271,22 @@ mod tests {
             assert!(e.contains(&format!("--fake-gpus {bad}")), "{e}");
             assert!(e.contains("use 0 to 64"), "{e}");
         }
+    }
+
+    #[test]
+    fn discover_prints_what_the_agent_would_report() {
+        let mut a = args("n1", Some(2));
+        a.instance_type = Some("ml.p5.48xlarge".into());
+        let cfg = resolve(a, &opts()).unwrap();
+        let v = discover(&cfg).unwrap();
+        assert_eq!(v["node"], "n1");
+        assert_eq!(v["instance_type"], "ml.p5.48xlarge");
+        assert_eq!(v["capacity"]["gpu"], 2, "{v}");
+        assert_eq!(v["capacity"]["cpu"], 192_000, "{v}");
+        let devs = v["devices"].as_array().unwrap();
+        assert_eq!(devs.len(), 2);
+        assert_eq!(devs[1]["id"], "GPU-fake-1");
+        assert_eq!(devs[1]["model"], "NVIDIA H100");
+        assert_eq!(v["nvml"]["fake_gpus"], 2);
     }
 }

@@ -172,6 +172,7 @@ fn gpu(i: u32) -> GpuFacts {
         mig_enabled: false,
         ecc_uncorrected_volatile: Some(0),
         retired_pages_pending: None,
+        ..GpuFacts::default()
     }
 }
 

@@ -81,6 +81,7 @@ impl FakeNvml {
                     mig_enabled: false,
                     ecc_uncorrected_volatile: Some(0),
                     retired_pages_pending: Some(false),
+                    ..GpuFacts::default()
                 })
                 .collect(),
         )

@@ -279,6 +279,13 @@ pub fn capacity(
             ));
         }
     }
+    for d in devices.iter().filter(|d| d.resource == GPU && d.mig) {
+        warnings.push(format!(
+            "GPU {} ({}) is in MIG mode: allot schedules it as one whole GPU; MIG partitions are \
+             not scheduled yet",
+            d.index, d.id
+        ));
+    }
     let neurons: Vec<&DeviceInfo> = devices.iter().filter(|d| d.resource == NEURON).collect();
     let cores = neurons
         .iter()
@@ -491,6 +498,11 @@ impl Discovery {
     /// With fake GPUs: a handle to inject XIDs, ECC errors and failures into them.
     pub fn fake_gpus(&self) -> Option<FakeNvmlHandle> {
         self.fake.clone()
+    }
+
+    /// Why NVML is not used, when it was wanted (no driver, no library, disabled).
+    pub fn nvml_error(&self) -> Option<&str> {
+        self.nvml_error.as_deref()
     }
 
     /// The last inventory [`discover`](Self::discover) returned.

@@ -24,11 +24,12 @@ use std::collections::BTreeMap;
 
 use allot_common::api::DeviceInfo;
 use allot_common::resource::GPU;
+use serde::Serialize;
 
 use super::DeviceSource;
 
 /// What NVML says about one GPU at one moment.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct GpuFacts {
     pub uuid: String,
     pub name: String,
@@ -37,10 +38,38 @@ pub struct GpuFacts {
     pub pci_bus_id: String,
     /// MIG mode currently enabled.
     pub mig_enabled: bool,
+    /// MIG mode after the next GPU reset (differs from `mig_enabled` while a change waits).
+    pub mig_pending: bool,
+    /// The MIG devices carved out of this GPU, when MIG mode is on (read-only: the agent never
+    /// creates or destroys them).
+    pub mig_devices: Vec<MigFacts>,
     /// Uncorrected ECC errors since the driver loaded; `None` when ECC is off or unsupported.
     pub ecc_uncorrected_volatile: Option<u64>,
     /// Retired pages waiting for a reset; `None` where unsupported (GPUs that remap rows).
     pub retired_pages_pending: Option<bool>,
+}
+
+/// One MIG device: a GPU instance with its compute instance, as CUDA sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MigFacts {
+    /// Its slot on the parent GPU (NVML's MIG device index).
+    pub index: u32,
+    /// `MIG-...`, what `CUDA_VISIBLE_DEVICES` takes to select it.
+    pub uuid: String,
+    /// NVML's name, which includes the profile: `NVIDIA H100 80GB HBM3 MIG 1g.10gb`.
+    pub name: String,
+    pub memory_bytes: u64,
+}
+
+/// The driver as NVML reports it; a field NVML cannot read is `None`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NvmlSystem {
+    pub driver_version: Option<String>,
+    pub nvml_version: Option<String>,
+    /// The newest CUDA version the driver supports, `12.8`.
+    pub cuda_driver_version: Option<String>,
+    /// Health events are watched (an NVML event set); otherwise counters are polled only.
+    pub events_watched: bool,
 }
 
 /// The device index of an event NVML cannot attribute to one GPU: it applies to all of them.
@@ -100,6 +129,51 @@ pub trait NvmlApi: Send {
     /// event is reported as [`XID_DOUBLE_BIT_ECC`]; an event for no particular GPU has the index
     /// [`ALL_GPUS`].
     fn poll_events(&mut self, timeout_ms: u32) -> Vec<(u32, u64)>;
+    /// The driver's versions, for `allot agent --discover`.
+    fn system(&self) -> NvmlSystem {
+        NvmlSystem::default()
+    }
+}
+
+/// Everything NVML says about this node, for `allot agent --discover`: the driver and every
+/// GPU's facts (MIG devices included), or why a GPU could not be read.
+#[derive(Clone, Debug, Serialize)]
+pub struct NvmlReport {
+    #[serde(flatten)]
+    pub system: NvmlSystem,
+    pub gpus: Vec<GpuReport>,
+}
+
+/// One GPU in an [`NvmlReport`]: its facts, or why NVML could not read them.
+#[derive(Clone, Debug, Serialize)]
+pub struct GpuReport {
+    pub index: u32,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<GpuFacts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Reads an [`NvmlReport`] through `api`.
+pub fn report(api: &dyn NvmlApi) -> Result<NvmlReport, String> {
+    let count = api.device_count()?;
+    Ok(NvmlReport {
+        system: api.system(),
+        gpus: (0..count)
+            .map(|index| match api.device(index) {
+                Ok(f) => GpuReport {
+                    index,
+                    facts: Some(f),
+                    error: None,
+                },
+                Err(e) => GpuReport {
+                    index,
+                    facts: None,
+                    error: Some(e),
+                },
+            })
+            .collect(),
+    })
 }
 
 /// Why a GPU is unhealthy; one entry per kind, so a growing ECC count replaces its reason.
@@ -284,9 +358,10 @@ mod real {
 
     use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
     use nvml_wrapper::error::NvmlError;
+    use nvml_wrapper::structs::device::MigMode;
     use nvml_wrapper::{Device, Nvml};
 
-    use super::{GpuFacts, NvmlApi};
+    use super::{GpuFacts, MigFacts, NvmlApi, NvmlSystem};
 
     static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
 
@@ -320,13 +395,41 @@ mod real {
         r.ok()
     }
 
+    /// The MIG devices present on `d` (empty slots answer NotFound and are skipped; a slot
+    /// that cannot be read is skipped too, as the parent's other readings still hold).
+    fn mig_devices(d: &Device<'_>) -> Vec<MigFacts> {
+        let max = d.mig_device_count().unwrap_or(0);
+        (0..max)
+            .filter_map(|index| {
+                let m = d.mig_device_by_index(index).ok()?;
+                Some(MigFacts {
+                    index,
+                    uuid: m.uuid().ok()?,
+                    name: m.name().unwrap_or_default(),
+                    memory_bytes: m.memory_info().map(|i| i.total).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
     fn facts(d: &Device<'_>) -> Result<GpuFacts, NvmlError> {
+        // GPUs without MIG support answer NotSupported: MIG off.
+        let mig = d.mig_mode().unwrap_or(MigMode {
+            current: 0,
+            pending: 0,
+        });
         Ok(GpuFacts {
             uuid: d.uuid()?,
             name: d.name()?,
             memory_bytes: d.memory_info()?.total,
             pci_bus_id: d.pci_info()?.bus_id,
-            mig_enabled: matches!(d.mig_mode(), Ok(m) if m.current == 1),
+            mig_enabled: mig.current == 1,
+            mig_pending: mig.pending == 1,
+            mig_devices: if mig.current == 1 {
+                mig_devices(d)
+            } else {
+                Vec::new()
+            },
             ecc_uncorrected_volatile: optional(
                 d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile),
             ),
@@ -345,6 +448,17 @@ mod real {
                 .device_by_index(index)
                 .map_err(|e| e.to_string())?;
             facts(&d).map_err(|e| e.to_string())
+        }
+
+        fn system(&self) -> NvmlSystem {
+            NvmlSystem {
+                driver_version: optional(self.nvml.sys_driver_version()),
+                nvml_version: optional(self.nvml.sys_nvml_version()),
+                // NVML encodes 12.8 as 12080.
+                cuda_driver_version: optional(self.nvml.sys_cuda_driver_version())
+                    .map(|v| format!("{}.{}", v / 1000, v % 1000 / 10)),
+                events_watched: self.events.is_some(),
+            }
         }
 
         fn poll_events(&mut self, timeout_ms: u32) -> Vec<(u32, u64)> {

@@ -270,6 +270,7 @@ fn gpu_facts(i: u32) -> GpuFacts {
         mig_enabled: i == 1,
         ecc_uncorrected_volatile: Some(0),
         retired_pages_pending: if i == 2 { None } else { Some(false) },
+        ..GpuFacts::default()
     }
 }
 
@@ -635,5 +636,48 @@ fn neuron_core_totals_saturate_instead_of_overflowing() {
             u32::MAX
         )),
         "{warnings:?}"
+    );
+}
+
+#[test]
+fn the_nvml_report_has_mig_devices_and_unreadable_gpus() {
+    let mut gpus: Vec<GpuFacts> = (0..3).map(gpu_facts).collect();
+    gpus[1].mig_pending = true;
+    gpus[1].mig_devices = vec![nvml::MigFacts {
+        index: 0,
+        uuid: "MIG-11111111-2222-3333-4444-555555555555".into(),
+        name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb".into(),
+        memory_bytes: 9_856 << 20,
+    }];
+    let fake = FakeNvml::new(gpus);
+    fake.handle().set_device_error(2, Some("Unknown Error"));
+    let r = nvml::report(&fake).unwrap();
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["events_watched"], false, "the fake has no driver: {v}");
+    assert_eq!(v["gpus"][0]["index"], 0);
+    assert_eq!(v["gpus"][0]["mig_enabled"], false);
+    assert_eq!(v["gpus"][1]["mig_enabled"], true);
+    assert_eq!(v["gpus"][1]["mig_pending"], true);
+    assert_eq!(
+        v["gpus"][1]["mig_devices"][0]["uuid"],
+        "MIG-11111111-2222-3333-4444-555555555555"
+    );
+    assert_eq!(v["gpus"][2]["error"], "Unknown Error");
+    assert!(v["gpus"][2].get("uuid").is_none(), "{v}");
+    fake.handle().set_count_error(Some("Driver Not Loaded"));
+    assert_eq!(nvml::report(&fake).unwrap_err(), "Driver Not Loaded");
+}
+
+#[test]
+fn a_gpu_in_mig_mode_is_scheduled_whole_and_says_so() {
+    let (mut d, _h) = fake_discovery(2);
+    let inv = d.discover();
+    assert_eq!(inv.capacity.get(&ResourceName::gpu()), 2);
+    let mig: Vec<&String> = inv.warnings.iter().filter(|w| w.contains("MIG")).collect();
+    assert_eq!(mig.len(), 1, "{:?}", inv.warnings);
+    assert!(
+        mig[0].starts_with("GPU 1 (GPU-00000001-aaaa-bbbb-cccc-000000000000) is in MIG mode"),
+        "{}",
+        mig[0]
     );
 }
