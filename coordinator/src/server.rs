@@ -797,6 +797,13 @@ async fn serve_request(
             format!("could not read the request: {e}"),
         )),
     };
+    if let Err(e) = &resp {
+        if e.kind == ErrorKind::Forbidden {
+            // An audit trail: who tried what they may not (a node reporting another's pods, a
+            // user touching another team).
+            tracing::warn!(identity = %who, "refused: {}", e.message);
+        }
+    }
     let bytes = match wire::encode(&resp) {
         Ok(b) => b,
         Err(e) => {

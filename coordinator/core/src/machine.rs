@@ -555,14 +555,16 @@ impl Machine {
                 node,
                 workload,
                 attempt,
-                // Which ranks started is not kept: one started pod makes the workload Running.
-                ranks: _,
+                // Which ranks started is not kept (one started pod makes the workload Running);
+                // they are checked against the placement.
+                ranks,
             } => {
                 let id = self.state.find_workload(workload)?;
                 self.check_node(id, node.as_deref())?;
                 if self.state.workload(id).attempt != *attempt {
                     return Ok(Reply::Done);
                 }
+                self.check_ranks(id, node.as_deref(), ranks.iter().copied())?;
                 self.state.mark_running(id);
                 Ok(Reply::Done)
             }
@@ -697,13 +699,8 @@ impl Machine {
             return Ok(Reply::Done);
         }
         self.check_node(id, node)?;
+        self.check_ranks(id, node, exits.iter().map(|e| e.rank))?;
         let world = wl.admission.as_ref().map_or(0, |a| a.placement.len()) as u32;
-        if let Some(e) = exits.iter().find(|e| e.rank >= world) {
-            return Err(invalid(format!(
-                "workload {workload:?} attempt {attempt} has ranks 0..{world}; rank {} does not exist",
-                e.rank
-            )));
-        }
         if let Some(e) = exits.iter().find(|e| e.lost) {
             let msg = format!("pod {} was lost on its node: {}", e.rank, e.detail);
             events.extend(self.state.start_eviction(id, "PodLost", &msg, now));
@@ -899,6 +896,39 @@ impl Machine {
                 "workload {:?} has no pod on node {node:?}; a node reports only its own workloads",
                 wl.spec.name
             )));
+        }
+        Ok(())
+    }
+
+    /// A node may report only ranks placed on it: `ranks` of `id`'s current attempt must all
+    /// run on `node` (admins, `None`, may report any). Ranks past the gang are refused as
+    /// invalid, ranks of another node as forbidden.
+    fn check_ranks(
+        &self,
+        id: WlId,
+        node: Option<&str>,
+        ranks: impl IntoIterator<Item = u32>,
+    ) -> Result<(), ApiError> {
+        let wl = self.state.workload(id);
+        let placement = wl.admission.as_ref().map_or(&[][..], |a| &a.placement[..]);
+        for rank in ranks {
+            let Some((_, p)) = placement.get(rank as usize) else {
+                return Err(invalid(format!(
+                    "workload {:?} attempt {} has ranks 0..{}; rank {rank} does not exist",
+                    wl.spec.name,
+                    wl.attempt,
+                    placement.len()
+                )));
+            };
+            let Some(node) = node else { continue };
+            let placed = self.state.acct.nodes.node(p.node).name.as_ref();
+            if placed != node {
+                return Err(forbidden(format!(
+                    "rank {rank} of workload {:?} attempt {} runs on node {placed:?}, not on \
+                     {node:?}; a node reports only its own pods",
+                    wl.spec.name, wl.attempt
+                )));
+            }
         }
         Ok(())
     }

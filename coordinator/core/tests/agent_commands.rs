@@ -349,3 +349,65 @@ fn a_gang_waits_for_its_pods_on_a_leased_node_when_a_node_without_an_agent_fails
     exited(&mut m, "n1", "g", 1, rank, false, false);
     assert_eq!(state(&m, "g"), WlState::Pending);
 }
+
+/// Issue 23, finding 1: with a gang on n1 and n2, n2's certificate reported n1's rank failed and
+/// failed the whole workload. A node reports only ranks placed on it.
+#[test]
+fn a_node_cannot_report_another_nodes_rank() {
+    let mut m = cluster(&["n1", "n2", "n3"]);
+    submit(&mut m, "gang", 2, 4);
+    cycle(&mut m, 2);
+    let id = m.state.find_workload("gang").unwrap();
+    let pods = views::workload(&m, id).pods;
+    let (n0, n1) = (pods[0].node.clone(), pods[1].node.clone());
+    let outsider = ["n1", "n2", "n3"]
+        .into_iter()
+        .find(|n| *n != n0 && *n != n1)
+        .unwrap();
+    let report = |node: &str, rank: u32| Command::PodsExited {
+        node: Some(node.into()),
+        workload: "gang".into(),
+        attempt: 1,
+        exits: vec![PodExit {
+            rank,
+            succeeded: false,
+            lost: false,
+            detail: "forged".into(),
+        }],
+    };
+    // The gang's other node, and a node with no pod of it.
+    for (node, rank) in [(n1.as_str(), 0), (outsider, 0)] {
+        let (res, _) = m.apply(&Entry {
+            now: 3,
+            cmd: report(node, rank),
+        });
+        let e = res.unwrap_err();
+        assert_eq!(e.kind, allot_common::api::ErrorKind::Forbidden, "{e:?}");
+        assert!(e.message.contains(&format!("{node:?}")), "{}", e.message);
+        assert_eq!(state(&m, "gang"), WlState::Admitted, "nothing changed");
+    }
+    // PodsStarted is held to the same rule.
+    let (res, _) = m.apply(&Entry {
+        now: 3,
+        cmd: Command::PodsStarted {
+            node: Some(n1.clone()),
+            workload: "gang".into(),
+            attempt: 1,
+            ranks: vec![0],
+        },
+    });
+    let e = res.unwrap_err().message;
+    assert!(
+        e.contains("rank 0") && e.contains(&format!("runs on node {n0:?}")),
+        "{e}"
+    );
+    // A rank past the gang is invalid, from anyone.
+    let (res, _) = m.apply(&Entry {
+        now: 3,
+        cmd: report(&n0, 7),
+    });
+    assert!(res.unwrap_err().message.contains("rank 7 does not exist"));
+    // Its own rank, it may report.
+    exited(&mut m, &n0, "gang", 1, 0, false, false);
+    assert_eq!(state(&m, "gang"), WlState::Evicting);
+}
