@@ -513,3 +513,51 @@ async fn unauthenticated(certs: &Path, addr: &str) -> Result<(), String> {
         other => Err(format!("{other:?}")),
     }
 }
+
+/// Issue 23, finding 6: a refused certificate made the CLI retry for 15 s. Now it fails at
+/// once and says which certificate was refused, by whom, and why.
+#[test]
+fn a_refused_certificate_fails_at_once_and_says_why() {
+    let c = Cluster::new(1, 10_000);
+    let rt = rt();
+    rt.block_on(async {
+        let mut admin = c.client("admin-admin");
+        wait_leader(&mut admin).await;
+    });
+    let user = tls::Identity::User {
+        team: "team-a".into(),
+    };
+    // A user certificate from another cluster's CA, next to this cluster's ca.pem: the
+    // coordinator refuses it.
+    let other = tempfile::tempdir().expect("tempdir");
+    tls::init_ca(other.path(), false).expect("CA");
+    let (cert, key) = tls::issue(other.path(), &user, &[], &[], 2).expect("issue");
+    let mixed = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(c.certs().join("ca.pem"), mixed.path().join("ca.pem")).expect("copy");
+    std::fs::copy(&cert, mixed.path().join("user-team-a.pem")).expect("copy");
+    std::fs::copy(&key, mixed.path().join("user-team-a-key.pem")).expect("copy");
+    // The other CA's own directory: this client refuses the coordinator's certificate.
+    for (dir, says) in [
+        (mixed.path(), "refused certificate \"user-team-a\""),
+        (other.path(), "its certificate is not trusted by"),
+    ] {
+        let t = Instant::now();
+        let o = std::process::Command::new(BIN)
+            .args(["get", "workloads"])
+            .env("ALLOT_COORDINATORS", c.addrs.join(","))
+            .env("ALLOT_CERTS", dir)
+            .env("ALLOT_AS", "user-team-a")
+            .env("HOME", dir)
+            .output()
+            .expect("run allot");
+        let took = t.elapsed();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "served with a foreign certificate");
+        assert!(err.contains(says), "{err}");
+        assert!(err.contains(&c.addrs[0]), "names the coordinator: {err}");
+        assert!(err.contains("UnknownIssuer"), "says why: {err}");
+        // Not after retrying until the deadline (15 s), which is what that error ends with.
+        assert!(!err.contains("no coordinator leader answered"), "{err}");
+        eprintln!("refused in {took:?}: {err}");
+    }
+}

@@ -17,6 +17,9 @@ pub enum ClientError {
     Setup(String),
     #[error("coordinator {addr}: {what}")]
     Transport { addr: String, what: String },
+    /// A TLS refusal, which retrying cannot cure: it fails the call at once.
+    #[error("coordinator {addr}: {what}")]
+    Auth { addr: String, what: String },
     #[error("{last}; no coordinator leader answered within {secs}s (tried {tried})")]
     NoLeader {
         last: String,
@@ -32,8 +35,43 @@ fn transport(addr: &str, what: impl std::fmt::Display) -> ClientError {
     }
 }
 
+/// Whether `e` is a TLS handshake failure (a QUIC crypto error: `0x100` plus the TLS alert).
+fn is_tls_refusal(e: &quinn::ConnectionError) -> bool {
+    let code = match e {
+        quinn::ConnectionError::TransportError(t) => u64::from(t.code),
+        quinn::ConnectionError::ConnectionClosed(c) => u64::from(c.error_code),
+        _ => return false,
+    };
+    code & !0xff == 0x100
+}
+
+/// The error for a TLS refusal at `addr`: which side refused which certificate, and why.
+fn auth_error(addr: &str, e: &quinn::ConnectionError, cert: &str, ca: &str) -> ClientError {
+    let what = match e {
+        // The peer closed the handshake: it refused our certificate.
+        quinn::ConnectionError::ConnectionClosed(_) => format!(
+            "refused {cert}: {e} (an expired or not yet valid certificate, one from another \
+             cluster's CA, or the wrong role; issue a new one with `allot certs issue`, or pick \
+             another with --as/--certs)"
+        ),
+        // We refused the coordinator's certificate.
+        _ => format!(
+            "its certificate is not trusted by {ca}: {e} (is it this cluster's CA? --certs \
+             chooses the directory)"
+        ),
+    };
+    ClientError::Auth {
+        addr: addr.to_string(),
+        what,
+    }
+}
+
 pub struct Client {
     endpoint: quinn::Endpoint,
+    /// `certificate "user-team-a" (certs/user-team-a.pem)`, for errors.
+    cert: String,
+    /// The CA file, for errors.
+    ca: String,
     config: quinn::ClientConfig,
     addrs: Vec<String>,
     /// The address that last answered (the leader, for a write), tried first.
@@ -81,6 +119,8 @@ impl Client {
             .map_err(|e| ClientError::Setup(format!("opening a UDP socket: {e}")))?;
         Ok(Client {
             endpoint,
+            cert: format!("certificate {stem:?} ({})", files.cert.display()),
+            ca: files.ca.display().to_string(),
             config,
             addrs,
             conn: None,
@@ -122,7 +162,7 @@ impl Client {
             });
         let conn = match spare.filter(|c| c.close_reason().is_none()) {
             Some(c) => c,
-            None => dial(&self.endpoint, &self.config, addr).await?,
+            None => dial(&self.endpoint, &self.config, addr, &self.cert, &self.ca).await?,
         };
         self.conn = Some((addr.to_string(), conn.clone()));
         Ok(conn)
@@ -147,8 +187,9 @@ impl Client {
                 tx.clone(),
                 self.spare.clone(),
             );
+            let (cert, ca) = (self.cert.clone(), self.ca.clone());
             tokio::spawn(async move {
-                let r = dial(&ep, &cfg, &a).await;
+                let r = dial(&ep, &cfg, &a, &cert, &ca).await;
                 if let Ok(mut s) = spare.lock() {
                     // Unless a later race has started over.
                     if let Some(d) = s.get_mut(&a).filter(|d| matches!(d, Dial::Dialling)) {
@@ -163,13 +204,16 @@ impl Client {
         }
         drop(tx);
         let mut errors = Vec::new();
+        let mut refusal = None;
         while let Some((a, r)) = rx.recv().await {
             match r {
                 Ok(()) => return Ok(a),
+                Err(e @ ClientError::Auth { .. }) => refusal = refusal.or(Some(e)),
                 Err(e) => errors.push(e.to_string()),
             }
         }
-        Err(ClientError::Setup(errors.join("; ")))
+        // A refused certificate says more than the replicas that did not answer.
+        Err(refusal.unwrap_or_else(|| ClientError::Setup(errors.join("; "))))
     }
 
     async fn once(
@@ -178,19 +222,24 @@ impl Client {
         body: &Body,
     ) -> Result<Result<Reply, ApiError>, ClientError> {
         let conn = self.connect(addr).await?;
-        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| transport(addr, e))?;
+        // TLS 1.3: the client's handshake ends before the coordinator has checked its
+        // certificate, so a refusal shows up as the connection closing under the request.
+        let failed = |e: &dyn std::fmt::Display| match conn.close_reason() {
+            Some(c) if is_tls_refusal(&c) => auth_error(addr, &c, &self.cert, &self.ca),
+            _ => transport(addr, e),
+        };
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| failed(&e))?;
         let req = Request {
             version: wire::PROTOCOL_VERSION,
             body: body.clone(),
         };
         wire::write_frame(&mut send, &req)
             .await
-            .map_err(|e| transport(addr, e))?;
-        send.finish().map_err(|e| transport(addr, e))?;
-        let resp: Option<Result<Reply, ApiError>> = wire::read_frame(&mut recv)
-            .await
-            .map_err(|e| transport(addr, e))?;
-        resp.ok_or_else(|| transport(addr, "closed the stream without answering"))
+            .map_err(|e| failed(&e))?;
+        send.finish().map_err(|e| failed(&e))?;
+        let resp: Option<Result<Reply, ApiError>> =
+            wire::read_frame(&mut recv).await.map_err(|e| failed(&e))?;
+        resp.ok_or_else(|| failed(&"closed the stream without answering"))
     }
 
     /// Forgets the current connection (after a request timed out on it): the next request
@@ -248,6 +297,7 @@ impl Client {
                     } else {
                         match self.race(&up).await {
                             Ok(a) => Some(a),
+                            Err(e @ ClientError::Auth { .. }) => return Err(e),
                             Err(e) => {
                                 last_err = e.to_string();
                                 for a in up {
@@ -269,6 +319,10 @@ impl Client {
                         last_err = e.message;
                     }
                     Ok(r) => return Ok(r),
+                    Err(e @ ClientError::Auth { .. }) => {
+                        self.conn = None;
+                        return Err(e);
+                    }
                     Err(e) => {
                         self.conn = None;
                         down.insert(addr, tokio::time::Instant::now());
@@ -338,6 +392,8 @@ async fn dial(
     endpoint: &quinn::Endpoint,
     config: &quinn::ClientConfig,
     addr: &str,
+    cert: &str,
+    ca: &str,
 ) -> Result<quinn::Connection, ClientError> {
     let sock = tokio::net::lookup_host(addr)
         .await
@@ -355,7 +411,13 @@ async fn dial(
                 format!("no answer within {} ms", CONNECT_TIMEOUT.as_millis()),
             )
         })?
-        .map_err(|e| transport(addr, e))
+        .map_err(|e| {
+            if is_tls_refusal(&e) {
+                auth_error(addr, &e, cert, ca)
+            } else {
+                transport(addr, e)
+            }
+        })
 }
 
 /// Whether a request may be sent again after an ambiguous failure.
