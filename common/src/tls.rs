@@ -49,8 +49,15 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(1);
 /// QUIC idle timeout: a connection with no traffic (keep-alives included) for this long is
 /// closed. Short, so that an agent notices a dead coordinator well within its lease.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
-/// Concurrent bidirectional streams a peer may open on one connection.
-pub const MAX_BIDI_STREAMS: u32 = 1024;
+/// Concurrent bidirectional streams a peer may open on one connection (one request each; a
+/// client has one or two open at a time).
+pub const MAX_BIDI_STREAMS: u32 = 64;
+/// Bytes a peer may send on one stream before the receiver has read them (QUIC flow control).
+pub const STREAM_WINDOW: u32 = 2 << 20;
+/// Bytes a peer may send on one connection, all streams together, before the receiver has
+/// read them: what a connection can make the other side buffer. At 1 ms of round trip it
+/// still carries 4 GB/s.
+pub const CONNECTION_WINDOW: u32 = 4 << 20;
 
 const URI_PREFIX: &str = "allot://";
 const NAME_RULE: &str =
@@ -722,9 +729,12 @@ fn tls13_error(error: rustls::Error) -> TlsError {
     }
 }
 
-/// Keep-alive 1 s, idle timeout 4 s, 1024 concurrent bidirectional streams.
+/// Keep-alive 1 s, idle timeout 4 s, 64 concurrent bidirectional streams, receive windows of
+/// 2 MiB per stream and 4 MiB per connection (quinn's default connection window is unbounded).
 pub fn transport_config() -> Arc<quinn::TransportConfig> {
     let mut transport = quinn::TransportConfig::default();
+    transport.stream_receive_window(quinn::VarInt::from_u32(STREAM_WINDOW));
+    transport.receive_window(quinn::VarInt::from_u32(CONNECTION_WINDOW));
     transport.keep_alive_interval(Some(KEEP_ALIVE));
     transport.max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
         IDLE_TIMEOUT.as_millis() as u32,

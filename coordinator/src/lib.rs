@@ -1,6 +1,7 @@
 //! The allot coordinator around the pure core: raft-rs driven through its Ready loop
 //! (`replica`), the durable log (`raftlog`), and the server that puts them on the network.
 
+pub mod budget;
 pub mod http;
 pub mod journal;
 pub mod leader;

@@ -125,6 +125,8 @@ struct Shared {
     peers: Arc<BTreeMap<u64, String>>,
     /// The applied index, published after every batch of applied entries.
     applied: tokio::sync::watch::Receiver<u64>,
+    /// What clients may hold: connections, request bytes in flight.
+    budgets: Arc<crate::budget::Budgets>,
 }
 
 impl Shared {
@@ -724,13 +726,22 @@ async fn serve_conn(conn: quinn::Connection, shared: Shared) {
             return;
         }
     };
+    let budget = match shared.budgets.connect(&who) {
+        Ok(b) => Arc::new(b),
+        Err(e) => {
+            tracing::warn!(identity = %who, "refused a connection from {}: {e}", conn.remote_address());
+            conn.close(3u32.into(), e.as_bytes());
+            return;
+        }
+    };
     loop {
         tokio::select! {
             bi = conn.accept_bi() => {
                 let Ok((send, recv)) = bi else { return };
                 let shared = shared.clone();
                 let who = who.clone();
-                tokio::spawn(async move { serve_request(send, recv, who, shared).await });
+                let budget = budget.clone();
+                tokio::spawn(async move { serve_request(send, recv, who, shared, &budget).await });
             }
             uni = conn.accept_uni() => {
                 let Ok(recv) = uni else { return };
@@ -780,8 +791,22 @@ async fn serve_request(
     mut recv: quinn::RecvStream,
     who: Identity,
     shared: Shared,
+    budget: &crate::budget::Connection,
 ) {
-    let resp: Response = match wire::read_frame::<_, Request>(&mut recv).await {
+    let request = match budget.read_request(&mut recv).await {
+        Ok(Some((bytes, reserved))) => {
+            let req = wire::decode::<Request>(&bytes).map_err(|e| e.to_string());
+            // The request's bytes go before it is handled (a long poll may wait minutes).
+            drop((bytes, reserved));
+            req.map(Some)
+        }
+        Ok(None) => Ok(None),
+        Err(e) => {
+            tracing::debug!(identity = %who, "request dropped: {e}");
+            Err(e)
+        }
+    };
+    let resp: Response = match request {
         Ok(Some(req)) if req.version != wire::PROTOCOL_VERSION => Err(ApiError::new(
             ErrorKind::Version,
             format!(
@@ -1196,12 +1221,15 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         applied_tx,
         input: input_tx.clone(),
     };
+    let budgets = Arc::new(crate::budget::Budgets::default());
+    tokio::spawn(crate::budget::release_memory(budgets.clone()));
     let shared = Shared {
         id: cfg.id,
         input: input_tx,
         status: status.clone(),
         peers: Arc::new(cfg.peers.clone()),
         applied: applied_rx,
+        budgets: budgets.clone(),
     };
     let refresh_metrics = shared.input.clone();
     // The replica, QUIC (its endpoint, the peer senders, every connection and request) and
