@@ -757,9 +757,33 @@ fn workload_row(w: &WorkloadView) -> Vec<String> {
     ]
 }
 
+/// A cell as a terminal should show it: control characters (a newline in a name) escaped, so
+/// every row stays one line whatever the server returns.
+fn cell(c: &str) -> String {
+    if c.chars().any(char::is_control) {
+        c.chars()
+            .map(|ch| {
+                if ch.is_control() {
+                    ch.escape_default().to_string()
+                } else {
+                    ch.to_string()
+                }
+            })
+            .collect()
+    } else {
+        c.to_string()
+    }
+}
+
+/// Columns padded to their widest cell. Padding is written out, not formatted with a width,
+/// which `format!` limits to 65,535 and panics past.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| cell(c)).collect())
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in &rows {
         for (i, c) in r.iter().enumerate() {
             if i < widths.len() {
                 widths[i] = widths[i].max(c.chars().count());
@@ -769,16 +793,17 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let line = |cells: Vec<&str>| {
         let mut s = String::new();
         for (i, c) in cells.iter().enumerate() {
-            if i + 1 == cells.len() {
-                s.push_str(c);
-            } else {
-                s.push_str(&format!("{c:<w$}   ", w = widths[i]));
+            s.push_str(c);
+            if i + 1 < cells.len() {
+                let w = widths.get(i).copied().unwrap_or(0);
+                let pad = w.saturating_sub(c.chars().count()) + 3;
+                s.extend(std::iter::repeat_n(' ', pad));
             }
         }
         s.trim_end().to_string() + "\n"
     };
     let mut out = line(header.to_vec());
-    for r in rows {
+    for r in &rows {
         out.push_str(&line(r.iter().map(|s| s.as_str()).collect()));
     }
     out
@@ -1046,6 +1071,28 @@ fn describe_workload(w: &WorkloadView) -> String {
 mod tests {
     use super::*;
 
+    /// Issue 23: a quota named with 100,000 characters or a newline made every listing panic
+    /// ("Formatting argument out of range").
+    #[test]
+    fn tables_take_any_cell_the_server_returns() {
+        let long = "q".repeat(100_000);
+        let t = table(
+            &["NAME", "TEAM"],
+            &[
+                vec![long.clone(), "team-a".into()],
+                vec!["a\nb\tc".into(), "team-b".into()],
+                vec!["x".into()],
+            ],
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4, "one line per row: {:?}", &t[..80]);
+        assert_eq!(lines[1], format!("{long}   team-a"));
+        assert!(lines[2].starts_with("a\\nb\\tc   "), "{}", lines[2]);
+        assert!(lines[2].ends_with("team-b"));
+        assert_eq!(lines[3], "x");
+        assert_eq!(table(&["A", "B"], &[]), "A   B\n");
+    }
+
     #[test]
     fn target_shorthand_and_json() {
         assert_eq!(
@@ -1126,5 +1173,38 @@ mod tests {
         std::fs::write(&p, "name: t\nteam: a\nduration: 5\n").unwrap();
         let e = read_job(&p).unwrap_err().to_string();
         assert!(e.contains("duration belongs to simulation"), "{e}");
+    }
+
+    /// Issue 23: a priority of 99999999999999999999 got "data did not match any variant of
+    /// untagged enum PriorityIn".
+    #[test]
+    fn a_priority_out_of_range_says_what_would_be_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.yaml");
+        for (text, says) in [
+            ("priority: 99999999999999999999", "out of range"),
+            (
+                "priority: 3000000000",
+                "3000000000 is out of the 32-bit range",
+            ),
+            ("priority: 1.5", "not a whole number"),
+        ] {
+            std::fs::write(
+                &p,
+                format!("name: t\nteam: a\nrequests: {{gpu: 1}}\n{text}\n"),
+            )
+            .unwrap();
+            let e = read_job(&p).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+            assert!(!e.contains("untagged"), "{text}: {e}");
+        }
+        std::fs::write(&p, "name: t\nteam: a\nrequests: {gpu: 1}\npriority: -5\n").unwrap();
+        read_job(&p).unwrap();
+        std::fs::write(
+            &p,
+            "name: t\nteam: a\nrequests: {gpu: 1}\npriority: training\n",
+        )
+        .unwrap();
+        read_job(&p).unwrap();
     }
 }

@@ -173,11 +173,53 @@ fn absent() -> Value {
     Value::String("\u{0}absent".into())
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+/// A workload's priority: a number or a priority class name. Read by hand so that a number
+/// out of range says so (an untagged enum said only "did not match any variant").
+#[derive(Debug, Clone)]
 pub enum PriorityIn {
     Int(i64),
     Name(String),
+}
+
+impl<'de> Deserialize<'de> for PriorityIn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        const RANGE: &str = "a priority class name, or a whole number from -2147483648 to \
+                             2147483647";
+        impl serde::de::Visitor<'_> for V {
+            type Value = PriorityIn;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(RANGE)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<PriorityIn, E> {
+                Ok(PriorityIn::Int(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<PriorityIn, E> {
+                i64::try_from(v)
+                    .map(PriorityIn::Int)
+                    .map_err(|_| E::custom(format!("priority {v} is out of range: use {RANGE}")))
+            }
+            fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<PriorityIn, E> {
+                i64::try_from(v)
+                    .map(PriorityIn::Int)
+                    .map_err(|_| E::custom(format!("priority {v} is out of range: use {RANGE}")))
+            }
+            fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<PriorityIn, E> {
+                i64::try_from(v)
+                    .map(PriorityIn::Int)
+                    .map_err(|_| E::custom(format!("priority {v} is out of range: use {RANGE}")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<PriorityIn, E> {
+                Err(E::custom(format!(
+                    "priority {v} is not a whole number (or is out of range): use {RANGE}"
+                )))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PriorityIn, E> {
+                Ok(PriorityIn::Name(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -5,6 +5,7 @@ pub mod api;
 pub mod catalog;
 pub mod client;
 pub mod hyperpod;
+pub mod names;
 pub mod policy;
 pub mod quota;
 pub mod resource;

@@ -49,7 +49,7 @@ pub enum PolicyError {
     Weight { name: String, weight: i32 },
     #[error("priority class {0:?} is defined twice")]
     Duplicate(String),
-    #[error("invalid priority class name {0:?}: use a DNS label (lowercase letters, digits, '-')")]
+    #[error("invalid priority class name {}: use 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the AWS API's pattern; the 63 is allot's, a Kubernetes label's limit)", crate::names::shown(.0))]
     Name(String),
     #[error("fair_sharing_strategies {0:?} is not valid: use [LessThanOrEqualToFinalShare], [LessThanInitialShare] or both in that order")]
     Strategies(Vec<FairSharingStrategy>),
@@ -68,7 +68,9 @@ impl ClusterPolicy {
                 && pc
                     .name
                     .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !pc.name.starts_with('-')
+                && !pc.name.ends_with('-');
             if !label_ok {
                 return Err(PolicyError::Name(pc.name.clone()));
             }

@@ -131,6 +131,23 @@ impl WorkloadSpec {
             if let Some((r, v)) = ps.requests.iter().find(|(_, v)| *v < 0) {
                 return Err(bad(format!("request {r}={v} must be >= 0")));
             }
+            if ps.requests.iter().all(|(_, v)| v == 0) {
+                let asked = ps
+                    .requests
+                    .iter()
+                    .map(|(r, v)| format!("{r}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                return Err(bad(format!(
+                    "requests nothing ({}): a pod must request more than zero of some resource \
+                     (cpu, memory, gpu, neuron, ...) to be placed on a node",
+                    if asked.is_empty() {
+                        "no requests"
+                    } else {
+                        &asked
+                    }
+                )));
+            }
             // No resource may total more than a quantity may be, per pod set or in all.
             for (r, v) in ps.requests.iter() {
                 // Both factors are bounded (count by MAX_PODS), so the product is exact.
@@ -183,6 +200,28 @@ mod tests {
             s.pod_sets.push(ps);
         }
         s
+    }
+
+    /// Issue 23: `{gpu: 0}` was admitted with no node and never ran.
+    #[test]
+    fn a_pod_that_requests_nothing_is_refused() {
+        let mut r = Resources::new();
+        r.set(ResourceName::gpu(), 0);
+        let e = WorkloadSpec::single("w", "team-a", 1, r.clone())
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("requests nothing (gpu=0)"), "{e}");
+        let e = WorkloadSpec::single("w", "team-a", 1, Resources::new())
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("requests nothing (no requests)"), "{e}");
+        // Zero of one resource beside some of another is fine.
+        r.set(ResourceName::cpu(), 1000);
+        WorkloadSpec::single("w", "team-a", 1, r)
+            .validate()
+            .unwrap();
     }
 
     #[test]

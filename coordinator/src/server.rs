@@ -943,6 +943,8 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
         }
         Body::CreateSchedulerConfig { name, config } => {
             admin_only(who, "create the cluster scheduler config")?;
+            allot_common::names::check_entity_name("scheduler config", &name)
+                .map_err(|e| ApiError::new(ErrorKind::Invalid, e))?;
             sh.propose(Command::CreateSchedulerConfig { name, config })
                 .await
         }

@@ -266,6 +266,10 @@ impl From<StateError> for ApiError {
 
 /// Maps a compute quota to the team it configures (HyperPod §2 mapping).
 pub fn team_spec(input: &ComputeQuotaInput) -> Result<TeamSpec, ApiError> {
+    allot_common::names::check_entity_name("compute quota", &input.name).map_err(invalid)?;
+    if let Some(d) = &input.description {
+        allot_common::names::check_description("compute quota", d).map_err(invalid)?;
+    }
     let cfg: &ComputeQuotaConfig = &input.config;
     cfg.validate()
         .map_err(|e| invalid(format!("compute quota {}: {e}", input.name)))?;
@@ -421,6 +425,8 @@ impl Machine {
                         r.view.name
                     )));
                 }
+                allot_common::names::check_entity_name("scheduler config", name)
+                    .map_err(invalid)?;
                 let policy = parse_policy(config)?;
                 self.state.set_policy(policy)?;
                 let view = SchedulerConfigView {
