@@ -93,6 +93,31 @@ pub enum DescribeWhat {
     },
 }
 
+/// allot's admission limits, beside the AWS scheduler config (unchanged when not given;
+/// defaults 10000, 100 and 1000).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LimitArgs {
+    /// Pending workloads one team may have; a submit past it is refused.
+    #[arg(long)]
+    max_pending_per_team: Option<u32>,
+    /// Workloads one user certificate may submit per second, on average.
+    #[arg(long)]
+    submits_per_second: Option<u32>,
+    /// Workloads a user may submit at once before the rate applies.
+    #[arg(long)]
+    submit_burst: Option<u32>,
+}
+
+impl LimitArgs {
+    fn input(&self) -> allot_common::api::AdmissionLimitsInput {
+        allot_common::api::AdmissionLimitsInput {
+            max_pending_per_team: self.max_pending_per_team,
+            submits_per_second: self.submits_per_second,
+            submit_burst: self.submit_burst,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum ClusterCmd {
     /// Create a team's compute allocation (admin).
@@ -148,6 +173,8 @@ pub enum ClusterCmd {
         #[arg(long)]
         scheduler_config: String,
         #[command(flatten)]
+        limits: LimitArgs,
+        #[command(flatten)]
         out: Out,
     },
     /// Change the scheduler config (admin); --target-version must be its current version.
@@ -158,6 +185,8 @@ pub enum ClusterCmd {
         target_version: u64,
         #[arg(long)]
         scheduler_config: String,
+        #[command(flatten)]
+        limits: LimitArgs,
         #[command(flatten)]
         out: Out,
     },
@@ -463,6 +492,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
         ClusterCmd::CreateClusterSchedulerConfig {
             name,
             scheduler_config,
+            limits,
             out,
             ..
         } => {
@@ -472,6 +502,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
                     .call(Body::CreateSchedulerConfig {
                         name,
                         config: scheduler_config,
+                        limits: limits.input(),
                     })
                     .await)?,
                 out.format,
@@ -481,6 +512,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
             cluster_scheduler_config_id,
             target_version,
             scheduler_config,
+            limits,
             out,
         } => {
             check_scheduler_config(&scheduler_config)?;
@@ -490,6 +522,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
                         name: cluster_scheduler_config_id,
                         config: scheduler_config,
                         target_version,
+                        limits: limits.input(),
                     })
                     .await)?,
                 out.format,
@@ -845,6 +878,11 @@ fn print_reply(r: Reply, format: Format) {
                 Reply::SchedulerConfig(s) => json!({
                     "Name": s.name, "SchedulerConfig": s.config,
                     "ClusterSchedulerConfigVersion": s.version,
+                    "AdmissionLimits": {
+                        "MaxPendingPerTeam": s.limits.max_pending_per_team,
+                        "SubmitsPerSecond": s.limits.submits_per_second,
+                        "SubmitBurst": s.limits.submit_burst,
+                    },
                     "CreationTime": ms_time(s.created_ms), "LastModifiedTime": ms_time(s.updated_ms),
                 }),
                 other => serde_json::to_value(other).unwrap_or(Value::Null),
@@ -875,11 +913,17 @@ fn render(r: &Reply) -> String {
         Reply::Quota(q) => render_quotas(std::slice::from_ref(q)),
         Reply::Quotas(qs) => render_quotas(qs),
         Reply::SchedulerConfig(s) => table(
-            &["NAME", "VERSION", "SCHEDULER CONFIG"],
+            &["NAME", "VERSION", "SCHEDULER CONFIG", "ADMISSION LIMITS"],
             &[vec![
                 s.name.clone(),
                 s.version.to_string(),
                 s.config.clone(),
+                format!(
+                    "max-pending-per-team={},submits-per-second={},submit-burst={}",
+                    s.limits.max_pending_per_team,
+                    s.limits.submits_per_second,
+                    s.limits.submit_burst
+                ),
             ]],
         ),
         Reply::Submitted {

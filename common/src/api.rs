@@ -81,6 +81,72 @@ pub struct SchedulerConfigView {
     pub version: u64,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// allot's admission limits (not part of the AWS API).
+    #[serde(default)]
+    pub limits: AdmissionLimits,
+}
+
+/// How much one team or one user may ask of the cluster: allot's addition to the cluster
+/// policy, set with the scheduler config and shown by `describe-cluster-scheduler-config`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmissionLimits {
+    /// Pending workloads one team may have; a submit past it is refused.
+    pub max_pending_per_team: u32,
+    /// Workloads one user certificate may submit per second, on average (admins are not
+    /// limited: they can change the limits anyway).
+    pub submits_per_second: u32,
+    /// How many a user may submit at once before the rate applies (an array counts each
+    /// element).
+    pub submit_burst: u32,
+}
+
+impl Default for AdmissionLimits {
+    fn default() -> Self {
+        // Slurm's default MaxJobCount is 10,000 for a whole cluster; a user submitting 100
+        // workloads a second for a minute already queues 6,000.
+        AdmissionLimits {
+            max_pending_per_team: 10_000,
+            submits_per_second: 100,
+            submit_burst: 1_000,
+        }
+    }
+}
+
+/// Changes to [`AdmissionLimits`]: what is `None` stays as it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmissionLimitsInput {
+    pub max_pending_per_team: Option<u32>,
+    pub submits_per_second: Option<u32>,
+    pub submit_burst: Option<u32>,
+}
+
+impl AdmissionLimits {
+    /// Largest value of any limit: beyond it a limit stops meaning anything.
+    pub const MAX: u32 = 1_000_000_000;
+
+    /// `self` with `change` applied, checked: every limit from 1 to [`Self::MAX`].
+    pub fn with(self, change: &AdmissionLimitsInput) -> Result<AdmissionLimits, String> {
+        let out = AdmissionLimits {
+            max_pending_per_team: change
+                .max_pending_per_team
+                .unwrap_or(self.max_pending_per_team),
+            submits_per_second: change.submits_per_second.unwrap_or(self.submits_per_second),
+            submit_burst: change.submit_burst.unwrap_or(self.submit_burst),
+        };
+        for (flag, v) in [
+            ("--max-pending-per-team", out.max_pending_per_team),
+            ("--submits-per-second", out.submits_per_second),
+            ("--submit-burst", out.submit_burst),
+        ] {
+            if !(1..=Self::MAX).contains(&v) {
+                return Err(format!(
+                    "{flag} {v} is out of range: use 1 to {} (allot's admission limits)",
+                    Self::MAX
+                ));
+            }
+        }
+        Ok(out)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -280,11 +346,13 @@ pub enum Body {
     CreateSchedulerConfig {
         name: String,
         config: String,
+        limits: AdmissionLimitsInput,
     },
     UpdateSchedulerConfig {
         name: String,
         config: String,
         target_version: u64,
+        limits: AdmissionLimitsInput,
     },
     DescribeSchedulerConfig,
     Submit(SubmitInput),
@@ -379,6 +447,9 @@ pub enum ErrorKind {
     /// The leader's disk is below its reserve: the write was refused and nothing was written.
     /// Retry once space is freed (not at once: it is not a transient error).
     NoSpace,
+    /// An admission limit (pending workloads per team, submissions per second) was reached;
+    /// the message names it. Retry later, or ask an admin to raise it.
+    LimitExceeded,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

@@ -278,12 +278,87 @@ impl Connection {
     }
 }
 
+/// Each user certificate's submissions: a token bucket per certificate, refilled at
+/// `submits_per_second` up to `submit_burst`. Held by the leader only (a new leader starts
+/// everyone with a full bucket). Buckets that are full again are dropped, so the map holds
+/// only certificates that submitted within the last `burst / rate` seconds.
+#[derive(Default)]
+pub struct SubmitRates {
+    buckets: BTreeMap<String, (f64, std::time::Instant)>,
+}
+
+impl SubmitRates {
+    /// Takes `n` submissions from `who`'s bucket at `now`, or says how long until they fit.
+    pub fn take(
+        &mut self,
+        who: &str,
+        n: usize,
+        limits: &allot_common::api::AdmissionLimits,
+        now: std::time::Instant,
+    ) -> Result<(), String> {
+        let rate = f64::from(limits.submits_per_second.max(1));
+        let burst = f64::from(limits.submit_burst.max(1));
+        // Forget buckets that have refilled: they would start full anyway.
+        self.buckets.retain(|_, (level, at)| {
+            *level + now.saturating_duration_since(*at).as_secs_f64() * rate < burst
+        });
+        let (level, at) = self.buckets.get(who).copied().unwrap_or((burst, now));
+        let level = (level + now.saturating_duration_since(at).as_secs_f64() * rate).min(burst);
+        let want = n as f64;
+        if want > burst {
+            return Err(format!(
+                "{n} submissions at once are more than the burst of {} (submit_burst); send \
+                 them in smaller batches",
+                limits.submit_burst
+            ));
+        }
+        if want > level {
+            let wait = (want - level) / rate;
+            return Err(format!(
+                "submitting faster than {} workloads a second (submits_per_second, with bursts \
+                 of {}); {n} more fit in {wait:.1} s",
+                limits.submits_per_second, limits.submit_burst
+            ));
+        }
+        self.buckets.insert(who.to_string(), (level - want, now));
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn user(team: &str) -> Identity {
         Identity::User { team: team.into() }
+    }
+
+    #[test]
+    fn submissions_follow_the_rate_with_bursts() {
+        let limits = allot_common::api::AdmissionLimits {
+            max_pending_per_team: 10,
+            submits_per_second: 10,
+            submit_burst: 100,
+        };
+        let mut r = SubmitRates::default();
+        let t0 = std::time::Instant::now();
+        r.take("a", 60, &limits, t0).unwrap();
+        r.take("a", 40, &limits, t0).unwrap();
+        let e = r.take("a", 5, &limits, t0).unwrap_err();
+        assert!(e.contains("faster than 10 workloads a second"), "{e}");
+        assert!(e.contains("5 more fit in 0.5 s"), "{e}");
+        // Another certificate has its own bucket.
+        r.take("b", 100, &limits, t0).unwrap();
+        // Half a second later, 5 fit again, and no more.
+        let t1 = t0 + Duration::from_millis(500);
+        r.take("a", 5, &limits, t1).unwrap();
+        assert!(r.take("a", 1, &limits, t1).is_err());
+        let e = r.take("c", 101, &limits, t1).unwrap_err();
+        assert!(e.contains("more than the burst of 100"), "{e}");
+        // Once full again, buckets are forgotten.
+        r.take("c", 1, &limits, t1 + Duration::from_secs(60))
+            .unwrap();
+        assert_eq!(r.buckets.len(), 1, "only c's, just used");
     }
 
     #[test]

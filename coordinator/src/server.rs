@@ -115,6 +115,8 @@ pub struct Status {
     /// When the raft loop last went round (it does at least every tick); `None` until it first
     /// has. `/healthz` fails when this is too old, so a stuck replica is restarted.
     pub beat: Option<Instant>,
+    /// The admission limits in force, as last applied.
+    pub limits: allot_common::api::AdmissionLimits,
 }
 
 #[derive(Clone)]
@@ -127,9 +129,30 @@ struct Shared {
     applied: tokio::sync::watch::Receiver<u64>,
     /// What clients may hold: connections, request bytes in flight.
     budgets: Arc<crate::budget::Budgets>,
+    /// Each user certificate's submissions, against the submission rate.
+    submits: Arc<Mutex<crate::budget::SubmitRates>>,
 }
 
 impl Shared {
+    /// Takes `n` submissions from `who`'s rate (users only), or says which limit it reached.
+    /// Only the leader counts: a follower's answer is a redirect.
+    fn check_submit_rate(&self, who: &Identity, n: usize) -> Result<(), ApiError> {
+        let Identity::User { .. } = who else {
+            return Ok(());
+        };
+        let status = self.status();
+        if !status.is_leader {
+            return Ok(());
+        }
+        let mut rates = self
+            .submits
+            .lock()
+            .map_err(|_| ApiError::new(ErrorKind::Unavailable, "rate lock poisoned"))?;
+        rates
+            .take(&who.to_string(), n, &status.limits, Instant::now())
+            .map_err(|e| ApiError::new(ErrorKind::LimitExceeded, format!("{who}: {e}")))
+    }
+
     fn status(&self) -> Status {
         self.status.lock().map(|s| s.clone()).unwrap_or_default()
     }
@@ -609,6 +632,7 @@ impl RaftLoop {
             s.applied = self.rep.applied_index();
             s.is_leader = leader;
             s.beat = Some(Instant::now());
+            s.limits = self.rep.machine.limits;
         }
     }
 
@@ -941,23 +965,33 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             }))
             .await
         }
-        Body::CreateSchedulerConfig { name, config } => {
+        Body::CreateSchedulerConfig {
+            name,
+            config,
+            limits,
+        } => {
             admin_only(who, "create the cluster scheduler config")?;
             allot_common::names::check_entity_name("scheduler config", &name)
                 .map_err(|e| ApiError::new(ErrorKind::Invalid, e))?;
-            sh.propose(Command::CreateSchedulerConfig { name, config })
-                .await
+            sh.propose(Command::CreateSchedulerConfig {
+                name,
+                config,
+                limits,
+            })
+            .await
         }
         Body::UpdateSchedulerConfig {
             name,
             config,
             target_version,
+            limits,
         } => {
             admin_only(who, "update the cluster scheduler config")?;
             sh.propose(Command::UpdateSchedulerConfig {
                 name,
                 config,
                 target_version,
+                limits,
             })
             .await
         }
@@ -973,12 +1007,14 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
         }
         Body::Submit(input) => {
             check_submit_team(who, &input.spec.team)?;
+            sh.check_submit_rate(who, 1)?;
             sh.propose(Command::Submit(input)).await
         }
         Body::SubmitBatch(inputs) => {
             for i in &inputs {
                 check_submit_team(who, &i.spec.team)?;
             }
+            sh.check_submit_rate(who, inputs.len())?;
             sh.propose(Command::SubmitBatch(inputs)).await
         }
         Body::Cancel { name } => {
@@ -1232,6 +1268,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         peers: Arc::new(cfg.peers.clone()),
         applied: applied_rx,
         budgets: budgets.clone(),
+        submits: Arc::new(Mutex::new(crate::budget::SubmitRates::default())),
     };
     let refresh_metrics = shared.input.clone();
     // The replica, QUIC (its endpoint, the peer senders, every connection and request) and

@@ -15,8 +15,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use allot_common::api::{
-    ActivationState, ApiError, ComputeQuotaInput, ComputeQuotaView, ErrorKind, NodeReport, PodExit,
-    Reply, RunSpec, SchedulerConfigView, SubmitInput,
+    ActivationState, AdmissionLimits, AdmissionLimitsInput, ApiError, ComputeQuotaInput,
+    ComputeQuotaView, ErrorKind, NodeReport, PodExit, Reply, RunSpec, SchedulerConfigView,
+    SubmitInput,
 };
 use allot_common::hyperpod::{parse_scheduler_config, ComputeQuotaConfig};
 use allot_common::ResourceName;
@@ -47,11 +48,15 @@ pub enum Command {
     CreateSchedulerConfig {
         name: String,
         config: String,
+        #[serde(default)]
+        limits: AdmissionLimitsInput,
     },
     UpdateSchedulerConfig {
         name: String,
         config: String,
         target_version: u64,
+        #[serde(default)]
+        limits: AdmissionLimitsInput,
     },
     Submit(SubmitInput),
     SubmitBatch(Vec<SubmitInput>),
@@ -227,6 +232,9 @@ pub struct Machine {
     pub pods: BTreeMap<WlId, PodRuns>,
     /// Finished workloads with when they finished, oldest first: forgotten from the front.
     pub finished: VecDeque<(Time, WlId)>,
+    /// Admission limits in force (defaults until a scheduler config sets them).
+    #[serde(default)]
+    pub limits: AdmissionLimits,
 }
 
 impl Default for Machine {
@@ -301,6 +309,7 @@ impl Machine {
             nodes_meta: BTreeMap::new(),
             pods: BTreeMap::new(),
             finished: VecDeque::new(),
+            limits: AdmissionLimits::default(),
         }
     }
 
@@ -418,7 +427,11 @@ impl Machine {
                 self.quotas.remove(name);
                 Ok(Reply::Done)
             }
-            Command::CreateSchedulerConfig { name, config } => {
+            Command::CreateSchedulerConfig {
+                name,
+                config,
+                limits,
+            } => {
                 if let Some(r) = &self.scheduler_config {
                     return Err(conflict(format!(
                         "the cluster already has scheduler config {:?}; use update-cluster-scheduler-config",
@@ -427,14 +440,17 @@ impl Machine {
                 }
                 allot_common::names::check_entity_name("scheduler config", name)
                     .map_err(invalid)?;
+                let limits = AdmissionLimits::default().with(limits).map_err(invalid)?;
                 let policy = parse_policy(config)?;
                 self.state.set_policy(policy)?;
+                self.limits = limits;
                 let view = SchedulerConfigView {
                     name: name.clone(),
                     config: config.clone(),
                     version: 1,
                     created_ms: now,
                     updated_ms: now,
+                    limits,
                 };
                 self.scheduler_config = Some(SchedulerConfigRecord { view: view.clone() });
                 Ok(Reply::SchedulerConfig(view))
@@ -443,6 +459,7 @@ impl Machine {
                 name,
                 config,
                 target_version,
+                limits,
             } => {
                 let Some(rec) = &self.scheduler_config else {
                     return Err(not_found(
@@ -461,9 +478,12 @@ impl Machine {
                         rec.view.version
                     )));
                 }
+                let limits = self.limits.with(limits).map_err(invalid)?;
                 let policy = parse_policy(config)?;
                 self.state.set_policy(policy)?;
+                self.limits = limits;
                 let rec = self.scheduler_config.as_mut().expect("checked above");
+                rec.view.limits = limits;
                 rec.view.config = config.clone();
                 rec.view.version += 1;
                 rec.view.updated_ms = now;
@@ -771,6 +791,22 @@ impl Machine {
                 return Ok((id, true));
             }
             return Err(StateError::DuplicateWorkload(input.spec.name.clone()).into());
+        }
+        if let Ok(team) = self.state.team_id(&input.spec.team) {
+            let pending = self.state.teams[team.idx()].pending.len();
+            let max = self.limits.max_pending_per_team as usize;
+            if pending >= max {
+                return Err(ApiError::new(
+                    ErrorKind::LimitExceeded,
+                    format!(
+                        "team {:?} has {pending} pending workloads, its limit \
+                         (max_pending_per_team {max}); submit {:?} once some are admitted, \
+                         or ask an admin to raise it with update-cluster-scheduler-config \
+                         --max-pending-per-team",
+                        input.spec.team, input.spec.name
+                    ),
+                ));
+            }
         }
         let (id, ev) = self.state.submit(input.spec.clone(), now)?;
         events.extend(ev);
