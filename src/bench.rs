@@ -308,7 +308,7 @@ async fn latency_rounds(
 
 /// The leader's `allot_schedule_cycle_seconds` histogram: (upper bound in seconds, count).
 async fn cycle_histogram(http: &str) -> anyhow::Result<Vec<(f64, u64)>> {
-    let (status, body) = crate::cli::http_get(http, "/metrics").await?;
+    let (status, body) = http_get(http, "/metrics").await?;
     if status != 200 {
         bail!("GET {http}/metrics answered {status}");
     }
@@ -707,4 +707,132 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         pending
     );
     Ok(())
+}
+
+/// A minimal HTTP/1.1 GET (a coordinator's `/metrics`): status and body.
+pub(crate) async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await
+    .map_err(|_| anyhow!("no answer within 3s"))??;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    // De-chunk the raw bytes before any text conversion: a chunk boundary may fall inside a
+    // multi-byte character, and chunk sizes count bytes.
+    let split = buf.windows(4).position(|w| w == b"\r\n\r\n");
+    let (head, body) = match split {
+        Some(i) => (&buf[..i], &buf[i + 4..]),
+        None => (&buf[..], &[][..]),
+    };
+    let head = String::from_utf8_lossy(head);
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow!("not an HTTP answer"))?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)?
+    } else {
+        body.to_vec()
+    };
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// Decodes an HTTP/1.1 chunked body (RFC 9112 7.1) from raw bytes: `<hex size>[;ext]\r\n`,
+/// that many bytes, `\r\n`, until a chunk of size 0. A malformed or truncated body is an
+/// error naming what was wrong.
+fn dechunk(mut s: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = s.windows(2).position(|w| w == b"\r\n") else {
+            bail!(
+                "the chunked answer ended after {} byte(s), before its last chunk (a chunk of \
+                 size 0)",
+                out.len()
+            );
+        };
+        let line = String::from_utf8_lossy(&s[..eol]);
+        let size = line.split(';').next().unwrap_or("").trim();
+        let n = if !size.is_empty() && size.bytes().all(|b| b.is_ascii_hexdigit()) {
+            usize::from_str_radix(size, 16).ok()
+        } else {
+            None
+        };
+        let Some(n) = n else {
+            bail!(
+                "bad chunk size {line:?} in a chunked answer: expected a hexadecimal number of \
+                 bytes from 0 to {:x}",
+                usize::MAX
+            );
+        };
+        let rest = &s[eol + 2..];
+        if n == 0 {
+            return Ok(out);
+        }
+        if rest.len() < n {
+            bail!(
+                "a chunk of {n} byte(s) (size {size:?}) in a chunked answer has only {} byte(s) \
+                 after it",
+                rest.len()
+            );
+        }
+        out.extend_from_slice(&rest[..n]);
+        s = rest[n..].strip_prefix(b"\r\n").ok_or_else(|| {
+            anyhow!("a chunk of {n} byte(s) in a chunked answer is not followed by \\r\\n")
+        })?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dechunk_splits_characters_across_chunks() {
+        // "é" is 0xC3 0xA9: the first chunk ends between its two bytes.
+        let body = b"2\r\na\xC3\r\n3\r\n\xA9b\n\r\n0\r\n\r\n";
+        let out = dechunk(body).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "a\u{e9}b\n");
+        // Chunk extensions are ignored; upper-case hex is accepted.
+        assert_eq!(
+            dechunk(b"A;x=1\r\n0123456789\r\n0\r\n\r\n").unwrap(),
+            b"0123456789"
+        );
+    }
+
+    #[test]
+    fn dechunk_refuses_malformed_chunks() {
+        let e = dechunk(b"zz\r\nabc\r\n0\r\n\r\n").unwrap_err().to_string();
+        assert!(
+            e.contains("\"zz\"") && e.contains("hexadecimal number of bytes"),
+            "{e}"
+        );
+        // A size too large for the machine is refused, not wrapped.
+        let e = dechunk(b"fffffffffffffffffffff\r\nabc\r\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("fffffffffffffffffffff") && e.contains("from 0 to"),
+            "{e}"
+        );
+        let e = dechunk(b"10\r\nabc\r\n0\r\n\r\n").unwrap_err().to_string();
+        assert!(
+            e.contains("16 byte(s)") && e.contains("only 10 byte(s)"),
+            "{e}"
+        );
+        let e = dechunk(b"3\r\nabcX\r\n0\r\n\r\n").unwrap_err().to_string();
+        assert!(e.contains("not followed by"), "{e}");
+        let e = dechunk(b"3\r\nabc\r\n").unwrap_err().to_string();
+        assert!(e.contains("before its last chunk"), "{e}");
+    }
 }

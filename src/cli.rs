@@ -224,7 +224,8 @@ pub enum ClusterCmd {
     Cancel { name: String },
     /// Why a workload is pending, or why it was preempted, with numbers.
     Explain { name: String },
-    /// Print a pod's output (read from the agent of the node it ran on).
+    /// Print a pod's output, streamed from the agent of the node it ran on through the
+    /// cluster (your certificate must be for the workload's team, or an admin's).
     Logs {
         name: String,
         /// Which pod of the workload (its RANK).
@@ -233,6 +234,9 @@ pub enum ClusterCmd {
         /// Which run of the workload (1 = its first admission) [default: the latest].
         #[arg(long)]
         attempt: Option<u32>,
+        /// Keep printing what the pod writes until it ends (Ctrl-C to stop).
+        #[arg(short, long)]
+        follow: bool,
     },
 }
 
@@ -569,8 +573,9 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
             name,
             rank,
             attempt,
+            follow,
         } => {
-            print!("{}", pod_logs(c, &name, rank, attempt).await?);
+            pod_logs(c, &name, rank, attempt, follow, &mut std::io::stdout()).await?;
         }
         ClusterCmd::Describe {
             what: DescribeWhat::Workload { name, out },
@@ -600,14 +605,16 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Finds the node a pod ran on (its current placement, else any node whose agent kept a log)
-/// and reads the log from that node's agent over HTTP.
-async fn pod_logs(
+/// Finds the node a pod ran on (its current placement first, then every other node) and
+/// streams its log from that node's agent through the cluster into `out`, piece by piece.
+pub async fn pod_logs(
     c: &mut Client,
     name: &str,
     rank: u32,
     attempt: Option<u32>,
-) -> anyhow::Result<String> {
+    follow: bool,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<()> {
     let w = match api(c.call(Body::DescribeWorkload { name: name.into() }).await)? {
         Reply::Workload(w) => w,
         other => bail!("unexpected answer: {other:?}"),
@@ -617,106 +624,41 @@ async fn pod_logs(
         other => bail!("unexpected answer: {other:?}"),
     };
     let placed = w.pods.get(rank as usize).map(|p| p.node.clone());
-    let mut candidates: Vec<&NodeView> = nodes.iter().filter(|n| !n.http.is_empty()).collect();
-    // The node it runs on first; then every other node with an agent (finished runs).
+    let mut candidates: Vec<&NodeView> = nodes.iter().collect();
     candidates.sort_by_key(|n| Some(&n.name) != placed.as_ref());
-    let mut path = format!("/logs/{}?rank={rank}", name);
-    if let Some(a) = attempt {
-        path.push_str(&format!("&attempt={a}"));
-    }
-    let mut last = format!("no node with an agent has a log for {name} rank {rank}");
+    let mut last = format!("no node has a log for {name} rank {rank}");
     for n in candidates {
-        match http_get(&n.http, &path).await {
-            Ok((200, body)) => return Ok(body),
-            Ok((_, body)) => last = format!("node {}: {}", n.name, body.trim()),
-            Err(e) => last = format!("node {} (agent at {}): {e}", n.name, n.http),
+        let body = Body::Logs {
+            workload: name.into(),
+            node: n.name.clone(),
+            rank,
+            attempt,
+            follow,
+        };
+        let (mut frame, mut rest) = c.stream(body).await?;
+        loop {
+            match frame {
+                Ok(Reply::LogChunk(b)) => {
+                    out.write_all(&b)?;
+                    out.flush()?;
+                }
+                Ok(other) => bail!("unexpected answer: {other:?}"),
+                // This node has no such log: try the next.
+                Err(e) if e.kind == allot_common::api::ErrorKind::NotFound => {
+                    last = e.message;
+                    break;
+                }
+                Err(e) => bail!("{:?}: {}", e.kind, e.message),
+            }
+            match allot_common::wire::read_frame::<_, allot_common::api::Response>(&mut rest).await
+            {
+                Ok(Some(f)) => frame = f,
+                Ok(None) => return Ok(()),
+                Err(e) => bail!("the log stream from node {} broke: {e}", n.name),
+            }
         }
     }
     bail!("{last}")
-}
-
-/// A minimal HTTP/1.1 GET (the agent's log endpoint): status and body.
-pub(crate) async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::time::timeout(
-        std::time::Duration::from_secs(3),
-        tokio::net::TcpStream::connect(addr),
-    )
-    .await
-    .map_err(|_| anyhow!("no answer within 3s"))??;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await?;
-    // De-chunk the raw bytes before any text conversion: a chunk boundary may fall inside a
-    // multi-byte character, and chunk sizes count bytes.
-    let split = buf.windows(4).position(|w| w == b"\r\n\r\n");
-    let (head, body) = match split {
-        Some(i) => (&buf[..i], &buf[i + 4..]),
-        None => (&buf[..], &[][..]),
-    };
-    let head = String::from_utf8_lossy(head);
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| anyhow!("not an HTTP answer"))?;
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)?
-    } else {
-        body.to_vec()
-    };
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
-}
-
-/// Decodes an HTTP/1.1 chunked body (RFC 9112 7.1) from raw bytes: `<hex size>[;ext]\r\n`,
-/// that many bytes, `\r\n`, until a chunk of size 0. A malformed or truncated body is an
-/// error naming what was wrong.
-fn dechunk(mut s: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = s.windows(2).position(|w| w == b"\r\n") else {
-            bail!(
-                "the chunked answer ended after {} byte(s), before its last chunk (a chunk of \
-                 size 0)",
-                out.len()
-            );
-        };
-        let line = String::from_utf8_lossy(&s[..eol]);
-        let size = line.split(';').next().unwrap_or("").trim();
-        let n = if !size.is_empty() && size.bytes().all(|b| b.is_ascii_hexdigit()) {
-            usize::from_str_radix(size, 16).ok()
-        } else {
-            None
-        };
-        let Some(n) = n else {
-            bail!(
-                "bad chunk size {line:?} in a chunked answer: expected a hexadecimal number of \
-                 bytes from 0 to {:x}",
-                usize::MAX
-            );
-        };
-        let rest = &s[eol + 2..];
-        if n == 0 {
-            return Ok(out);
-        }
-        if rest.len() < n {
-            bail!(
-                "a chunk of {n} byte(s) (size {size:?}) in a chunked answer has only {} byte(s) \
-                 after it",
-                rest.len()
-            );
-        }
-        out.extend_from_slice(&rest[..n]);
-        s = rest[n..].strip_prefix(b"\r\n").ok_or_else(|| {
-            anyhow!("a chunk of {n} byte(s) in a chunked answer is not followed by \\r\\n")
-        })?;
-    }
 }
 
 /// Prints the list, then each change as it happens: the server holds each request until the
@@ -903,6 +845,8 @@ fn render(r: &Reply) -> String {
         } => format!("replica {replica}, leader {leader:?}\n"),
         Reply::Done => "done\n".into(),
         Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
+        Reply::LogChunk(b) => String::from_utf8_lossy(b).into_owned(),
+        Reply::LogRequests(rs) => format!("{} log requests\n", rs.len()),
         Reply::WorkloadsAt { workloads, .. } => table(
             &WORKLOAD_HEADER,
             &workloads.iter().map(workload_row).collect::<Vec<_>>(),
@@ -1151,45 +1095,6 @@ mod tests {
         assert!(e.contains("unknown key \"Weight\""), "{e}");
         let e = parse_target("FairShareWeight=3").unwrap_err().to_string();
         assert!(e.contains("needs TeamName"), "{e}");
-    }
-
-    #[test]
-    fn dechunk_splits_characters_across_chunks() {
-        // "é" is 0xC3 0xA9: the first chunk ends between its two bytes.
-        let body = b"2\r\na\xC3\r\n3\r\n\xA9b\n\r\n0\r\n\r\n";
-        let out = dechunk(body).unwrap();
-        assert_eq!(String::from_utf8(out).unwrap(), "a\u{e9}b\n");
-        // Chunk extensions are ignored; upper-case hex is accepted.
-        assert_eq!(
-            dechunk(b"A;x=1\r\n0123456789\r\n0\r\n\r\n").unwrap(),
-            b"0123456789"
-        );
-    }
-
-    #[test]
-    fn dechunk_refuses_malformed_chunks() {
-        let e = dechunk(b"zz\r\nabc\r\n0\r\n\r\n").unwrap_err().to_string();
-        assert!(
-            e.contains("\"zz\"") && e.contains("hexadecimal number of bytes"),
-            "{e}"
-        );
-        // A size too large for the machine is refused, not wrapped.
-        let e = dechunk(b"fffffffffffffffffffff\r\nabc\r\n")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("fffffffffffffffffffff") && e.contains("from 0 to"),
-            "{e}"
-        );
-        let e = dechunk(b"10\r\nabc\r\n0\r\n\r\n").unwrap_err().to_string();
-        assert!(
-            e.contains("16 byte(s)") && e.contains("only 10 byte(s)"),
-            "{e}"
-        );
-        let e = dechunk(b"3\r\nabcX\r\n0\r\n\r\n").unwrap_err().to_string();
-        assert!(e.contains("not followed by"), "{e}");
-        let e = dechunk(b"3\r\nabc\r\n").unwrap_err().to_string();
-        assert!(e.contains("before its last chunk"), "{e}");
     }
 
     #[test]

@@ -118,6 +118,15 @@ fn seed_walkthrough_runs_as_real_jobs() {
         assert!(log.contains("CUDA_VISIBLE_DEVICES=0 "), "{log}");
         assert!(log.contains(&format!("RANK={rank} WORLD_SIZE=3")), "{log}");
     }
+    // Another team's certificate reads nothing (issue 23: the agent's HTTP /logs served anyone
+    // on the node; logs now go through the cluster, which checks the reader).
+    let o = c.cli("user-team-b", &["logs", "imagenet-gpu-team-a-1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && o.stdout.is_empty(),
+        "team-b read team-a's log"
+    );
+    assert!(err.contains("Forbidden"), "{err}");
 
     // 2. team-b reclaims its quota: team-a's job is evicted with SIGTERM.
     let b = job_file(&c, &run, "mnist-team-b", "team-b", "training", 2, 4);
@@ -272,4 +281,132 @@ fn agent_and_coordinator_restarts_keep_pods_and_a_lost_agent_is_replaced() {
     });
     let (_, violations) = watch.finish();
     assert!(violations.is_empty(), "{violations:?}");
+}
+
+/// Resident memory of a process, in MiB.
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// Issue 23, finding 6: six concurrent reads of a 200 MB log through the agent's HTTP /logs
+/// took the agent from 12 MB to 1.2 GB (it read each log whole into memory). Logs now stream
+/// in 64 KiB pieces through the cluster: six readers of a 64 MiB log while memory is sampled,
+/// then `logs --follow` on a pod that is still writing, which ends when the pod does.
+#[test]
+fn logs_stream_in_bounded_memory_and_follow_a_running_pod() {
+    const BIG: usize = 64 << 20;
+    let c = Cluster::new(1, 10_000);
+    setup(&c);
+    let agent = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
+    wait_for(30, "a registered node", || {
+        let out = c.cli_ok("admin-admin", &["get", "nodes"]);
+        out.contains("Ready").then_some(())
+    });
+    let script =
+        format!("head -c {BIG} /dev/zero | tr '\\0' x; echo; echo first; sleep 6; echo last");
+    let path = c.dir.path().join("big.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "name: big\nteam: team-a\ncount: 1\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ncommand: [\"sh\", \"-c\", {script:?}]\n"
+        ),
+    )
+    .expect("job file");
+    c.cli_ok(
+        "user-team-a",
+        &["submit", "-f", &path.display().to_string()],
+    );
+    // Follow from as soon as the log says "first" (the big part is written by then).
+    wait_for(30, "the pod's first line", || {
+        let o = c.cli("user-team-a", &["logs", "big"]);
+        (o.stdout.len() > BIG).then_some(())
+    });
+    let follow_out = c.dir.path().join("follow.out");
+    let follow = std::process::Command::new(BIN)
+        .args(["logs", "big", "--follow"])
+        .env("ALLOT_COORDINATORS", c.addrs.join(","))
+        .env("ALLOT_CERTS", c.certs())
+        .env("ALLOT_AS", "user-team-a")
+        .env("HOME", c.dir.path())
+        .stdout(std::fs::File::create(&follow_out).expect("file"))
+        .spawn()
+        .expect("logs --follow");
+
+    // Six readers at once, into files; memory sampled meanwhile.
+    let agent_pid = agent.child.as_ref().expect("agent").id();
+    let coord_pid = c.procs[0].as_ref().expect("coordinator").id();
+    let before = (rss_mib(agent_pid), rss_mib(coord_pid));
+    let readers: Vec<(std::process::Child, std::path::PathBuf)> = (0..6)
+        .map(|i| {
+            let out = c.dir.path().join(format!("reader-{i}.out"));
+            let child = std::process::Command::new(BIN)
+                .args(["logs", "big"])
+                .env("ALLOT_COORDINATORS", c.addrs.join(","))
+                .env("ALLOT_CERTS", c.certs())
+                .env("ALLOT_AS", "admin-admin")
+                .env("HOME", c.dir.path())
+                .stdout(std::fs::File::create(&out).expect("file"))
+                .spawn()
+                .expect("logs");
+            (child, out)
+        })
+        .collect();
+    let mut peak = before;
+    let mut readers = readers;
+    let t = Instant::now();
+    while readers
+        .iter_mut()
+        .any(|(r, _)| r.try_wait().ok().flatten().is_none())
+    {
+        peak.0 = peak.0.max(rss_mib(agent_pid));
+        peak.1 = peak.1.max(rss_mib(coord_pid));
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "readers still running"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (r, out) in &mut readers {
+        assert!(r.wait().expect("wait").success());
+        let n = std::fs::metadata(&*out).expect("output").len() as usize;
+        assert!(n > BIG, "a reader got {n} bytes");
+    }
+    eprintln!(
+        "six readers of a {} MiB log: agent RSS {:.0} -> {:.0} MiB, coordinator {:.0} -> {:.0} MiB, {:?}",
+        BIG >> 20,
+        before.0,
+        peak.0,
+        before.1,
+        peak.1,
+        t.elapsed()
+    );
+    // Unbounded, the agent alone held each log whole: 6 x 64 MiB.
+    assert!(peak.0 - before.0 < 48.0, "agent RSS {before:?} -> {peak:?}");
+    assert!(
+        peak.1 - before.1 < 96.0,
+        "coordinator RSS {before:?} -> {peak:?}"
+    );
+
+    // --follow ends by itself when the pod does, with everything it wrote.
+    let mut follow = follow;
+    let status = wait_for(40, "logs --follow to end with the pod", || {
+        follow.try_wait().ok().flatten()
+    });
+    assert!(status.success());
+    let text = std::fs::read(&follow_out).expect("follow output");
+    assert!(text.len() > BIG, "{}", text.len());
+    assert!(
+        text.ends_with(b"\nfirst\nlast\n"),
+        "{:?}",
+        &text[text.len().saturating_sub(40)..]
+    );
+    drop(agent);
 }

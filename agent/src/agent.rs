@@ -188,6 +188,12 @@ impl Agent {
             .unwrap_or_default();
         let sync_client = Client::new(cfg.coordinators.clone(), &cfg.certs, &stem)?;
         let report_client = Client::new(cfg.coordinators.clone(), &cfg.certs, &stem)?;
+        let logs_client = Client::new(cfg.coordinators.clone(), &cfg.certs, &stem)?;
+        tokio::spawn(crate::logs::serve(
+            cfg.node.clone(),
+            logs_client,
+            cfg.data_dir.clone(),
+        ));
 
         let (report_tx, report_rx) = watch::channel(report);
         let (assign_tx, mut assign_rx) = watch::channel::<Option<NodeAssignments>>(None);
@@ -204,7 +210,7 @@ impl Agent {
         ));
         tokio::spawn(report_task(cfg.node.clone(), report_client, out_rx, ack_tx));
         if let Some(addr) = cfg.http {
-            crate::http::serve(addr, cfg.data_dir.clone(), self.metrics.clone()).await?;
+            crate::http::serve(addr, self.metrics.clone()).await?;
         }
 
         let mut queued: BTreeSet<PodKey> = BTreeSet::new();

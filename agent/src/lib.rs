@@ -1,9 +1,11 @@
 //! The node agent: inventory discovery (`inventory`), pods as processes under shims
-//! (`executor`, `shim`), and the link to the coordinator cluster with reconciliation (`agent`).
+//! (`executor`, `shim`), the link to the coordinator cluster with reconciliation (`agent`), and
+//! pod logs served to the cluster (`logs`).
 
 pub mod agent;
 pub mod executor;
 pub mod http;
 pub mod inventory;
+pub mod logs;
 pub mod metrics;
 pub mod shim;

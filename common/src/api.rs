@@ -388,6 +388,29 @@ pub enum Body {
     },
     /// An agent registers its node or reports a changed inventory (device health included).
     ReportNode(NodeReport),
+    /// A pod's log, streamed from its node's agent through the leader: the answer is a series
+    /// of [`Reply::LogChunk`] frames, then the stream ends (an error ends it early). Readers
+    /// need the workload's team (or an admin certificate). With `follow`, the stream goes on
+    /// while the pod runs.
+    Logs {
+        workload: String,
+        node: String,
+        rank: u32,
+        attempt: Option<u32>,
+        follow: bool,
+    },
+    /// An agent asks for the log requests addressed to its node, waiting up to `wait_ms`.
+    /// Only the leader answers.
+    LogPoll {
+        node: String,
+        wait_ms: u32,
+    },
+    /// An agent answers log request `id`: after this frame, the stream carries frames of
+    /// [`LogPiece`] until it ends.
+    LogData {
+        node: String,
+        id: u64,
+    },
     /// An agent's heartbeat: renews its lease and returns what the node should run. With
     /// `known_digest` equal to the current one, the reply waits up to `wait_ms` for a change.
     AgentSync {
@@ -506,7 +529,27 @@ pub enum Reply {
     },
     /// Lines of an explanation, most important first.
     Explanation(Vec<String>),
+    /// Log requests for an agent's node.
+    LogRequests(Vec<LogRequest>),
+    /// Bytes of a log, in order.
+    LogChunk(Vec<u8>),
 }
+
+/// What an agent is asked to stream back (see [`Body::Logs`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRequest {
+    pub id: u64,
+    pub workload: String,
+    pub rank: u32,
+    pub attempt: Option<u32>,
+    pub follow: bool,
+}
+
+/// One frame of an agent's log stream: bytes, or why there are no (more) bytes.
+pub type LogPiece = Result<Vec<u8>, String>;
+
+/// Largest piece of log in one frame.
+pub const LOG_CHUNK: usize = 64 * 1024;
 
 pub type Response = Result<Reply, ApiError>;
 

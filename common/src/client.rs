@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::api::{ApiError, Body, ErrorKind, Reply, Request};
+use crate::api::{ApiError, Body, ErrorKind, Reply, Request, Response};
 use crate::tls::{self, TlsFiles};
 use crate::wire;
 
@@ -248,6 +248,74 @@ impl Client {
         if let Some((_, c)) = self.conn.take() {
             c.close(0u32.into(), b"request timed out");
         }
+    }
+
+    /// Sends `body` on a stream of its own to the leader and returns the first frame of the
+    /// answer with the stream, for answers of many frames (`allot logs`). Follows the
+    /// leader's address when a follower names it.
+    pub async fn stream(
+        &mut self,
+        body: Body,
+    ) -> Result<(Response, quinn::RecvStream), ClientError> {
+        if self.conn.is_none() {
+            // Find a live coordinator the usual way (dials all at once); Hello is always
+            // answered, so only a transport failure is an error here.
+            let _ = self.call(Body::Hello).await?;
+        }
+        let mut tries = 0;
+        loop {
+            let addr = self
+                .answered_by()
+                .map(str::to_string)
+                .or_else(|| self.addrs.first().cloned())
+                .ok_or_else(|| ClientError::Setup(NO_ADDRESS.into()))?;
+            let conn = self.connect(&addr).await?;
+            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| transport(&addr, e))?;
+            let req = Request {
+                version: wire::PROTOCOL_VERSION,
+                body: body.clone(),
+            };
+            wire::write_frame(&mut send, &req)
+                .await
+                .map_err(|e| transport(&addr, e))?;
+            send.finish().map_err(|e| transport(&addr, e))?;
+            let first: Option<Response> = wire::read_frame(&mut recv)
+                .await
+                .map_err(|e| transport(&addr, e))?;
+            let first =
+                first.ok_or_else(|| transport(&addr, "closed the stream without answering"))?;
+            match &first {
+                Err(e) if e.kind == ErrorKind::NotLeader && tries < 5 => {
+                    tries += 1;
+                    match e.leader.clone() {
+                        Some(l) => {
+                            self.connect(&l).await?;
+                        }
+                        None => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                }
+                _ => return Ok((first, recv)),
+            }
+        }
+    }
+
+    /// Opens a stream to exactly `addr` and sends `body` as its first frame; the caller writes
+    /// the rest (an agent's log pieces).
+    pub async fn send_stream(
+        &mut self,
+        addr: &str,
+        body: &Body,
+    ) -> Result<quinn::SendStream, ClientError> {
+        let conn = self.connect(addr).await?;
+        let (mut send, _recv) = conn.open_bi().await.map_err(|e| transport(addr, e))?;
+        let req = Request {
+            version: wire::PROTOCOL_VERSION,
+            body: body.clone(),
+        };
+        wire::write_frame(&mut send, &req)
+            .await
+            .map_err(|e| transport(addr, e))?;
+        Ok(send)
     }
 
     /// Sends one request to exactly `addr`, without redirects or retries.

@@ -735,6 +735,9 @@ pub fn transport_config() -> Arc<quinn::TransportConfig> {
     let mut transport = quinn::TransportConfig::default();
     transport.stream_receive_window(quinn::VarInt::from_u32(STREAM_WINDOW));
     transport.receive_window(quinn::VarInt::from_u32(CONNECTION_WINDOW));
+    // What a sender buffers until acknowledged, per connection (quinn's default is 10 MiB):
+    // a coordinator relaying logs to slow readers holds at most this for each.
+    transport.send_window(u64::from(CONNECTION_WINDOW));
     transport.keep_alive_interval(Some(KEEP_ALIVE));
     transport.max_idle_timeout(Some(quinn::IdleTimeout::from(quinn::VarInt::from_u32(
         IDLE_TIMEOUT.as_millis() as u32,

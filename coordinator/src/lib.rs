@@ -5,6 +5,7 @@ pub mod budget;
 pub mod http;
 pub mod journal;
 pub mod leader;
+pub mod logs;
 pub mod metrics;
 pub mod priority;
 pub mod raftlog;

@@ -12,7 +12,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use allot_common::api::{ApiError, Body, ErrorKind, Reply, Request, Response, WorkloadFilter};
+use allot_common::api::{
+    ApiError, Body, ErrorKind, LogPiece, LogRequest, Reply, Request, Response, WorkloadFilter,
+};
 use allot_common::tls::{self, Identity, TlsFiles};
 use allot_common::wire;
 use allot_core::machine::{Command, Entry as Cmd, Machine};
@@ -131,6 +133,8 @@ struct Shared {
     budgets: Arc<crate::budget::Budgets>,
     /// Each user certificate's submissions, against the submission rate.
     submits: Arc<Mutex<crate::budget::SubmitRates>>,
+    /// Pod logs on their way from agents to readers.
+    logs: Arc<crate::logs::LogRelay>,
 }
 
 impl Shared {
@@ -155,6 +159,18 @@ impl Shared {
 
     fn status(&self) -> Status {
         self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+    /// `NotLeader` (with the leader's address) unless this replica leads: for what only the
+    /// leader holds, such as the agents' log requests.
+    fn leader_only(&self) -> Result<(), ApiError> {
+        if self.status().is_leader {
+            Ok(())
+        } else {
+            Err(self.with_leader(ApiError::new(
+                ErrorKind::NotLeader,
+                "this coordinator is not the leader; ask the leader",
+            )))
+        }
     }
     fn leader_addr(&self, leader: u64) -> Option<String> {
         self.peers.get(&leader).cloned()
@@ -830,6 +846,47 @@ async fn serve_request(
             Err(e)
         }
     };
+    // Logs stream: their handlers own the streams.
+    let request = match request {
+        Ok(Some(req)) if req.version == wire::PROTOCOL_VERSION => match req.body {
+            Body::Logs {
+                workload,
+                node,
+                rank,
+                attempt,
+                follow,
+            } => {
+                let req = LogRequest {
+                    id: 0,
+                    workload,
+                    rank,
+                    attempt,
+                    follow,
+                };
+                return serve_logs(send, &node, req, &who, &shared).await;
+            }
+            Body::LogData { node, id } => {
+                let delivered = match node_scope(&who, &node, "send logs") {
+                    Ok(_) => shared.logs.deliver(id, recv),
+                    Err(e) => return respond(&mut send, &who, Err(e)).await,
+                };
+                if !delivered {
+                    let e = ApiError::new(
+                        ErrorKind::NotFound,
+                        format!("no reader waits for log request {id} (it went, or timed out)"),
+                    );
+                    return respond(&mut send, &who, Err(e)).await;
+                }
+                let _ = send.finish();
+                return;
+            }
+            body => Ok(Some(Request {
+                version: req.version,
+                body,
+            })),
+        },
+        other => other,
+    };
     let resp: Response = match request {
         Ok(Some(req)) if req.version != wire::PROTOCOL_VERSION => Err(ApiError::new(
             ErrorKind::Version,
@@ -846,6 +903,11 @@ async fn serve_request(
             format!("could not read the request: {e}"),
         )),
     };
+    respond(&mut send, &who, resp).await;
+}
+
+/// Writes `resp` as the stream's one reply and ends the stream.
+async fn respond(send: &mut quinn::SendStream, who: &Identity, resp: Response) {
     if let Err(e) = &resp {
         if e.kind == ErrorKind::Forbidden {
             // An audit trail: who tried what they may not (a node reporting another's pods, a
@@ -868,8 +930,104 @@ async fn serve_request(
             }
         }
     };
-    if let Err(e) = wire::write_frame_bytes(&mut send, &bytes).await {
+    if let Err(e) = wire::write_frame_bytes(send, &bytes).await {
         tracing::debug!("reply to {who}: {e}");
+    }
+    let _ = send.finish();
+}
+
+/// `allot logs`: checks the reader may read `req.workload`, asks `node`'s agent for the log,
+/// and copies its pieces to the reader one at a time until the agent's stream ends, the agent
+/// reports an error, or the reader goes.
+async fn serve_logs(
+    mut send: quinn::SendStream,
+    node: &str,
+    req: LogRequest,
+    who: &Identity,
+    sh: &Shared,
+) {
+    let pending = async {
+        sh.leader_only()?;
+        let scope = team_scope(who, "read logs")?;
+        let name = req.workload.clone();
+        let on = node.to_string();
+        // Only the workload's team (or an admin) may read it; a forgotten workload's logs are
+        // for admins. Only nodes with an agent keep logs.
+        sh.read(Box::new(move |m: &Machine| {
+            if m.nodes_meta
+                .get(&on)
+                .and_then(|n| n.report.as_ref())
+                .is_none()
+            {
+                return Err(ApiError::new(
+                    ErrorKind::NotFound,
+                    format!("node {on:?} has no agent, so no logs"),
+                ));
+            }
+            match (m.state.find_workload(&name), scope.as_deref()) {
+                (Ok(id), scope) => m.check_team(id, scope)?,
+                (Err(_), None) => {}
+                (Err(e), Some(_)) => return Err(e.into()),
+            }
+            Ok(Reply::Done)
+        }))
+        .await?;
+        sh.logs
+            .request(node, req)
+            .map_err(|e| ApiError::new(ErrorKind::LimitExceeded, e))
+    };
+    let pending = match pending.await {
+        Ok(p) => p,
+        Err(e) => return respond(&mut send, who, Err(e)).await,
+    };
+    let mut pending = pending;
+    let mut from_agent =
+        match tokio::time::timeout(crate::logs::AGENT_ANSWER, &mut pending.stream).await {
+            Ok(Ok(s)) => s,
+            _ => {
+                let e = ApiError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "node {node:?}'s agent did not answer within {} s (is it running and \
+                     connected to the cluster?)",
+                        crate::logs::AGENT_ANSWER.as_secs()
+                    ),
+                );
+                return respond(&mut send, who, Err(e)).await;
+            }
+        };
+    loop {
+        let frame = tokio::select! {
+            f = wire::read_frame_bytes_limited(&mut from_agent, crate::logs::MAX_PIECE_FRAME) => f,
+            // The reader went (Ctrl-C on `logs --follow`): stop, which stops the agent.
+            _ = send.stopped() => return,
+        };
+        let reply: Response = match frame {
+            Ok(Some(b)) => match wire::decode::<LogPiece>(&b) {
+                Ok(Ok(bytes)) => Ok(Reply::LogChunk(bytes)),
+                Ok(Err(msg)) => Err(ApiError::new(
+                    ErrorKind::NotFound,
+                    format!("node {node:?}: {msg}"),
+                )),
+                Err(e) => Err(ApiError::new(
+                    ErrorKind::Unavailable,
+                    format!("node {node:?} sent a bad log piece: {e}"),
+                )),
+            },
+            Ok(None) => break,
+            Err(e) => Err(ApiError::new(
+                ErrorKind::Unavailable,
+                format!("node {node:?}'s log stream broke: {e}"),
+            )),
+        };
+        let last = reply.is_err();
+        let bytes = match wire::encode(&reply) {
+            Ok(b) => b,
+            Err(_) => return,
+        };
+        if wire::write_frame_bytes(&mut send, &bytes).await.is_err() || last {
+            break;
+        }
     }
     let _ = send.finish();
 }
@@ -1088,6 +1246,17 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             node_scope(who, &report.name, "report nodes")?;
             sh.propose(Command::ReportNode(report)).await
         }
+        Body::LogPoll { node, wait_ms } => {
+            node_scope(who, &node, "poll for log requests")?;
+            sh.leader_only()?;
+            let wait = Duration::from_millis(u64::from(wait_ms.min(MAX_SYNC_WAIT_MS)));
+            Ok(Reply::LogRequests(sh.logs.poll(&node, wait).await))
+        }
+        // Handled with their streams in serve_request.
+        Body::Logs { .. } | Body::LogData { .. } => Err(ApiError::new(
+            ErrorKind::Invalid,
+            "logs are streamed: send this request on its own stream",
+        )),
         Body::AgentSync {
             node,
             known_digest,
@@ -1269,6 +1438,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         applied: applied_rx,
         budgets: budgets.clone(),
         submits: Arc::new(Mutex::new(crate::budget::SubmitRates::default())),
+        logs: Arc::new(crate::logs::LogRelay::default()),
     };
     let refresh_metrics = shared.input.clone();
     // The replica, QUIC (its endpoint, the peer senders, every connection and request) and
