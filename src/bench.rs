@@ -279,7 +279,7 @@ async fn latency_rounds(
                 wait_admitted(c, &name, t).await?;
             }
             round.push(t.elapsed());
-            call(c, Body::Cancel { name }).await?;
+            call(c, Body::Cancel { name, team: None }).await?;
         }
         round.sort();
         let ratio = p99_ratio(&round, &probes);

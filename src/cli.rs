@@ -88,6 +88,9 @@ pub enum DescribeWhat {
     /// One workload with its conditions (reasons and messages) and placement.
     Workload {
         name: String,
+        /// The workload's team, when several teams use its name (admins).
+        #[arg(long)]
+        team: Option<String>,
         #[command(flatten)]
         out: Out,
     },
@@ -221,9 +224,19 @@ pub enum ClusterCmd {
         what: DescribeWhat,
     },
     /// Cancel a workload (pending ones leave the queue, running ones are stopped).
-    Cancel { name: String },
+    Cancel {
+        name: String,
+        /// The workload's team, when several teams use its name (admins).
+        #[arg(long)]
+        team: Option<String>,
+    },
     /// Why a workload is pending, or why it was preempted, with numbers.
-    Explain { name: String },
+    Explain {
+        name: String,
+        /// The workload's team, when several teams use its name (admins).
+        #[arg(long)]
+        team: Option<String>,
+    },
     /// Print a pod's output, streamed from the agent of the node it ran on through the
     /// cluster (your certificate must be for the workload's team, or an admin's).
     Logs {
@@ -237,6 +250,9 @@ pub enum ClusterCmd {
         /// Keep printing what the pod writes until it ends (Ctrl-C to stop).
         #[arg(short, long)]
         follow: bool,
+        /// The workload's team, when several teams use its name (admins).
+        #[arg(long)]
+        team: Option<String>,
     },
 }
 
@@ -562,26 +578,42 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
             }
             print_reply(api(r)?, out.format);
         }
-        ClusterCmd::Cancel { name } => {
-            api(c.call(Body::Cancel { name: name.clone() }).await)?;
+        ClusterCmd::Cancel { name, team } => {
+            api(c
+                .call(Body::Cancel {
+                    name: name.clone(),
+                    team,
+                })
+                .await)?;
             println!("workload {name} cancelled");
         }
-        ClusterCmd::Explain { name } => {
-            print_reply(api(c.call(Body::Explain { name }).await)?, Format::Table);
+        ClusterCmd::Explain { name, team } => {
+            print_reply(
+                api(c.call(Body::Explain { name, team }).await)?,
+                Format::Table,
+            );
         }
         ClusterCmd::Logs {
             name,
             rank,
             attempt,
             follow,
+            team,
         } => {
-            pod_logs(c, &name, rank, attempt, follow, &mut std::io::stdout()).await?;
+            let which = LogTarget {
+                name: &name,
+                team,
+                rank,
+                attempt,
+                follow,
+            };
+            pod_logs(c, which, &mut std::io::stdout()).await?;
         }
         ClusterCmd::Describe {
-            what: DescribeWhat::Workload { name, out },
+            what: DescribeWhat::Workload { name, team, out },
         } => {
             print_reply(
-                api(c.call(Body::DescribeWorkload { name }).await)?,
+                api(c.call(Body::DescribeWorkload { name, team }).await)?,
                 out.format,
             );
         }
@@ -607,15 +639,33 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
 
 /// Finds the node a pod ran on (its current placement first, then every other node) and
 /// streams its log from that node's agent through the cluster into `out`, piece by piece.
+pub struct LogTarget<'a> {
+    pub name: &'a str,
+    pub team: Option<String>,
+    pub rank: u32,
+    pub attempt: Option<u32>,
+    pub follow: bool,
+}
+
 pub async fn pod_logs(
     c: &mut Client,
-    name: &str,
-    rank: u32,
-    attempt: Option<u32>,
-    follow: bool,
+    which: LogTarget<'_>,
     out: &mut impl std::io::Write,
 ) -> anyhow::Result<()> {
-    let w = match api(c.call(Body::DescribeWorkload { name: name.into() }).await)? {
+    let LogTarget {
+        name,
+        team,
+        rank,
+        attempt,
+        follow,
+    } = which;
+    let w = match api(c
+        .call(Body::DescribeWorkload {
+            name: name.into(),
+            team: team.clone(),
+        })
+        .await)?
+    {
         Reply::Workload(w) => w,
         other => bail!("unexpected answer: {other:?}"),
     };
@@ -630,6 +680,7 @@ pub async fn pod_logs(
     for n in candidates {
         let body = Body::Logs {
             workload: name.into(),
+            team: team.clone(),
             node: n.name.clone(),
             rank,
             attempt,

@@ -289,9 +289,7 @@ impl Sim {
         admitted_at: Option<Time>,
     ) -> Result<(), ScenarioError> {
         let spec = scenario::workload(path, w)?;
-        if self.rejected.contains_key(&spec.name)
-            || self.state.by_name.contains_key(spec.name.as_str())
-        {
+        if self.rejected.contains_key(&spec.name) || self.state.named(&spec.name).next().is_some() {
             return Err(err(
                 format!("{path}.name"),
                 format!("workload {:?} is defined twice", spec.name),

@@ -337,22 +337,87 @@ fn bad_input_is_refused_clearly_and_the_server_keeps_serving() {
             .await
             .expect("transport")
             .expect("admin submits anywhere");
-        let e = a
-            .call(Body::Cancel {
-                name: "b-job".into(),
-            })
+        // Team A cannot see team B's workload names: to it they do not exist, even when it
+        // names team B.
+        for team in [None, Some("team-b".to_string())] {
+            let e = a
+                .call(Body::Cancel {
+                    name: "b-job".into(),
+                    team: team.clone(),
+                })
+                .await
+                .expect("transport")
+                .expect_err("refused");
+            assert_eq!(e.kind, ErrorKind::NotFound, "{}", e.message);
+            assert!(!e.message.contains("team-b"), "{}", e.message);
+            let e = a
+                .call(Body::DescribeWorkload {
+                    name: "b-job".into(),
+                    team,
+                })
+                .await
+                .expect("transport")
+                .expect_err("refused");
+            assert_eq!(e.kind, ErrorKind::NotFound, "{}", e.message);
+        }
+        // Names are scoped per team: team A may use team B's name, and learns nothing from
+        // it (it was refused with Conflict, which told one team what another runs).
+        a.call(Body::Submit(job("b-job", "team-a")))
             .await
             .expect("transport")
-            .expect_err("refused");
-        assert_eq!(e.kind, ErrorKind::Forbidden, "{}", e.message);
+            .expect("a name another team uses is free in this team");
+        let mut again = job("b-job", "team-a");
+        again.client_token = Some("another-submit".into());
         let e = a
+            .call(Body::Submit(again))
+            .await
+            .expect("transport")
+            .expect_err("twice in one team");
+        assert_eq!(e.kind, ErrorKind::Conflict, "{}", e.message);
+        // An admin says which team's when both have it.
+        let e = admin
             .call(Body::DescribeWorkload {
                 name: "b-job".into(),
+                team: None,
             })
             .await
             .expect("transport")
-            .expect_err("refused");
-        assert_eq!(e.kind, ErrorKind::Forbidden, "{}", e.message);
+            .expect_err("ambiguous");
+        assert!(
+            e.message
+                .contains("2 teams have a workload named \"b-job\" (team-a, team-b)"),
+            "{}",
+            e.message
+        );
+        let r = admin
+            .call(Body::DescribeWorkload {
+                name: "b-job".into(),
+                team: Some("team-b".into()),
+            })
+            .await
+            .expect("transport");
+        assert!(
+            matches!(&r, Ok(Reply::Workload(w)) if w.team == "team-b"),
+            "{r:?}"
+        );
+        a.call(Body::Cancel {
+            name: "b-job".into(),
+            team: None,
+        })
+        .await
+        .expect("transport")
+        .expect("team A cancels its own");
+        let r = admin
+            .call(Body::DescribeWorkload {
+                name: "b-job".into(),
+                team: Some("team-b".into()),
+            })
+            .await
+            .expect("transport");
+        assert!(
+            matches!(&r, Ok(Reply::Workload(w)) if w.state == "Pending"),
+            "team B's is untouched: {r:?}"
+        );
         let e = a
             .call(Body::GetWorkloads(WorkloadFilter {
                 team: Some("team-b".into()),

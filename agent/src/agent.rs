@@ -511,6 +511,7 @@ async fn report_task(
                 Body::PodsStarted {
                     node: node.clone(),
                     workload,
+                    workload_id: k.0,
                     attempt: k.1,
                     ranks,
                 },
@@ -520,6 +521,7 @@ async fn report_task(
                 Body::PodsExited {
                     node: node.clone(),
                     workload,
+                    workload_id: k.0,
                     attempt: k.1,
                     exits: vec![exit],
                 },

@@ -357,12 +357,16 @@ pub enum Body {
     DescribeSchedulerConfig,
     Submit(SubmitInput),
     SubmitBatch(Vec<SubmitInput>),
+    /// `team`: whose workload (names are unique within a team only); a user's certificate
+    /// always means its own team, an admin names one when several teams use the name.
     Cancel {
         name: String,
+        team: Option<String>,
     },
     GetWorkloads(WorkloadFilter),
     DescribeWorkload {
         name: String,
+        team: Option<String>,
     },
     GetNodes,
     GetTeams,
@@ -394,6 +398,7 @@ pub enum Body {
     /// while the pod runs.
     Logs {
         workload: String,
+        team: Option<String>,
         node: String,
         rank: u32,
         attempt: Option<u32>,
@@ -418,10 +423,12 @@ pub enum Body {
         known_digest: u64,
         wait_ms: u32,
     },
-    /// An agent reports pods of one attempt started.
+    /// An agent reports pods of one attempt started. `workload_id` (from the assignment)
+    /// tells apart workloads of different teams with the same name.
     PodsStarted {
         node: String,
         workload: String,
+        workload_id: u64,
         attempt: u32,
         ranks: Vec<u32>,
     },
@@ -429,6 +436,7 @@ pub enum Body {
     PodsExited {
         node: String,
         workload: String,
+        workload_id: u64,
         attempt: u32,
         exits: Vec<PodExit>,
     },
@@ -442,6 +450,7 @@ pub enum Body {
     /// Why a workload is pending or was preempted, with numbers.
     Explain {
         name: String,
+        team: Option<String>,
     },
 }
 

@@ -115,6 +115,7 @@ fn request_seeds() -> Vec<Vec<u8>> {
         }),
         Body::Cancel {
             name: "train-llm".into(),
+            team: Some("team-a".into()),
         },
     ];
     bodies

@@ -851,6 +851,7 @@ async fn serve_request(
         Ok(Some(req)) if req.version == wire::PROTOCOL_VERSION => match req.body {
             Body::Logs {
                 workload,
+                team,
                 node,
                 rank,
                 attempt,
@@ -863,7 +864,7 @@ async fn serve_request(
                     attempt,
                     follow,
                 };
-                return serve_logs(send, &node, req, &who, &shared).await;
+                return serve_logs(send, &node, team, req, &who, &shared).await;
             }
             Body::LogData { node, id } => {
                 let delivered = match node_scope(&who, &node, "send logs") {
@@ -942,13 +943,14 @@ async fn respond(send: &mut quinn::SendStream, who: &Identity, resp: Response) {
 async fn serve_logs(
     mut send: quinn::SendStream,
     node: &str,
+    team: Option<String>,
     req: LogRequest,
     who: &Identity,
     sh: &Shared,
 ) {
     let pending = async {
         sh.leader_only()?;
-        let scope = team_scope(who, "read logs")?;
+        let scope = workload_scope(who, team, "read logs")?;
         let name = req.workload.clone();
         let on = node.to_string();
         // Only the workload's team (or an admin) may read it; a forgotten workload's logs are
@@ -964,9 +966,8 @@ async fn serve_logs(
                     format!("node {on:?} has no agent, so no logs"),
                 ));
             }
-            match (m.state.find_workload(&name), scope.as_deref()) {
-                (Ok(id), scope) => m.check_team(id, scope)?,
-                (Err(_), None) => {}
+            match (m.state.find_scoped(&name, scope.as_deref()), scope) {
+                (Ok(_), _) | (Err(_), None) => {}
                 (Err(e), Some(_)) => return Err(e.into()),
             }
             Ok(Reply::Done)
@@ -1043,6 +1044,20 @@ fn admin_only(who: &Identity, what: &str) -> Result<(), ApiError> {
             who,
             &format!("{what}; it needs an admin certificate"),
         )),
+    }
+}
+
+/// Whose workload a request names: a user's own team always; for admins the team they name,
+/// if any (names are unique within a team only).
+fn workload_scope(
+    who: &Identity,
+    team: Option<String>,
+    what: &str,
+) -> Result<Option<String>, ApiError> {
+    match who {
+        Identity::User { team: mine } => Ok(Some(mine.clone())),
+        Identity::Admin { .. } | Identity::Coordinator { .. } => Ok(team),
+        Identity::Node { .. } => Err(forbidden(who, what)),
     }
 }
 
@@ -1175,8 +1190,8 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             sh.check_submit_rate(who, inputs.len())?;
             sh.propose(Command::SubmitBatch(inputs)).await
         }
-        Body::Cancel { name } => {
-            let team = team_scope(who, "cancel workloads")?;
+        Body::Cancel { name, team } => {
+            let team = workload_scope(who, team, "cancel workloads")?;
             sh.propose(Command::Cancel { name, team }).await
         }
         Body::GetWorkloads(filter) => {
@@ -1186,11 +1201,10 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             }))
             .await
         }
-        Body::DescribeWorkload { name } => {
-            let scope = team_scope(who, "describe workloads")?;
+        Body::DescribeWorkload { name, team } => {
+            let scope = workload_scope(who, team, "describe workloads")?;
             sh.read(Box::new(move |m: &Machine| {
-                let id = m.state.find_workload(&name)?;
-                m.check_team(id, scope.as_deref())?;
+                let id = m.state.find_scoped(&name, scope.as_deref())?;
                 Ok(Reply::Workload(Box::new(views::workload(m, id))))
             }))
             .await
@@ -1286,6 +1300,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
         Body::PodsStarted {
             node,
             workload,
+            workload_id,
             attempt,
             ranks,
         } => {
@@ -1293,6 +1308,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             sh.propose(Command::PodsStarted {
                 node,
                 workload,
+                workload_id: Some(workload_id),
                 attempt,
                 ranks,
             })
@@ -1301,6 +1317,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
         Body::PodsExited {
             node,
             workload,
+            workload_id,
             attempt,
             exits,
         } => {
@@ -1308,16 +1325,16 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             sh.propose(Command::PodsExited {
                 node,
                 workload,
+                workload_id: Some(workload_id),
                 attempt,
                 exits,
             })
             .await
         }
-        Body::Explain { name } => {
-            let scope = team_scope(who, "explain workloads")?;
+        Body::Explain { name, team } => {
+            let scope = workload_scope(who, team, "explain workloads")?;
             sh.read(Box::new(move |m: &Machine| {
-                let id = m.state.find_workload(&name)?;
-                m.check_team(id, scope.as_deref())?;
+                let id = m.state.find_scoped(&name, scope.as_deref())?;
                 Ok(Reply::Explanation(allot_core::explain::explain(m, id)))
             }))
             .await

@@ -1160,6 +1160,7 @@ impl Sim {
             let cmd = Command::PodsExited {
                 node: Some(node.clone()),
                 workload,
+                workload_id: None,
                 attempt,
                 exits: vec![PodExit {
                     rank,

@@ -102,6 +102,10 @@ pub enum Command {
     PodsStarted {
         node: Option<String>,
         workload: String,
+        /// The workload's id when the reporter knows it (agents do); else the name is
+        /// resolved among the workloads with a pod on `node`.
+        #[serde(default)]
+        workload_id: Option<u64>,
         attempt: u32,
         ranks: Vec<u32>,
     },
@@ -109,6 +113,8 @@ pub enum Command {
     PodsExited {
         node: Option<String>,
         workload: String,
+        #[serde(default)]
+        workload_id: Option<u64>,
         attempt: u32,
         exits: Vec<PodExit>,
     },
@@ -267,6 +273,7 @@ impl From<StateError> for ApiError {
             | StateError::UnknownWorkload(_)
             | StateError::UnknownNode(_) => ErrorKind::NotFound,
             StateError::DuplicateWorkload(_) => ErrorKind::Conflict,
+            StateError::AmbiguousWorkload { .. } => ErrorKind::Invalid,
         };
         ApiError::new(kind, e.to_string())
     }
@@ -507,8 +514,7 @@ impl Machine {
                     .collect(),
             )),
             Command::Cancel { name, team } => {
-                let id = self.state.find_workload(name)?;
-                self.check_team(id, team.as_deref())?;
+                let id = self.state.find_scoped(name, team.as_deref())?;
                 events.extend(self.state.cancel(id, now)?);
                 Ok(Reply::Done)
             }
@@ -580,12 +586,13 @@ impl Machine {
             Command::PodsStarted {
                 node,
                 workload,
+                workload_id,
                 attempt,
                 // Which ranks started is not kept (one started pod makes the workload Running);
                 // they are checked against the placement.
                 ranks,
             } => {
-                let id = self.state.find_workload(workload)?;
+                let id = self.find_reported(workload, *workload_id, node.as_deref())?;
                 self.check_node(id, node.as_deref())?;
                 if self.state.workload(id).attempt != *attempt {
                     return Ok(Reply::Done);
@@ -597,11 +604,15 @@ impl Machine {
             Command::PodsExited {
                 node,
                 workload,
+                workload_id,
                 attempt,
                 exits,
-            } => self.pods_exited(node.as_deref(), workload, *attempt, exits, now, events),
+            } => {
+                let id = self.find_reported(workload, *workload_id, node.as_deref())?;
+                self.pods_exited(id, node.as_deref(), *attempt, exits, now, events)
+            }
             Command::WorkloadStarted { name, node } => {
-                let id = self.state.find_workload(name)?;
+                let id = self.find_reported(name, None, node.as_deref())?;
                 self.check_node(id, node.as_deref())?;
                 self.state.mark_running(id);
                 Ok(Reply::Done)
@@ -611,7 +622,7 @@ impl Machine {
                 succeeded,
                 node,
             } => {
-                let id = self.state.find_workload(name)?;
+                let id = self.find_reported(name, None, node.as_deref())?;
                 self.check_node(id, node.as_deref())?;
                 match self.state.workload(id).state {
                     WlState::Evicting => events.extend(self.state.complete_eviction(id, now)),
@@ -711,14 +722,13 @@ impl Machine {
 
     fn pods_exited(
         &mut self,
+        id: WlId,
         node: Option<&str>,
-        workload: &str,
         attempt: u32,
         exits: &[PodExit],
         now: Time,
         events: &mut Vec<Event>,
     ) -> Result<Reply, ApiError> {
-        let id = self.state.find_workload(workload)?;
         let wl = self.state.workload(id);
         if wl.attempt != attempt || !wl.state.holds_quota() {
             // A report about an earlier run, or a workload that already moved on.
@@ -784,7 +794,10 @@ impl Machine {
         now: Time,
         events: &mut Vec<Event>,
     ) -> Result<(WlId, bool), ApiError> {
-        if let Ok(id) = self.state.find_workload(&input.spec.name) {
+        if let Ok(id) = self
+            .state
+            .find_scoped(&input.spec.name, Some(&input.spec.team))
+        {
             if input.client_token.is_some()
                 && self.tokens.get(&id).map(|t| &**t) == input.client_token.as_deref()
             {
@@ -883,7 +896,7 @@ impl Machine {
         };
         for id in self.state.workloads_on(node) {
             let wl = self.state.workload(id);
-            let (workload, attempt) = (wl.spec.name.clone(), wl.attempt);
+            let attempt = wl.attempt;
             let exits: Vec<PodExit> = wl
                 .admission
                 .iter()
@@ -897,7 +910,7 @@ impl Machine {
                 })
                 .collect();
             // Cannot fail: the workload, its attempt and its ranks come from the state.
-            let _ = self.pods_exited(None, &workload, attempt, &exits, now, events);
+            let _ = self.pods_exited(id, None, attempt, &exits, now, events);
         }
     }
 
@@ -940,6 +953,44 @@ impl Machine {
             )));
         }
         Ok(())
+    }
+
+    /// The workload an agent's report is about: by id when the agent sent it (it must still
+    /// carry that name), else by name among the workloads with a pod on `node` (names are
+    /// unique within a team only).
+    fn find_reported(
+        &self,
+        name: &str,
+        id: Option<u64>,
+        node: Option<&str>,
+    ) -> Result<WlId, ApiError> {
+        if let Some(raw) = id {
+            let id = WlId(raw);
+            return match self.state.workloads.get(&id) {
+                Some(w) if w.spec.name == name => Ok(id),
+                _ => Err(StateError::UnknownWorkload(name.to_string()).into()),
+            };
+        }
+        let Some(node) = node else {
+            return Ok(self.state.find_workload(name)?);
+        };
+        let mut here = self
+            .state
+            .named(name)
+            .filter(|id| self.check_node(*id, Some(node)).is_ok());
+        match (here.next(), here.next()) {
+            (Some(id), None) => Ok(id),
+            (Some(_), Some(_)) => Ok(self.state.find_workload(name)?),
+            (None, _) => {
+                // Refused as check_node refuses: the workload exists, not on this node.
+                let id = self
+                    .state
+                    .find_workload(name)
+                    .or_else(|e| self.state.named(name).next().ok_or(e))?;
+                self.check_node(id, Some(node))?;
+                Ok(id)
+            }
+        }
     }
 
     /// A node may report only ranks placed on it: `ranks` of `id`'s current attempt must all

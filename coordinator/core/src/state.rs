@@ -341,6 +341,8 @@ pub enum StateError {
     UnknownWorkload(String),
     #[error("workload {0:?} already exists")]
     DuplicateWorkload(String),
+    #[error("{} teams have a workload named {name:?} ({teams}); say which team's", teams.split(", ").count())]
+    AmbiguousWorkload { name: String, teams: String },
     #[error("unknown node {0:?}")]
     UnknownNode(String),
 }
@@ -356,7 +358,8 @@ pub struct State {
     /// Copy-on-write, like the node set: copying the state (for a snapshot written off the
     /// raft thread) shares every workload until one changes.
     pub workloads: BTreeMap<WlId, Arc<Workload>>,
-    pub by_name: BTreeMap<Arc<str>, WlId>,
+    /// Workloads by (name, team): a name is unique within its team only.
+    pub by_name: BTreeMap<(Arc<str>, TeamId), WlId>,
     pub acct: Acct,
     /// Whether admission must place pods on nodes (false: quota-only, as `allot simulate`
     /// without nodes).
@@ -449,11 +452,44 @@ impl State {
         &self.workloads[&id]
     }
 
-    pub fn find_workload(&self, name: &str) -> Result<WlId, StateError> {
+    /// Every workload named `name`, one per team at most.
+    pub fn named<'a>(&'a self, name: &str) -> impl Iterator<Item = WlId> + 'a {
+        let key: Arc<str> = name.into();
         self.by_name
-            .get(name)
+            .range((key.clone(), TeamId(0))..=(key, TeamId(u32::MAX)))
+            .map(|(_, id)| *id)
+    }
+
+    /// The workload named `name`, when one team has it; when several do, an error naming
+    /// them (a caller acting for one team uses [`State::find_scoped`]).
+    pub fn find_workload(&self, name: &str) -> Result<WlId, StateError> {
+        let mut ids = self.named(name);
+        match (ids.next(), ids.next()) {
+            (Some(id), None) => Ok(id),
+            (None, _) => Err(StateError::UnknownWorkload(name.to_string())),
+            (Some(_), Some(_)) => Err(StateError::AmbiguousWorkload {
+                name: name.to_string(),
+                teams: self
+                    .named(name)
+                    .map(|id| self.teams[self.workload(id).team.idx()].name().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
+    }
+
+    /// The workload named `name` in `team` (`None`: any team, when only one has it). A
+    /// name another team uses is unknown here, so a team learns nothing of another's.
+    pub fn find_scoped(&self, name: &str, team: Option<&str>) -> Result<WlId, StateError> {
+        let Some(team) = team else {
+            return self.find_workload(name);
+        };
+        let unknown = || StateError::UnknownWorkload(name.to_string());
+        let tid = self.team_ids.get(team).ok_or_else(unknown)?;
+        self.by_name
+            .get(&(Arc::from(name), *tid))
             .copied()
-            .ok_or_else(|| StateError::UnknownWorkload(name.to_string()))
+            .ok_or_else(unknown)
     }
 
     // ---------------------------------------------------------------- configuration commands
@@ -797,7 +833,8 @@ impl State {
         let id = wl.id;
         self.next_id += 1;
         self.teams[team.idx()].pending.insert(wl.queue_key());
-        self.by_name.insert(wl.spec.name.as_str().into(), id);
+        self.by_name
+            .insert((wl.spec.name.as_str().into(), team), id);
         self.workloads.insert(id, Arc::new(wl));
         Ok((id, vec![Event::Submitted { wl: id }]))
     }
@@ -832,10 +869,13 @@ impl State {
     fn check_submit(&self, spec: &WorkloadSpec) -> Result<(TeamId, i32), StateError> {
         spec.validate()
             .map_err(|e| StateError::Invalid(e.to_string()))?;
-        if self.by_name.contains_key(spec.name.as_str()) {
+        let team = self.team_id(&spec.team)?;
+        if self
+            .by_name
+            .contains_key(&(spec.name.as_str().into(), team))
+        {
             return Err(StateError::DuplicateWorkload(spec.name.clone()));
         }
-        let team = self.team_id(&spec.team)?;
         let priority = match &spec.priority {
             PriorityRef::None => 0,
             PriorityRef::Value(v) => *v,
@@ -921,8 +961,9 @@ impl State {
         }
         if let Some(w) = self.workloads.remove(&id) {
             self.forgotten += 1;
-            if self.by_name.get(w.spec.name.as_str()) == Some(&id) {
-                self.by_name.remove(w.spec.name.as_str());
+            let key = (Arc::from(w.spec.name.as_str()), w.team);
+            if self.by_name.get(&key) == Some(&id) {
+                self.by_name.remove(&key);
             }
         }
     }

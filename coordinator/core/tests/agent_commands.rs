@@ -83,6 +83,7 @@ fn exited(m: &mut Machine, node: &str, wl: &str, attempt: u32, rank: u32, ok: bo
         Command::PodsExited {
             node: Some(node.into()),
             workload: wl.into(),
+            workload_id: None,
             attempt,
             exits: vec![PodExit {
                 rank,
@@ -188,6 +189,7 @@ fn lost_pods_requeue_and_stale_attempts_are_ignored() {
         Command::PodsStarted {
             node: Some("n1".into()),
             workload: "w".into(),
+            workload_id: None,
             attempt: 2,
             ranks: vec![0],
         },
@@ -200,6 +202,7 @@ fn lost_pods_requeue_and_stale_attempts_are_ignored() {
         cmd: Command::PodsExited {
             node: Some("n2".into()),
             workload: "w".into(),
+            workload_id: None,
             attempt: 2,
             exits: vec![],
         },
@@ -298,6 +301,7 @@ fn a_failed_node_keeps_its_workloads_until_their_pods_are_reported_stopped() {
         Command::PodsExited {
             node: Some(node),
             workload: "w".into(),
+            workload_id: None,
             attempt: 1,
             exits: vec![allot_common::api::PodExit {
                 rank: 0,
@@ -367,6 +371,7 @@ fn a_node_cannot_report_another_nodes_rank() {
     let report = |node: &str, rank: u32| Command::PodsExited {
         node: Some(node.into()),
         workload: "gang".into(),
+        workload_id: None,
         attempt: 1,
         exits: vec![PodExit {
             rank,
@@ -392,6 +397,7 @@ fn a_node_cannot_report_another_nodes_rank() {
         cmd: Command::PodsStarted {
             node: Some(n1.clone()),
             workload: "gang".into(),
+            workload_id: None,
             attempt: 1,
             ranks: vec![0],
         },
@@ -410,4 +416,92 @@ fn a_node_cannot_report_another_nodes_rank() {
     // Its own rank, it may report.
     exited(&mut m, &n0, "gang", 1, 0, false, false);
     assert_eq!(state(&m, "gang"), WlState::Evicting);
+}
+
+/// Names are unique within a team only (issue 23): two teams' workloads named alike may even
+/// share a node, and an agent's report, which carries the workload's id, changes only its own.
+#[test]
+fn same_named_workloads_of_two_teams_are_told_apart_by_id() {
+    let mut m = cluster(&["n1"]);
+    apply(
+        &mut m,
+        0,
+        support::create_quota(
+            "qb",
+            "team-b",
+            &format!("ComputeQuotaResources=[{{InstanceType={T},Count=2}}],ResourceSharingConfig={{Strategy=LendAndBorrow,BorrowLimit=50}}"),
+        ),
+    );
+    for team in ["team-a", "team-b"] {
+        let mut r = Resources::new();
+        r.add(&ResourceName::gpu(), 2);
+        apply(
+            &mut m,
+            1,
+            Command::Submit(SubmitInput {
+                spec: WorkloadSpec::single("same", team, 1, r),
+                run: None,
+                client_token: None,
+            }),
+        );
+    }
+    cycle(&mut m, 2);
+    let ids: Vec<_> = m.state.named("same").collect();
+    assert_eq!(ids.len(), 2);
+    let team_of = |m: &Machine, id| {
+        m.state.teams[m.state.workload(id).team.idx()]
+            .name()
+            .to_string()
+    };
+    let b = *ids.iter().find(|id| team_of(&m, **id) == "team-b").unwrap();
+    let a = *ids.iter().find(|id| **id != b).unwrap();
+    for id in [a, b] {
+        assert_eq!(m.state.workload(id).state, WlState::Admitted);
+    }
+    let exit = |id: Option<u64>| Command::PodsExited {
+        node: Some("n1".into()),
+        workload: "same".into(),
+        workload_id: id,
+        attempt: 1,
+        exits: vec![PodExit {
+            rank: 0,
+            succeeded: false,
+            lost: false,
+            detail: "exit code 1".into(),
+        }],
+    };
+    // Without the id, the name alone cannot say which: refused, nothing changes.
+    let (res, _) = m.apply(&Entry {
+        now: 3,
+        cmd: exit(None),
+    });
+    let e = res.unwrap_err().message;
+    assert!(e.contains("2 teams have a workload named \"same\""), "{e}");
+    // With it, only team-b's workload fails.
+    apply(&mut m, 3, exit(Some(b.0)));
+    assert_eq!(m.state.workload(b).state, WlState::Failed);
+    assert_eq!(m.state.workload(a).state, WlState::Admitted);
+    // An id that is not this name's is refused.
+    let (res, _) = m.apply(&Entry {
+        now: 4,
+        cmd: Command::PodsExited {
+            node: Some("n1".into()),
+            workload: "other".into(),
+            workload_id: Some(a.0),
+            attempt: 1,
+            exits: vec![],
+        },
+    });
+    assert!(res.is_err());
+    // A user of team-a cancels its own "same" only.
+    apply(
+        &mut m,
+        5,
+        Command::Cancel {
+            name: "same".into(),
+            team: Some("team-a".into()),
+        },
+    );
+    assert_eq!(m.state.workload(a).state, WlState::Cancelled);
+    assert_eq!(m.state.workload(b).state, WlState::Failed);
 }
