@@ -95,6 +95,7 @@ fn request_seeds() -> Vec<Vec<u8>> {
         Body::PodsExited {
             node: "gpu-1".into(),
             workload: "train-llm".into(),
+            workload_id: 7,
             attempt: 2,
             exits: vec![PodExit {
                 rank: 1,
