@@ -131,23 +131,6 @@ impl WorkloadSpec {
             if let Some((r, v)) = ps.requests.iter().find(|(_, v)| *v < 0) {
                 return Err(bad(format!("request {r}={v} must be >= 0")));
             }
-            if ps.requests.iter().all(|(_, v)| v == 0) {
-                let asked = ps
-                    .requests
-                    .iter()
-                    .map(|(r, v)| format!("{r}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(",");
-                return Err(bad(format!(
-                    "requests nothing ({}): a pod must request more than zero of some resource \
-                     (cpu, memory, gpu, neuron, ...) to be placed on a node",
-                    if asked.is_empty() {
-                        "no requests"
-                    } else {
-                        &asked
-                    }
-                )));
-            }
             // No resource may total more than a quantity may be, per pod set or in all.
             for (r, v) in ps.requests.iter() {
                 // Both factors are bounded (count by MAX_PODS), so the product is exact.
@@ -167,6 +150,37 @@ impl WorkloadSpec {
                         *sum,
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// For a cluster that places pods on nodes: every pod set asks for more than zero of
+    /// something (a pod of `{gpu: 0}` has no node to run on). Quota-only simulations accept
+    /// such pods, so this is apart from [`WorkloadSpec::validate`].
+    pub fn check_placeable(&self) -> Result<(), WorkloadError> {
+        for ps in &self.pod_sets {
+            let bad = |what: String| WorkloadError::PodSet {
+                name: self.name.clone(),
+                pod_set: ps.name.clone(),
+                what,
+            };
+            if ps.requests.iter().all(|(_, v)| v == 0) {
+                let asked = ps
+                    .requests
+                    .iter()
+                    .map(|(r, v)| format!("{r}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                return Err(bad(format!(
+                    "requests nothing ({}): a pod must request more than zero of some resource \
+                     (cpu, memory, gpu, neuron, ...) to be placed on a node",
+                    if asked.is_empty() {
+                        "no requests"
+                    } else {
+                        &asked
+                    }
+                )));
             }
         }
         Ok(())
@@ -208,12 +222,12 @@ mod tests {
         let mut r = Resources::new();
         r.set(ResourceName::gpu(), 0);
         let e = WorkloadSpec::single("w", "team-a", 1, r.clone())
-            .validate()
+            .check_placeable()
             .unwrap_err()
             .to_string();
         assert!(e.contains("requests nothing (gpu=0)"), "{e}");
         let e = WorkloadSpec::single("w", "team-a", 1, Resources::new())
-            .validate()
+            .check_placeable()
             .unwrap_err()
             .to_string();
         assert!(e.contains("requests nothing (no requests)"), "{e}");

@@ -1180,12 +1180,14 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
         }
         Body::Submit(input) => {
             check_submit_team(who, &input.spec.team)?;
+            check_placeable(&input)?;
             sh.check_submit_rate(who, 1)?;
             sh.propose(Command::Submit(input)).await
         }
         Body::SubmitBatch(inputs) => {
             for i in &inputs {
                 check_submit_team(who, &i.spec.team)?;
+                check_placeable(i)?;
             }
             sh.check_submit_rate(who, inputs.len())?;
             sh.propose(Command::SubmitBatch(inputs)).await
@@ -1340,6 +1342,14 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             .await
         }
     }
+}
+
+/// A live cluster places every pod on a node: a pod set that requests nothing is refused.
+fn check_placeable(input: &allot_common::api::SubmitInput) -> Result<(), ApiError> {
+    input
+        .spec
+        .check_placeable()
+        .map_err(|e| ApiError::new(ErrorKind::Invalid, e.to_string()))
 }
 
 /// A user lists its own team's workloads only.
