@@ -331,12 +331,8 @@ fn logs_stream_in_bounded_memory_and_follow_a_running_pod() {
         (o.stdout.len() > BIG).then_some(())
     });
     let follow_out = c.dir.path().join("follow.out");
-    let follow = std::process::Command::new(BIN)
-        .args(["logs", "big", "--follow"])
-        .env("ALLOT_COORDINATORS", c.addrs.join(","))
-        .env("ALLOT_CERTS", c.certs())
-        .env("ALLOT_AS", "user-team-a")
-        .env("HOME", c.dir.path())
+    let follow = c
+        .cli_command("user-team-a", &["logs", "big", "--follow"])
         .stdout(std::fs::File::create(&follow_out).expect("file"))
         .spawn()
         .expect("logs --follow");
@@ -348,12 +344,8 @@ fn logs_stream_in_bounded_memory_and_follow_a_running_pod() {
     let readers: Vec<(std::process::Child, std::path::PathBuf)> = (0..6)
         .map(|i| {
             let out = c.dir.path().join(format!("reader-{i}.out"));
-            let child = std::process::Command::new(BIN)
-                .args(["logs", "big"])
-                .env("ALLOT_COORDINATORS", c.addrs.join(","))
-                .env("ALLOT_CERTS", c.certs())
-                .env("ALLOT_AS", "admin-admin")
-                .env("HOME", c.dir.path())
+            let child = c
+                .cli_command("admin-admin", &["logs", "big"])
                 .stdout(std::fs::File::create(&out).expect("file"))
                 .spawn()
                 .expect("logs");

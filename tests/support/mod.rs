@@ -145,16 +145,20 @@ impl Cluster {
         Client::new(self.addrs.clone(), &self.certs(), stem).expect("client")
     }
 
-    pub fn cli(&self, stem: &str, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
+    /// `allot ARGS` as `stem`'s certificate against this cluster, not started yet.
+    pub fn cli_command(&self, stem: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
             .env("ALLOT_COORDINATORS", self.addrs.join(","))
             .env("ALLOT_CERTS", self.certs())
             .env("ALLOT_AS", stem)
             // The CLI remembers the last leader under $HOME/.allot: the test's, not the user's.
-            .env("HOME", self.dir.path())
-            .output()
-            .expect("run allot")
+            .env("HOME", self.dir.path());
+        cmd
+    }
+
+    pub fn cli(&self, stem: &str, args: &[&str]) -> Output {
+        self.cli_command(stem, args).output().expect("run allot")
     }
 
     pub fn cli_ok(&self, stem: &str, args: &[&str]) -> String {
