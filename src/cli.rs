@@ -230,6 +230,21 @@ pub enum ClusterCmd {
         #[arg(long)]
         team: Option<String>,
     },
+    /// Wait until a workload is admitted, running or finished; exits 1 if it ends otherwise
+    /// (failed, cancelled) or the timeout passes.
+    Wait {
+        name: String,
+        /// admitted (also once running or finished), running (also once succeeded), or
+        /// finished (exits 1 unless it succeeded).
+        #[arg(long = "for", value_enum)]
+        until: WaitFor,
+        /// How long to wait: 90, 90s, 5m or 1h [default: wait for ever].
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Option<std::time::Duration>,
+        /// The workload's team, when several teams use its name (admins).
+        #[arg(long)]
+        team: Option<String>,
+    },
     /// Why a workload is pending, or why it was preempted, with numbers.
     Explain {
         name: String,
@@ -587,6 +602,15 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
                 .await)?;
             println!("workload {name} cancelled");
         }
+        ClusterCmd::Wait {
+            name,
+            until,
+            timeout,
+            team,
+        } => {
+            let state = wait_for_state(c, &name, team, until, timeout).await?;
+            println!("workload {name}: {state}");
+        }
         ClusterCmd::Explain { name, team } => {
             print_reply(
                 api(c.call(Body::Explain { name, team }).await)?,
@@ -745,6 +769,109 @@ async fn watch_workloads(c: &mut Client, filter: WorkloadFilter) -> anyhow::Resu
         }
         first = false;
         let _ = std::io::stdout().flush();
+    }
+}
+
+/// What `allot wait --for` waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WaitFor {
+    Admitted,
+    Running,
+    Finished,
+}
+
+/// `90`, `90s`, `5m`, `1h`: a duration for `--timeout`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "{s:?}: use a number of seconds, or one with ms, s, m or h"
+            ))
+        }
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 && v * scale <= 1e9 => {
+            Ok(std::time::Duration::from_secs_f64(v * scale))
+        }
+        _ => Err(format!(
+            "{s:?}: use a number of seconds, or one with ms, s, m or h"
+        )),
+    }
+}
+
+/// Whether `state` is what `until` waits for (`Ok(true)`), not yet (`Ok(false)`), or never
+/// will be (an error saying how it ended).
+fn reached(until: WaitFor, state: &str) -> Result<bool, String> {
+    let done = matches!(state, "Succeeded" | "Failed" | "Cancelled");
+    Ok(match (until, state) {
+        (_, "Failed" | "Cancelled") => return Err(format!("it ended {state}")),
+        (WaitFor::Admitted, "Admitted" | "Running" | "Succeeded") => true,
+        (WaitFor::Running, "Running" | "Succeeded") => true,
+        (WaitFor::Finished, _) => done,
+        _ => false,
+    })
+}
+
+/// Follows `name` with the server's long poll until `until` holds; its state then.
+async fn wait_for_state(
+    c: &mut Client,
+    name: &str,
+    team: Option<String>,
+    until: WaitFor,
+    timeout: Option<std::time::Duration>,
+) -> anyhow::Result<String> {
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    // Which team's (a user's certificate means its own): resolve once, then watch that team.
+    let w = match api(c
+        .call(Body::DescribeWorkload {
+            name: name.into(),
+            team: team.clone(),
+        })
+        .await)?
+    {
+        Reply::Workload(w) => w,
+        other => bail!("unexpected answer: {other:?}"),
+    };
+    let filter = WorkloadFilter {
+        team: Some(w.team.clone()),
+        all: true,
+    };
+    let mut state = w.state.clone();
+    let mut digest = 0u64;
+    loop {
+        match reached(until, &state) {
+            Ok(true) => return Ok(state),
+            Ok(false) => {}
+            Err(e) => bail!("workload {name} will not be {until:?}: {e}"),
+        }
+        let wait_ms = match deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    bail!(
+                        "timed out: workload {name} is {state}, not {until:?}, after {:?}",
+                        timeout.unwrap_or_default()
+                    );
+                }
+                left.as_millis().min(20_000) as u32
+            }
+            None => 20_000,
+        };
+        let (d, workloads) = watch_once(c, filter.clone(), digest, wait_ms).await?;
+        digest = d;
+        state = match workloads.iter().find(|x| x.name == name) {
+            Some(x) => x.state.clone(),
+            None => bail!("workload {name} is gone (cancelled and forgotten)"),
+        };
     }
 }
 
@@ -983,13 +1110,7 @@ fn render_nodes(ns: &[NodeView]) -> String {
                 vec![
                     n.name.clone(),
                     n.instance_type.clone(),
-                    if !n.healthy {
-                        "Unhealthy".into()
-                    } else if n.cordoned {
-                        "Cordoned".into()
-                    } else {
-                        "Ready".into()
-                    },
+                    n.status.clone(),
                     fmt_res(&n.capacity),
                     fmt_res(&n.used),
                 ]

@@ -833,3 +833,81 @@ fn admission_limits_bound_a_teams_queue_and_a_users_rate() {
         "{shown}"
     );
 }
+
+/// Issue 24, item 6: `allot wait NAME --for admitted|running|finished --timeout T`, exiting
+/// non-zero on timeout or when the workload ends otherwise; node JSON carries the table's
+/// status.
+#[test]
+fn wait_follows_a_workload_to_the_state_asked_for() {
+    let c = Cluster::new(1, 10_000);
+    let rt = rt();
+    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    setup_team(&c, "team-a");
+    rt.block_on(async {
+        let r = c
+            .client("user-team-a")
+            .call(Body::Submit(job("w", "team-a")))
+            .await;
+        assert!(matches!(r, Ok(Ok(Reply::Submitted { .. }))), "{r:?}");
+    });
+    // No node yet: it stays pending, and a short wait times out.
+    let o = c.cli(
+        "user-team-a",
+        &["wait", "w", "--for", "admitted", "--timeout", "1s"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("timed out: workload w is Pending, not Admitted"),
+        "{err}"
+    );
+    // A wait that is under way returns once a node comes and the workload is admitted.
+    let waiting = c
+        .cli_command(
+            "user-team-a",
+            &["wait", "w", "--for", "admitted", "--timeout", "60s"],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("wait");
+    std::thread::sleep(Duration::from_millis(500));
+    rt.block_on(async {
+        let capacity = allot_common::Catalog::builtin()
+            .get("ml.g5.8xlarge")
+            .expect("catalog")
+            .resources();
+        let r = c
+            .client("admin-admin")
+            .call(Body::RegisterNode {
+                name: "n1".into(),
+                instance_type: "ml.g5.8xlarge".into(),
+                capacity,
+            })
+            .await;
+        assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+    });
+    let o = waiting.wait_with_output().expect("wait ends");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "workload w: Admitted\n");
+    // Cancelled, it will never finish well: --for finished exits 1 and says how it ended.
+    c.cli_ok("user-team-a", &["cancel", "w"]);
+    let o = c.cli("user-team-a", &["wait", "w", "--for", "finished"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("it ended Cancelled"), "{err}");
+    let o = c.cli(
+        "user-team-a",
+        &["wait", "w", "--for", "running", "--timeout", "soon"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("use a number of seconds, or one with ms, s, m or h"),
+        "{err}"
+    );
+    // Node JSON says what the table says.
+    let nodes: serde_json::Value =
+        serde_json::from_str(&c.cli_ok("admin-admin", &["get", "nodes", "-o", "json"]))
+            .expect("json");
+    assert_eq!(nodes["Nodes"][0]["status"], "Ready", "{nodes}");
+}

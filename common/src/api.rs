@@ -200,8 +200,21 @@ pub struct NodeView {
     pub reason: String,
     /// What its agent discovered (empty for nodes registered by hand).
     pub devices: Vec<DeviceInfo>,
-    /// Its agent's HTTP address (logs, metrics), empty without an agent.
+    /// Its agent's HTTP address (metrics), empty without an agent.
     pub http: String,
+    /// What `get nodes` shows: `Ready`, `Cordoned` or `Unhealthy`.
+    pub status: String,
+}
+
+/// A node's status as `get nodes` shows it.
+pub fn node_status(healthy: bool, cordoned: bool) -> &'static str {
+    if !healthy {
+        "Unhealthy"
+    } else if cordoned {
+        "Cordoned"
+    } else {
+        "Ready"
+    }
 }
 
 /// One team's standing: quota, usage, what it borrows and lends, its weighted share.

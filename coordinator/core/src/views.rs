@@ -149,6 +149,7 @@ pub fn nodes(m: &Machine) -> Vec<NodeView> {
                 used.add(name, r.used);
             }
             NodeView {
+                status: allot_common::api::node_status(n.healthy, n.cordoned).to_string(),
                 name: n.name.to_string(),
                 instance_type: st.names.flavor_name(n.flavor).to_string(),
                 healthy: n.healthy,
