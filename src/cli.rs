@@ -203,8 +203,11 @@ pub enum ClusterCmd {
     /// Submit a workload from a job file (the scenario format's workload fields plus
     /// command, env, workdir, grace).
     Submit {
+        /// Job file, YAML or JSON (`-` reads standard input). Flags below override its fields.
         #[arg(short = 'f', long = "file")]
-        file: PathBuf,
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        job: JobFlags,
         /// The submit's idempotency key: a submit whose outcome is unknown (no leader
         /// answered, leadership moved) is repeated with the key it printed, and returns the
         /// original workload instead of a second one [default: a new key].
@@ -334,25 +337,166 @@ fn quota_input(q: &QuotaArgs, name: String) -> anyhow::Result<ComputeQuotaInput>
 }
 
 /// Reads a job file: the scenario format's workload fields plus how to run it.
+/// A job given on the command line (`allot submit --gpus 1 -- python train.py`); each flag
+/// overrides the same field of a job file given with it.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct JobFlags {
+    /// Workload name [default: from the file, else generated and printed].
+    #[arg(long)]
+    name: Option<String>,
+    /// Team [default: from the file, else the team of a user certificate (--as user-TEAM)].
+    #[arg(long)]
+    team: Option<String>,
+    /// Priority class name or number.
+    #[arg(long)]
+    priority: Option<String>,
+    /// Pods in the gang.
+    #[arg(long)]
+    count: Option<u32>,
+    /// GPUs per pod.
+    #[arg(long)]
+    gpus: Option<String>,
+    /// vCPUs per pod (8, 500m).
+    #[arg(long)]
+    cpus: Option<String>,
+    /// Memory per pod (32Gi).
+    #[arg(long)]
+    memory: Option<String>,
+    /// Requests per pod as resource=quantity pairs: gpu=1,cpu=8,memory=32Gi.
+    #[arg(long, value_delimiter = ',')]
+    request: Vec<String>,
+    /// The program and its arguments, after `--`.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+impl JobFlags {
+    /// The workload to submit: the file's fields (if any), the flags over them.
+    pub fn submit_input(
+        &self,
+        file: Option<&std::path::Path>,
+        identity: Option<&str>,
+    ) -> anyhow::Result<SubmitInput> {
+        let (mut v, origin) = match file {
+            Some(p) if p.as_os_str() == "-" => {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                    .context("cannot read the job from standard input")?;
+                (
+                    parse_job_text(&text, "standard input")?,
+                    "standard input".to_string(),
+                )
+            }
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read job file {}", p.display()))?;
+                (
+                    parse_job_text(&text, &p.display().to_string())?,
+                    p.display().to_string(),
+                )
+            }
+            None => (
+                Value::Object(Default::default()),
+                "the command line".to_string(),
+            ),
+        };
+        let obj = v
+            .as_object_mut()
+            .ok_or_else(|| anyhow!("{origin}: a job file is a mapping of workload fields"))?;
+        let mut set = |k: &str, val: Option<Value>| {
+            if let Some(val) = val {
+                obj.insert(k.to_string(), val);
+            }
+        };
+        set("name", self.name.clone().map(Value::String));
+        set("team", self.team.clone().map(Value::String));
+        set(
+            "priority",
+            self.priority.clone().map(|p| match p.parse::<i64>() {
+                Ok(n) => Value::from(n),
+                Err(_) => Value::String(p),
+            }),
+        );
+        set("count", self.count.map(Value::from));
+        if !self.command.is_empty() {
+            set("command", Some(Value::from(self.command.clone())));
+            obj.remove("args");
+        }
+        let mut requests: Vec<(String, String)> = Vec::new();
+        for (k, v) in [
+            ("gpu", &self.gpus),
+            ("cpu", &self.cpus),
+            ("memory", &self.memory),
+        ] {
+            if let Some(v) = v {
+                requests.push((k.to_string(), v.clone()));
+            }
+        }
+        for pair in &self.request {
+            let (k, v) = pair.split_once('=').ok_or_else(|| {
+                anyhow!("--request {pair:?}: use resource=quantity, as gpu=1,cpu=8,memory=32Gi")
+            })?;
+            requests.push((k.trim().to_string(), v.trim().to_string()));
+        }
+        if !requests.is_empty() {
+            let req = obj
+                .entry("requests")
+                .or_insert_with(|| Value::Object(Default::default()));
+            let Some(req) = req.as_object_mut() else {
+                bail!("{origin}: requests must be a mapping of resource: quantity");
+            };
+            for (k, v) in requests {
+                req.insert(k, Value::String(v));
+            }
+        }
+        if !obj.contains_key("team") {
+            if let Some(team) = identity.and_then(|s| s.strip_prefix("user-")) {
+                obj.insert("team".into(), Value::String(team.to_string()));
+            }
+        }
+        if !obj.contains_key("name") {
+            let base = self
+                .command
+                .first()
+                .and_then(|c| std::path::Path::new(c).file_stem())
+                .map(|s| s.to_string_lossy().to_lowercase())
+                .filter(|s| {
+                    !s.is_empty()
+                        && s.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                })
+                .unwrap_or_else(|| "job".to_string());
+            obj.insert(
+                "name".into(),
+                Value::String(format!("{base}-{}", token_suffix())),
+            );
+        }
+        job_from_value(v, &origin)
+    }
+}
+
+fn parse_job_text(text: &str, origin: &str) -> anyhow::Result<Value> {
+    match serde_json::from_str(text) {
+        Ok(v) => Ok(v),
+        Err(_) => serde_saphyr::from_str(text)
+            .map_err(|e| anyhow!("{origin}: not valid YAML or JSON: {e}")),
+    }
+}
+
+#[cfg(test)]
 pub fn read_job(path: &std::path::Path) -> anyhow::Result<SubmitInput> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read job file {}", path.display()))?;
-    let mut v: Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(_) => serde_saphyr::from_str(&text)
-            .map_err(|e| anyhow!("{}: not valid YAML or JSON: {e}", path.display()))?,
-    };
-    let obj = v.as_object_mut().ok_or_else(|| {
-        anyhow!(
-            "{}: a job file is a mapping of workload fields",
-            path.display()
-        )
-    })?;
+    JobFlags::default().submit_input(Some(path), None)
+}
+
+fn job_from_value(mut v: Value, origin: &str) -> anyhow::Result<SubmitInput> {
+    let obj = v
+        .as_object_mut()
+        .ok_or_else(|| anyhow!("{}: a job file is a mapping of workload fields", origin))?;
     for k in ["submit_at", "duration", "admitted"] {
         if obj.contains_key(k) {
             bail!(
                 "{}: {k} belongs to simulation scenarios, not to a job file",
-                path.display()
+                origin
             );
         }
     }
@@ -402,8 +546,8 @@ pub fn read_job(path: &std::path::Path) -> anyhow::Result<SubmitInput> {
     };
     obj.remove("grace");
     let w: scenario::WorkloadIn = serde_path_to_error::deserialize(v)
-        .map_err(|e| anyhow!("{}: {}: {}", path.display(), e.path(), e.inner()))?;
-    let spec = scenario::workload("", &w).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        .map_err(|e| anyhow!("{}: {}: {}", origin, e.path(), e.inner()))?;
+    let spec = scenario::workload("", &w).map_err(|e| anyhow!("{}: {e}", origin))?;
     Ok(SubmitInput {
         client_token: Some(format!("{}-{}", spec.name, token_suffix())),
         spec,
@@ -459,12 +603,13 @@ fn outcome_unknown(
 
 pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
     let mut c = opts.connect()?;
-    let r = run_with(cmd, &mut c).await;
+    let r = run_with(cmd, &mut c, opts.identity.as_deref()).await;
     opts.remember(&c);
     r
 }
 
-async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
+/// `identity`: the certificate's file stem (`--as`), which gives a user's team.
+async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> anyhow::Result<()> {
     match cmd {
         ClusterCmd::CreateComputeQuota { q, out } => {
             let name = q
@@ -571,10 +716,11 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
         }
         ClusterCmd::Submit {
             file,
+            job,
             client_token,
             out,
         } => {
-            let mut input = read_job(&file)?;
+            let mut input = job.submit_input(file.as_deref(), identity)?;
             if let Some(t) = client_token {
                 input.client_token = Some(t);
             }
@@ -1294,6 +1440,92 @@ mod tests {
         std::fs::write(&p, "name: t\nteam: a\nduration: 5\n").unwrap();
         let e = read_job(&p).unwrap_err().to_string();
         assert!(e.contains("duration belongs to simulation"), "{e}");
+    }
+
+    /// Issue 24, item 1: a job from flags alone, or a file with flags over it.
+    #[test]
+    fn submit_flags_make_a_job_or_override_a_files() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            job: JobFlags,
+        }
+        let flags = |args: &[&str]| {
+            let mut all = vec!["t"];
+            all.extend_from_slice(args);
+            T::try_parse_from(all).unwrap().job
+        };
+        let j = flags(&[
+            "--gpus",
+            "2",
+            "--request",
+            "cpu=8,memory=32Gi",
+            "--",
+            "python",
+            "train.py",
+            "--lr",
+            "0.1",
+        ])
+        .submit_input(None, Some("user-team-a"))
+        .unwrap();
+        assert_eq!(j.spec.team, "team-a", "from the certificate");
+        assert!(j.spec.name.starts_with("python-"), "{}", j.spec.name);
+        let r = &j.spec.pod_sets[0].requests;
+        assert_eq!(r.get(&allot_common::ResourceName::gpu()), 2);
+        assert_eq!(r.get(&allot_common::ResourceName::cpu()), 8_000);
+        assert_eq!(r.get(&allot_common::ResourceName::memory()), 32 << 30);
+        assert_eq!(
+            j.run.unwrap().command,
+            vec!["python", "train.py", "--lr", "0.1"]
+        );
+        // A file, with flags over it.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.yaml");
+        std::fs::write(&p, "name: train\nteam: team-b\ncount: 2\nrequests: {gpu: 1, cpu: 4}\ncommand: [python, old.py]\n").unwrap();
+        let j = flags(&[
+            "--name",
+            "train-2",
+            "--gpus",
+            "4",
+            "--count",
+            "3",
+            "--priority",
+            "training",
+            "--",
+            "python",
+            "new.py",
+        ])
+        .submit_input(Some(&p), Some("admin-admin"))
+        .unwrap();
+        assert_eq!(
+            (j.spec.name.as_str(), j.spec.team.as_str()),
+            ("train-2", "team-b")
+        );
+        assert_eq!(j.spec.pod_sets[0].count, 3);
+        let r = &j.spec.pod_sets[0].requests;
+        assert_eq!(
+            r.get(&allot_common::ResourceName::gpu()),
+            4,
+            "the flag wins"
+        );
+        assert_eq!(
+            r.get(&allot_common::ResourceName::cpu()),
+            4_000,
+            "the file's stays"
+        );
+        assert_eq!(j.run.unwrap().command, vec!["python", "new.py"]);
+        // Bad input names what would be accepted.
+        let e = flags(&["--request", "gpu"])
+            .submit_input(None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("use resource=quantity"), "{e}");
+        let e = flags(&["--gpus", "1"])
+            .submit_input(None, Some("admin-admin"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("team"), "no team: {e}");
     }
 
     /// Issue 23: a priority of 99999999999999999999 got "data did not match any variant of

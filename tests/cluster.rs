@@ -911,3 +911,73 @@ fn wait_follows_a_workload_to_the_state_asked_for() {
             .expect("json");
     assert_eq!(nodes["Nodes"][0]["status"], "Ready", "{nodes}");
 }
+
+/// Issue 24, item 1: `allot submit` without a file (flags and `-- COMMAND`), and `-f -` reading
+/// YAML or JSON from standard input.
+#[test]
+fn submit_takes_flags_and_standard_input() {
+    use std::io::Write;
+    let c = Cluster::new(1, 10_000);
+    let rt = rt();
+    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    setup_team(&c, "team-a");
+    let out = c.cli_ok(
+        "user-team-a",
+        &[
+            "submit", "--gpus", "1", "--cpus", "4", "--", "python", "train.py",
+        ],
+    );
+    assert!(
+        out.starts_with("workload python-"),
+        "the generated name is printed: {out}"
+    );
+    c.cli_ok(
+        "user-team-a",
+        &[
+            "submit",
+            "--name",
+            "named",
+            "--request",
+            "gpu=2,memory=8Gi",
+            "--count",
+            "2",
+            "--",
+            "sleep",
+            "1",
+        ],
+    );
+    for (name, text) in [
+        (
+            "from-json",
+            r#"{"name": "from-json", "team": "team-a", "requests": {"gpu": 1}}"#,
+        ),
+        (
+            "from-yaml",
+            "name: from-yaml\nteam: team-a\nrequests: {gpu: 1}\n",
+        ),
+    ] {
+        let mut child = c
+            .cli_command("user-team-a", &["submit", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("submit");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("write");
+        let o = child.wait_with_output().expect("submit ends");
+        assert!(o.status.success());
+        assert!(String::from_utf8_lossy(&o.stdout).contains(name));
+    }
+    let ws = all_workloads(&c);
+    let named = ws.iter().find(|w| w.name == "named").expect("named");
+    assert_eq!(
+        (named.team.as_str(), named.count),
+        ("team-a", 2),
+        "{named:?}"
+    );
+    assert_eq!(ws.len(), 4, "{ws:?}");
+}
