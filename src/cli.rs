@@ -829,16 +829,7 @@ pub async fn pod_logs(
         attempt,
         follow,
     } = which;
-    let w = match api(c
-        .call(Body::DescribeWorkload {
-            name: name.into(),
-            team: team.clone(),
-        })
-        .await)?
-    {
-        Reply::Workload(w) => w,
-        other => bail!("unexpected answer: {other:?}"),
-    };
+    let w = fetch_workload(c, name, team.clone()).await?;
     let nodes = match api(c.call(Body::GetNodes).await)? {
         Reply::Nodes(n) => n,
         other => bail!("unexpected answer: {other:?}"),
@@ -918,6 +909,24 @@ async fn watch_workloads(c: &mut Client, filter: WorkloadFilter) -> anyhow::Resu
     }
 }
 
+/// One workload as `describe workload` shows it.
+async fn fetch_workload(
+    c: &mut Client,
+    name: &str,
+    team: Option<String>,
+) -> anyhow::Result<Box<WorkloadView>> {
+    match api(c
+        .call(Body::DescribeWorkload {
+            name: name.into(),
+            team,
+        })
+        .await)?
+    {
+        Reply::Workload(w) => Ok(w),
+        other => bail!("unexpected answer: {other:?}"),
+    }
+}
+
 /// What `allot wait --for` waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum WaitFor {
@@ -977,16 +986,7 @@ async fn wait_for_state(
 ) -> anyhow::Result<String> {
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     // Which team's (a user's certificate means its own): resolve once, then watch that team.
-    let w = match api(c
-        .call(Body::DescribeWorkload {
-            name: name.into(),
-            team: team.clone(),
-        })
-        .await)?
-    {
-        Reply::Workload(w) => w,
-        other => bail!("unexpected answer: {other:?}"),
-    };
+    let w = fetch_workload(c, name, team.clone()).await?;
     let filter = WorkloadFilter {
         team: Some(w.team.clone()),
         all: true,

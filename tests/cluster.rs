@@ -12,6 +12,14 @@ use allot_common::tls;
 use allot_common::Resources;
 use support::*;
 
+/// One coordinator, with a leader, and a runtime to call it from.
+fn one_replica() -> (Cluster, tokio::runtime::Runtime) {
+    let c = Cluster::new(1, 10_000);
+    let rt = rt();
+    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    (c, rt)
+}
+
 #[test]
 fn config_and_workloads_survive_a_restart_of_every_replica() {
     let mut c = Cluster::new(3, 10_000);
@@ -312,12 +320,7 @@ fn a_follower_that_was_down_catches_up_from_a_snapshot() {
 
 #[test]
 fn bad_input_is_refused_clearly_and_the_server_keeps_serving() {
-    let c = Cluster::new(1, 10_000);
-    let rt = rt();
-    rt.block_on(async {
-        let mut admin = c.client("admin-admin");
-        wait_leader(&mut admin).await;
-    });
+    let (c, rt) = one_replica();
     setup_team(&c, "team-a");
     setup_team(&c, "team-b");
     rt.block_on(async {
@@ -572,12 +575,7 @@ async fn unauthenticated(certs: &Path, addr: &str) -> Result<(), String> {
 /// once and says which certificate was refused, by whom, and why.
 #[test]
 fn a_refused_certificate_fails_at_once_and_says_why() {
-    let c = Cluster::new(1, 10_000);
-    let rt = rt();
-    rt.block_on(async {
-        let mut admin = c.client("admin-admin");
-        wait_leader(&mut admin).await;
-    });
+    let (c, _rt) = one_replica();
     let user = tls::Identity::User {
         team: "team-a".into(),
     };
@@ -636,13 +634,8 @@ fn half_sent_requests_cannot_grow_the_coordinators_memory() {
     const CONNS: usize = 4;
     const STREAMS: usize = 48;
     const FRAME: usize = 4 << 20;
-    let c = Cluster::new(1, 10_000);
+    let (c, rt) = one_replica();
     let pid = c.procs[0].as_ref().expect("coordinator").id();
-    let rt = rt();
-    rt.block_on(async {
-        let mut admin = c.client("admin-admin");
-        wait_leader(&mut admin).await;
-    });
     let before = rss_mib(pid);
     let cfg = tls::client_config(&tls::TlsFiles::in_dir(c.certs(), "admin-admin")).expect("cfg");
     let addr: std::net::SocketAddr = c.addrs[0].parse().expect("addr");
@@ -732,9 +725,7 @@ fn half_sent_requests_cannot_grow_the_coordinators_memory() {
 /// user may submit; refusals name the limit.
 #[test]
 fn admission_limits_bound_a_teams_queue_and_a_users_rate() {
-    let c = Cluster::new(1, 10_000);
-    let rt = rt();
-    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    let (c, rt) = one_replica();
     setup_team(&c, "team-a");
     let out = c.cli_ok(
         "admin-admin",
@@ -839,9 +830,7 @@ fn admission_limits_bound_a_teams_queue_and_a_users_rate() {
 /// status.
 #[test]
 fn wait_follows_a_workload_to_the_state_asked_for() {
-    let c = Cluster::new(1, 10_000);
-    let rt = rt();
-    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    let (c, rt) = one_replica();
     setup_team(&c, "team-a");
     rt.block_on(async {
         let r = c
@@ -917,9 +906,7 @@ fn wait_follows_a_workload_to_the_state_asked_for() {
 #[test]
 fn submit_takes_flags_and_standard_input() {
     use std::io::Write;
-    let c = Cluster::new(1, 10_000);
-    let rt = rt();
-    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    let (c, _rt) = one_replica();
     setup_team(&c, "team-a");
     let out = c.cli_ok(
         "user-team-a",

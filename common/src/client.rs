@@ -216,19 +216,44 @@ impl Client {
         Err(refusal.unwrap_or_else(|| ClientError::Setup(errors.join("; "))))
     }
 
-    async fn once(
+    /// Sends `body` on a new stream to `addr` and reads the first frame of the answer; the
+    /// stream stays open for answers of many frames.
+    async fn request(
         &mut self,
         addr: &str,
         body: &Body,
-    ) -> Result<Result<Reply, ApiError>, ClientError> {
+    ) -> Result<(Response, quinn::RecvStream), ClientError> {
+        let (mut send, mut recv, failed) = self.open(addr, body).await?;
+        send.finish().map_err(|e| failed(&e))?;
+        let resp: Option<Response> = wire::read_frame(&mut recv).await.map_err(|e| failed(&e))?;
+        let resp = resp.ok_or_else(|| failed(&"closed the stream without answering"))?;
+        Ok((resp, recv))
+    }
+
+    /// Opens a stream to `addr` and writes `body` as its first frame; with the stream comes
+    /// how to name a failure on it.
+    async fn open(
+        &mut self,
+        addr: &str,
+        body: &Body,
+    ) -> Result<
+        (
+            quinn::SendStream,
+            quinn::RecvStream,
+            impl Fn(&dyn std::fmt::Display) -> ClientError,
+        ),
+        ClientError,
+    > {
         let conn = self.connect(addr).await?;
         // TLS 1.3: the client's handshake ends before the coordinator has checked its
         // certificate, so a refusal shows up as the connection closing under the request.
-        let failed = |e: &dyn std::fmt::Display| match conn.close_reason() {
-            Some(c) if is_tls_refusal(&c) => auth_error(addr, &c, &self.cert, &self.ca),
-            _ => transport(addr, e),
+        let (cert, ca, at) = (self.cert.clone(), self.ca.clone(), addr.to_string());
+        let c = conn.clone();
+        let failed = move |e: &dyn std::fmt::Display| match c.close_reason() {
+            Some(r) if is_tls_refusal(&r) => auth_error(&at, &r, &cert, &ca),
+            _ => transport(&at, e),
         };
-        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| failed(&e))?;
+        let (mut send, recv) = conn.open_bi().await.map_err(|e| failed(&e))?;
         let req = Request {
             version: wire::PROTOCOL_VERSION,
             body: body.clone(),
@@ -236,10 +261,11 @@ impl Client {
         wire::write_frame(&mut send, &req)
             .await
             .map_err(|e| failed(&e))?;
-        send.finish().map_err(|e| failed(&e))?;
-        let resp: Option<Result<Reply, ApiError>> =
-            wire::read_frame(&mut recv).await.map_err(|e| failed(&e))?;
-        resp.ok_or_else(|| failed(&"closed the stream without answering"))
+        Ok((send, recv, failed))
+    }
+
+    async fn once(&mut self, addr: &str, body: &Body) -> Result<Response, ClientError> {
+        self.request(addr, body).await.map(|(r, _)| r)
     }
 
     /// Forgets the current connection (after a request timed out on it): the next request
@@ -269,21 +295,7 @@ impl Client {
                 .map(str::to_string)
                 .or_else(|| self.addrs.first().cloned())
                 .ok_or_else(|| ClientError::Setup(NO_ADDRESS.into()))?;
-            let conn = self.connect(&addr).await?;
-            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| transport(&addr, e))?;
-            let req = Request {
-                version: wire::PROTOCOL_VERSION,
-                body: body.clone(),
-            };
-            wire::write_frame(&mut send, &req)
-                .await
-                .map_err(|e| transport(&addr, e))?;
-            send.finish().map_err(|e| transport(&addr, e))?;
-            let first: Option<Response> = wire::read_frame(&mut recv)
-                .await
-                .map_err(|e| transport(&addr, e))?;
-            let first =
-                first.ok_or_else(|| transport(&addr, "closed the stream without answering"))?;
+            let (first, recv) = self.request(&addr, &body).await?;
             match &first {
                 Err(e) if e.kind == ErrorKind::NotLeader && tries < 5 => {
                     tries += 1;
@@ -306,15 +318,7 @@ impl Client {
         addr: &str,
         body: &Body,
     ) -> Result<quinn::SendStream, ClientError> {
-        let conn = self.connect(addr).await?;
-        let (mut send, _recv) = conn.open_bi().await.map_err(|e| transport(addr, e))?;
-        let req = Request {
-            version: wire::PROTOCOL_VERSION,
-            body: body.clone(),
-        };
-        wire::write_frame(&mut send, &req)
-            .await
-            .map_err(|e| transport(addr, e))?;
+        let (send, _recv, _) = self.open(addr, body).await?;
         Ok(send)
     }
 

@@ -977,11 +977,10 @@ async fn serve_logs(
             .request(node, req)
             .map_err(|e| ApiError::new(ErrorKind::LimitExceeded, e))
     };
-    let pending = match pending.await {
+    let mut pending = match pending.await {
         Ok(p) => p,
         Err(e) => return respond(&mut send, who, Err(e)).await,
     };
-    let mut pending = pending;
     let mut from_agent =
         match tokio::time::timeout(crate::logs::AGENT_ANSWER, &mut pending.stream).await {
             Ok(Ok(s)) => s,

@@ -923,20 +923,6 @@ impl Machine {
             .is_some_and(|r| r.lease_ms > 0)
     }
 
-    /// A user acts only on its own team's workloads.
-    pub fn check_team(&self, id: WlId, team: Option<&str>) -> Result<(), ApiError> {
-        let Some(team) = team else { return Ok(()) };
-        let wl = self.state.workload(id);
-        let owner = self.state.teams[wl.team.idx()].name();
-        if owner != team {
-            return Err(forbidden(format!(
-                "workload {:?} belongs to team {owner:?}; your certificate acts for team {team:?} only",
-                wl.spec.name
-            )));
-        }
-        Ok(())
-    }
-
     /// A node reports only on workloads that have pods on it.
     fn check_node(&self, id: WlId, node: Option<&str>) -> Result<(), ApiError> {
         let Some(node) = node else { return Ok(()) };
@@ -982,11 +968,12 @@ impl Machine {
             (Some(id), None) => Ok(id),
             (Some(_), Some(_)) => Ok(self.state.find_workload(name)?),
             (None, _) => {
-                // Refused as check_node refuses: the workload exists, not on this node.
+                // None is on this node: refused as check_node refuses another node's workload.
                 let id = self
                     .state
-                    .find_workload(name)
-                    .or_else(|e| self.state.named(name).next().ok_or(e))?;
+                    .named(name)
+                    .next()
+                    .ok_or_else(|| StateError::UnknownWorkload(name.to_string()))?;
                 self.check_node(id, Some(node))?;
                 Ok(id)
             }
