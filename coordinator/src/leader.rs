@@ -101,7 +101,7 @@ impl CycleJob {
     pub fn run(mut self) -> CycleDone {
         let mut plan =
             allot_core::scheduler::schedule_cached(&self.state, self.wall, &mut self.cache);
-        plan.retain_changed_pending(&self.state);
+        self.state.retain_changed_pending(&mut plan);
         // Every entry left is a change, but for preemptors' (kept whatever they say).
         let messages_changed = plan.pending.iter().any(|(id, r, m)| {
             self.state

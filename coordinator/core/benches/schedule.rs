@@ -250,7 +250,17 @@ fn percentiles(label: &str, mut times: Vec<std::time::Duration>) {
 /// The contended cases: (nodes, teams, pending, cycles timed, whether the reference runs too).
 fn contended_cases() {
     let small = std::env::var("ALLOT_BENCH_SMALL").is_ok();
-    let cases: &[(usize, usize, usize, usize, bool)] = if small {
+    // ALLOT_BENCH_CASE=NODES,TEAMS,PENDING,CYCLES runs that one case alone (cached and fast).
+    let one: Vec<(usize, usize, usize, usize, bool)> = std::env::var("ALLOT_BENCH_CASE")
+        .ok()
+        .and_then(|v| {
+            let n: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+            (n.len() == 4).then(|| vec![(n[0], n[1], n[2], n[3], false)])
+        })
+        .unwrap_or_default();
+    let cases: &[(usize, usize, usize, usize, bool)] = if !one.is_empty() {
+        &one
+    } else if small {
         &[(50, 5, 500, 20, true)]
     } else {
         &[
@@ -286,7 +296,7 @@ fn contended_cases() {
 
 fn bench(c: &mut Criterion) {
     contended_cases();
-    if std::env::var("ALLOT_BENCH_SMALL").is_ok() {
+    if std::env::var("ALLOT_BENCH_SMALL").is_ok() || std::env::var("ALLOT_BENCH_CASE").is_ok() {
         return;
     }
     let mut g = c.benchmark_group("schedule");

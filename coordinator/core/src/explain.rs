@@ -20,8 +20,9 @@ use crate::nodes::PodAlloc;
 use crate::plan::PreemptReason;
 use crate::preemption::{self, Victim};
 use crate::quota::{self, Share};
-use crate::scheduler::{self, Ctx, Mode};
+use crate::scheduler::{self, Mode};
 use crate::state::{PreemptedBy, State, Time, WlState, Workload};
+use crate::working::{self, Ctx};
 
 /// Lines explaining workload `id`, most important first.
 pub fn explain(m: &Machine, id: WlId) -> Vec<String> {
@@ -916,7 +917,7 @@ fn check_flavor(
             }
         }
     }
-    let borrowed = scheduler::borrowed_part(st, &ctx.acct, t, &usage_here);
+    let borrowed = quota::borrowed_part(st, &ctx.acct, t, &usage_here);
     d.lines.push(if borrowed.is_empty() {
         format!("{head}: fits within team {tname}'s nominal quota")
     } else {
@@ -1049,7 +1050,7 @@ fn preemption_lines_for(
     let mut contested_flavors = BTreeSet::new();
     let place =
         if on_nodes {
-            scheduler::node_shortfall(ctx.st, &mut ctx.acct.nodes, f, &wl.pod_reqs[ps], count)
+            working::node_shortfall(ctx.st, &mut ctx.acct.nodes, f, &wl.pod_reqs[ps], count)
                 .contest(f, &mut contested, &mut contested_flavors);
             vec![(ps, f, count)]
         } else {

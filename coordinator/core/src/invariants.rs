@@ -7,6 +7,13 @@ use crate::ids::{CohortId, FrId, FrVec, NodeId, ResId};
 use crate::quota;
 use crate::state::State;
 
+impl State {
+    /// Checks the invariants that must hold after every step; returns the first violation.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        check(self)
+    }
+}
+
 pub fn check(st: &State) -> Result<(), String> {
     // Accounted usage equals the sum of what holders were admitted with.
     let mut usage: Vec<FrVec> = vec![FrVec::default(); st.teams.len()];

@@ -16,8 +16,9 @@ pub mod quota;
 pub mod scheduler;
 pub mod state;
 pub mod views;
+pub mod working;
 
 pub use ids::{FlavorId, FrId, NodeId, ResId, TeamId, WlId};
-pub use plan::{verify, Plan, PreemptReason};
+pub use plan::{Plan, PreemptReason};
 pub use scheduler::schedule;
-pub use state::{Admission, Event, State, StateError, Time, WlState, Workload};
+pub use state::{verify, Admission, Event, State, StateError, Time, WlState, Workload};

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{FlavorId, ResId, WlId};
-use crate::state::{Admission, State};
+use crate::ids::{FlavorId, FrId, ResId, WlId};
+use crate::nodes::PodAlloc;
 
 /// The reason a plan gives a preemptor whose victims have not stopped yet. It keeps the
 /// preemptor's head start (it goes first in the next cycle, within its team too) until then.
@@ -14,6 +14,25 @@ pub const WAITING_FOR_VICTIMS: &str = "WaitingForPreemptedWorkloads";
 
 /// Per pod set, the flavor of each resource it requests.
 pub type PodSetFlavors = Vec<Vec<(ResId, FlavorId)>>;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodSetAdmission {
+    pub name: String,
+    pub count: u32,
+    /// Flavor per requested resource.
+    pub flavors: Vec<(ResId, FlavorId)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admission {
+    pub pod_sets: Vec<PodSetAdmission>,
+    /// Total usage per (flavor, resource), sorted by id.
+    pub usage: Vec<(FrId, i64)>,
+    /// One entry per pod, in pod-set order; empty without placement.
+    pub placement: Vec<(usize, PodAlloc)>,
+    /// The part of this admission above the team's nominal, per resource.
+    pub borrowed: Vec<(ResId, i64)>,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum PreemptReason {
@@ -79,30 +98,4 @@ impl Plan {
     pub fn has_decisions(&self) -> bool {
         !self.admissions.is_empty() || !self.preemptions.is_empty()
     }
-
-    /// Drops the pending messages that `state` already shows, keeping only those that change
-    /// something when applied: new or changed reasons and messages, and every preemptor's
-    /// `WAITING_FOR_VICTIMS` (its order among them is its head start in the next cycle). A
-    /// cycle repeats most messages unchanged; logging each of them again made the replicated
-    /// log grow with the backlog times the number of plans. Applying the result does exactly
-    /// what applying the whole plan would.
-    pub fn retain_changed_pending(&mut self, state: &State) {
-        self.pending.retain(|(id, reason, message)| {
-            &**reason == WAITING_FOR_VICTIMS
-                || state.workloads.get(id).is_some_and(|w| {
-                    w.state == crate::state::WlState::Pending
-                        && w.pending_status() != Some((&**reason, &**message))
-                })
-        });
-    }
-}
-
-/// Checks that every admission of `plan` fits `state` when applied in order (same quota `fits`
-/// and exact device re-take as `State::admit`). Returns one result per admission.
-pub fn verify(state: &State, plan: &Plan) -> Vec<Result<(), String>> {
-    let mut scratch = state.clone();
-    plan.admissions
-        .iter()
-        .map(|a| scratch.admit(a.wl, &a.admission, 0).map(|_| ()))
-        .collect()
 }

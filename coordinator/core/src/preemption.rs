@@ -11,8 +11,8 @@ use allot_common::FairSharingStrategy;
 use crate::ids::{FlavorId, FrId, TeamId, WlId};
 use crate::plan::PreemptReason;
 use crate::quota::{self, Share};
-use crate::scheduler::Ctx;
 use crate::state::{State, WlState, Workload};
+use crate::working::Ctx;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Victim {

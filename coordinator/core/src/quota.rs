@@ -251,6 +251,26 @@ pub fn cohort_within_pool(st: &State, acct: &Acct, c: CohortId) -> Result<(), St
     Ok(())
 }
 
+/// The part of `usage` that would be above the team's nominal, per resource.
+pub fn borrowed_part(
+    st: &State,
+    acct: &Acct,
+    t: TeamId,
+    usage: &[(FrId, i64)],
+) -> Vec<(ResId, i64)> {
+    let mut m: BTreeMap<ResId, i64> = BTreeMap::new();
+    for (fr, v) in usage {
+        let nominal = st.teams[t.idx()].quota(*fr).map(|q| q.nominal).unwrap_or(0);
+        let u = acct.usage(t, *fr);
+        let over = (u + v - nominal).max(0) - (u - nominal).max(0);
+        if over > 0 {
+            let (_, r) = st.names.fr_parts(*fr);
+            *m.entry(r).or_insert(0) += over;
+        }
+    }
+    m.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{CohortId, FlavorId, FrId, FrVec, Interner, NodeId, ResId, TeamId, WlId};
 use crate::nodes::PodAlloc;
+pub use crate::plan::{Admission, PodSetAdmission};
 use crate::plan::{Plan, PodSetFlavors, PreemptReason};
 use crate::quota::{self, Acct};
 
@@ -153,25 +154,6 @@ pub struct Condition {
     pub reason: String,
     pub message: String,
     pub time: Time,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PodSetAdmission {
-    pub name: String,
-    pub count: u32,
-    /// Flavor per requested resource.
-    pub flavors: Vec<(ResId, FlavorId)>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Admission {
-    pub pod_sets: Vec<PodSetAdmission>,
-    /// Total usage per (flavor, resource), sorted by id.
-    pub usage: Vec<(FrId, i64)>,
-    /// One entry per pod, in pod-set order; empty without placement.
-    pub placement: Vec<(usize, PodAlloc)>,
-    /// The part of this admission above the team's nominal, per resource.
-    pub borrowed: Vec<(ResId, i64)>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -1491,18 +1473,13 @@ impl State {
             self.acct.nodes.release(p);
         }
         let usage: Vec<(FrId, i64)> = usage.into_iter().collect();
-        let borrowed = crate::scheduler::borrowed_part(self, &self.acct, wl.team, &usage);
+        let borrowed = quota::borrowed_part(self, &self.acct, wl.team, &usage);
         Ok(Admission {
             pod_sets,
             usage,
             placement,
             borrowed,
         })
-    }
-
-    /// Checks the invariants that must hold after every step; returns the first violation.
-    pub fn check_invariants(&self) -> Result<(), String> {
-        crate::invariants::check(self)
     }
 }
 
@@ -1582,4 +1559,32 @@ fn wl_mut<'a>(
     id: &WlId,
 ) -> Option<&'a mut Workload> {
     workloads.get_mut(id).map(Arc::make_mut)
+}
+
+impl State {
+    /// Drops the pending messages that this state already shows, keeping only those that change
+    /// something when applied: new or changed reasons and messages, and every preemptor's
+    /// `WAITING_FOR_VICTIMS` (its order among them is its head start in the next cycle). A
+    /// cycle repeats most messages unchanged; logging each of them again made the replicated
+    /// log grow with the backlog times the number of plans. Applying the result does exactly
+    /// what applying the whole plan would.
+    pub fn retain_changed_pending(&self, plan: &mut Plan) {
+        plan.pending.retain(|(id, reason, message)| {
+            &**reason == crate::plan::WAITING_FOR_VICTIMS
+                || self.workloads.get(id).is_some_and(|w| {
+                    w.state == WlState::Pending
+                        && w.pending_status() != Some((&**reason, &**message))
+                })
+        });
+    }
+}
+
+/// Checks that every admission of `plan` fits `state` when applied in order (same quota `fits`
+/// and exact device re-take as `State::admit`). Returns one result per admission.
+pub fn verify(state: &State, plan: &Plan) -> Vec<Result<(), String>> {
+    let mut scratch = state.clone();
+    plan.admissions
+        .iter()
+        .map(|a| scratch.admit(a.wl, &a.admission, 0).map(|_| ()))
+        .collect()
 }

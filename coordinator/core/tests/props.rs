@@ -42,8 +42,9 @@ use allot_common::{
     ClusterPolicy, FairSharingStrategy, FlavorQuota, PodSet, PriorityClass, PriorityRef,
     ResourceName, ResourceQuota, Resources, TeamSpec, WorkloadSpec,
 };
-use allot_core::scheduler::{assign, Ctx, Mode};
+use allot_core::scheduler::{assign, Mode};
 use allot_core::state::{Event, State, Time, WlState};
+use allot_core::working::Ctx;
 use allot_core::{schedule, verify, Plan, PreemptReason, WlId};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -1001,7 +1002,7 @@ impl<'s> Sim<'s> {
         // The leader logs only the pending messages that change something: applying that
         // plan leaves exactly the state the whole plan leaves.
         let mut slim = plan.clone();
-        slim.retain_changed_pending(st);
+        st.retain_changed_pending(&mut slim);
         let (mut a, mut b) = (st.clone(), st.clone());
         a.apply_plan(plan, self.now);
         b.apply_plan(&slim, self.now);

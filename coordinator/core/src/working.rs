@@ -1,0 +1,233 @@
+//! The working accounting of a cycle: a copy of the state's accounting that decisions are
+//! applied to as they are made, and the shared admission test (`Ctx::fits`: quota, then room
+//! on nodes). It sits below both the scheduler, which decides, and preemption, which searches
+//! for victims: each removes and restores candidates here, and neither calls the other back.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::ids::{FlavorId, FrId, ResId, TeamId, WlId};
+use crate::nodes::PodAlloc;
+use crate::quota::{self, Acct};
+use crate::state::{Admission, State, Time, Workload};
+
+/// The working state of a cycle.
+pub struct Ctx<'a> {
+    pub st: &'a State,
+    pub acct: Acct,
+    /// Workloads removed from `acct` (victims) in this cycle or in a running search.
+    pub removed: BTreeSet<WlId>,
+    pub now: Time,
+    /// Admissions decided earlier in this cycle. They are preemption candidates like admitted
+    /// workloads (the most recently admitted of all); taking one withdraws it from the plan.
+    pub planned: BTreeMap<WlId, (TeamId, Admission)>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(st: &'a State, now: Time) -> Self {
+        Self::with_acct(st, now, st.acct.clone())
+    }
+
+    /// A context on `acct`, which must equal `st.acct`.
+    pub fn with_acct(st: &'a State, now: Time, acct: Acct) -> Self {
+        Ctx {
+            st,
+            acct,
+            removed: BTreeSet::new(),
+            now,
+            planned: BTreeMap::new(),
+        }
+    }
+
+    /// The admission a candidate holds: decided in this cycle, or in the state.
+    pub fn admission_of(&self, id: WlId) -> Option<&Admission> {
+        match self.planned.get(&id) {
+            Some((_, a)) => Some(a),
+            None => self.st.workload(id).admission.as_ref(),
+        }
+    }
+
+    /// Removes an admitted (or planned) workload's usage and pods from the working copy.
+    pub fn remove(&mut self, id: WlId) {
+        let team = self.st.workload(id).team;
+        if let Some(adm) = self.admission_of(id).cloned() {
+            for (_, p) in &adm.placement {
+                self.acct.nodes.release(p);
+            }
+            self.acct.add_all(self.st, team, &adm.usage, -1);
+        }
+        self.removed.insert(id);
+    }
+
+    /// Undoes `remove`.
+    pub fn restore(&mut self, id: WlId) {
+        let team = self.st.workload(id).team;
+        if let Some(adm) = self.admission_of(id).cloned() {
+            for (_, p) in &adm.placement {
+                // The same allocation was released by `remove`; nothing else holds it now.
+                let _ = self.acct.nodes.take_exact(p);
+            }
+            self.acct.add_all(self.st, team, &adm.usage, 1);
+        }
+        self.removed.remove(&id);
+    }
+
+    /// Counts a victim, removed by `remove`, as holding its room again for the rest of the
+    /// cycle: it keeps it until its eviction completes. Its quota usage comes back whole; on its
+    /// nodes it takes back whatever of its pods' room the preemptor's reservation left free.
+    /// An admission planned in this cycle and withdrawn (none in the state) holds nothing.
+    /// Either way it stays out of later victim searches.
+    pub fn hold(&mut self, id: WlId) {
+        let st = self.st;
+        let wl = st.workload(id);
+        if let Some(adm) = &wl.admission {
+            for (_, p) in &adm.placement {
+                self.acct.nodes.retake_free_part(p);
+            }
+            self.acct.add_all(st, wl.team, &adm.usage, 1);
+        }
+        self.removed.insert(id);
+    }
+
+    /// Removes many candidates at once (one index update per touched node).
+    pub fn remove_many(&mut self, ids: &[WlId]) {
+        self.batch(ids, -1);
+        self.removed.extend(ids.iter().copied());
+    }
+
+    /// Undoes `remove_many`.
+    pub fn restore_many(&mut self, ids: &[WlId]) {
+        self.batch(ids, 1);
+        for id in ids {
+            self.removed.remove(id);
+        }
+    }
+
+    fn batch(&mut self, ids: &[WlId], sign: i64) {
+        let Ctx {
+            st, acct, planned, ..
+        } = self;
+        let adms: Vec<(TeamId, &Admission)> = ids
+            .iter()
+            .filter_map(|id| {
+                let a = match planned.get(id) {
+                    Some((_, a)) => Some(a),
+                    None => st.workload(*id).admission.as_ref(),
+                };
+                a.map(|a| (st.workload(*id).team, a))
+            })
+            .collect();
+        let pods = adms
+            .iter()
+            .flat_map(|(_, a)| a.placement.iter().map(|(_, p)| p));
+        if sign < 0 {
+            acct.nodes.release_many(pods);
+        } else {
+            acct.nodes.retake_many(pods);
+        }
+        for (t, a) in &adms {
+            acct.add_all(st, *t, &a.usage, sign);
+        }
+    }
+
+    /// Places every pod set on its flavor; on success the pods stay allocated in the working
+    /// copy. All or nothing.
+    pub fn place_all(
+        &mut self,
+        wl: &Workload,
+        place: &[(usize, FlavorId, u32)],
+    ) -> Result<Vec<(usize, PodAlloc)>, (usize, FlavorId)> {
+        let mut out: Vec<(usize, PodAlloc)> = Vec::new();
+        for (i, f, count) in place {
+            match self.acct.nodes.place(*f, &wl.pod_reqs[*i], *count) {
+                Ok(allocs) => out.extend(allocs.into_iter().map(|a| (*i, a))),
+                Err(_) => {
+                    for (_, a) in out.iter().rev() {
+                        self.acct.nodes.release(a);
+                    }
+                    return Err((*i, *f));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The shared admission test: quota (`quota::fits`) and, with placement, room on nodes.
+    pub fn fits(
+        &mut self,
+        wl: &Workload,
+        usage: &[(FrId, i64)],
+        place: &[(usize, FlavorId, u32)],
+        allow_borrowing: bool,
+    ) -> bool {
+        if quota::fits(self.st, &self.acct, wl.team, usage, allow_borrowing).is_err() {
+            return false;
+        }
+        if !self.st.placement || place.is_empty() {
+            return true;
+        }
+        match self.place_all(wl, place) {
+            Ok(allocs) => {
+                for (_, a) in allocs.iter().rev() {
+                    self.acct.nodes.release(a);
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// What a flavor's nodes add to the pairs contested for `count` pods of `reqs`.
+pub(crate) enum NodeShortfall {
+    /// The pods can be placed there.
+    Room,
+    /// These pairs of the flavor are too short on their own. Only they make other teams'
+    /// borrowing work candidates: a workload short of cpu on the nodes does not reclaim from a
+    /// team because that team borrows GPUs.
+    Pairs(BTreeSet<FrId>),
+    /// Each resource has room on its own, but split across nodes: every pair the pod set
+    /// requests is contested.
+    Split,
+}
+
+impl NodeShortfall {
+    /// Adds what it contests to `pairs`, or flavor `f` whole to `flavors` when the room is split.
+    pub(crate) fn contest(
+        self,
+        f: FlavorId,
+        pairs: &mut BTreeSet<FrId>,
+        flavors: &mut BTreeSet<FlavorId>,
+    ) {
+        match self {
+            NodeShortfall::Room => {}
+            NodeShortfall::Pairs(p) => pairs.extend(p),
+            NodeShortfall::Split => {
+                flavors.insert(f);
+            }
+        }
+    }
+}
+
+/// Whether `count` pods of `reqs` fit on flavor `f`'s nodes, and if not which pairs are short.
+/// A resource short on its own needs no placement attempt to tell; only otherwise are the pods
+/// placed (and given back) to tell room from a split.
+pub(crate) fn node_shortfall(
+    st: &State,
+    nodes: &mut crate::nodes::NodeSet,
+    f: FlavorId,
+    reqs: &[(ResId, i64)],
+    count: u32,
+) -> NodeShortfall {
+    let short: BTreeSet<FrId> = nodes
+        .short_resources(f, reqs, count)
+        .into_iter()
+        .filter_map(|r| st.names.find_fr(f, r))
+        .collect();
+    if !short.is_empty() {
+        NodeShortfall::Pairs(short)
+    } else if nodes.try_place(f, reqs, count).is_err() {
+        NodeShortfall::Split
+    } else {
+        NodeShortfall::Room
+    }
+}
