@@ -15,6 +15,7 @@ impl State {
 }
 
 pub fn check(st: &State) -> Result<(), String> {
+    st.acct.nodes.check_derived()?;
     // Accounted usage equals the sum of what holders were admitted with.
     let mut usage: Vec<FrVec> = vec![FrVec::default(); st.teams.len()];
     let mut devices: BTreeMap<(NodeId, ResId, u8), String> = BTreeMap::new();

@@ -127,9 +127,68 @@ pub struct PodAlloc {
 struct FlavorNodes {
     primary: Option<ResId>,
     index: BTreeSet<(i64, NodeId)>,
+    /// Derived from the indexed nodes (rebuilt when a node set is read back): how many of them
+    /// have each free amount of each resource, so "how many pods fit counting one resource"
+    /// reads the distinct amounts, not every node.
+    #[serde(skip)]
+    free_hist: BTreeMap<(ResId, i64), u32>,
+    /// Derived too: total capacity and free amount per resource over the indexed nodes.
+    #[serde(skip)]
+    totals: BTreeMap<ResId, (i128, i128)>,
+}
+
+impl FlavorNodes {
+    /// Counts `node` (being added to the index, `sign` 1, or leaving it, -1) in the derived sums.
+    fn count(&mut self, node: &Node, sign: i32) {
+        for nr in &node.res {
+            let free = nr.cap - nr.used;
+            let key = (nr.res, free);
+            if sign > 0 {
+                *self.free_hist.entry(key).or_insert(0) += 1;
+            } else if let Some(n) = self.free_hist.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.free_hist.remove(&key);
+                }
+            }
+            let t = self.totals.entry(nr.res).or_insert((0, 0));
+            t.0 += i128::from(sign) * i128::from(nr.cap);
+            t.1 += i128::from(sign) * i128::from(free);
+        }
+    }
+}
+
+/// A node set as stored: the derived sums are rebuilt from the nodes when it is read back.
+#[derive(Deserialize)]
+struct NodeSetStored {
+    nodes: Vec<Arc<Node>>,
+    by_name: Arc<BTreeMap<String, NodeId>>,
+    flavors: BTreeMap<FlavorId, FlavorNodes>,
+}
+
+impl From<NodeSetStored> for NodeSet {
+    fn from(s: NodeSetStored) -> Self {
+        let mut set = NodeSet {
+            nodes: s.nodes,
+            by_name: s.by_name,
+            flavors: s.flavors,
+        };
+        for f in set.flavors.values_mut() {
+            f.free_hist.clear();
+            f.totals.clear();
+            let ids: Vec<NodeId> = f.index.iter().map(|(_, id)| *id).collect();
+            for id in ids {
+                if let Some(node) = set.nodes.get(id.idx()) {
+                    f.count(node, 1);
+                }
+            }
+        }
+        set
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(from = "NodeSetStored")]
 pub struct NodeSet {
     /// Copy-on-write: a copy of the node set (the scheduler's working copy) shares every node
     /// until one is changed, so making it costs a pointer per node, not a node.
@@ -243,17 +302,21 @@ impl NodeSet {
             return;
         }
         let k = self.key(id);
-        let f = self.nodes[id.idx()].flavor;
-        if let Some(fnodes) = self.flavors.get_mut(&f) {
-            fnodes.index.insert((k, id));
+        let node = &self.nodes[id.idx()];
+        if let Some(fnodes) = self.flavors.get_mut(&node.flavor) {
+            if fnodes.index.insert((k, id)) {
+                fnodes.count(node, 1);
+            }
         }
     }
 
     fn index_remove(&mut self, id: NodeId) {
         let k = self.key(id);
-        let f = self.nodes[id.idx()].flavor;
-        if let Some(fnodes) = self.flavors.get_mut(&f) {
-            fnodes.index.remove(&(k, id));
+        let node = &self.nodes[id.idx()];
+        if let Some(fnodes) = self.flavors.get_mut(&node.flavor) {
+            if fnodes.index.remove(&(k, id)) {
+                fnodes.count(node, -1);
+            }
         }
     }
 
@@ -587,18 +650,96 @@ impl NodeSet {
         Ok(allocs)
     }
 
+    /// Whether `count` pods of `req` could be placed on `flavor` if the allocations `released`
+    /// were given back first: what `release_many`, `try_place` and `retake_many` tell, without
+    /// changing the node set. `place` fills each node it picks as far as the pods go, so it
+    /// succeeds exactly when the pods each schedulable node can take add up to `count`; the
+    /// nodes no released pod touches are read from the index (only those whose primary
+    /// resource can take a pod).
+    pub fn fits_with_released<'a>(
+        &self,
+        flavor: FlavorId,
+        req: &[(ResId, i64)],
+        count: u32,
+        released: impl Iterator<Item = &'a PodAlloc>,
+    ) -> bool {
+        let Some(f) = self.flavors.get(&flavor) else {
+            return false;
+        };
+        if count == 0 {
+            return true;
+        }
+        // What each touched node would get back, per resource (a broken device stays held).
+        let mut freed: BTreeMap<NodeId, SmallVec<[(ResId, i64); 4]>> = BTreeMap::new();
+        for a in released {
+            let Some(node) = self.nodes.get(a.node.idx()) else {
+                continue;
+            };
+            if node.flavor != flavor || !node.schedulable() {
+                continue;
+            }
+            let back = freed.entry(a.node).or_default();
+            for (r, v) in &a.req {
+                let mut amount = *v;
+                if let (Some(nr), Some((_, idx))) = (
+                    node.res.iter().find(|x| x.res == *r),
+                    a.devices.iter().find(|(d, _)| d == r),
+                ) {
+                    amount -= idx
+                        .iter()
+                        .filter(|i| **i < 64 && nr.bad_mask & (1u64 << **i) != 0)
+                        .count() as i64;
+                }
+                match back.iter_mut().find(|(x, _)| x == r) {
+                    Some((_, sum)) => *sum += amount,
+                    None => back.push((*r, amount)),
+                }
+            }
+        }
+        let want = i64::from(count);
+        let mut total = 0i64;
+        for (id, back) in &freed {
+            let node = &self.nodes[id.idx()];
+            let mut n = want;
+            for (r, v) in req {
+                if *v <= 0 {
+                    continue;
+                }
+                let extra = back
+                    .iter()
+                    .find(|(x, _)| x == r)
+                    .map(|(_, a)| *a)
+                    .unwrap_or(0);
+                n = n.min((node.free(*r) + extra) / v);
+            }
+            total += n.max(0);
+            if total >= want {
+                return true;
+            }
+        }
+        let per_pod_primary = f
+            .primary
+            .and_then(|p| req.iter().find(|(r, _)| *r == p).map(|(_, v)| *v))
+            .unwrap_or(0);
+        for (_, id) in f.index.range((per_pod_primary, NodeId(0))..) {
+            if freed.contains_key(id) {
+                continue;
+            }
+            total += i64::from(self.nodes[id.idx()].pods_fit(req, count));
+            if total >= want {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Total and free capacity of one resource over the schedulable nodes of a flavor.
     pub fn flavor_free(&self, flavor: FlavorId, r: ResId) -> (i64, i64) {
-        let Some(f) = self.flavors.get(&flavor) else {
-            return (0, 0);
-        };
-        f.index.iter().fold((0, 0), |(c, fr), (_, id)| {
-            let n = &self.nodes[id.idx()];
-            (
-                c.saturating_add(n.capacity(r)),
-                fr.saturating_add(n.free(r)),
-            )
-        })
+        let clamp = |v: i128| i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX });
+        match self.flavors.get(&flavor).and_then(|f| f.totals.get(&r)) {
+            Some((cap, free)) => (clamp(*cap), clamp(*free)),
+            None => (0, 0),
+        }
     }
 
     /// The resources of `req` that alone keep `count` pods off the schedulable nodes of
@@ -636,8 +777,8 @@ impl NodeSet {
                     }
                     return true;
                 }
-                for (_, id) in &f.index {
-                    fit = fit.saturating_add(self.nodes[id.idx()].free(*r).max(0) / v);
+                for ((_, free), n) in f.free_hist.range((*r, *v)..=(*r, i64::MAX)).rev() {
+                    fit = fit.saturating_add((free / v).saturating_mul(i64::from(*n)));
                     if fit >= want {
                         return false;
                     }
@@ -674,6 +815,34 @@ impl NodeSet {
             }
         }
         out
+    }
+
+    /// Whether the sums derived from each flavor's indexed nodes match the nodes (invariants).
+    pub fn check_derived(&self) -> Result<(), String> {
+        for (flavor, f) in &self.flavors {
+            let mut fresh = FlavorNodes::default();
+            for (k, id) in &f.index {
+                let node = &self.nodes[id.idx()];
+                if *k != self.key(*id) || !node.schedulable() {
+                    return Err(format!("node {} is indexed stale", node.name));
+                }
+                fresh.count(node, 1);
+            }
+            fresh.totals.retain(|_, t| *t != (0, 0));
+            let totals: BTreeMap<ResId, (i128, i128)> = f
+                .totals
+                .iter()
+                .filter(|(_, t)| **t != (0, 0))
+                .map(|(r, t)| (*r, *t))
+                .collect();
+            if fresh.free_hist != f.free_hist || fresh.totals != totals {
+                return Err(format!(
+                    "flavor {}: the free-room sums drifted from its nodes",
+                    flavor.0
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Describes the free room of a flavor for messages: `3 schedulable nodes, free gpu 1 of 8`.
@@ -754,6 +923,64 @@ mod tests {
         let mask = n.res.iter().find(|r| r.res == g).and_then(|r| r.free_mask);
         assert_eq!(mask, Some(0b0110));
         assert_eq!((n.free(g), n.free(c)), (2, 16_000));
+    }
+
+    #[test]
+    fn counting_released_room_agrees_with_placing_into_it() {
+        let (mut ns, _, f, g, c) = setup(3, 4);
+        let mut allocs = Vec::new();
+        for node in 0..3u32 {
+            for pod in 0..2u8 {
+                let a = PodAlloc {
+                    node: NodeId(node),
+                    req: vec![(g, 2), (c, 10_000)],
+                    devices: vec![(g, vec![2 * pod, 2 * pod + 1])],
+                };
+                ns.take_exact(&a).unwrap();
+                allocs.push(a);
+            }
+        }
+        // A broken device stays held when its pod goes.
+        ns.set_device_health(NodeId(2), g, 0, false).unwrap();
+        for (count, gpus) in [
+            (1, 4),
+            (2, 4),
+            (3, 4),
+            (4, 2),
+            (5, 2),
+            (6, 2),
+            (7, 1),
+            (1, 5),
+        ] {
+            let req = [(g, gpus), (c, 1_000)];
+            for take in [0usize, 1, 2, 3, 4, 6] {
+                let released = &allocs[..take];
+                let counted = ns.fits_with_released(f, &req, count, released.iter());
+                ns.release_many(released.iter());
+                let placed = ns.try_place(f, &req, count).is_ok();
+                ns.retake_many(released.iter());
+                assert_eq!(
+                    counted, placed,
+                    "{count} pods of {gpus} GPUs, {take} released"
+                );
+            }
+        }
+        ns.check_derived().unwrap();
+    }
+
+    #[test]
+    fn the_free_room_sums_are_rebuilt_when_a_node_set_is_read_back() {
+        let (mut ns, _, f, g, c) = setup(3, 8);
+        ns.place(f, &[(g, 3), (c, 1_000)], 2).unwrap();
+        ns.set_cordoned(NodeId(1), true);
+        let text = serde_json::to_string(&ns).unwrap();
+        let back: NodeSet = serde_json::from_str(&text).unwrap();
+        back.check_derived().unwrap();
+        assert_eq!(back.flavor_free(f, g), ns.flavor_free(f, g));
+        assert_eq!(
+            back.short_resources(f, &[(g, 8)], 2),
+            ns.short_resources(f, &[(g, 8)], 2)
+        );
     }
 
     #[test]

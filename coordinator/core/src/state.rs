@@ -242,7 +242,7 @@ impl Workload {
         self.conditions.iter().find(|c| c.kind == kind)
     }
     fn set_condition(&mut self, kind: &str, status: bool, reason: &str, message: &str, now: Time) {
-        let c = Condition {
+        let c = || Condition {
             kind: kind.to_string(),
             status,
             reason: reason.to_string(),
@@ -252,10 +252,10 @@ impl Workload {
         match self.conditions.iter_mut().find(|c| c.kind == kind) {
             Some(old) => {
                 if old.status != status || old.reason != reason || old.message != message {
-                    *old = c;
+                    *old = c();
                 }
             }
-            None => self.conditions.push(c),
+            None => self.conditions.push(c()),
         }
     }
     /// The pending reason and message shown to users.
@@ -1256,10 +1256,15 @@ impl State {
         }
         let mut order: u32 = 0;
         for (id, reason, message) in &plan.pending {
+            // Most messages repeat what the workload shows: those need no copy of it.
+            let shows = |w: &Workload| {
+                w.state != WlState::Pending || w.pending_status() == Some((&**reason, &**message))
+            };
+            if self.workloads.get(id).is_none_or(|w| shows(w)) {
+                continue;
+            }
             if let Some(wl) = wl_mut(&mut self.workloads, id) {
-                if wl.state == WlState::Pending {
-                    wl.set_condition("QuotaReserved", false, reason, message, now);
-                }
+                wl.set_condition("QuotaReserved", false, reason, message, now);
             }
         }
         // The plan's preemptors go first in the next cycle, in the order this cycle took them:
