@@ -885,15 +885,15 @@ fn schedule_with<'a>(
     let mut ctx = Ctx::new(st, now);
     let mut plan = Plan::default();
     // Team cursors: the next pending workload of each team, in the order the cycle takes them.
-    let mut cursors: BTreeMap<TeamId, TeamCursor<'_>> = BTreeMap::new();
+    let mut cursors: Vec<Option<TeamCursor<'_>>> = (0..st.teams.len()).map(|_| None).collect();
     // Each team's head: its tournament key, and its shape fingerprint when its queue entry
     // gave it (a plain entry).
-    let mut heads: BTreeMap<TeamId, (EntryKey, Option<u128>)> = BTreeMap::new();
+    let mut heads: Vec<Option<(EntryKey, Option<u128>)>> = vec![None; st.teams.len()];
     let mut heap: BTreeSet<(EntryKey, TeamId)> = BTreeSet::new();
     for (i, team) in st.teams.iter().enumerate() {
         if !team.pending.is_empty() {
             let t = TeamId(i as u32);
-            cursors.insert(t, TeamCursor::new(st, t));
+            cursors[i] = Some(TeamCursor::new(st, t));
         }
     }
     // Bumped whenever the working state changes; memoised "waits" are valid for one generation.
@@ -919,13 +919,13 @@ fn schedule_with<'a>(
                    t: TeamId,
                    generation: u64,
                    key_parts: &mut BTreeMap<u128, (u64, bool, Share)>,
-                   cursors: &mut BTreeMap<TeamId, TeamCursor<'a>>,
-                   heads: &mut BTreeMap<TeamId, (EntryKey<'a>, Option<u128>)>,
+                   cursors: &mut [Option<TeamCursor<'a>>],
+                   heads: &mut [Option<(EntryKey<'a>, Option<u128>)>],
                    heap: &mut BTreeSet<(EntryKey<'a>, TeamId)>| {
-        if let Some((old, _)) = heads.remove(&t) {
+        if let Some((old, _)) = heads[t.idx()].take() {
             heap.remove(&(old, t));
         }
-        let Some(it) = cursors.get_mut(&t) else {
+        let Some(it) = cursors[t.idx()].as_mut() else {
             return;
         };
         let plain = it.peek_plain().filter(|q| fast && q.shape != 0);
@@ -952,13 +952,16 @@ fn schedule_with<'a>(
                 }
                 None => entry_key(ctx, st.workload(id)),
             };
-            heads.insert(t, (key, plain.map(|q| q.shape)));
+            heads[t.idx()] = Some((key, plain.map(|q| q.shape)));
             heap.insert((key, t));
         } else {
-            cursors.remove(&t);
+            cursors[t.idx()] = None;
         }
     };
-    let team_ids: Vec<TeamId> = cursors.keys().copied().collect();
+    let team_ids: Vec<TeamId> = (0..cursors.len())
+        .filter(|i| cursors[*i].is_some())
+        .map(|i| TeamId(i as u32))
+        .collect();
     for t in team_ids {
         advance(
             &mut ctx,
@@ -992,7 +995,40 @@ fn schedule_with<'a>(
         }
     };
     while let Some((key, t)) = heap.pop_first() {
-        let head_fp = heads.remove(&t).and_then(|(_, fp)| fp);
+        let head_fp = heads[t.idx()].take().and_then(|(_, fp)| fp);
+        // A plain queue entry whose shape was found waiting in this generation is settled from
+        // the entry alone, without reading the workload (with a deep backlog, most are).
+        if let (true, Some(fp)) = (fast, head_fp) {
+            let fifo = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
+            let submit = if time_matters(st, t) { key.4 } else { 0 };
+            if let Some((_, reason, message)) = fast_memo
+                .get(&(fp, submit, false))
+                .filter(|(g, _, _)| !fifo && *g == generation)
+            {
+                plan.considered += 1;
+                plan.pending.push((key.6, reason.clone(), message.clone()));
+                settle_run(
+                    st,
+                    t,
+                    generation,
+                    &fast_memo,
+                    &key_parts,
+                    &mut cursors,
+                    &heap,
+                    &mut plan,
+                );
+                advance(
+                    &mut ctx,
+                    t,
+                    generation,
+                    &mut key_parts,
+                    &mut cursors,
+                    &mut heads,
+                    &mut heap,
+                );
+                continue;
+            }
+        }
         let wl = st.workload(key.6);
         plan.considered += 1;
         let shape = if fast {
@@ -1190,7 +1226,7 @@ fn schedule_with<'a>(
                 st.teams[t.idx()].name()
             )
             .into();
-            for id in cursors.remove(&t).into_iter().flatten() {
+            for id in cursors[t.idx()].take().into_iter().flatten() {
                 plan.pending.push((id, reason.clone(), message.clone()));
             }
         } else {
@@ -1217,10 +1253,10 @@ fn schedule_with<'a>(
             );
         }
         for vt in rekey {
-            if let Some((old, fp)) = heads.remove(&vt) {
+            if let Some((old, fp)) = heads[vt.idx()].take() {
                 heap.remove(&(old, vt));
                 let key = entry_key(&mut ctx, st.workload(old.6));
-                heads.insert(vt, (key, fp));
+                heads[vt.idx()] = Some((key, fp));
                 heap.insert((key, vt));
             }
         }
@@ -1242,11 +1278,11 @@ fn settle_run(
     generation: u64,
     fast_memo: &BTreeMap<FastShape, (u64, Arc<str>, Arc<str>)>,
     key_parts: &BTreeMap<u128, (u64, bool, Share)>,
-    cursors: &mut BTreeMap<TeamId, TeamCursor<'_>>,
+    cursors: &mut [Option<TeamCursor<'_>>],
     heap: &BTreeSet<(EntryKey, TeamId)>,
     plan: &mut Plan,
 ) {
-    let Some(it) = cursors.get_mut(&t) else {
+    let Some(it) = cursors[t.idx()].as_mut() else {
         return;
     };
     let time_matters = time_matters(st, t);
