@@ -95,6 +95,20 @@ pub struct Plan {
 
 impl Plan {
     /// Whether the plan changes anything beyond messages.
+    /// The plan with its pending entries in a canonical order: preemptors waiting for their
+    /// victims first, in the plan's order (their order among them is their head start in the
+    /// next cycle), then every other entry by workload id. The order of those others carries
+    /// nothing (applying the plan sets each one's condition), and the fast cycle settles runs
+    /// of them ahead of the tournament, so two cycles that decide alike compare equal here.
+    pub fn canonical(&self) -> Plan {
+        let mut plan = self.clone();
+        let key = |(id, reason, _): &(WlId, Arc<str>, Arc<str>)| {
+            (&**reason != WAITING_FOR_VICTIMS).then_some(*id)
+        };
+        plan.pending.sort_by_key(key);
+        plan
+    }
+
     pub fn has_decisions(&self) -> bool {
         !self.admissions.is_empty() || !self.preemptions.is_empty()
     }

@@ -7,7 +7,8 @@
 //! submit time and name. Decisions are applied to a working copy of the accounting as they are
 //! made, so later workloads see earlier ones.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use allot_common::quota::{
@@ -21,7 +22,7 @@ use crate::nodes::PodAlloc;
 use crate::plan::{Plan, PlannedAdmission, PlannedPreemption};
 use crate::preemption::{self, Victim};
 use crate::quota::{self, Acct, Share};
-use crate::state::{Admission, PodSetAdmission, State, Time, Workload};
+use crate::state::{Admission, PodSetAdmission, QueueKey, State, Time, Workload};
 use crate::working::Ctx;
 use crate::working::{node_shortfall, NodeShortfall};
 
@@ -790,7 +791,7 @@ pub fn schedule_alone_with(
 struct TeamCursor<'a> {
     /// Last cycle's preemptors of the team, by their order among them.
     first: std::vec::IntoIter<(u32, WlId)>,
-    rest: std::iter::Peekable<std::collections::btree_set::Iter<'a, crate::state::QueueKey>>,
+    rest: std::iter::Peekable<std::collections::btree_set::Range<'a, QueueKey>>,
     st: &'a State,
     /// The team has preemptors: the rest of its queue skips them.
     skip: bool,
@@ -811,7 +812,21 @@ impl<'a> TeamCursor<'a> {
         TeamCursor {
             skip: !first.is_empty(),
             first: first.into_iter(),
-            rest: st.teams[t.idx()].pending.iter().peekable(),
+            rest: st.teams[t.idx()].pending.range(..).peekable(),
+            st,
+        }
+    }
+
+    /// A team's cursor that goes on after `q` (a plain entry: the team has no preemptors).
+    fn after(st: &'a State, t: TeamId, q: &QueueKey) -> Self {
+        use std::ops::Bound::{Excluded, Unbounded};
+        TeamCursor {
+            skip: false,
+            first: Vec::new().into_iter(),
+            rest: st.teams[t.idx()]
+                .pending
+                .range((Excluded(q), Unbounded))
+                .peekable(),
             st,
         }
     }
@@ -819,7 +834,7 @@ impl<'a> TeamCursor<'a> {
     /// The next workload when it is a plain queue entry (no preemptor of the team is left
     /// first, and the team has none to skip), with its queue key: what a cycle can judge from
     /// the queue alone.
-    fn peek_plain(&mut self) -> Option<&'a crate::state::QueueKey> {
+    fn peek_plain(&mut self) -> Option<&'a QueueKey> {
         if self.skip || self.first.len() > 0 {
             return None;
         }
@@ -843,12 +858,14 @@ impl Iterator for TeamCursor<'_> {
 
 /// Runs one scheduling cycle over every pending workload. Pure: the state is not changed.
 ///
-/// Its cost follows the shapes waiting and the decisions made, not the length of the queues: a
-/// workload whose shape (team, priority, pinned flavor, pod sets; see `shape_key`) was already
-/// found waiting, with nothing changed since, is settled from the queue alone, and so are the
-/// ones after it for as long as they would come out of the cross-team tournament next. It makes
-/// exactly the plan of `schedule_reference`, which takes every workload one at a time (the
-/// property test `fast_cycle_equals_reference` checks it over seeded random histories).
+/// Its cost follows the shapes waiting and the decisions made more than the length of the
+/// queues: a workload whose shape (team, priority, pinned flavor, pod sets; see `shape_key`) was
+/// already found waiting, with nothing changed since, is settled from its queue entry alone, and
+/// a team's run of such entries is settled ahead of its turn in the cross-team tournament (a
+/// decision takes back those placed after it: see `Tournament`). It makes the plan of
+/// `schedule_reference`, which takes every workload one at a time, up to the order of pending
+/// entries that carries nothing (`Plan::canonical`; the property test
+/// `fast_cycle_equals_reference` checks it over seeded random histories).
 pub fn schedule(st: &State, now: Time) -> Plan {
     schedule_with(st, now, true, None)
 }
@@ -872,8 +889,8 @@ fn time_matters(st: &State, t: TeamId) -> bool {
         == allot_common::quota::WithinTeam::LowerOrNewerEqualPriority
 }
 
-fn schedule_with<'a>(
-    st: &'a State,
+fn schedule_with(
+    st: &State,
     now: Time,
     fast: bool,
     mut cache: Option<&mut CycleCache>,
@@ -884,24 +901,13 @@ fn schedule_with<'a>(
     }
     let mut ctx = Ctx::new(st, now);
     let mut plan = Plan::default();
-    // Team cursors: the next pending workload of each team, in the order the cycle takes them.
-    let mut cursors: Vec<Option<TeamCursor<'_>>> = (0..st.teams.len()).map(|_| None).collect();
-    // Each team's head: its tournament key, and its shape fingerprint when its queue entry
-    // gave it (a plain entry).
-    let mut heads: Vec<Option<(EntryKey, Option<u128>)>> = vec![None; st.teams.len()];
-    let mut heap: BTreeSet<(EntryKey, TeamId)> = BTreeSet::new();
-    for (i, team) in st.teams.iter().enumerate() {
-        if !team.pending.is_empty() {
-            let t = TeamId(i as u32);
-            cursors[i] = Some(TeamCursor::new(st, t));
-        }
-    }
+    let mut tour = Tournament::new(st, fast);
     // Bumped whenever the working state changes; memoised "waits" are valid for one generation.
     let mut generation: u64 = 0;
     // Fast path: the (borrows, share) part of plain workloads' tournament keys per shape, for
     // one generation (the rest of the key comes from the queue entry).
-    let mut key_parts: BTreeMap<u128, (u64, bool, Share)> = BTreeMap::new();
-    let mut fast_memo: BTreeMap<FastShape, (u64, Arc<str>, Arc<str>)> = BTreeMap::new();
+    let mut key_parts: KeyParts = KeyParts::default();
+    let mut fast_memo: FastMemo = FastMemo::default();
     // The last cycle's first-generation outcomes, when the state reads as it did then.
     let fresh = cache.as_deref_mut().map(|c| {
         let fresh = c.start(st);
@@ -915,71 +921,17 @@ fn schedule_with<'a>(
         }
         fresh
     });
-    let advance = |ctx: &mut Ctx,
-                   t: TeamId,
-                   generation: u64,
-                   key_parts: &mut BTreeMap<u128, (u64, bool, Share)>,
-                   cursors: &mut [Option<TeamCursor<'a>>],
-                   heads: &mut [Option<(EntryKey<'a>, Option<u128>)>],
-                   heap: &mut BTreeSet<(EntryKey<'a>, TeamId)>| {
-        if let Some((old, _)) = heads[t.idx()].take() {
-            heap.remove(&(old, t));
+    for i in 0..st.teams.len() {
+        if tour.cursors[i].is_some() {
+            tour.advance(&mut ctx, TeamId(i as u32), generation, &mut key_parts);
         }
-        let Some(it) = cursors[t.idx()].as_mut() else {
-            return;
-        };
-        let plain = it.peek_plain().filter(|q| fast && q.shape != 0);
-        if let Some(id) = it.next() {
-            let key = match plain {
-                Some(q) => {
-                    let (b, share) = match key_parts.get(&q.shape) {
-                        Some((g, b, sh)) if *g == generation => (*b, *sh),
-                        _ => {
-                            let k = entry_key(ctx, st.workload(id));
-                            key_parts.insert(q.shape, (generation, k.1, k.2));
-                            (k.1, k.2)
-                        }
-                    };
-                    (
-                        u32::MAX,
-                        b,
-                        share,
-                        q.neg_priority,
-                        q.submit,
-                        q.name.as_str(),
-                        q.id,
-                    )
-                }
-                None => entry_key(ctx, st.workload(id)),
-            };
-            heads[t.idx()] = Some((key, plain.map(|q| q.shape)));
-            heap.insert((key, t));
-        } else {
-            cursors[t.idx()] = None;
-        }
-    };
-    let team_ids: Vec<TeamId> = (0..cursors.len())
-        .filter(|i| cursors[*i].is_some())
-        .map(|i| TeamId(i as u32))
-        .collect();
-    for t in team_ids {
-        advance(
-            &mut ctx,
-            t,
-            generation,
-            &mut key_parts,
-            &mut cursors,
-            &mut heads,
-            &mut heap,
-        );
     }
     let mut victim_teams: BTreeSet<TeamId> = BTreeSet::new();
     let mut preemptor_teams: BTreeSet<TeamId> = BTreeSet::new();
     let mut memo: BTreeMap<ShapeKey, (u64, Arc<str>, Arc<str>)> = BTreeMap::new();
     // Keeps this cycle's first-generation outcomes for the next (before any decision).
     let mut fresh = fresh;
-    let mut keep = |fast_memo: &BTreeMap<FastShape, (u64, Arc<str>, Arc<str>)>,
-                    key_parts: &BTreeMap<u128, (u64, bool, Share)>| {
+    let mut keep = |fast_memo: &FastMemo, key_parts: &KeyParts| {
         if let (Some(c), Some(fresh)) = (cache.as_deref_mut(), fresh.take()) {
             c.store(
                 fresh,
@@ -994,8 +946,7 @@ fn schedule_with<'a>(
             );
         }
     };
-    while let Some((key, t)) = heap.pop_first() {
-        let head_fp = heads[t.idx()].take().and_then(|(_, fp)| fp);
+    while let Some((key, place, t, head_fp)) = tour.pop() {
         // A plain queue entry whose shape was found waiting in this generation is settled from
         // the entry alone, without reading the workload (with a deep backlog, most are).
         if let (true, Some(fp)) = (fast, head_fp) {
@@ -1007,25 +958,8 @@ fn schedule_with<'a>(
             {
                 plan.considered += 1;
                 plan.pending.push((key.6, reason.clone(), message.clone()));
-                settle_run(
-                    st,
-                    t,
-                    generation,
-                    &fast_memo,
-                    &key_parts,
-                    &mut cursors,
-                    &heap,
-                    &mut plan,
-                );
-                advance(
-                    &mut ctx,
-                    t,
-                    generation,
-                    &mut key_parts,
-                    &mut cursors,
-                    &mut heads,
-                    &mut heap,
-                );
+                tour.run_ahead(t, generation, &fast_memo, &key_parts, &mut plan);
+                tour.advance(&mut ctx, t, generation, &mut key_parts);
                 continue;
             }
         }
@@ -1098,11 +1032,16 @@ fn schedule_with<'a>(
                 }
             }
         }
-        if !matches!(&outcome, Outcome::Pending { hold, .. } if hold.is_empty()) {
+        let decided = !matches!(&outcome, Outcome::Pending { hold, .. } if hold.is_empty());
+        if decided {
             if generation == 0 {
                 keep(&fast_memo, &key_parts);
             }
             generation += 1;
+            // Runs settled ahead of this decision's place in the tournament were settled on
+            // the state before it: those of their entries that come after it are taken back.
+            tour.take_back_after(&place, &mut plan);
+            tour.new_window();
         }
         let mut blocked = false;
         let mut rekey: BTreeSet<TeamId> = BTreeSet::new();
@@ -1226,97 +1165,284 @@ fn schedule_with<'a>(
                 st.teams[t.idx()].name()
             )
             .into();
-            for id in cursors[t.idx()].take().into_iter().flatten() {
+            for id in tour.cursors[t.idx()].take().into_iter().flatten() {
                 plan.pending.push((id, reason.clone(), message.clone()));
             }
         } else {
-            if fast && st.teams[t.idx()].spec.queueing != QueueingStrategy::StrictFIFO {
-                settle_run(
-                    st,
-                    t,
-                    generation,
-                    &fast_memo,
-                    &key_parts,
-                    &mut cursors,
-                    &heap,
-                    &mut plan,
-                );
-            }
-            advance(
-                &mut ctx,
-                t,
-                generation,
-                &mut key_parts,
-                &mut cursors,
-                &mut heads,
-                &mut heap,
-            );
+            tour.run_ahead(t, generation, &fast_memo, &key_parts, &mut plan);
+            tour.advance(&mut ctx, t, generation, &mut key_parts);
         }
         for vt in rekey {
-            if let Some((old, fp)) = heads[vt.idx()].take() {
-                heap.remove(&(old, vt));
-                let key = entry_key(&mut ctx, st.workload(old.6));
-                heads[vt.idx()] = Some((key, fp));
-                heap.insert((key, vt));
-            }
+            tour.rekey(&mut ctx, vt);
         }
     }
+    tour.commit_all(&mut plan);
     keep(&fast_memo, &key_parts);
     plan
 }
 
-/// Settles, from the queue alone, the run of team `t`'s next workloads that the reference loop
-/// would take next and find waiting again: each is a plain queue entry whose shape was found
-/// waiting in this generation (nothing changed since), and whose tournament key (its shape's
-/// cached part, then the queue order) comes before every other team's head. Each gets the
-/// memoised reason and message, as the reference gives it. The first workload that is not such
-/// is left for `advance`.
-#[allow(clippy::too_many_arguments)]
-fn settle_run(
-    st: &State,
-    t: TeamId,
-    generation: u64,
-    fast_memo: &BTreeMap<FastShape, (u64, Arc<str>, Arc<str>)>,
-    key_parts: &BTreeMap<u128, (u64, bool, Share)>,
-    cursors: &mut [Option<TeamCursor<'_>>],
-    heap: &BTreeSet<(EntryKey, TeamId)>,
-    plan: &mut Plan,
-) {
-    let Some(it) = cursors[t.idx()].as_mut() else {
-        return;
-    };
-    let time_matters = time_matters(st, t);
-    let rival = heap.first().map(|(k, _)| k);
-    while let Some(q) = it.peek_plain() {
-        if q.shape == 0 {
+/// Per plain shape, the generation its tournament-key part was computed in, and the part.
+type KeyParts = HashMap<u128, (u64, bool, Share), BuildHasherDefault<FingerprintHasher>>;
+/// Per fast shape, the generation it was found waiting in, with its reason and message.
+type FastMemo =
+    HashMap<FastShape, (u64, Arc<str>, Arc<str>), BuildHasherDefault<FingerprintHasher>>;
+
+/// The hasher of the cycle's per-shape maps, whose keys start with a 128-bit SipHash
+/// fingerprint: already uniform, so it needs only folding. Looked up once per queue entry, they
+/// are the fast cycle's inner loop. Never iterated where the order could change a result (only
+/// into ordered maps).
+#[derive(Default)]
+struct FingerprintHasher(u64);
+
+impl Hasher for FingerprintHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = (self.0.rotate_left(5) ^ (v as u64) ^ ((v >> 64) as u64))
+            .wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_i64(&mut self, v: i64) {
+        self.0 = (self.0.rotate_left(5) ^ v as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(v)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// How many entries a team's run may settle ahead of the tournament at a time: what one decision
+/// can make a cycle take back and settle again, per team.
+const RUN_AHEAD: usize = 64;
+
+/// A team's entries settled ahead of the tournament since its last turn, not yet in the plan:
+/// plain queue entries whose shape was found waiting in the current generation. Where each one
+/// falls in the tournament is its place key: the highest tournament key of the team's entries
+/// up to it in this window (the tournament merges the teams' queues, so an entry comes out
+/// right after the others' entries below its place key: see `Tournament`).
+#[derive(Default)]
+struct Run<'a> {
+    entries: Vec<(&'a QueueKey, Arc<str>, Arc<str>)>,
+    /// Where the place key rises: (index into `entries`, that entry's own tournament key).
+    rises: Vec<(usize, EntryKey<'a>)>,
+}
+
+/// The cross-team tournament: each team's queue in the order a cycle takes it (`TeamCursor`),
+/// and a heap of the teams' heads; the least head is taken next.
+///
+/// Between two decisions (a window: the working state does not change), heads' keys stay as
+/// they were computed, and taking the least head each time merges the teams' sequences: an
+/// entry comes out before another team's entry exactly when its place key (the highest key of
+/// its team's entries in the window up to it) is below the other's. So the fast cycle may
+/// settle a team's run of memoised waits ahead of its turn (`run_ahead`), keyed by place, and
+/// when a decision comes, take back the entries placed after it (`take_back_after`): those
+/// the reference takes after the state changed. The heap is keyed by place key in the fast
+/// cycle (by the head's own key in the reference: the same order, as shown), and rekeyed to the
+/// heads' own keys when a window starts.
+struct Tournament<'a> {
+    st: &'a State,
+    fast: bool,
+    cursors: Vec<Option<TeamCursor<'a>>>,
+    /// Each team's head: its own tournament key, its place key, and its shape fingerprint when
+    /// its queue entry gave it (a plain entry).
+    heads: Vec<Option<(EntryKey<'a>, EntryKey<'a>, Option<u128>)>>,
+    heap: BTreeSet<(EntryKey<'a>, TeamId)>,
+    /// Each team's place key so far in this window.
+    placed: Vec<Option<EntryKey<'a>>>,
+    runs: Vec<Run<'a>>,
+}
+
+impl<'a> Tournament<'a> {
+    fn new(st: &'a State, fast: bool) -> Self {
+        let n = st.teams.len();
+        Tournament {
+            st,
+            fast,
+            cursors: (0..n)
+                .map(|i| {
+                    (!st.teams[i].pending.is_empty()).then(|| TeamCursor::new(st, TeamId(i as u32)))
+                })
+                .collect(),
+            heads: vec![None; n],
+            heap: BTreeSet::new(),
+            placed: vec![None; n],
+            runs: (0..n).map(|_| Run::default()).collect(),
+        }
+    }
+
+    /// The least head: its key, its place key, its team and its shape fingerprint (plain
+    /// entries).
+    fn pop(&mut self) -> Option<(EntryKey<'a>, EntryKey<'a>, TeamId, Option<u128>)> {
+        let (place, t) = self.heap.pop_first()?;
+        let (key, _, fp) = self.heads[t.idx()].take()?;
+        self.placed[t.idx()] = Some(place);
+        Some((key, place, t, fp))
+    }
+
+    /// Makes team `t`'s next workload its head.
+    fn advance(&mut self, ctx: &mut Ctx, t: TeamId, generation: u64, key_parts: &mut KeyParts) {
+        let st = self.st;
+        if let Some((_, place, _)) = self.heads[t.idx()].take() {
+            self.heap.remove(&(place, t));
+        }
+        let Some(it) = self.cursors[t.idx()].as_mut() else {
+            return;
+        };
+        let plain = it.peek_plain().filter(|q| self.fast && q.shape != 0);
+        let Some(id) = it.next() else {
+            self.cursors[t.idx()] = None;
+            return;
+        };
+        let key = match plain {
+            Some(q) => {
+                let (b, share) = match key_parts.get(&q.shape) {
+                    Some((g, b, sh)) if *g == generation => (*b, *sh),
+                    _ => {
+                        let k = entry_key(ctx, st.workload(id));
+                        key_parts.insert(q.shape, (generation, k.1, k.2));
+                        (k.1, k.2)
+                    }
+                };
+                plain_key(q, b, share)
+            }
+            None => entry_key(ctx, st.workload(id)),
+        };
+        let place = match self.placed[t.idx()] {
+            Some(p) if self.fast && p > key => p,
+            _ => key,
+        };
+        self.heads[t.idx()] = Some((key, place, plain.map(|q| q.shape)));
+        self.heap.insert((place, t));
+    }
+
+    /// Settles ahead, from the queue alone, up to `RUN_AHEAD` of team `t`'s next entries that
+    /// are plain and whose shape was found waiting in this generation (fast cycle, teams that
+    /// are not StrictFIFO). The team's previous run goes into the plan first: it is placed
+    /// before the team's last turn, so no later decision can come before it.
+    fn run_ahead(
+        &mut self,
+        t: TeamId,
+        generation: u64,
+        fast_memo: &FastMemo,
+        key_parts: &KeyParts,
+        plan: &mut Plan,
+    ) {
+        let st = self.st;
+        if !self.fast || st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO {
             return;
         }
-        let Some((_, reason, message)) = fast_memo
-            .get(&(q.shape, if time_matters { q.submit } else { 0 }, false))
-            .filter(|(g, _, _)| *g == generation)
-        else {
+        let run = std::mem::take(&mut self.runs[t.idx()]);
+        commit(run.entries, plan);
+        let Some(it) = self.cursors[t.idx()].as_mut() else {
             return;
         };
-        let Some((_, b, share)) = key_parts.get(&q.shape).filter(|(g, _, _)| *g == generation)
-        else {
+        let time_matters = time_matters(st, t);
+        let mut run = Run::default();
+        let mut place = self.placed[t.idx()];
+        while run.entries.len() < RUN_AHEAD {
+            let Some(q) = it.peek_plain().filter(|q| q.shape != 0) else {
+                break;
+            };
+            let Some((_, reason, message)) = fast_memo
+                .get(&(q.shape, if time_matters { q.submit } else { 0 }, false))
+                .filter(|(g, _, _)| *g == generation)
+            else {
+                break;
+            };
+            let Some((_, b, share)) = key_parts.get(&q.shape).filter(|(g, _, _)| *g == generation)
+            else {
+                break;
+            };
+            let key = plain_key(q, *b, *share);
+            if place.is_none_or(|p| key > p) {
+                run.rises.push((run.entries.len(), key));
+                place = Some(key);
+            }
+            run.entries.push((q, reason.clone(), message.clone()));
+            it.next();
+        }
+        self.placed[t.idx()] = place;
+        self.runs[t.idx()] = run;
+    }
+
+    /// A decision placed at `at` was made: every run's entries placed before it go into the
+    /// plan, and those placed after it are taken back, their team's head again the first of
+    /// them (with the key it had: it became head before the decision).
+    fn take_back_after(&mut self, at: &EntryKey<'a>, plan: &mut Plan) {
+        let at = *at;
+        for i in 0..self.runs.len() {
+            let mut run = std::mem::take(&mut self.runs[i]);
+            let Some(&(cut, key)) = run.rises.iter().find(|(_, k)| *k > at) else {
+                commit(run.entries, plan);
+                continue;
+            };
+            let back = run.entries.split_off(cut);
+            commit(run.entries, plan);
+            let first = back[0].0;
+            let t = TeamId(i as u32);
+            if let Some((_, place, _)) = self.heads[i].take() {
+                self.heap.remove(&(place, t));
+            }
+            self.cursors[i] = Some(TeamCursor::after(self.st, t, first));
+            self.heads[i] = Some((key, key, Some(first.shape)));
+            self.heap.insert((key, t));
+        }
+    }
+
+    /// Recomputes team `vt`'s head key (its team lost workloads to a preemption).
+    fn rekey(&mut self, ctx: &mut Ctx, vt: TeamId) {
+        if let Some((old, place, fp)) = self.heads[vt.idx()].take() {
+            self.heap.remove(&(place, vt));
+            let key = entry_key(ctx, self.st.workload(old.6));
+            self.heads[vt.idx()] = Some((key, key, fp));
+            self.heap.insert((key, vt));
+        }
+    }
+
+    /// A decision changed the working state: a new window starts, with every head placed at
+    /// its own key.
+    fn new_window(&mut self) {
+        if !self.fast {
             return;
-        };
-        if let Some(r) = rival {
-            let mine = (
-                u32::MAX,
-                *b,
-                *share,
-                q.neg_priority,
-                q.submit,
-                q.name.as_str(),
-                q.id,
-            );
-            if mine > (r.0, r.1, r.2, r.3, r.4, r.5, r.6) {
-                return;
+        }
+        self.heap.clear();
+        for (i, h) in self.heads.iter_mut().enumerate() {
+            if let Some((key, place, _)) = h {
+                *place = *key;
+                self.heap.insert((*key, TeamId(i as u32)));
             }
         }
-        it.next();
-        plan.considered += 1;
-        plan.pending.push((q.id, reason.clone(), message.clone()));
+        self.placed.iter_mut().for_each(|p| *p = None);
     }
+
+    fn commit_all(&mut self, plan: &mut Plan) {
+        for run in &mut self.runs {
+            commit(std::mem::take(&mut run.entries), plan);
+        }
+    }
+}
+
+/// A plain entry's tournament key: its shape's (borrows, share) part, then its queue order.
+fn plain_key(q: &QueueKey, borrows: bool, share: Share) -> EntryKey<'_> {
+    (
+        u32::MAX,
+        borrows,
+        share,
+        q.neg_priority,
+        q.submit,
+        q.name.as_str(),
+        q.id,
+    )
+}
+
+/// Puts settled entries into the plan.
+fn commit(entries: Vec<(&QueueKey, Arc<str>, Arc<str>)>, plan: &mut Plan) {
+    plan.considered += entries.len();
+    plan.pending
+        .extend(entries.into_iter().map(|(q, r, m)| (q.id, r, m)));
 }

@@ -4,7 +4,9 @@
 //! few shapes wait in several teams at once (the case the fast cycle settles from the queues
 //! alone) and so that arrivals often change nothing else (the case the cache reuses the last
 //! cycle's outcomes), all must make the identical plan at every step: the same admissions with
-//! the same placements, the same preemptions, targets and pending messages, in the same order.
+//! the same placements, the same preemptions, targets and pending messages, in the same order
+//! (`Plan::canonical`: preemptors' pending entries in order, the others, whose order carries
+//! nothing, by workload id).
 //!
 //! `ALLOT_EQUIV_SEEDS=N` runs N seeds (default 120, 40 in debug builds); `ALLOT_EQUIV_SEED=S`
 //! replays one.
@@ -170,9 +172,9 @@ fn history(seed: u64) -> Result<(usize, u64), String> {
             }
         }
         for cycle in 0..20 {
-            let plan = schedule(&st, now);
-            let cached = schedule_cached(&st, now, &mut cache);
-            let reference = schedule_reference(&st, now);
+            let plan = schedule(&st, now).canonical();
+            let cached = schedule_cached(&st, now, &mut cache).canonical();
+            let reference = schedule_reference(&st, now).canonical();
             compared += 1;
             if plan != reference {
                 return Err(format!(
