@@ -277,6 +277,22 @@ fn contended_cases() {
             "contended {nodes} nodes, {teams} teams, {pending} submitted ({waiting} pending after settling; set up in {:.1}s)",
             setup.elapsed().as_secs_f64()
         );
+        // What the leader copies for every cycle it hands off its raft thread.
+        let mut copies: Vec<std::time::Duration> = (0..11)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                let copy = black_box(st.clone());
+                let took = started.elapsed();
+                drop(copy);
+                took
+            })
+            .collect();
+        copies.sort();
+        eprintln!(
+            "  state copy: p50 {:.2} ms over {} copies",
+            copies[copies.len() / 2].as_secs_f64() * 1000.0,
+            copies.len()
+        );
         percentiles(
             "  schedule_cached",
             stream(&mut st.clone(), teams, steps, Cycle::Cached),

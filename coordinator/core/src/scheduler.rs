@@ -889,12 +889,7 @@ fn time_matters(st: &State, t: TeamId) -> bool {
         == allot_common::quota::WithinTeam::LowerOrNewerEqualPriority
 }
 
-fn schedule_with(
-    st: &State,
-    now: Time,
-    fast: bool,
-    mut cache: Option<&mut CycleCache>,
-) -> Plan {
+fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut CycleCache>) -> Plan {
     // Nothing to decide: skip the working copy (the node set is most of a cycle's cost then).
     if !st.has_pending() {
         return Plan::default();
@@ -1435,7 +1430,7 @@ fn plain_key(q: &QueueKey, borrows: bool, share: Share) -> EntryKey<'_> {
         share,
         q.neg_priority,
         q.submit,
-        q.name.as_str(),
+        &q.name,
         q.id,
     )
 }

@@ -14,6 +14,7 @@ use allot_common::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::chunked::{NameMap, WlMap};
 use crate::ids::{CohortId, FlavorId, FrId, FrVec, Interner, NodeId, ResId, TeamId, WlId};
 use crate::nodes::PodAlloc;
 pub use crate::plan::{Admission, PodSetAdmission};
@@ -37,10 +38,12 @@ pub struct TeamRt {
     pub quotas: Vec<(FrId, ResourceQuota)>,
     quota_idx: Vec<Option<ResourceQuota>>,
     pub groups: Vec<GroupRt>,
-    /// Pending workloads in queue order: higher priority, earlier submission, name.
-    pub pending: BTreeSet<QueueKey>,
-    /// Workloads holding quota (admitted, running or being evicted).
-    pub admitted: BTreeSet<WlId>,
+    /// Pending workloads in queue order: higher priority, earlier submission, name. Shared
+    /// between copies of the state (one per cycle the leader computes) until one side changes
+    /// it, like the workloads.
+    pub pending: Arc<BTreeSet<QueueKey>>,
+    /// Workloads holding quota (admitted, running or being evicted). Shared like `pending`.
+    pub admitted: Arc<BTreeSet<WlId>>,
 }
 
 impl TeamRt {
@@ -77,7 +80,9 @@ pub struct CohortRt {
 pub struct QueueKey {
     pub neg_priority: i64,
     pub submit: Time,
-    pub name: String,
+    /// Shared, so copying a queue (every cycle the leader runs copies the state) allocates no
+    /// name.
+    pub name: Arc<str>,
     pub id: WlId,
     /// The workload's shape fingerprint (`Workload::shape_fingerprint`), so a cycle can tell
     /// workloads of one shape apart from the queue alone. Not part of the order (the id is
@@ -205,7 +210,7 @@ impl Workload {
         QueueKey {
             neg_priority: -i64::from(self.priority),
             submit: self.submit_time,
-            name: self.spec.name.clone(),
+            name: self.spec.name.as_str().into(),
             id: self.id,
             shape: self.shape_fingerprint(),
         }
@@ -339,9 +344,9 @@ pub struct State {
     pub cohort_specs: BTreeMap<String, CohortSpec>,
     /// Copy-on-write, like the node set: copying the state (for a snapshot written off the
     /// raft thread) shares every workload until one changes.
-    pub workloads: BTreeMap<WlId, Arc<Workload>>,
+    pub workloads: WlMap<Arc<Workload>>,
     /// Workloads by (name, team): a name is unique within its team only.
-    pub by_name: BTreeMap<(Arc<str>, TeamId), WlId>,
+    pub by_name: NameMap,
     pub acct: Acct,
     /// Whether admission must place pods on nodes (false: quota-only, as `allot simulate`
     /// without nodes).
@@ -401,8 +406,8 @@ impl State {
             team_ids: BTreeMap::new(),
             cohorts: Vec::new(),
             cohort_specs: BTreeMap::new(),
-            workloads: BTreeMap::new(),
-            by_name: BTreeMap::new(),
+            workloads: WlMap::default(),
+            by_name: NameMap::default(),
             acct: Acct::default(),
             placement: false,
             next_id: 1,
@@ -436,10 +441,7 @@ impl State {
 
     /// Every workload named `name`, one per team at most.
     pub fn named<'a>(&'a self, name: &str) -> impl Iterator<Item = WlId> + 'a {
-        let key: Arc<str> = name.into();
-        self.by_name
-            .range((key.clone(), TeamId(0))..=(key, TeamId(u32::MAX)))
-            .map(|(_, id)| *id)
+        self.by_name.named(name)
     }
 
     /// The workload named `name`, when one team has it; when several do, an error naming
@@ -564,8 +566,8 @@ impl State {
                     quotas: Vec::new(),
                     quota_idx: Vec::new(),
                     groups: Vec::new(),
-                    pending: BTreeSet::new(),
-                    admitted: BTreeSet::new(),
+                    pending: Arc::default(),
+                    admitted: Arc::default(),
                 });
                 self.acct.team_usage.push(FrVec::default());
                 id
@@ -814,7 +816,7 @@ impl State {
         let wl = self.new_workload(spec, team, priority, pinned, pod_reqs, now);
         let id = wl.id;
         self.next_id += 1;
-        self.teams[team.idx()].pending.insert(wl.queue_key());
+        Arc::make_mut(&mut self.teams[team.idx()].pending).insert(wl.queue_key());
         self.by_name
             .insert((wl.spec.name.as_str().into(), team), id);
         self.workloads.insert(id, Arc::new(wl));
@@ -1166,7 +1168,7 @@ impl State {
     fn dequeue(&mut self, id: WlId) {
         let wl = &self.workloads[&id];
         let key = wl.queue_key();
-        self.teams[wl.team.idx()].pending.remove(&key);
+        Arc::make_mut(&mut self.teams[wl.team.idx()].pending).remove(&key);
     }
 
     /// Gives back a workload's quota and node allocations.
@@ -1199,7 +1201,7 @@ impl State {
                 }
             }
         }
-        self.teams[team.idx()].admitted.remove(&id);
+        Arc::make_mut(&mut self.teams[team.idx()].admitted).remove(&id);
     }
 
     /// Eviction finished (pods gone): quota is released and the workload is requeued with its
@@ -1236,7 +1238,7 @@ impl State {
         );
         let key = wl.queue_key();
         let team = wl.team;
-        self.teams[team.idx()].pending.insert(key);
+        Arc::make_mut(&mut self.teams[team.idx()].pending).insert(key);
         vec![Event::Requeued { wl: id }]
     }
 
@@ -1419,7 +1421,7 @@ impl State {
             c.reason = "QuotaReserved".into();
             c.time = now;
         }
-        self.teams[team.idx()].admitted.insert(id);
+        Arc::make_mut(&mut self.teams[team.idx()].admitted).insert(id);
         Ok(vec![Event::Admitted { wl: id }])
     }
 
@@ -1559,10 +1561,7 @@ fn node_failed(name: &str, why: &str, pods: &str) -> String {
 }
 
 /// A workload to change: its own copy once a copy of the state shares it.
-fn wl_mut<'a>(
-    workloads: &'a mut BTreeMap<WlId, Arc<Workload>>,
-    id: &WlId,
-) -> Option<&'a mut Workload> {
+fn wl_mut<'a>(workloads: &'a mut WlMap<Arc<Workload>>, id: &WlId) -> Option<&'a mut Workload> {
     workloads.get_mut(id).map(Arc::make_mut)
 }
 
