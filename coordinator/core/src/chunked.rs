@@ -124,9 +124,23 @@ impl<V: Clone> FromIterator<(WlId, V)> for WlMap<V> {
     }
 }
 
+/// A map of known length (binary formats need it up front), entry by entry.
+fn serialize_entries<'a, S: Serializer, K: Serialize + 'a, V: Serialize + 'a>(
+    s: S,
+    len: usize,
+    entries: impl Iterator<Item = (&'a K, &'a V)>,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(len))?;
+    for (k, v) in entries {
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
+}
+
 impl<V: Clone + Serialize> Serialize for WlMap<V> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.iter())
+        serialize_entries(s, self.len, self.iter())
     }
 }
 
@@ -205,7 +219,7 @@ impl NameMap {
 
 impl Serialize for NameMap {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.buckets.iter().flat_map(|b| b.iter()))
+        serialize_entries(s, self.len(), self.buckets.iter().flat_map(|b| b.iter()))
     }
 }
 
