@@ -11,7 +11,7 @@
 //! `NameMap`, workloads by (name, team), is shared the same way in buckets by a hash of the
 //! name (all of one name's entries in one bucket).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -21,63 +21,153 @@ use crate::ids::{TeamId, WlId};
 /// Ids per chunk.
 const CHUNK: u64 = 256;
 
+/// The most chunks the dense window spans (2^20 chunks: 268 million consecutive ids, 8 MiB of
+/// pointers at most). Ids are handed out in order, so live ones stay within it; an id that would
+/// stretch it further (only a damaged or hand-made state has one) goes to `outside`.
+const MAX_SPAN: u64 = 1 << 20;
+
 #[derive(Clone, Debug)]
 pub struct WlMap<V> {
-    chunks: BTreeMap<u64, Arc<BTreeMap<WlId, V>>>,
+    /// Chunk `base + i` at index `i`: ids `(base + i) * CHUNK ..` up to the next chunk, a slot
+    /// per id. Emptied chunks at either end are dropped, so the window follows the live ids.
+    window: VecDeque<Option<Arc<Chunk<V>>>>,
+    base: u64,
+    /// Entries whose chunk lies outside the window and could not join it.
+    outside: BTreeMap<WlId, V>,
     len: usize,
+}
+
+#[derive(Clone, Debug)]
+struct Chunk<V> {
+    slots: Vec<Option<V>>,
+    used: usize,
 }
 
 impl<V> Default for WlMap<V> {
     fn default() -> Self {
         WlMap {
-            chunks: BTreeMap::new(),
+            window: VecDeque::new(),
+            base: 0,
+            outside: BTreeMap::new(),
             len: 0,
         }
     }
 }
 
-fn chunk_of(id: &WlId) -> u64 {
-    id.0 / CHUNK
+/// The chunk and the slot of `id`.
+fn place(id: &WlId) -> (u64, usize) {
+    (id.0 / CHUNK, (id.0 % CHUNK) as usize)
 }
 
 impl<V: Clone> WlMap<V> {
+    /// The window index of chunk `c`, if the window covers it.
+    fn index(&self, c: u64) -> Option<usize> {
+        let i = c.checked_sub(self.base)?;
+        (i < self.window.len() as u64).then_some(i as usize)
+    }
+
     pub fn get(&self, id: &WlId) -> Option<&V> {
-        self.chunks.get(&chunk_of(id))?.get(id)
+        let (c, i) = place(id);
+        match self.index(c) {
+            Some(w) => self.window[w].as_ref()?.slots[i].as_ref(),
+            None => self.outside.get(id),
+        }
     }
 
     /// The value to change: its chunk is copied first if a copy of the map still shares it.
     pub fn get_mut(&mut self, id: &WlId) -> Option<&mut V> {
-        let chunk = self.chunks.get_mut(&chunk_of(id))?;
-        if !chunk.contains_key(id) {
-            return None;
+        let (c, i) = place(id);
+        match self.index(c) {
+            Some(w) => {
+                let chunk = self.window[w].as_mut()?;
+                chunk.slots[i].as_ref()?;
+                Arc::make_mut(chunk).slots[i].as_mut()
+            }
+            None => self.outside.get_mut(id),
         }
-        Arc::make_mut(chunk).get_mut(id)
     }
 
     pub fn contains_key(&self, id: &WlId) -> bool {
         self.get(id).is_some()
     }
 
+    /// Stretches the window to cover chunk `c` if that keeps it within `MAX_SPAN`.
+    fn cover(&mut self, c: u64) -> Option<usize> {
+        if self.window.is_empty() {
+            self.base = c;
+            self.window.push_back(None);
+            return Some(0);
+        }
+        if c < self.base {
+            let grow = self.base - c;
+            if grow + self.window.len() as u64 > MAX_SPAN {
+                return None;
+            }
+            for _ in 0..grow {
+                self.window.push_front(None);
+            }
+            self.base = c;
+            return Some(0);
+        }
+        let i = c - self.base;
+        if i >= MAX_SPAN {
+            return None;
+        }
+        while self.window.len() as u64 <= i {
+            self.window.push_back(None);
+        }
+        Some(i as usize)
+    }
+
     pub fn insert(&mut self, id: WlId, v: V) -> Option<V> {
-        let chunk = self.chunks.entry(chunk_of(&id)).or_default();
-        let old = Arc::make_mut(chunk).insert(id, v);
+        let (c, i) = place(&id);
+        let Some(w) = self.index(c).or_else(|| self.cover(c)) else {
+            let old = self.outside.insert(id, v);
+            if old.is_none() {
+                self.len += 1;
+            }
+            return old;
+        };
+        let chunk = self.window[w].get_or_insert_with(|| {
+            Arc::new(Chunk {
+                slots: vec![None; CHUNK as usize],
+                used: 0,
+            })
+        });
+        let chunk = Arc::make_mut(chunk);
+        let old = chunk.slots[i].replace(v);
         if old.is_none() {
+            chunk.used += 1;
             self.len += 1;
         }
         old
     }
 
     pub fn remove(&mut self, id: &WlId) -> Option<V> {
-        let c = chunk_of(id);
-        let chunk = self.chunks.get_mut(&c)?;
-        if !chunk.contains_key(id) {
-            return None;
-        }
-        let old = Arc::make_mut(chunk).remove(id);
-        if chunk.is_empty() {
-            self.chunks.remove(&c);
-        }
+        let (c, i) = place(id);
+        let Some(w) = self.index(c) else {
+            let old = self.outside.remove(id);
+            if old.is_some() {
+                self.len -= 1;
+            }
+            return old;
+        };
+        let shared = self.window[w].as_mut()?;
+        shared.slots[i].as_ref()?;
+        let chunk = Arc::make_mut(shared);
+        let old = chunk.slots[i].take();
+        chunk.used -= 1;
         self.len -= 1;
+        if chunk.used == 0 {
+            self.window[w] = None;
+            while self.window.front().is_some_and(|c| c.is_none()) {
+                self.window.pop_front();
+                self.base += 1;
+            }
+            while self.window.back().is_some_and(|c| c.is_none()) {
+                self.window.pop_back();
+            }
+        }
         old
     }
 
@@ -90,11 +180,23 @@ impl<V: Clone> WlMap<V> {
     }
 
     /// Entries in id order.
-    pub fn iter(&self) -> impl Iterator<Item = (&WlId, &V)> {
-        self.chunks.values().flat_map(|c| c.iter())
+    pub fn iter(&self) -> impl Iterator<Item = (WlId, &V)> {
+        let first = self.base * CHUNK;
+        let below = self.outside.range(..WlId(first)).map(|(k, v)| (*k, v));
+        let above = self.outside.range(WlId(first)..).map(|(k, v)| (*k, v));
+        let base = self.base;
+        let inside = self.window.iter().enumerate().flat_map(move |(w, chunk)| {
+            chunk.iter().flat_map(move |chunk| {
+                chunk.slots.iter().enumerate().filter_map(move |(i, v)| {
+                    v.as_ref()
+                        .map(|v| (WlId((base + w as u64) * CHUNK + i as u64), v))
+                })
+            })
+        });
+        below.chain(inside).chain(above)
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &WlId> {
+    pub fn keys(&self) -> impl Iterator<Item = WlId> + '_ {
         self.iter().map(|(k, _)| k)
     }
 
@@ -140,7 +242,12 @@ fn serialize_entries<'a, S: Serializer, K: Serialize + 'a, V: Serialize + 'a>(
 
 impl<V: Clone + Serialize> Serialize for WlMap<V> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        serialize_entries(s, self.len, self.iter())
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.len))?;
+        for (k, v) in self.iter() {
+            map.serialize_entry(&k, v)?;
+        }
+        map.end()
     }
 }
 
@@ -247,12 +354,15 @@ mod tests {
         assert_eq!(b.get(&WlId(5)), Some(&5));
         // Only the changed chunk was copied.
         let shared = a
-            .chunks
-            .values()
-            .zip(b.chunks.values())
-            .filter(|(x, y)| Arc::ptr_eq(x, y))
+            .window
+            .iter()
+            .zip(&b.window)
+            .filter(|(x, y)| match (x, y) {
+                (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+                _ => false,
+            })
             .count();
-        assert_eq!(shared, a.chunks.len() - 1);
+        assert_eq!(shared, a.window.len() - 1);
         assert_eq!(a.remove(&WlId(5)), Some(99));
         assert_eq!(a.remove(&WlId(5)), None);
         assert_eq!((a.len(), b.len()), (999, 1000));
@@ -275,7 +385,7 @@ mod tests {
 
     #[test]
     fn iterates_in_id_order_and_stores_as_an_ordered_map() {
-        let ids = [700u64, 3, 256, 255, 1_000_000, 0];
+        let ids = [700u64, 3, 256, 255, 1 << 50, 0];
         let m: WlMap<u64> = ids.iter().map(|i| (WlId(*i), *i)).collect();
         let mut sorted = ids.to_vec();
         sorted.sort();
@@ -293,6 +403,6 @@ mod tests {
         for i in ids {
             m.remove(&WlId(i));
         }
-        assert!(m.is_empty() && m.chunks.is_empty());
+        assert!(m.is_empty() && m.window.is_empty() && m.outside.is_empty());
     }
 }

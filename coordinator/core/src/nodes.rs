@@ -561,19 +561,33 @@ impl NodeSet {
         Ok(())
     }
 
-    /// Whether `count` pods of `req` could be placed on `flavor` now: places them, then gives
-    /// everything back (the node set ends as it began).
+    /// Whether `count` pods of `req` could be placed on `flavor` now, and if not how many
+    /// could: counted on the nodes (see `fits_with_released`), without placing anything. Debug
+    /// builds (every test) also place them, give them back, and compare.
     pub fn try_place(
         &mut self,
         flavor: FlavorId,
         req: &[(ResId, i64)],
         count: u32,
     ) -> Result<(), PlaceFailure> {
-        let allocs = self.place(flavor, req, count)?;
-        for a in allocs.iter().rev() {
-            self.release(a);
+        let counted = match self.pods_room(flavor, req, count, std::iter::empty()) {
+            Some(n) if n >= count => Ok(()),
+            n => Err(PlaceFailure {
+                placed: n.unwrap_or(0),
+                wanted: count,
+                schedulable_nodes: self.flavors.get(&flavor).map_or(0, |f| f.index.len()),
+            }),
+        };
+        #[cfg(debug_assertions)]
+        {
+            let placed = self.place(flavor, req, count).map(|allocs| {
+                for a in allocs.iter().rev() {
+                    self.release(a);
+                }
+            });
+            assert_eq!(counted, placed, "counting room disagrees with placing");
         }
-        Ok(())
+        counted
     }
 
     /// Places `count` pods of `req` on schedulable nodes of `flavor`, all or nothing.
@@ -663,11 +677,22 @@ impl NodeSet {
         count: u32,
         released: impl Iterator<Item = &'a PodAlloc>,
     ) -> bool {
-        let Some(f) = self.flavors.get(&flavor) else {
-            return false;
-        };
+        self.pods_room(flavor, req, count, released)
+            .is_some_and(|n| n >= count)
+    }
+
+    /// How many of `count` pods of `req` the schedulable nodes of `flavor` could take (at most
+    /// `count`) with `released` given back; `None` when the flavor has no nodes.
+    fn pods_room<'a>(
+        &self,
+        flavor: FlavorId,
+        req: &[(ResId, i64)],
+        count: u32,
+        released: impl Iterator<Item = &'a PodAlloc>,
+    ) -> Option<u32> {
+        let f = self.flavors.get(&flavor)?;
         if count == 0 {
-            return true;
+            return Some(0);
         }
         // What each touched node would get back, per resource (a broken device stays held).
         let mut freed: BTreeMap<NodeId, SmallVec<[(ResId, i64); 4]>> = BTreeMap::new();
@@ -714,7 +739,7 @@ impl NodeSet {
             }
             total += n.max(0);
             if total >= want {
-                return true;
+                return Some(count);
             }
         }
         let per_pod_primary = f
@@ -727,10 +752,10 @@ impl NodeSet {
             }
             total += i64::from(self.nodes[id.idx()].pods_fit(req, count));
             if total >= want {
-                return true;
+                return Some(count);
             }
         }
-        false
+        Some(total as u32)
     }
 
     /// Total and free capacity of one resource over the schedulable nodes of a flavor.

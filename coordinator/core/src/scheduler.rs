@@ -791,7 +791,7 @@ pub fn schedule_alone_with(
 struct TeamCursor<'a> {
     /// Last cycle's preemptors of the team, by their order among them.
     first: std::vec::IntoIter<(u32, WlId)>,
-    rest: std::iter::Peekable<std::collections::btree_set::Range<'a, QueueKey>>,
+    rest: std::iter::Peekable<Queue<'a>>,
     st: &'a State,
     /// The team has preemptors: the rest of its queue skips them.
     skip: bool,
@@ -812,7 +812,7 @@ impl<'a> TeamCursor<'a> {
         TeamCursor {
             skip: !first.is_empty(),
             first: first.into_iter(),
-            rest: st.teams[t.idx()].pending.range(..).peekable(),
+            rest: Queue::Whole(st.teams[t.idx()].pending.iter()).peekable(),
             st,
         }
     }
@@ -823,9 +823,7 @@ impl<'a> TeamCursor<'a> {
         TeamCursor {
             skip: false,
             first: Vec::new().into_iter(),
-            rest: st.teams[t.idx()]
-                .pending
-                .range((Excluded(q), Unbounded))
+            rest: Queue::After(st.teams[t.idx()].pending.range((Excluded(q), Unbounded)))
                 .peekable(),
             st,
         }
@@ -839,6 +837,23 @@ impl<'a> TeamCursor<'a> {
             return None;
         }
         self.rest.peek().copied()
+    }
+}
+
+/// A team's queue from its start (the common case: a plain iterator is the cheaper walk) or
+/// from after an entry (a run taken back).
+enum Queue<'a> {
+    Whole(std::collections::btree_set::Iter<'a, QueueKey>),
+    After(std::collections::btree_set::Range<'a, QueueKey>),
+}
+
+impl<'a> Iterator for Queue<'a> {
+    type Item = &'a QueueKey;
+    fn next(&mut self) -> Option<&'a QueueKey> {
+        match self {
+            Queue::Whole(it) => it.next(),
+            Queue::After(it) => it.next(),
+        }
     }
 }
 

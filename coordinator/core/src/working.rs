@@ -165,6 +165,14 @@ impl<'a> Ctx<'a> {
         if !self.st.placement || place.is_empty() {
             return true;
         }
+        if let [(i, f, count)] = place {
+            // One pod set: counted on the nodes, nothing placed.
+            return self
+                .acct
+                .nodes
+                .try_place(*f, &wl.pod_reqs[*i], *count)
+                .is_ok();
+        }
         match self.place_all(wl, place) {
             Ok(allocs) => {
                 for (_, a) in allocs.iter().rev() {

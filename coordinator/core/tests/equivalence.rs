@@ -152,7 +152,7 @@ fn history(seed: u64) -> Result<(usize, u64), String> {
         let ids: Vec<WlId> = if quiet {
             Vec::new()
         } else {
-            st.workloads.keys().copied().collect()
+            st.workloads.keys().collect()
         };
         if !quiet && rng.below(4) == 0 {
             // A node goes down or comes back: room changes, usage may not.
