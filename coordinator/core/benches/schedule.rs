@@ -250,12 +250,14 @@ fn percentiles(label: &str, mut times: Vec<std::time::Duration>) {
 /// The contended cases: (nodes, teams, pending, cycles timed, whether the reference runs too).
 fn contended_cases() {
     let small = std::env::var("ALLOT_BENCH_SMALL").is_ok();
-    // ALLOT_BENCH_CASE=NODES,TEAMS,PENDING,CYCLES runs that one case alone (cached and fast).
+    // ALLOT_BENCH_CASE=NODES,TEAMS,PENDING,CYCLES[,1] runs that one case alone (cached and
+    // fast; the reference too with a fifth field of 1).
     let one: Vec<(usize, usize, usize, usize, bool)> = std::env::var("ALLOT_BENCH_CASE")
         .ok()
         .and_then(|v| {
             let n: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-            (n.len() == 4).then(|| vec![(n[0], n[1], n[2], n[3], false)])
+            matches!(n.len(), 4 | 5)
+                .then(|| vec![(n[0], n[1], n[2], n[3], n.get(4) == Some(&1))])
         })
         .unwrap_or_default();
     let cases: &[(usize, usize, usize, usize, bool)] = if !one.is_empty() {
