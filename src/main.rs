@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 mod agent_cmd;
 mod bench;
@@ -61,6 +61,13 @@ enum Command {
     Bench(bench::BenchArgs),
     #[command(flatten)]
     Cluster(cli::ClusterCmd),
+    /// Print a completion script for a shell (bash, zsh, fish, elvish or powershell), made from
+    /// this command line's own definition; see the README for where each shell reads it.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Run the scheduler on a scenario file with a simulated clock and print what happened.
     Simulate {
         /// Scenario file (YAML or JSON), see shared/spec/scenario-format.md.
@@ -132,6 +139,20 @@ fn main() -> ExitCode {
             }
         },
         Command::Bench(a) => async_cmd(Box::pin(bench::run(a)), false),
+        Command::Completions { shell } => {
+            // Into memory first: the generator panics on a failed write (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "allot", &mut script);
+            use std::io::Write;
+            match std::io::stdout().write_all(&script) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write the completion script: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Cluster(c) => {
             let opts = cli.client.clone();
             async_cmd(Box::pin(async move { cli::run(c, &opts).await }), false)

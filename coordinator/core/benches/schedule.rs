@@ -256,8 +256,7 @@ fn contended_cases() {
         .ok()
         .and_then(|v| {
             let n: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-            matches!(n.len(), 4 | 5)
-                .then(|| vec![(n[0], n[1], n[2], n[3], n.get(4) == Some(&1))])
+            matches!(n.len(), 4 | 5).then(|| vec![(n[0], n[1], n[2], n[3], n.get(4) == Some(&1))])
         })
         .unwrap_or_default();
     let cases: &[(usize, usize, usize, usize, bool)] = if !one.is_empty() {
