@@ -302,6 +302,14 @@ fn fits_without_all(
     if !st.placement || place.is_empty() {
         return true;
     }
+    // By removing every candidate from the working copy, placing, and putting them back.
+    let removing_all = |ctx: &mut Ctx| {
+        let ids: Vec<WlId> = cands.iter().map(|c| c.id).collect();
+        ctx.remove_many(&ids);
+        let fits = ctx.fits(wl, usage, place, allow_borrowing);
+        ctx.restore_many(&ids);
+        fits
+    };
     if let [(i, f, count)] = place {
         // One pod set: counted on the nodes without changing the index.
         let allocs = cands
@@ -316,29 +324,13 @@ fn fits_without_all(
         #[cfg(debug_assertions)]
         assert_eq!(
             counted,
-            fits_removing_all(ctx, wl, usage, place, cands, allow_borrowing),
+            removing_all(ctx),
             "fits_with_released disagrees with placing for {}",
             wl.spec.name
         );
         return counted;
     }
-    fits_removing_all(ctx, wl, usage, place, cands, allow_borrowing)
-}
-
-/// The placement part of `fits_without_all`, by removing every candidate from the working copy.
-fn fits_removing_all(
-    ctx: &mut Ctx,
-    wl: &Workload,
-    usage: &[(FrId, i64)],
-    place: &[(usize, FlavorId, u32)],
-    cands: &[Cand],
-    allow_borrowing: bool,
-) -> bool {
-    let ids: Vec<WlId> = cands.iter().map(|c| c.id).collect();
-    ctx.remove_many(&ids);
-    let fits = ctx.fits(wl, usage, place, allow_borrowing);
-    ctx.restore_many(&ids);
-    fits
+    removing_all(ctx)
 }
 
 /// Puts back every victim (last one excepted) that the preemptor does not need, newest removal
