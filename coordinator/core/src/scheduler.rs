@@ -961,10 +961,8 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
         // the entry alone, without reading the workload (with a deep backlog, most are).
         if let (true, Some(fp)) = (fast, head_fp) {
             let fifo = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
-            let submit = if time_matters(st, t) { key.4 } else { 0 };
-            if let Some((_, reason, message)) = fast_memo
-                .get(&(fp, submit, false))
-                .filter(|(g, _, _)| !fifo && *g == generation)
+            if let Some((reason, message)) =
+                memo_wait(&fast_memo, fp, key.4, time_matters(st, t), generation).filter(|_| !fifo)
             {
                 plan.considered += 1;
                 plan.pending.push((key.6, reason.clone(), message.clone()));
@@ -1204,26 +1202,45 @@ type FastMemo =
 #[derive(Default)]
 struct FingerprintHasher(u64);
 
+impl FingerprintHasher {
+    fn mix(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
 impl Hasher for FingerprintHasher {
     fn finish(&self) -> u64 {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
         for b in bytes {
-            self.0 =
-                (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+            self.mix(u64::from(*b));
         }
     }
     fn write_u128(&mut self, v: u128) {
-        self.0 = (self.0.rotate_left(5) ^ (v as u64) ^ ((v >> 64) as u64))
-            .wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        self.mix(v as u64 ^ (v >> 64) as u64);
     }
     fn write_i64(&mut self, v: i64) {
-        self.0 = (self.0.rotate_left(5) ^ v as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        self.mix(v as u64);
     }
     fn write_u8(&mut self, v: u8) {
-        self.0 = (self.0.rotate_left(5) ^ u64::from(v)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        self.mix(u64::from(v));
     }
+}
+
+/// The reason and message a plain shape was found waiting with in `generation`, if it was: the
+/// submit time is part of the shape only where team policy compares it.
+fn memo_wait(
+    fast_memo: &FastMemo,
+    shape: u128,
+    submit: Time,
+    time_matters: bool,
+    generation: u64,
+) -> Option<(&Arc<str>, &Arc<str>)> {
+    fast_memo
+        .get(&(shape, if time_matters { submit } else { 0 }, false))
+        .filter(|(g, _, _)| *g == generation)
+        .map(|(_, r, m)| (r, m))
 }
 
 /// How many entries a team's run may settle ahead of the tournament at a time: what one decision
@@ -1358,9 +1375,8 @@ impl<'a> Tournament<'a> {
             let Some(q) = it.peek_plain().filter(|q| q.shape != 0) else {
                 break;
             };
-            let Some((_, reason, message)) = fast_memo
-                .get(&(q.shape, if time_matters { q.submit } else { 0 }, false))
-                .filter(|(g, _, _)| *g == generation)
+            let Some((reason, message)) =
+                memo_wait(fast_memo, q.shape, q.submit, time_matters, generation)
             else {
                 break;
             };
