@@ -5,9 +5,12 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use std::io::{IsTerminal, Write};
+
 use allot_common::api::{
-    ActivationState, Body, ComputeQuotaInput, ComputeQuotaView, NodeView, Reply, RunSpec,
-    SubmitInput, TeamView, WorkloadFilter, WorkloadView,
+    ActivationState, ArrayView, Body, ComputeQuotaInput, ComputeQuotaView, HistoryFilter,
+    HistoryRow, NodeView, Reply, RunSpec, SubmitInput, TeamView, WorkloadFilter, WorkloadSelector,
+    WorkloadView,
 };
 use allot_common::hyperpod::ComputeQuotaConfig;
 use anyhow::{anyhow, bail, Context};
@@ -68,6 +71,17 @@ pub enum GetWhat {
         /// Keep watching and print changes.
         #[arg(short = 'w', long)]
         watch: bool,
+        /// One row per array element (the table shows each job array as one row).
+        #[arg(long)]
+        expand: bool,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Job arrays with elements still queued or held back by their limit (%N).
+    Arrays {
+        /// Only this team's (users see only their own team anyway).
+        #[arg(long)]
+        team: Option<String>,
         #[command(flatten)]
         out: Out,
     },
@@ -226,12 +240,50 @@ pub enum ClusterCmd {
         #[command(subcommand)]
         what: DescribeWhat,
     },
-    /// Cancel a workload (pending ones leave the queue, running ones are stopped).
+    /// Cancel workloads (pending ones leave the queue, running ones are stopped): by name
+    /// (a job array's name cancels the whole array, NAME-INDEX one element), or every active
+    /// workload that --team, -l, --state or --all select. Asks first on a terminal.
     Cancel {
-        name: String,
-        /// The workload's team, when several teams use its name (admins).
+        /// Workloads or job arrays to cancel.
+        names: Vec<String>,
+        /// With names: their team, when several teams use a name (admins). Without: cancel
+        /// every active workload of the team.
         #[arg(long)]
         team: Option<String>,
+        /// Only workloads with this label (key=value; repeat or comma-separate for several).
+        #[arg(short = 'l', long = "selector", value_delimiter = ',')]
+        selector: Vec<String>,
+        /// Only workloads in this state: pending, admitted, running, evicting (repeatable).
+        #[arg(long, value_delimiter = ',')]
+        state: Vec<String>,
+        /// Every active workload (an admin: of every team; a user: of its team).
+        #[arg(long)]
+        all: bool,
+        /// Do not ask for confirmation.
+        #[arg(short = 'y', long)]
+        yes: bool,
+    },
+    /// Finished workloads (succeeded, failed, cancelled), newest first: when each was
+    /// submitted, waited, ran and ended, where, and how (as Slurm's sacct).
+    History {
+        /// Only this team's (users see only their own team anyway).
+        #[arg(long)]
+        team: Option<String>,
+        /// Only these outcomes: succeeded, failed, cancelled (repeatable).
+        #[arg(long, value_delimiter = ',')]
+        state: Vec<String>,
+        /// Finished since: a time ago (90m, 2h) or a UTC time (2026-11-26T08:00:00Z).
+        #[arg(long, value_parser = parse_when)]
+        since: Option<When>,
+        /// Finished before: a time ago or a UTC time.
+        #[arg(long, value_parser = parse_when)]
+        until: Option<When>,
+        /// At most this many rows.
+        #[arg(long)]
+        limit: Option<u32>,
+        /// Output format.
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        format: HistoryFormat,
     },
     /// Wait until a workload is admitted, running or finished; exits 1 if it ends otherwise
     /// (failed, cancelled) or the timeout passes.
@@ -365,6 +417,13 @@ pub struct JobFlags {
     /// Requests per pod as resource=quantity pairs: gpu=1,cpu=8,memory=32Gi.
     #[arg(long, value_delimiter = ',')]
     request: Vec<String>,
+    /// A label (key=value; repeat or comma-separate for several), for `cancel -l`.
+    #[arg(short = 'l', long = "label", value_delimiter = ',')]
+    label: Vec<String>,
+    /// Submit a job array: one workload per index (0-999, 1,3,5, 0-15:4), named NAME-INDEX,
+    /// with its index in ALLOT_ARRAY_INDEX; %N at the end runs at most N at once (0-999%8).
+    #[arg(long)]
+    array: Option<String>,
     /// The program and its arguments, after `--`.
     #[arg(last = true)]
     command: Vec<String>,
@@ -421,6 +480,20 @@ impl JobFlags {
         if !self.command.is_empty() {
             set("command", Some(Value::from(self.command.clone())));
             obj.remove("args");
+        }
+        if !self.label.is_empty() {
+            let labels = obj
+                .entry("labels")
+                .or_insert_with(|| Value::Object(Default::default()));
+            let Some(labels) = labels.as_object_mut() else {
+                bail!("{origin}: labels must be a mapping of key: value");
+            };
+            for pair in &self.label {
+                let (k, v) = pair.split_once('=').ok_or_else(|| {
+                    anyhow!("--label {pair:?}: use key=value, as experiment=lr-sweep")
+                })?;
+                labels.insert(k.trim().to_string(), Value::String(v.trim().to_string()));
+            }
         }
         let mut requests: Vec<(String, String)> = Vec::new();
         for (k, v) in [
@@ -545,9 +618,24 @@ fn job_from_value(mut v: Value, origin: &str) -> anyhow::Result<SubmitInput> {
         ),
     };
     obj.remove("grace");
+    let labels: BTreeMap<String, String> = match obj.remove("labels") {
+        None => BTreeMap::new(),
+        Some(Value::Object(m)) => m
+            .into_iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    Value::String(s) => s,
+                    o => o.to_string(),
+                };
+                (k, v)
+            })
+            .collect(),
+        Some(o) => bail!("labels: expected a mapping of key: value, got {o}"),
+    };
     let w: scenario::WorkloadIn = serde_path_to_error::deserialize(v)
         .map_err(|e| anyhow!("{}: {}: {}", origin, e.path(), e.inner()))?;
-    let spec = scenario::workload("", &w).map_err(|e| anyhow!("{}: {e}", origin))?;
+    let mut spec = scenario::workload("", &w).map_err(|e| anyhow!("{}: {e}", origin))?;
+    spec.labels = labels;
     Ok(SubmitInput {
         client_token: Some(format!("{}-{}", spec.name, token_suffix())),
         spec,
@@ -728,7 +816,17 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
                 input.spec.name.clone(),
                 input.client_token.clone().unwrap_or_default(),
             );
-            let r = c.call(Body::Submit(input)).await;
+            let r = match &job.array {
+                Some(array) => {
+                    allot_common::array::ArrayIndices::parse(array).map_err(|e| anyhow!(e))?;
+                    c.call(Body::SubmitArray {
+                        input,
+                        array: array.clone(),
+                    })
+                    .await
+                }
+                None => c.call(Body::Submit(input)).await,
+            };
             if let Some(why) = outcome_unknown(&r) {
                 bail!(
                     "the outcome of submitting {name} is unknown: {why}\nit may have been accepted; \
@@ -739,14 +837,98 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             }
             print_reply(api(r)?, out.format);
         }
-        ClusterCmd::Cancel { name, team } => {
-            api(c
-                .call(Body::Cancel {
-                    name: name.clone(),
-                    team,
+        ClusterCmd::Cancel {
+            names,
+            team,
+            selector,
+            state,
+            all,
+            yes,
+        } => {
+            if !names.is_empty() {
+                if !selector.is_empty() || !state.is_empty() || all {
+                    bail!("cancel takes names or a selection (-l, --state, --all), not both");
+                }
+                for name in names {
+                    api(c
+                        .call(Body::Cancel {
+                            name: name.clone(),
+                            team: team.clone(),
+                        })
+                        .await)?;
+                    println!("{name} cancelled");
+                }
+                return Ok(());
+            }
+            let mut labels = BTreeMap::new();
+            for pair in &selector {
+                let (k, v) = pair
+                    .split_once('=')
+                    .ok_or_else(|| anyhow!("-l {pair:?}: use key=value, as experiment=lr-sweep"))?;
+                labels.insert(k.trim().to_string(), v.trim().to_string());
+            }
+            let sel = WorkloadSelector {
+                team,
+                labels,
+                states: state,
+                all,
+            };
+            sel.check().map_err(|e| anyhow!(e))?;
+            if !yes && std::io::stdin().is_terminal() {
+                let Reply::Cancelled { count, names } = api(c
+                    .call(Body::CancelMatching {
+                        selector: sel.clone(),
+                        dry_run: true,
+                    })
+                    .await)?
+                else {
+                    bail!("unexpected answer to a cancel preview");
+                };
+                if count == 0 {
+                    println!("no active workload matches; nothing cancelled");
+                    return Ok(());
+                }
+                println!("{}", cancel_summary(count, &names, "This cancels"));
+                print!("Cancel them? [y/N] ");
+                let _ = std::io::stdout().flush();
+                let mut answer = String::new();
+                std::io::stdin().read_line(&mut answer)?;
+                if !matches!(answer.trim(), "y" | "Y" | "yes") {
+                    println!("nothing cancelled");
+                    return Ok(());
+                }
+            }
+            let Reply::Cancelled { count, names } = api(c
+                .call(Body::CancelMatching {
+                    selector: sel,
+                    dry_run: false,
                 })
-                .await)?;
-            println!("workload {name} cancelled");
+                .await)?
+            else {
+                bail!("unexpected answer to a cancel");
+            };
+            println!("{}", cancel_summary(count, &names, "Cancelled"));
+        }
+        ClusterCmd::History {
+            team,
+            state,
+            since,
+            until,
+            limit,
+            format,
+        } => {
+            let now = now_ms();
+            let f = HistoryFilter {
+                team,
+                states: state,
+                since_ms: since.map(|w| w.at(now)),
+                until_ms: until.map(|w| w.at(now)),
+                limit,
+            };
+            let Reply::History(rows) = api(c.call(Body::History(f)).await)? else {
+                bail!("unexpected answer to history");
+            };
+            print!("{}", render_history(&rows, format)?);
         }
         ClusterCmd::Wait {
             name,
@@ -792,13 +974,30 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
                 team,
                 all,
                 watch,
+                expand,
                 out,
             } => {
-                let filter = WorkloadFilter { team, all };
+                let filter = WorkloadFilter {
+                    team: team.clone(),
+                    all,
+                };
                 if watch {
                     return watch_workloads(c, filter).await;
                 }
-                print_reply(api(c.call(Body::GetWorkloads(filter)).await)?, out.format);
+                let r = api(c.call(Body::GetWorkloads(filter)).await)?;
+                match (r, out.format, expand) {
+                    (Reply::Workloads(ws), Format::Table, false) => {
+                        let Reply::Arrays(arrays) = api(c.call(Body::GetArrays { team }).await)?
+                        else {
+                            bail!("unexpected answer to get arrays");
+                        };
+                        print!("{}", render_collapsed(&ws, &arrays));
+                    }
+                    (r, format, _) => print_reply(r, format),
+                }
+            }
+            GetWhat::Arrays { team, out } => {
+                print_reply(api(c.call(Body::GetArrays { team }).await)?, out.format)
             }
             GetWhat::Nodes { out } => print_reply(api(c.call(Body::GetNodes).await)?, out.format),
             GetWhat::Teams { out } => print_reply(api(c.call(Body::GetTeams).await)?, out.format),
@@ -1218,7 +1417,289 @@ fn render(r: &Reply) -> String {
         Reply::Workload(w) => describe_workload(w),
         Reply::Nodes(ns) => render_nodes(ns),
         Reply::Teams(ts) => render_teams(ts),
+        Reply::Cancelled { count, names } => cancel_summary(*count, names, "Cancelled") + "\n",
+        Reply::ArraySubmitted {
+            name,
+            elements,
+            queued,
+            existing,
+        } => format!(
+            "array {name} {}: {elements} elements ({name}-INDEX), {queued} queued{}\n",
+            if *existing {
+                "already submitted"
+            } else {
+                "submitted"
+            },
+            if queued < elements {
+                format!(", {} held by its limit", elements - queued)
+            } else {
+                String::new()
+            }
+        ),
+        Reply::Arrays(a) => render_arrays(a),
+        Reply::History(rows) => render_history(rows, HistoryFormat::Table).unwrap_or_default(),
     }
+}
+
+/// When a pod started and ended, and how: `, started 2026-…Z, ended 2026-…Z (exit 0, Succeeded)`.
+fn pod_times(p: &allot_common::api::PodView) -> String {
+    let mut s = String::new();
+    if let Some(t) = p.started_ms {
+        s.push_str(&format!(", started {}", allot_common::timefmt::utc_ms(t)));
+    }
+    if let Some(t) = p.ended_ms {
+        s.push_str(&format!(", ended {}", allot_common::timefmt::utc_ms(t)));
+        let how: Vec<String> = p
+            .exit_code
+            .map(|c| format!("exit {c}"))
+            .into_iter()
+            .chain(p.outcome.clone())
+            .collect();
+        if !how.is_empty() {
+            s.push_str(&format!(" ({})", how.join(", ")));
+        }
+    }
+    s
+}
+
+/// `Cancelled 3 workloads: team-a/w1, team-a/w2, team-a/w3`.
+fn cancel_summary(count: u64, names: &[String], what: &str) -> String {
+    let more = count.saturating_sub(names.len() as u64);
+    let mut s = format!(
+        "{what} {count} workload{}",
+        if count == 1 { "" } else { "s" }
+    );
+    if !names.is_empty() {
+        s.push_str(": ");
+        s.push_str(&names.join(", "));
+    }
+    if more > 0 {
+        s.push_str(&format!(
+            " and {more} more (array elements not queued yet among them)"
+        ));
+    }
+    s
+}
+
+fn render_arrays(a: &[ArrayView]) -> String {
+    table(
+        &["NAME", "TEAM", "INDICES", "ELEMENTS", "HELD", "SUBMITTED"],
+        &a.iter()
+            .map(|a| {
+                vec![
+                    a.name.clone(),
+                    a.team.clone(),
+                    a.indices.clone(),
+                    a.total.to_string(),
+                    a.held.to_string(),
+                    allot_common::timefmt::utc(a.submitted_ms),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// The workload table with each job array's elements as one row: `NAME[INDICES]`, and how
+/// many elements are in each state (held: not queued yet, for the array's limit).
+fn render_collapsed(ws: &[WorkloadView], arrays: &[ArrayView]) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    // (team, array) → row index, element states, pods, nodes.
+    type Group = (usize, BTreeMap<String, u32>, u32, Vec<String>);
+    let mut groups: BTreeMap<(String, String), Group> = BTreeMap::new();
+    for w in ws {
+        let Some((array, _)) = &w.array else {
+            rows.push(workload_row(w));
+            continue;
+        };
+        let key = (w.team.clone(), array.clone());
+        let g = groups.entry(key).or_insert_with(|| {
+            rows.push(Vec::new());
+            (rows.len() - 1, BTreeMap::new(), 0, Vec::new())
+        });
+        *g.1.entry(w.state.clone()).or_default() += 1;
+        g.2 += w.count;
+        for p in &w.pods {
+            if !g.3.contains(&p.node) {
+                g.3.push(p.node.clone());
+            }
+        }
+        if rows[g.0].is_empty() {
+            rows[g.0] = workload_row(w);
+        }
+    }
+    for a in arrays {
+        let key = (a.team.clone(), a.name.clone());
+        if a.held > 0 {
+            let g = groups.entry(key).or_insert_with(|| {
+                rows.push(vec![
+                    String::new(),
+                    a.team.clone(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                ]);
+                (rows.len() - 1, BTreeMap::new(), 0, Vec::new())
+            });
+            g.1.insert("Held".into(), a.held);
+        }
+    }
+    for ((team, name), (i, states, pods, nodes)) in &groups {
+        let indices = arrays
+            .iter()
+            .find(|a| &a.team == team && &a.name == name)
+            .map(|a| a.indices.clone())
+            .unwrap_or_default();
+        let row = &mut rows[*i];
+        row[0] = format!("{name}[{indices}]");
+        const ORDER: [&str; 8] = [
+            "Running",
+            "Admitted",
+            "Evicting",
+            "Pending",
+            "Held",
+            "Succeeded",
+            "Failed",
+            "Cancelled",
+        ];
+        let mut counts: Vec<(&String, &u32)> = states.iter().collect();
+        counts.sort_by_key(|(s, _)| ORDER.iter().position(|o| o == s));
+        row[3] = counts
+            .iter()
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        row[4] = pods.to_string();
+        row[5] = nodes.join(",");
+        row[6] = String::new();
+    }
+    table(&WORKLOAD_HEADER, &rows)
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum HistoryFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+/// A point in time on the command line: some time ago, or a UTC time.
+#[derive(Clone, Copy, Debug)]
+pub enum When {
+    Ago(std::time::Duration),
+    At(i64),
+}
+
+impl When {
+    fn at(self, now: i64) -> i64 {
+        match self {
+            When::Ago(d) => now - d.as_millis() as i64,
+            When::At(ms) => ms,
+        }
+    }
+}
+
+fn parse_when(s: &str) -> Result<When, String> {
+    if let Some(ms) = allot_common::timefmt::parse_utc(s) {
+        return Ok(When::At(ms));
+    }
+    parse_duration(s).map(When::Ago).map_err(|_| {
+        format!("{s:?}: use a time ago (90s, 30m, 2h) or a UTC time (2026-11-26T08:00:00Z)")
+    })
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+const HISTORY_HEADER: [&str; 12] = [
+    "NAME",
+    "TEAM",
+    "STATE",
+    "EXIT",
+    "SUBMITTED",
+    "WAIT",
+    "RUN",
+    "ENDED",
+    "PODS",
+    "NODES",
+    "PREEMPTED",
+    "REASON",
+];
+
+fn secs(ms: Option<i64>) -> String {
+    ms.map(|m| format!("{:.1}s", m as f64 / 1000.0))
+        .unwrap_or_default()
+}
+
+fn history_row(r: &HistoryRow) -> Vec<String> {
+    vec![
+        r.name.clone(),
+        r.team.clone(),
+        r.state.clone(),
+        r.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+        allot_common::timefmt::utc(r.submitted_ms),
+        secs(r.wait_ms),
+        secs(r.run_ms),
+        allot_common::timefmt::utc(r.ended_ms),
+        r.pods.to_string(),
+        r.nodes.join(","),
+        r.preemptions.to_string(),
+        r.reason.clone(),
+    ]
+}
+
+fn render_history(rows: &[HistoryRow], format: HistoryFormat) -> anyhow::Result<String> {
+    Ok(match format {
+        HistoryFormat::Table => table(
+            &HISTORY_HEADER,
+            &rows.iter().map(history_row).collect::<Vec<_>>(),
+        ),
+        HistoryFormat::Json => serde_json::to_string_pretty(rows)? + "\n",
+        HistoryFormat::Csv => {
+            let field = |s: &str| {
+                if s.contains([',', '"', '\n', '\r']) {
+                    format!("\"{}\"", s.replace('"', "\"\""))
+                } else {
+                    s.to_string()
+                }
+            };
+            let mut out = String::from(
+                "id,name,team,priority_class,state,exit_code,submitted,admitted,started,ended,wait_s,run_s,pods,nodes,preemptions,reason\n",
+            );
+            let t = |ms: Option<i64>| ms.map(allot_common::timefmt::utc_ms).unwrap_or_default();
+            let s3 = |ms: Option<i64>| {
+                ms.map(|m| format!("{:.3}", m as f64 / 1000.0))
+                    .unwrap_or_default()
+            };
+            for r in rows {
+                let cells = [
+                    r.id.to_string(),
+                    field(&r.name),
+                    field(&r.team),
+                    field(r.priority_class.as_deref().unwrap_or("")),
+                    r.state.clone(),
+                    r.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+                    t(Some(r.submitted_ms)),
+                    t(r.admitted_ms),
+                    t(r.started_ms),
+                    t(Some(r.ended_ms)),
+                    s3(r.wait_ms),
+                    s3(r.run_ms),
+                    r.pods.to_string(),
+                    field(&r.nodes.join(" ")),
+                    r.preemptions.to_string(),
+                    field(&r.reason),
+                ];
+                out.push_str(&cells.join(","));
+                out.push('\n');
+            }
+            out
+        }
+    })
 }
 
 fn render_quotas(qs: &[ComputeQuotaView]) -> String {
@@ -1346,13 +1827,24 @@ fn describe_workload(w: &WorkloadView) -> String {
                 })
                 .collect();
             s.push_str(&format!(
-                "  {}[{}] on {} {}\n",
+                "  {}[{}] on {} {}{}\n",
                 p.pod_set,
                 p.index,
                 p.node,
-                d.join(" ")
+                d.join(" "),
+                pod_times(p)
             ));
         }
+    }
+    if !w.labels.is_empty() {
+        let l: Vec<String> = w.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        s.push_str(&format!("Labels: {}\n", l.join(",")));
+    }
+    if let Some((array, index)) = &w.array {
+        s.push_str(&format!("Array: {array}, index {index}\n"));
+    }
+    if let Some(f) = w.finished_ms {
+        s.push_str(&format!("Finished: {}\n", allot_common::timefmt::utc_ms(f)));
     }
     s.push_str("Conditions:\n");
     s.push_str(&table(

@@ -659,6 +659,8 @@ pub fn workload(path: &str, w: &WorkloadIn) -> Result<WorkloadSpec, ScenarioErro
         priority,
         instance_type: w.instance_type.clone(),
         pod_sets,
+        labels: Default::default(),
+        array: None,
     };
     spec.validate().map_err(|e| err(path, e.to_string()))?;
     Ok(spec)

@@ -63,6 +63,7 @@ impl Report {
             succeeded: false,
             lost: false,
             detail,
+            exit_code: None,
         };
         Report::Exited(k, p.workload.clone(), exit)
     }

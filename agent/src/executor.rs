@@ -58,12 +58,14 @@ impl Pod {
                 succeeded: r.succeeded,
                 lost: r.lease_expired,
                 detail: r.detail.clone(),
+                exit_code: r.code.or(r.signal.map(|s| 128 + s)),
             }),
             PodPhase::Lost(why) => Some(PodExit {
                 rank: self.spec.rank,
                 succeeded: false,
                 lost: true,
                 detail: why.clone(),
+                exit_code: None,
             }),
             _ => None,
         }
@@ -406,20 +408,23 @@ impl Executor {
 }
 
 /// The log file of a workload's pod on this node, live or finished: the given attempt, else the
-/// latest one.
+/// latest one. With the workload's id, only that run's (a name is used again once its workload
+/// finished); without, the latest under the name.
 pub fn find_log(
     data_dir: &Path,
     workload: &str,
+    workload_id: Option<u64>,
     rank: u32,
     attempt: Option<u32>,
 ) -> Option<PathBuf> {
-    let mut best: Option<(u32, PathBuf)> = None;
-    let mut consider = |n: u32, p: PathBuf| {
-        if attempt.is_some_and(|a| a != n) {
+    // Ranked by (workload id, attempt): without an id, the latest run's latest attempt.
+    let mut best: Option<((u64, u32), PathBuf)> = None;
+    let mut consider = |id: u64, n: u32, p: PathBuf| {
+        if attempt.is_some_and(|a| a != n) || workload_id.is_some_and(|w| w != id) {
             return;
         }
-        if best.as_ref().is_none_or(|(b, _)| n > *b) {
-            best = Some((n, p));
+        if best.as_ref().is_none_or(|(b, _)| (id, n) > *b) {
+            best = Some(((id, n), p));
         }
     };
     for e in fs::read_dir(data_dir.join("pods"))
@@ -432,30 +437,51 @@ pub fn find_log(
         };
         if let Ok(spec) = serde_json::from_slice::<PodAssignment>(&b) {
             if spec.workload == workload && spec.rank == rank {
-                consider(spec.attempt, e.path().join(shim::LOG_FILE));
+                consider(
+                    spec.workload_id,
+                    spec.attempt,
+                    e.path().join(shim::LOG_FILE),
+                );
             }
         }
     }
-    let prefix = format!("{workload}.rank{rank}.attempt");
+    // Finished pods' logs: NAME.idID.rankR.attemptN.log (NAME.rankR.attemptN.log before ids).
+    let rank_part = format!("rank{rank}.attempt");
     for e in fs::read_dir(data_dir.join("logs"))
         .into_iter()
         .flatten()
         .flatten()
     {
         let name = e.file_name().to_string_lossy().to_string();
-        if let Some(n) = name
-            .strip_prefix(&prefix)
+        let Some(rest) = name
+            .strip_prefix(workload)
+            .and_then(|r| r.strip_prefix('.'))
             .and_then(|r| r.strip_suffix(".log"))
+        else {
+            continue;
+        };
+        let (id, rest) = match rest.strip_prefix("id").and_then(|r| r.split_once('.')) {
+            Some((id, rest)) => match id.parse::<u64>() {
+                Ok(id) => (id, rest),
+                Err(_) => continue,
+            },
+            None => (0, rest),
+        };
+        if let Some(n) = rest
+            .strip_prefix(&rank_part)
             .and_then(|n| n.parse::<u32>().ok())
         {
-            consider(n, e.path());
+            consider(id, n, e.path());
         }
     }
     best.map(|(_, p)| p)
 }
 
 fn log_name(a: &PodAssignment) -> String {
-    format!("{}.rank{}.attempt{}.log", a.workload, a.rank, a.attempt)
+    format!(
+        "{}.id{}.rank{}.attempt{}.log",
+        a.workload, a.workload_id, a.rank, a.attempt
+    )
 }
 
 /// The variables a pod inherits from the agent's environment (the rest is cleared so that one

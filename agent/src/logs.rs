@@ -102,7 +102,7 @@ async fn stream_log(
         let _ = send.finish();
         return;
     };
-    let Some(path) = find_log(data_dir, &r.workload, r.rank, r.attempt) else {
+    let Some(path) = find_log(data_dir, &r.workload, r.workload_id, r.rank, r.attempt) else {
         let which = r
             .attempt
             .map(|a| format!(" attempt {a}"))

@@ -166,6 +166,13 @@ pub struct PodView {
     pub node: String,
     /// Device indices per device resource (`gpu` → [0, 1]).
     pub devices: BTreeMap<String, Vec<u8>>,
+    /// When its agent reported it started (this attempt).
+    pub started_ms: Option<i64>,
+    /// When its agent reported it ended.
+    pub ended_ms: Option<i64>,
+    pub exit_code: Option<i32>,
+    /// Succeeded, Failed or Lost, once ended, with the agent's detail.
+    pub outcome: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,6 +193,11 @@ pub struct WorkloadView {
     pub preemptions: u32,
     pub conditions: Vec<ConditionView>,
     pub run: Option<RunSpec>,
+    pub labels: BTreeMap<String, String>,
+    /// The array it is an element of, and its index there.
+    pub array: Option<(String, u32)>,
+    /// When it finished (succeeded, failed, cancelled).
+    pub finished_ms: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -320,6 +332,10 @@ pub struct PodExit {
     pub lost: bool,
     /// `exit code 1`, `killed by signal 9`, `not running after agent restart`.
     pub detail: String,
+    /// The process's exit code (128 + the signal when a signal ended it); none when it never
+    /// ran or its end is unknown.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
 }
 
 /// Which workloads `get workloads` lists.
@@ -465,6 +481,132 @@ pub enum Body {
         name: String,
         team: Option<String>,
     },
+    /// Cancels every active workload the selector matches (a user's certificate: in its own
+    /// team only). With `dry_run`, only says which it would cancel.
+    CancelMatching {
+        selector: WorkloadSelector,
+        dry_run: bool,
+    },
+    /// Submits a job array: one workload per index, named `NAME-INDEX`, with the index in
+    /// `ALLOT_ARRAY_INDEX` (see [`crate::array::ArrayIndices`] for `array`'s syntax).
+    SubmitArray {
+        input: SubmitInput,
+        array: String,
+    },
+    /// The team's (an admin: every team's) job arrays.
+    GetArrays {
+        team: Option<String>,
+    },
+    /// Finished workloads, newest first.
+    History(HistoryFilter),
+}
+
+/// Which active workloads a bulk cancel takes: all the conditions given hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadSelector {
+    pub team: Option<String>,
+    /// Every one of these labels, with these values.
+    pub labels: BTreeMap<String, String>,
+    /// Any of these states (pending, admitted, running, evicting); none: any active state.
+    pub states: Vec<String>,
+    /// Whether the selector is meant to match everything (else at least one condition must be
+    /// given, so an empty selector never cancels a whole cluster by accident).
+    pub all: bool,
+}
+
+/// The states a bulk cancel can select: the active ones.
+pub const ACTIVE_STATES: [&str; 4] = ["Pending", "Admitted", "Running", "Evicting"];
+
+impl WorkloadSelector {
+    /// Checks the selector: something to select by, known states, valid labels.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.all && self.team.is_none() && self.labels.is_empty() && self.states.is_empty() {
+            return Err(
+                "say which workloads to cancel: by name, --team, -l key=value, --state, or --all"
+                    .into(),
+            );
+        }
+        for s in &self.states {
+            if !ACTIVE_STATES.iter().any(|a| a.eq_ignore_ascii_case(s)) {
+                return Err(format!(
+                    "unknown state {s:?} to cancel; use one of {}",
+                    ACTIVE_STATES.join(", ").to_ascii_lowercase()
+                ));
+            }
+        }
+        for (k, v) in &self.labels {
+            crate::workload::check_label(k, v)?;
+        }
+        Ok(())
+    }
+
+    pub fn matches(&self, team: &str, labels: &BTreeMap<String, String>, state: &str) -> bool {
+        self.team.as_deref().is_none_or(|t| t == team)
+            && self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && (self.states.is_empty() || self.states.iter().any(|s| s.eq_ignore_ascii_case(state)))
+    }
+}
+
+/// Which finished workloads `allot history` lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryFilter {
+    pub team: Option<String>,
+    /// Any of these outcomes (succeeded, failed, cancelled); none: all.
+    pub states: Vec<String>,
+    /// Finished at or after this time (ms since the epoch).
+    pub since_ms: Option<i64>,
+    /// Finished before this time.
+    pub until_ms: Option<i64>,
+    /// At most this many rows, newest first.
+    pub limit: Option<u32>,
+}
+
+/// The outcomes `allot history --state` takes.
+pub const FINISHED_STATES: [&str; 3] = ["Succeeded", "Failed", "Cancelled"];
+
+/// One finished workload, as `allot history` shows it (the fields of `sacct` most used).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryRow {
+    pub id: u64,
+    pub name: String,
+    pub team: String,
+    pub priority_class: Option<String>,
+    /// Succeeded, Failed or Cancelled.
+    pub state: String,
+    pub submitted_ms: i64,
+    /// When it was last admitted (none: it never was).
+    pub admitted_ms: Option<i64>,
+    /// When its last attempt's first pod started.
+    pub started_ms: Option<i64>,
+    pub ended_ms: i64,
+    /// Time in the queue before its last admission.
+    pub wait_ms: Option<i64>,
+    /// From its last attempt's first pod start to the end.
+    pub run_ms: Option<i64>,
+    pub pods: u32,
+    /// Nodes its last attempt ran on.
+    pub nodes: Vec<String>,
+    /// The first non-zero exit code of its last attempt's pods (0 when all exited 0).
+    pub exit_code: Option<i32>,
+    pub preemptions: u32,
+    /// Why it ended as it did, when it did not succeed.
+    pub reason: String,
+}
+
+/// A job array, as `get arrays` and the collapsed workload table show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayView {
+    pub name: String,
+    pub team: String,
+    /// As submitted: `0-999%4`.
+    pub indices: String,
+    pub max_running: Option<u32>,
+    pub total: u32,
+    /// Elements not yet queued: they wait for the array's limit (`%N`).
+    pub held: u32,
+    /// Elements cancelled before they were queued.
+    pub cancelled_held: u32,
+    pub submitted_ms: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -555,13 +697,35 @@ pub enum Reply {
     LogRequests(Vec<LogRequest>),
     /// Bytes of a log, in order.
     LogChunk(Vec<u8>),
+    /// What a bulk cancel cancelled (or, dry, would cancel): how many, and the first names.
+    Cancelled {
+        count: u64,
+        names: Vec<String>,
+    },
+    ArraySubmitted {
+        name: String,
+        elements: u32,
+        /// Queued at once (the rest wait for the array's limit).
+        queued: u32,
+        existing: bool,
+    },
+    Arrays(Vec<ArrayView>),
+    History(Vec<HistoryRow>),
 }
+
+/// A bulk cancel's reply names at most this many workloads (and counts them all).
+pub const CANCELLED_NAMES_MAX: usize = 200;
 
 /// What an agent is asked to stream back (see [`Body::Logs`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogRequest {
     pub id: u64,
     pub workload: String,
+    /// The workload's id, which the coordinator resolves from the name: a name can be used
+    /// again once its workload finished, so the id says which run's logs. Absent from older
+    /// coordinators: then the latest logs under the name.
+    #[serde(default)]
+    pub workload_id: Option<u64>,
     pub rank: u32,
     pub attempt: Option<u32>,
     pub follow: bool,

@@ -497,6 +497,8 @@ fn retry_safe(b: &Body) -> bool {
     match b {
         Body::Submit(s) => s.client_token.is_some(),
         Body::SubmitBatch(v) => v.iter().all(|s| s.client_token.is_some()),
+        Body::SubmitArray { input, .. } => input.client_token.is_some(),
+        Body::CancelMatching { dry_run, .. } => *dry_run,
         Body::CreateComputeQuota(_)
         | Body::UpdateComputeQuota { .. }
         | Body::DeleteComputeQuota { .. }

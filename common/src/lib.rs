@@ -2,6 +2,7 @@
 //! teams and quotas, the cluster policy, workloads, and the HyperPod input forms.
 
 pub mod api;
+pub mod array;
 pub mod catalog;
 pub mod client;
 pub mod hyperpod;

@@ -30,8 +30,45 @@ pub fn utc_ms(ms: i64) -> String {
     format!("{}.{:03}Z", s.trim_end_matches('Z'), ms.rem_euclid(1000))
 }
 
+/// Reads `2026-11-21T06:27:34Z` (or without the `Z`, or a date alone: its midnight) back to
+/// milliseconds since the Unix epoch, as UTC.
+pub fn parse_utc(s: &str) -> Option<i64> {
+    let s = s.trim().trim_end_matches('Z');
+    let (date, time) = s.split_once('T').unwrap_or((s, "00:00:00"));
+    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.splitn(3, ':').map(|x| x.parse::<i64>().ok());
+    let (hh, mm, ss) = (
+        t.next()??,
+        t.next().unwrap_or(Some(0))?,
+        t.next().unwrap_or(Some(0))?,
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Days since 1970-01-01 from a civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400) + hh * 3600 + mm * 60 + ss) * 1000)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parses_what_it_prints() {
+        for ms in [0, 1_795_242_454_000, 951_782_400_000] {
+            assert_eq!(super::parse_utc(&super::utc(ms)), Some(ms));
+        }
+        assert_eq!(super::parse_utc("2026-11-21"), Some(1_795_219_200_000));
+        assert_eq!(super::parse_utc("yesterday"), None);
+        assert_eq!(super::parse_utc("2026-13-01T00:00:00Z"), None);
+    }
+
     #[test]
     fn formats_utc() {
         assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");

@@ -36,7 +36,24 @@ pub struct WorkloadSpec {
     /// Pin every pod set to this flavor (instance type).
     pub instance_type: Option<String>,
     pub pod_sets: Vec<PodSet>,
+    /// Labels (`key: value`) for selecting workloads: `allot cancel -l key=value`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Set by the coordinator on an element of a job array: which array, which index.
+    #[serde(default)]
+    pub array: Option<ArrayMember>,
 }
+
+/// An array element's place in its array (`allot submit --array`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayMember {
+    /// The array's name; its elements are named `NAME-INDEX`.
+    pub name: String,
+    pub index: u32,
+}
+
+/// At most this many labels on a workload.
+pub const MAX_LABELS: usize = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WorkloadError {
@@ -54,6 +71,8 @@ pub enum WorkloadError {
         "invalid workload name {0:?}: use 1 to 253 characters of letters, digits, '.', '-' and '_'"
     )]
     Name(String),
+    #[error("workload {0:?}: {1}")]
+    Labels(String, String),
     #[error("workload {0:?}: {1} pods in all; a workload may have at most {MAX_PODS}")]
     TooManyPods(String, u64),
     #[error("workload {0:?}: its pod sets request {2} of {1} in all, above the maximum of {MAX_QUANTITY} base units of one resource")]
@@ -66,6 +85,36 @@ pub const MAX_POD_SETS: usize = 18;
 /// a thousand 8-GPU nodes fits. Each pod is placed, allocated and started one by one, so the
 /// bound keeps one submit from holding the leader (and a node's agent) for minutes.
 pub const MAX_PODS: u64 = 10_000;
+
+/// A label's key and value, as Kubernetes allows them: a key of 1 to 63 characters (with an
+/// optional `prefix/` of up to 253), a value of up to 63; letters, digits, '-', '_' and '.',
+/// beginning and ending with a letter or digit.
+pub fn check_label(key: &str, value: &str) -> Result<(), String> {
+    fn part(s: &str, max: usize, empty_ok: bool) -> bool {
+        if s.is_empty() {
+            return empty_ok;
+        }
+        s.len() <= max
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+    }
+    let name = key
+        .rsplit_once('/')
+        .map_or(key, |(p, n)| if part(p, 253, false) { n } else { "" });
+    if !part(name, 63, false) {
+        return Err(format!(
+            "invalid label key {key:?}: use 1 to 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit (optionally after a prefix/ of up to 253)"
+        ));
+    }
+    if !part(value, 63, true) {
+        return Err(format!(
+            "invalid value {value:?} for label {key:?}: use up to 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+        ));
+    }
+    Ok(())
+}
 
 impl WorkloadSpec {
     /// One pod set (`main`) of `count` pods with `requests`, priority 0, no pinned flavor.
@@ -81,6 +130,8 @@ impl WorkloadSpec {
                 min_count: None,
                 requests,
             }],
+            labels: Default::default(),
+            array: None,
         }
     }
 
@@ -96,6 +147,15 @@ impl WorkloadSpec {
         }
         if self.pod_sets.is_empty() {
             return Err(WorkloadError::NoPodSets(self.name.clone()));
+        }
+        if self.labels.len() > MAX_LABELS {
+            return Err(WorkloadError::Labels(
+                self.name.clone(),
+                format!("{} labels, at most {MAX_LABELS}", self.labels.len()),
+            ));
+        }
+        for (k, v) in &self.labels {
+            check_label(k, v).map_err(|e| WorkloadError::Labels(self.name.clone(), e))?;
         }
         let pods: u64 = self.pod_sets.iter().map(|ps| u64::from(ps.count)).sum();
         if pods > MAX_PODS {

@@ -102,6 +102,7 @@ fn request_seeds() -> Vec<Vec<u8>> {
                 succeeded: false,
                 lost: true,
                 detail: "killed by signal 9".into(),
+                exit_code: None,
             }],
         },
         Body::ReportNode(NodeReport {

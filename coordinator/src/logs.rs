@@ -139,6 +139,7 @@ mod tests {
     fn req() -> LogRequest {
         LogRequest {
             id: 0,
+            workload_id: None,
             workload: "w".into(),
             rank: 0,
             attempt: None,

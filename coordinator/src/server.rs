@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use allot_common::api::{
-    ApiError, Body, ErrorKind, LogPiece, LogRequest, Reply, Request, Response, WorkloadFilter,
+    ApiError, Body, ErrorKind, HistoryFilter, LogPiece, LogRequest, Reply, Request, Response,
+    WorkloadFilter, WorkloadSelector,
 };
 use allot_common::tls::{self, Identity, TlsFiles};
 use allot_common::wire;
@@ -859,6 +860,7 @@ async fn serve_request(
             } => {
                 let req = LogRequest {
                     id: 0,
+                    workload_id: None,
                     workload,
                     rank,
                     attempt,
@@ -953,6 +955,10 @@ async fn serve_logs(
         let scope = workload_scope(who, team, "read logs")?;
         let name = req.workload.clone();
         let on = node.to_string();
+        // The id of the workload the name resolves to now: its run's logs, not those of an
+        // earlier workload of the same name.
+        let resolved = Arc::new(std::sync::OnceLock::new());
+        let found = resolved.clone();
         // Only the workload's team (or an admin) may read it; a forgotten workload's logs are
         // for admins. Only nodes with an agent keep logs.
         sh.read(Box::new(move |m: &Machine| {
@@ -967,12 +973,17 @@ async fn serve_logs(
                 ));
             }
             match (m.state.find_scoped(&name, scope.as_deref()), scope) {
-                (Ok(_), _) | (Err(_), None) => {}
+                (Ok(id), _) => {
+                    let _ = found.set(id.0);
+                }
+                (Err(_), None) => {}
                 (Err(e), Some(_)) => return Err(e.into()),
             }
             Ok(Reply::Done)
         }))
         .await?;
+        let mut req = req;
+        req.workload_id = resolved.get().copied();
         sh.logs
             .request(node, req)
             .map_err(|e| ApiError::new(ErrorKind::LimitExceeded, e))
@@ -1194,6 +1205,71 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
         Body::Cancel { name, team } => {
             let team = workload_scope(who, team, "cancel workloads")?;
             sh.propose(Command::Cancel { name, team }).await
+        }
+        Body::CancelMatching { selector, dry_run } => {
+            let scope = team_scope(who, "cancel workloads")?;
+            let selector = match (scope, selector.team.clone()) {
+                (Some(mine), Some(asked)) if mine != asked => {
+                    return Err(forbidden(
+                        who,
+                        &format!(
+                            "cancel team {asked:?}'s workloads; it acts for team {mine:?} only"
+                        ),
+                    ))
+                }
+                (Some(mine), _) => WorkloadSelector {
+                    team: Some(mine),
+                    ..selector
+                },
+                (None, _) => selector,
+            };
+            selector
+                .check()
+                .map_err(|e| ApiError::new(ErrorKind::Invalid, e))?;
+            if dry_run {
+                sh.read(Box::new(move |m: &Machine| m.cancel_preview(&selector)))
+                    .await
+            } else {
+                sh.propose(Command::CancelMatching { selector }).await
+            }
+        }
+        Body::SubmitArray { input, array } => {
+            check_submit_team(who, &input.spec.team)?;
+            check_placeable(&input)?;
+            let n = allot_common::array::ArrayIndices::parse(&array)
+                .map_err(|e| ApiError::new(ErrorKind::Invalid, e))?;
+            sh.check_submit_rate(who, n.max_running.unwrap_or(n.len()).min(n.len()) as usize)?;
+            sh.propose(Command::SubmitArray { input, array }).await
+        }
+        Body::GetArrays { team } => {
+            let filter = scoped_filter(
+                who,
+                WorkloadFilter {
+                    team,
+                    all: false,
+                },
+            )?;
+            sh.read(Box::new(move |m: &Machine| {
+                Ok(Reply::Arrays(m.array_views(filter.team.as_deref())))
+            }))
+            .await
+        }
+        Body::History(f) => {
+            let scoped = scoped_filter(
+                who,
+                WorkloadFilter {
+                    team: f.team.clone(),
+                    all: true,
+                },
+            )?;
+            let f = HistoryFilter {
+                team: scoped.team,
+                ..f
+            };
+            sh.read(Box::new(move |m: &Machine| {
+                m.history_rows(&f).map(Reply::History)
+            }))
+            .await
         }
         Body::GetWorkloads(filter) => {
             let filter = scoped_filter(who, filter)?;

@@ -534,6 +534,8 @@ impl Sim {
                         min_count: None,
                         requests: req,
                     }],
+                    labels: Default::default(),
+                    array: None,
                 },
                 run: Some(RunSpec::default()),
                 client_token: Some(format!("tok-{}", self.submitted)),
@@ -1167,6 +1169,7 @@ impl Sim {
                     succeeded,
                     lost,
                     detail: "sim".into(),
+                    exit_code: None,
                 }],
             };
             let at = step + 1 + self.rng.below(3);

@@ -79,6 +79,8 @@ fn cluster(teams: usize, nodes: usize, pending: usize, fair_share: bool) -> Stat
                 min_count: None,
                 requests: req,
             }],
+            labels: Default::default(),
+            array: None,
         };
         st.submit(spec, i as i64).expect("valid workload");
     }
@@ -177,6 +179,8 @@ fn submit_contended(st: &mut State, rng: &mut Lcg, i: usize, teams: usize, now: 
             min_count: None,
             requests: req,
         }],
+        labels: Default::default(),
+        array: None,
     };
     st.submit(spec, now).expect("valid workload");
 }

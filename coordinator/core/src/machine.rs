@@ -17,7 +17,7 @@ use std::sync::Arc;
 use allot_common::api::{
     ActivationState, AdmissionLimits, AdmissionLimitsInput, ApiError, ComputeQuotaInput,
     ComputeQuotaView, ErrorKind, NodeReport, PodExit, Reply, RunSpec, SchedulerConfigView,
-    SubmitInput,
+    SubmitInput, WorkloadSelector,
 };
 use allot_common::hyperpod::{parse_scheduler_config, ComputeQuotaConfig};
 use allot_common::ResourceName;
@@ -128,6 +128,16 @@ pub enum Command {
         id: u64,
         plan: Plan,
     },
+    /// A job array (`allot submit --array`): elements are queued as its limit allows.
+    SubmitArray {
+        input: SubmitInput,
+        array: String,
+    },
+    /// Cancels every active workload the selector matches (scoped to the user's team by the
+    /// server), and the elements of matching arrays not yet queued.
+    CancelMatching {
+        selector: WorkloadSelector,
+    },
 }
 
 impl Command {
@@ -150,6 +160,8 @@ impl Command {
             Command::ReportNode(_) => "report-node",
             Command::NodeLost { .. } => "node-lost",
             Command::PodsStarted { .. } => "pods-started",
+            Command::SubmitArray { .. } => "submit-array",
+            Command::CancelMatching { .. } => "cancel-matching",
             Command::PodsExited { .. } => "pods-exited",
         }
     }
@@ -241,6 +253,12 @@ pub struct Machine {
     /// Admission limits in force (defaults until a scheduler config sets them).
     #[serde(default)]
     pub limits: AdmissionLimits,
+    /// Job arrays with elements still to queue or running, by (team, name).
+    #[serde(default)]
+    pub arrays: BTreeMap<(String, String), crate::jobs::ArrayRecord>,
+    /// Pod times of each workload's last attempt, and when it finished; forgotten with it.
+    #[serde(default)]
+    pub history: BTreeMap<WlId, crate::jobs::PodHistory>,
 }
 
 impl Default for Machine {
@@ -272,7 +290,7 @@ impl From<StateError> for ApiError {
             StateError::UnknownTeam { .. }
             | StateError::UnknownWorkload(_)
             | StateError::UnknownNode(_) => ErrorKind::NotFound,
-            StateError::DuplicateWorkload(_) => ErrorKind::Conflict,
+            StateError::DuplicateWorkload { .. } => ErrorKind::Conflict,
             StateError::AmbiguousWorkload { .. } => ErrorKind::Invalid,
         };
         ApiError::new(kind, e.to_string())
@@ -317,6 +335,8 @@ impl Machine {
             pods: BTreeMap::new(),
             finished: VecDeque::new(),
             limits: AdmissionLimits::default(),
+            arrays: BTreeMap::new(),
+            history: BTreeMap::new(),
         }
     }
 
@@ -339,6 +359,20 @@ impl Machine {
                 _ => {}
             }
         }
+        let before = events.len();
+        self.after_events(now, &mut events);
+        // Elements queued or cancelled on the way count like any others.
+        for e in &events[before..] {
+            match e {
+                Event::Submitted { .. } => self.counters.submitted += 1,
+                Event::Finished { wl, .. } | Event::Cancelled { wl } => {
+                    self.counters.finished += 1;
+                    self.finished.push_back((now, *wl));
+                    self.history.entry(*wl).or_default().finished = Some(now);
+                }
+                _ => {}
+            }
+        }
         self.forget_finished(now);
         (r, events)
     }
@@ -357,6 +391,7 @@ impl Machine {
             self.runs.remove(&id);
             self.tokens.remove(&id);
             self.pods.remove(&id);
+            self.history.remove(&id);
         }
     }
 
@@ -514,10 +549,18 @@ impl Machine {
                     .collect(),
             )),
             Command::Cancel { name, team } => {
-                let id = self.state.find_scoped(name, team.as_deref())?;
-                events.extend(self.state.cancel(id, now)?);
+                let found = self.state.find_scoped(name, team.as_deref());
+                let active = found
+                    .as_ref()
+                    .is_ok_and(|id| !self.state.workload(*id).state.is_finished());
+                if !active && self.cancel_array_part(name, team.as_deref(), now, events)? {
+                    return Ok(Reply::Done);
+                }
+                events.extend(self.state.cancel(found?, now)?);
                 Ok(Reply::Done)
             }
+            Command::SubmitArray { input, array } => self.submit_array(input, array, now, events),
+            Command::CancelMatching { selector } => self.cancel_matching(selector, now, events),
             Command::RegisterNode {
                 name,
                 instance_type,
@@ -599,6 +642,7 @@ impl Machine {
                 }
                 self.check_ranks(id, node.as_deref(), ranks.iter().copied())?;
                 self.state.mark_running(id);
+                self.record_started(id, *attempt, ranks, now);
                 Ok(Reply::Done)
             }
             Command::PodsExited {
@@ -615,6 +659,7 @@ impl Machine {
                 let id = self.find_reported(name, None, node.as_deref())?;
                 self.check_node(id, node.as_deref())?;
                 self.state.mark_running(id);
+                self.record_all_started(id, now);
                 Ok(Reply::Done)
             }
             Command::WorkloadExited {
@@ -747,6 +792,7 @@ impl Machine {
         // the workload is requeued, not failed.
         let evicted_for_other = state == WlState::Evicting
             && wl.eviction.as_ref().is_some_and(|(r, _)| r != "PodFailed");
+        self.record_exits(id, attempt, exits, now);
         let runs = self.runs_of(id, attempt);
         for e in exits {
             runs.exited.insert(e.rank, e.succeeded);
@@ -803,7 +849,7 @@ impl Machine {
             {
                 return Ok((id, true));
             }
-            return Err(StateError::DuplicateWorkload(input.spec.name.clone()).into());
+            // A finished workload's name is free again (`State::check_submit` says so).
         }
         if let Ok(team) = self.state.team_id(&input.spec.team) {
             let pending = self.state.teams[team.idx()].pending.len();
@@ -907,6 +953,7 @@ impl Machine {
                     succeeded: false,
                     lost: true,
                     detail: detail.to_string(),
+                    exit_code: None,
                 })
                 .collect();
             // Cannot fail: the workload, its attempt and its ranks come from the state.

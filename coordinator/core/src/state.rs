@@ -326,8 +326,8 @@ pub enum StateError {
     UnknownTeam { name: String, known: String },
     #[error("unknown workload {0:?}")]
     UnknownWorkload(String),
-    #[error("workload {0:?} already exists")]
-    DuplicateWorkload(String),
+    #[error("workload {name:?} is still {state} in its team; a name is taken only while its workload is active (pending, admitted, running or being evicted): cancel it, wait until it finishes, or choose another name")]
+    DuplicateWorkload { name: String, state: String },
     #[error("{} teams have a workload named {name:?} ({teams}); say which team's", teams.split(", ").count())]
     AmbiguousWorkload { name: String, teams: String },
     #[error("unknown node {0:?}")]
@@ -854,11 +854,16 @@ impl State {
         spec.validate()
             .map_err(|e| StateError::Invalid(e.to_string()))?;
         let team = self.team_id(&spec.team)?;
-        if self
-            .by_name
-            .contains_key(&(spec.name.as_str().into(), team))
-        {
-            return Err(StateError::DuplicateWorkload(spec.name.clone()));
+        // A name is unique among the team's active workloads: a finished one keeps its record
+        // under its id, and the new workload takes the name.
+        if let Some(id) = self.by_name.get(&(spec.name.as_str().into(), team)) {
+            let st = self.workload(*id).state;
+            if !st.is_finished() {
+                return Err(StateError::DuplicateWorkload {
+                    name: spec.name.clone(),
+                    state: st.as_str().to_ascii_lowercase(),
+                });
+            }
         }
         let priority = match &spec.priority {
             PriorityRef::None => 0,

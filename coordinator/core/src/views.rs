@@ -33,8 +33,14 @@ pub fn workload(m: &Machine, id: WlId) -> WorkloadView {
             flavors.insert(ps.name.clone(), per_res);
         }
         let mut idx_in_set: BTreeMap<usize, u32> = BTreeMap::new();
-        for (ps, alloc) in &a.placement {
+        let times = m
+            .history
+            .get(&id)
+            .filter(|h| h.attempt == w.attempt)
+            .map(|h| &h.pods);
+        for (rank, (ps, alloc)) in a.placement.iter().enumerate() {
             let i = idx_in_set.entry(*ps).or_insert(0);
+            let t = times.and_then(|t| t.get(&(rank as u32)));
             pods.push(PodView {
                 pod_set: a
                     .pod_sets
@@ -48,8 +54,36 @@ pub fn workload(m: &Machine, id: WlId) -> WorkloadView {
                     .iter()
                     .map(|(r, d)| (st.names.resource_name(*r).to_string(), d.clone()))
                     .collect(),
+                started_ms: t.and_then(|t| t.started),
+                ended_ms: t.and_then(|t| t.ended),
+                exit_code: t.and_then(|t| t.exit_code),
+                outcome: t.and_then(|t| t.outcome.clone()),
             });
             *i += 1;
+        }
+    }
+    if w.admission.is_none() && w.state.is_finished() {
+        // Finished: its last attempt's pods as their agents reported them.
+        if let Some(h) = m.history.get(&id) {
+            let sets: Vec<(&str, u32)> = w
+                .spec
+                .pod_sets
+                .iter()
+                .flat_map(|p| (0..p.count).map(move |i| (p.name.as_str(), i)))
+                .collect();
+            for (rank, t) in &h.pods {
+                let (set, index) = sets.get(*rank as usize).copied().unwrap_or(("", *rank));
+                pods.push(PodView {
+                    pod_set: set.to_string(),
+                    index,
+                    node: t.node.clone(),
+                    devices: BTreeMap::new(),
+                    started_ms: t.started,
+                    ended_ms: t.ended,
+                    exit_code: t.exit_code,
+                    outcome: t.outcome.clone(),
+                });
+            }
         }
     }
     let (requests, count) = match w.spec.pod_sets.first() {
@@ -91,6 +125,9 @@ pub fn workload(m: &Machine, id: WlId) -> WorkloadView {
             .runs
             .get(&id)
             .map(|r| allot_common::api::RunSpec::clone(r)),
+        labels: w.spec.labels.clone(),
+        array: w.spec.array.as_ref().map(|a| (a.name.clone(), a.index)),
+        finished_ms: m.history.get(&id).and_then(|h| h.finished),
     }
 }
 

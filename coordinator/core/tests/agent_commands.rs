@@ -90,6 +90,7 @@ fn exited(m: &mut Machine, node: &str, wl: &str, attempt: u32, rank: u32, ok: bo
                 succeeded: ok,
                 lost,
                 detail: "test".into(),
+                exit_code: None,
             }],
         },
     );
@@ -308,6 +309,7 @@ fn a_failed_node_keeps_its_workloads_until_their_pods_are_reported_stopped() {
                 succeeded: false,
                 lost: false,
                 detail: "stopped".into(),
+                exit_code: None,
             }],
         },
     );
@@ -378,6 +380,7 @@ fn a_node_cannot_report_another_nodes_rank() {
             succeeded: false,
             lost: false,
             detail: "forged".into(),
+            exit_code: None,
         }],
     };
     // The gang's other node, and a node with no pod of it.
@@ -468,6 +471,7 @@ fn same_named_workloads_of_two_teams_are_told_apart_by_id() {
             succeeded: false,
             lost: false,
             detail: "exit code 1".into(),
+            exit_code: None,
         }],
     };
     // Without the id, the name alone cannot say which: refused, nothing changes.

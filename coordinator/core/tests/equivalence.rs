@@ -128,6 +128,8 @@ fn workload(rng: &mut Rng, i: usize, teams: usize) -> WorkloadSpec {
             min_count: (rng.below(8) == 0).then_some(1),
             requests: req,
         }],
+        labels: Default::default(),
+        array: None,
     }
 }
 

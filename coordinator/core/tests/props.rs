@@ -554,6 +554,8 @@ impl<'s> Sim<'s> {
                             }
                         })
                         .collect(),
+                    labels: Default::default(),
+                    array: None,
                 };
                 let before = self.st.workloads.len();
                 // The leader's fast path: with nothing else pending, the plan for the workload
@@ -1414,6 +1416,8 @@ fn pod(name: &str, team: &str, prio: i32, gpus: i64, cpu_millis: i64) -> Workloa
             min_count: None,
             requests: res(gpus, cpu_millis),
         }],
+        labels: Default::default(),
+        array: None,
     }
 }
 
@@ -1499,6 +1503,8 @@ fn workload(name: &str, count: u32, min_count: Option<u32>, gpus: i64) -> Worklo
             min_count,
             requests: res(gpus, 1000),
         }],
+        labels: Default::default(),
+        array: None,
     }
 }
 
@@ -1689,6 +1695,8 @@ fn node_failure_keeps_idle_capacity_borrowers_within_the_pool() {
             min_count: None,
             requests: req,
         }],
+        labels: Default::default(),
+        array: None,
     };
     let (id, _) = st.submit(spec, 0).expect("submit");
     settle(&mut st, 0);
@@ -1873,6 +1881,8 @@ fn preemption_for_a_flavor_assignment_that_is_not_kept_does_not_livelock() {
         priority: PriorityRef::Value(prio),
         instance_type: None,
         pod_sets,
+        labels: Default::default(),
+        array: None,
     };
     st.submit(wl("w0", 0, vec![ps("main", 3)]), 0)
         .expect("submit");

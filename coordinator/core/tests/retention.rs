@@ -119,3 +119,50 @@ fn beyond_the_cap_the_oldest_are_forgotten_once_ten_minutes_old() {
     assert_eq!(m.runs.len(), FINISHED_KEEP_MAX + 1);
     m.state.check_invariants().expect("invariants hold");
 }
+
+/// A name is unique among a team's active workloads only: once its workload finished, the same
+/// submit (another token) queues a new workload under the name, and the finished one keeps its
+/// record under its id until it is forgotten.
+#[test]
+fn a_finished_workloads_name_can_be_used_again() {
+    let mut m = machine();
+    submit_and_cancel(&mut m, "w", 1_000);
+    let first = m.state.find_workload("w").expect("w is known");
+
+    // While the new one is active, a third submit of the name is refused, saying why.
+    let mut rerun = input("w");
+    rerun.client_token = Some("second-run".into());
+    let r = apply(&mut m, 2_000, Command::Submit(rerun.clone()));
+    let Reply::Submitted { id, existing, .. } = r else {
+        panic!("{r:?}")
+    };
+    assert!(!existing);
+    assert_ne!(id, first.0);
+    assert_eq!(m.state.find_workload("w").map(|i| i.0), Ok(id));
+    assert_eq!(m.state.workload(first).state, WlState::Cancelled);
+    let mut third = input("w");
+    third.client_token = Some("third-run".into());
+    let (r, _) = m.apply(&Entry {
+        now: 3_000,
+        cmd: Command::Submit(third),
+    });
+    let e = r.expect_err("the name is taken while its workload is active");
+    assert_eq!(e.kind, ErrorKind::Conflict);
+    assert!(e.message.contains("still pending"), "{}", e.message);
+
+    // A retry of the second submit (same token) still finds the second workload.
+    let r = apply(&mut m, 4_000, Command::Submit(rerun));
+    assert!(
+        matches!(r, Reply::Submitted { id: i, existing: true, .. } if i == id),
+        "{r:?}"
+    );
+
+    // Forgetting the first (a day later) leaves the name with the second.
+    apply(
+        &mut m,
+        1_001 + FINISHED_KEEP_MS,
+        Command::Submit(input("x")),
+    );
+    assert!(m.state.workloads.get(&first).is_none());
+    assert_eq!(m.state.find_workload("w").map(|i| i.0), Ok(id));
+}

@@ -62,6 +62,8 @@ fn cluster(seed: u64, teams: usize, nodes: usize, pending: usize, fair_share: bo
                 min_count: None,
                 requests: req,
             }],
+            labels: Default::default(),
+            array: None,
         };
         st.submit(spec, i as i64).unwrap();
     }

@@ -69,6 +69,8 @@ pub fn wl(
             min_count: None,
             requests: r,
         }],
+        labels: Default::default(),
+        array: None,
     }
 }
 
