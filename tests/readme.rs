@@ -72,7 +72,22 @@ fn normalize(s: &str) -> String {
             l.push(ch);
             rest = &rest[ch.len_utf8()..];
         }
-        let words: Vec<&str> = l.split_whitespace().collect();
+        // Durations (0.1s) differ between runs too.
+        let words: Vec<&str> = l
+            .split_whitespace()
+            .map(
+                |w| match w.strip_suffix('s').and_then(|n| n.split_once('.')) {
+                    Some((a, b))
+                        if !a.is_empty()
+                            && a.bytes().all(|c| c.is_ascii_digit())
+                            && b.bytes().all(|c| c.is_ascii_digit()) =>
+                    {
+                        "<duration>"
+                    }
+                    _ => w,
+                },
+            )
+            .collect();
         out.push_str(&words.join(" "));
         out.push('\n');
     }
@@ -101,19 +116,20 @@ fn run(home: &Path, cmd: &str) -> String {
     )
 }
 
-/// Splits a command line the way the shell would for these commands (double quotes only).
+/// Splits a command line the way the shell would for these commands (double and single
+/// quotes, no expansion: the walkthrough expands nothing itself).
 fn shell_words(s: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
-    let mut quoted = false;
+    let mut quoted: Option<char> = None;
     let mut any = false;
     for ch in s.chars() {
         match ch {
-            '"' => {
-                quoted = !quoted;
+            '"' | '\'' if quoted.is_none_or(|q| q == ch) => {
+                quoted = if quoted.is_some() { None } else { Some(ch) };
                 any = true;
             }
-            c if c.is_whitespace() && !quoted => {
+            c if c.is_whitespace() && quoted.is_none() => {
                 if any {
                     out.push(std::mem::take(&mut cur));
                     any = false;
@@ -132,9 +148,15 @@ fn shell_words(s: &str) -> Vec<String> {
 }
 
 fn reads(cmd: &str) -> bool {
-    ["allot get", "allot describe", "allot explain", "allot logs"]
-        .iter()
-        .any(|p| cmd.starts_with(p))
+    [
+        "allot get",
+        "allot describe",
+        "allot explain",
+        "allot logs",
+        "allot history",
+    ]
+    .iter()
+    .any(|p| cmd.starts_with(p))
 }
 
 fn pods_of(home: &Path) -> Vec<u32> {

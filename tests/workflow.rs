@@ -111,6 +111,38 @@ fn bulk_cancel_by_label_state_team_or_all() {
         &["cancel", "--team", "team-b", "--state", "pending"],
     );
     assert!(out.contains("Cancelled 2 workloads"), "{out}");
+    // On a terminal (`script` gives it one) it lists what it would cancel and asks: "n" keeps
+    // them.
+    let mut term = std::process::Command::new("script");
+    term.args([
+        "-qec",
+        &format!("{} cancel --all", support::BIN),
+        "/dev/null",
+    ]);
+    for (k, v) in c.cli_command("admin-admin", &[]).get_envs() {
+        if let Some(v) = v {
+            term.env(k, v);
+        }
+    }
+    let mut child = term
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux)");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        stdin.write_all(b"n\n").expect("answer");
+    }
+    let o = child.wait_with_output().expect("script ends");
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.contains("This cancels 1 workload: team-a/a3")
+            && said.contains("Cancel them? [y/N]")
+            && said.contains("nothing cancelled"),
+        "{said}"
+    );
     let out = c.cli_ok("admin-admin", &["cancel", "--all", "--yes"]);
     assert!(out.contains("Cancelled 1 workload: team-a/a3"), "{out}");
     assert!(all_workloads(&c).iter().all(|w| w.state == "Cancelled"));
