@@ -214,8 +214,8 @@ pub enum ClusterCmd {
         #[command(flatten)]
         out: Out,
     },
-    /// Submit a workload from a job file (the scenario format's workload fields plus
-    /// command, env, workdir, grace).
+    /// Submit a workload or a job array (--array): flags and `-- COMMAND ARGS`, or a job file
+    /// (the scenario format's workload fields plus command, env, workdir, grace, labels).
     Submit {
         /// Job file, YAML or JSON (`-` reads standard input). Flags below override its fields.
         #[arg(short = 'f', long = "file")]
