@@ -326,54 +326,49 @@ pub enum ClusterCmd {
     },
 }
 
-/// "TeamName=team-a,FairShareWeight=10" (or the same as JSON).
+/// "TeamName=team-a,FairShareWeight=10" (or the same as JSON, or `file://PATH` of either).
 pub fn parse_target(s: &str) -> anyhow::Result<(String, u32)> {
-    let mut team = None;
-    let mut weight = 0u32;
-    let fields: Vec<(String, String)> = if s.trim_start().starts_with('{') {
-        let v: Value =
-            serde_json::from_str(s).context("--compute-quota-target is not valid JSON")?;
-        v.as_object()
-            .ok_or_else(|| anyhow!("--compute-quota-target must be an object"))?
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    v.as_str().map(String::from).unwrap_or(v.to_string()),
-                )
-            })
-            .collect()
-    } else {
-        s.split(',')
-            .map(|kv| {
-                let (k, v) = kv.split_once('=').ok_or_else(|| {
-                    anyhow!("--compute-quota-target: {kv:?} is not Key=Value; expected TeamName=NAME,FairShareWeight=N")
-                })?;
-                Ok((k.trim().to_string(), v.trim().to_string()))
-            })
-            .collect::<anyhow::Result<_>>()?
+    let text = read_arg(s)?;
+    allot_common::hyperpod::parse_target(&text).map_err(|e| anyhow!("--compute-quota-target: {e}"))
+}
+
+/// An argument as the AWS CLI reads it: `file://PATH` (`~` expanded) is the text of that file,
+/// `fileb://PATH` its bytes (which must be UTF-8 here: JSON or shorthand); anything else is
+/// the value itself.
+pub fn read_arg(s: &str) -> anyhow::Result<String> {
+    let (path, binary) = match (s.strip_prefix("file://"), s.strip_prefix("fileb://")) {
+        (Some(p), _) => (p, false),
+        (_, Some(p)) => (p, true),
+        _ => return Ok(s.to_string()),
     };
-    for (k, v) in fields {
-        match k.as_str() {
-            "TeamName" => team = Some(v),
-            "FairShareWeight" => {
-                weight = v.parse().map_err(|_| {
-                    anyhow!(
-                    "--compute-quota-target: FairShareWeight {v:?} is not a whole number 0..=100"
-                )
-                })?
+    let path = match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => std::path::Path::new(&home).join(rest),
+        _ => PathBuf::from(path),
+    };
+    let bytes = std::fs::read(&path).with_context(|| {
+        format!(
+            "cannot read {} (from {s}): file:// and fileb:// name a file to read the value from",
+            path.display()
+        )
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        anyhow!(
+            "{} (from {s}) is not UTF-8 text{}",
+            path.display(),
+            if binary {
+                "; the value must be JSON or shorthand"
+            } else {
+                ""
             }
-            o => bail!(
-                "--compute-quota-target: unknown key {o:?}; expected TeamName, FairShareWeight"
-            ),
-        }
-    }
-    let team = team.ok_or_else(|| anyhow!("--compute-quota-target needs TeamName=NAME"))?;
-    Ok((team, weight))
+        )
+    })?;
+    // The AWS CLI keeps the file's text as it is; a trailing newline is blank space to both
+    // parsers.
+    Ok(text)
 }
 
 fn quota_input(q: &QuotaArgs, name: String) -> anyhow::Result<ComputeQuotaInput> {
-    let config = ComputeQuotaConfig::parse_shorthand(&q.compute_quota_config)
+    let config = ComputeQuotaConfig::parse_shorthand(&read_arg(&q.compute_quota_config)?)
         .map_err(|e| anyhow!("--compute-quota-config: {e}"))?;
     let (team, fair_share_weight) = parse_target(&q.compute_quota_target)?;
     let activation = ActivationState::parse(&q.activation_state)
@@ -656,10 +651,12 @@ fn token_suffix() -> String {
     format!("{:x}-{}", t, std::process::id())
 }
 
-/// Refuses a bad --scheduler-config before it reaches the cluster.
-fn check_scheduler_config(s: &str) -> anyhow::Result<()> {
-    allot_common::hyperpod::parse_scheduler_config(s)
-        .map(|_| ())
+/// Reads --scheduler-config (shorthand, JSON, or `file://` of either), refuses a bad one before
+/// it reaches the cluster, and returns it as shorthand (what the cluster stores and shows).
+fn check_scheduler_config(s: &str) -> anyhow::Result<String> {
+    let text = read_arg(s)?;
+    allot_common::hyperpod::parse_scheduler_config(&text)
+        .map(|p| allot_common::hyperpod::scheduler_config_to_shorthand(&p))
         .map_err(|e| anyhow!("--scheduler-config: {e}"))
 }
 
@@ -764,7 +761,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             out,
             ..
         } => {
-            check_scheduler_config(&scheduler_config)?;
+            let scheduler_config = check_scheduler_config(&scheduler_config)?;
             print_reply(
                 api(c
                     .call(Body::CreateSchedulerConfig {
@@ -783,7 +780,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             limits,
             out,
         } => {
-            check_scheduler_config(&scheduler_config)?;
+            let scheduler_config = check_scheduler_config(&scheduler_config)?;
             print_reply(
                 api(c
                     .call(Body::UpdateSchedulerConfig {
@@ -1904,7 +1901,11 @@ mod tests {
         let e = parse_target("TeamName=a,Weight=3").unwrap_err().to_string();
         assert!(e.contains("unknown key \"Weight\""), "{e}");
         let e = parse_target("FairShareWeight=3").unwrap_err().to_string();
-        assert!(e.contains("needs TeamName"), "{e}");
+        assert!(e.contains("missing TeamName"), "{e}");
+        let e = parse_target("TeamName=a,FairShareWeight=101")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("out of range 0..=100"), "{e}");
     }
 
     #[test]

@@ -18,17 +18,28 @@
 //! - **Rounding.** Every derived amount is rounded down to the base unit (millicores, bytes,
 //!   whole devices) with exact integer arithmetic. Explicit `VCpu`/`MemoryInGiB` are taken as
 //!   the exact decimal the number is written as, then rounded down the same way.
-//! - **Count is exclusive**: a row gives either `Count` (whole instances) or any of
-//!   `Accelerators`, `VCpu`, `MemoryInGiB`.
+//! - **Count with explicit amounts**: `Count` sets every resource of n instances; an explicit
+//!   `Accelerators`, `VCpu` or `MemoryInGiB` beside it replaces that one resource's amount.
 //! - **Resources listed** per flavor: `cpu` and `memory` always, `gpu`/`neuron`/`efa` when the
 //!   instance type has them (possibly with nominal 0), sorted by resource name.
 //! - **AbsoluteBorrowLimits** rows set the borrowing limit only for what they name: `Count=n`
 //!   names every resource of n instances, `Accelerators` the accelerator resource, `VCpu` cpu,
-//!   `MemoryInGiB` memory; no ratio is applied. They need `Strategy=LendAndBorrow` and a
-//!   `ComputeQuotaResources` row for the same instance type; at most 15 rows (AWS's limit).
-//! - `Strategy` may be left out (default `LendAndBorrow`, as in the structured form).
-//! - Limits: `VCpu` <= 10,000,000 and `MemoryInGiB` <= 1,000,000,000 per row; derived amounts
-//!   must stay within `resource::MAX_QUANTITY` base units (`i64::MAX / 4`).
+//!   `MemoryInGiB` memory; no ratio is applied. For an instance type without a
+//!   `ComputeQuotaResources` row the team has nominal 0 and may borrow up to the limit. With
+//!   `Lend` or `DontLend` they (like `BorrowLimit`) are accepted and limit nothing: those teams
+//!   do not borrow.
+//! - **The API model's constraints**, exactly: `Count`, `Accelerators`, `VCpu`,
+//!   `MemoryInGiB` in 0..=10,000,000; `BorrowLimit` 0..=10000 (the documentation's prose says
+//!   1 to 500; the model is what the API enforces); at most 15 rows per list;
+//!   `ResourceSharingConfig` needs `Strategy`; `ComputeQuotaResources` may be absent. Derived
+//!   amounts must also stay within `resource::MAX_QUANTITY` base units (`i64::MAX / 4`).
+//! - **Rules allot keeps beyond the model**, each citing where AWS documents it: a row needs
+//!   an amount (AWS's task-governance Terraform module), an instance type once per list (the
+//!   API allocates by instance type), NaN is not an amount (allot's own).
+//! - **Reading** follows the AWS CLI: a value that starts with `{` is JSON
+//!   ([`parse_structure`]); shorthand as awscli's `ShorthandParser` reads it
+//!   ([`parse_shorthand_tree`]); integers as Python's `int()` (`+2`, `1_000`), floats as
+//!   `float()` (`1e1`, `.5`). `common/tests/awscli_conformance.rs` compares with the AWS CLI.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -72,7 +83,7 @@ pub enum SharingStrategy {
 pub struct ResourceSharingConfig {
     #[serde(default)]
     pub strategy: SharingStrategy,
-    /// Percent of nominal, 1..=500, default 50 (LendAndBorrow only).
+    /// Percent of nominal, 0..=10000 (the API model), default 50; only LendAndBorrow borrows.
     #[serde(default)]
     pub borrow_limit: Option<u32>,
     #[serde(default)]
@@ -99,16 +110,21 @@ pub struct ComputeQuotaConfig {
 
 /// `BorrowLimit` when none is given (percent of nominal).
 pub const DEFAULT_BORROW_LIMIT: u32 = 50;
-/// Smallest accepted `BorrowLimit` (percent).
-pub const MIN_BORROW_LIMIT: u32 = 1;
+/// Smallest accepted `BorrowLimit` (percent; the API model's BorrowLimit range, 0..=10000,
+/// wider than its documentation's 1 to 500).
+pub const MIN_BORROW_LIMIT: u32 = 0;
 /// Largest accepted `BorrowLimit` (percent).
-pub const MAX_BORROW_LIMIT: u32 = 500;
-/// At most this many `AbsoluteBorrowLimits` rows (AWS's limit).
+pub const MAX_BORROW_LIMIT: u32 = 10_000;
+/// At most this many `AbsoluteBorrowLimits` rows (the API model's list length).
 pub const MAX_ABSOLUTE_BORROW_LIMITS: usize = 15;
+/// At most this many `ComputeQuotaResources` rows (the API model's list length).
+pub const MAX_QUOTA_ROWS: usize = 15;
+/// The API model's maximum of `Count`, `Accelerators`, `VCpu` and `MemoryInGiB`.
+pub const MAX_MODEL_AMOUNT: u32 = 10_000_000;
 /// Largest `VCpu` accepted in one row.
-pub const MAX_VCPU: f64 = 10_000_000.0;
+pub const MAX_VCPU: f64 = MAX_MODEL_AMOUNT as f64;
 /// Largest `MemoryInGiB` accepted in one row.
-pub const MAX_MEMORY_GIB: f64 = 1_000_000_000.0;
+pub const MAX_MEMORY_GIB: f64 = MAX_MODEL_AMOUNT as f64;
 
 /// Largest quantity a derived quota may have, in base units.
 const MAX_QUANTITY: i128 = crate::resource::MAX_QUANTITY as i128;
@@ -164,18 +180,11 @@ impl fmt::Display for RowField {
 pub enum HyperPodError {
     #[error("{list} row {row}: InstanceType is missing or empty; name an instance type such as ml.g5.8xlarge")]
     EmptyInstanceType { list: RowList, row: usize },
-    #[error("{list} row {row} ({instance_type}): give at least one of Count, Accelerators, VCpu or MemoryInGiB")]
+    #[error("{list} row {row} ({instance_type}): give at least one of Count, Accelerators, VCpu or MemoryInGiB (AWS's task-governance Terraform module requires one; a row without an amount allocates nothing)")]
     NoAmount {
         list: RowList,
         row: usize,
         instance_type: String,
-    },
-    #[error("{list} row {row} ({instance_type}): Count cannot be combined with {other}; give either Count (whole instances) or any of Accelerators, VCpu and MemoryInGiB")]
-    CountWithOthers {
-        list: RowList,
-        row: usize,
-        instance_type: String,
-        other: RowField,
     },
     #[error("{list} row {row} ({instance_type}): {field} {value} {why}")]
     BadAmount {
@@ -186,14 +195,14 @@ pub enum HyperPodError {
         value: String,
         why: String,
     },
-    #[error("{list} lists instance type {instance_type} twice (rows {first} and {second}); give each instance type once")]
+    #[error("{list} lists instance type {instance_type} twice (rows {first} and {second}); give each instance type once (the API allocates compute by instance type, one row each)")]
     DuplicateInstanceType {
         list: RowList,
         instance_type: String,
         first: usize,
         second: usize,
     },
-    #[error("{list} has {count} rows; at most {max} are allowed")]
+    #[error("{list} has {count} rows; at most {max} are allowed (the API model's list length)")]
     TooManyRows {
         list: RowList,
         count: usize,
@@ -217,18 +226,8 @@ pub enum HyperPodError {
         row: usize,
         instance_type: String,
     },
-    #[error("BorrowLimit {value} is out of range 1..=500 (percent of the nominal quota the team may borrow on top of it; default 50)")]
+    #[error("BorrowLimit {value} is out of range 0..=10000 (the API model's BorrowLimit: percent of the nominal quota the team may borrow on top of it; default 50)")]
     BorrowLimitRange { value: i64 },
-    #[error("BorrowLimit is only valid with Strategy=LendAndBorrow, not Strategy={strategy:?} (a team that does not borrow has no borrow limit); remove BorrowLimit or use Strategy=LendAndBorrow")]
-    BorrowLimitNeedsLendAndBorrow { strategy: SharingStrategy },
-    #[error("AbsoluteBorrowLimits is only valid with Strategy=LendAndBorrow, not Strategy={strategy:?} (a team that does not borrow has no borrow limit); remove AbsoluteBorrowLimits or use Strategy=LendAndBorrow")]
-    AbsoluteNeedsLendAndBorrow { strategy: SharingStrategy },
-    #[error("AbsoluteBorrowLimits row {row} names instance type {instance_type}, which has no ComputeQuotaResources row (instance types with quota: {known})")]
-    AbsoluteUnknownType {
-        row: usize,
-        instance_type: String,
-        known: String,
-    },
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -240,8 +239,11 @@ impl ComputeQuotaConfig {
     /// `ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2}],ResourceSharingConfig={Strategy=LendAndBorrow,BorrowLimit=50},PreemptTeamTasks=LowerPriority`,
     /// and validates it ([`ComputeQuotaConfig::validate`]). Instance types are checked against
     /// the catalog only by [`ComputeQuotaConfig::to_quotas`].
+    ///
+    /// A value that starts with `{` is read as JSON instead, as the AWS CLI does
+    /// ([`parse_structure`]).
     pub fn parse_shorthand(s: &str) -> Result<Self, ShorthandError> {
-        let tree = parse_shorthand_tree(s)?;
+        let tree = parse_structure(s)?;
         let reader = Reader { input: s };
         let (config, positions) = reader.compute_quota(&tree)?;
         config
@@ -274,20 +276,22 @@ impl ComputeQuotaConfig {
         )
     }
 
-    /// Checks everything that does not need the instance catalog: each row names an instance
-    /// type and at least one amount, `Count` alone, amounts finite, >= 0 and in range, each
-    /// instance type once per list, `BorrowLimit` in 1..=500 and only with `LendAndBorrow`,
-    /// `AbsoluteBorrowLimits` only with `LendAndBorrow`, at most 15 of them, each for an
-    /// instance type that has a `ComputeQuotaResources` row.
+    /// Checks everything that does not need the instance catalog: at most 15 rows per list,
+    /// each naming an instance type and at least one amount, amounts within the API model's
+    /// ranges (NaN refused), each instance type once per list, `BorrowLimit` in 0..=10000.
     pub fn validate(&self) -> Result<(), HyperPodError> {
+        if self.resources.len() > MAX_QUOTA_ROWS {
+            return Err(HyperPodError::TooManyRows {
+                list: RowList::ComputeQuotaResources,
+                count: self.resources.len(),
+                max: MAX_QUOTA_ROWS,
+            });
+        }
         validate_rows(&self.resources, RowList::ComputeQuotaResources)?;
         let sharing = &self.sharing;
+        // BorrowLimit and AbsoluteBorrowLimits are accepted with any strategy, as the API
+        // does; only LendAndBorrow borrows, so with Lend or DontLend they limit nothing.
         if let Some(p) = sharing.borrow_limit {
-            if sharing.strategy != SharingStrategy::LendAndBorrow {
-                return Err(HyperPodError::BorrowLimitNeedsLendAndBorrow {
-                    strategy: sharing.strategy,
-                });
-            }
             if !(MIN_BORROW_LIMIT..=MAX_BORROW_LIMIT).contains(&p) {
                 return Err(HyperPodError::BorrowLimitRange {
                     value: i64::from(p),
@@ -295,14 +299,6 @@ impl ComputeQuotaConfig {
             }
         }
         let abs = &sharing.absolute_borrow_limits;
-        if abs.is_empty() {
-            return Ok(());
-        }
-        if sharing.strategy != SharingStrategy::LendAndBorrow {
-            return Err(HyperPodError::AbsoluteNeedsLendAndBorrow {
-                strategy: sharing.strategy,
-            });
-        }
         if abs.len() > MAX_ABSOLUTE_BORROW_LIMITS {
             return Err(HyperPodError::TooManyRows {
                 list: RowList::AbsoluteBorrowLimits,
@@ -310,30 +306,7 @@ impl ComputeQuotaConfig {
                 max: MAX_ABSOLUTE_BORROW_LIMITS,
             });
         }
-        validate_rows(abs, RowList::AbsoluteBorrowLimits)?;
-        for (i, row) in abs.iter().enumerate() {
-            if !self
-                .resources
-                .iter()
-                .any(|r| r.instance_type == row.instance_type)
-            {
-                let known: Vec<&str> = self
-                    .resources
-                    .iter()
-                    .map(|r| r.instance_type.as_str())
-                    .collect();
-                return Err(HyperPodError::AbsoluteUnknownType {
-                    row: i + 1,
-                    instance_type: row.instance_type.clone(),
-                    known: if known.is_empty() {
-                        "none".into()
-                    } else {
-                        known.join(", ")
-                    },
-                });
-            }
-        }
-        Ok(())
+        validate_rows(abs, RowList::AbsoluteBorrowLimits)
     }
 
     /// The quotas per flavor (one per `ComputeQuotaResources` row, in row order; resources in
@@ -356,11 +329,35 @@ impl ComputeQuotaConfig {
         for (i, res) in self.sharing.absolute_borrow_limits.iter().enumerate() {
             let row = RowCtx::new(catalog, RowList::AbsoluteBorrowLimits, i + 1, res)?;
             let limits = row.absolute()?;
-            // validate() made sure the flavor has a row.
+            // A type without a ComputeQuotaResources row has no nominal quota: the team may
+            // only borrow it, up to these limits (and borrows nothing else of it).
+            if !quotas.iter().any(|q| q.flavor == res.instance_type) {
+                let zero = ComputeQuotaResource {
+                    instance_type: res.instance_type.clone(),
+                    count: Some(0),
+                    ..ComputeQuotaResource::default()
+                };
+                let row0 = RowCtx::new(catalog, RowList::AbsoluteBorrowLimits, i + 1, &zero)?;
+                let mut resources = Vec::new();
+                for (name, nominal) in row0.nominal()? {
+                    let quota = self
+                        .sharing
+                        .quota(nominal)
+                        .ok_or_else(|| row0.too_large())?;
+                    resources.push((name, quota));
+                }
+                quotas.push(FlavorQuota {
+                    flavor: res.instance_type.clone(),
+                    resources,
+                });
+            }
             if let Some(fq) = quotas.iter_mut().find(|q| q.flavor == res.instance_type) {
                 for (name, limit) in limits {
                     if let Some(q) = fq.get_mut(&name) {
-                        q.borrowing_limit = Some(limit);
+                        // Only LendAndBorrow borrows; the others keep their limit of 0.
+                        if self.sharing.strategy == SharingStrategy::LendAndBorrow {
+                            q.borrowing_limit = Some(limit);
+                        }
                     }
                 }
             }
@@ -438,25 +435,15 @@ fn validate_rows(rows: &[ComputeQuotaResource], list: RowList) -> Result<(), Hyp
                 instance_type,
             });
         }
-        if r.count.is_some() {
-            if let Some((other, _)) = others.iter().find(|(_, set)| *set) {
-                return Err(HyperPodError::CountWithOthers {
-                    list,
-                    row,
-                    instance_type,
-                    other: *other,
-                });
-            }
-        }
         for (field, value, max) in [
             (RowField::VCpu, r.vcpu, MAX_VCPU),
             (RowField::MemoryInGiB, r.memory_in_gib, MAX_MEMORY_GIB),
         ] {
             let Some(v) = value else { continue };
-            let why = if !v.is_finite() || v < 0.0 {
-                "must be a finite number >= 0".to_string()
-            } else if v > max {
-                format!("is too large (at most {max})")
+            let why = if v.is_nan() {
+                "is not a number (allot's rule: an amount must be a number)".to_string()
+            } else if v < 0.0 || v > max {
+                format!("is out of range 0..={max} (the API model's {field}Amount)")
             } else {
                 continue;
             };
@@ -638,7 +625,8 @@ impl<'a> RowCtx<'a> {
             if per == 0 {
                 continue;
             }
-            let v = if res.count.is_some() {
+            let explicit = accel.as_ref() == Some(&name) && res.accelerators.is_some();
+            let v = if res.count.is_some() && !explicit {
                 ratio(i128::from(per))
             } else if accel.as_ref() == Some(&name) {
                 Some(i128::from(res.accelerators.unwrap_or(0)))
@@ -761,10 +749,23 @@ pub struct ShorthandNode {
 pub enum ShorthandValue {
     /// A bare or quoted value (quotes removed, surrounding blanks of a bare value trimmed).
     Scalar(String),
+    /// A JSON scalar: typed, as the AWS CLI passes JSON through (`"2"` is a string, `2` a
+    /// number; a number is only a number).
+    Json(JsonScalar),
     /// `[a,b,...]`.
     List(Vec<ShorthandNode>),
     /// `{Key=Value,...}`, keys unique, in input order.
     Struct(Vec<ShorthandField>),
+}
+
+/// A JSON scalar as written.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JsonScalar {
+    Str(String),
+    /// The number's text, as written.
+    Num(String),
+    Bool(bool),
+    Null,
 }
 
 /// `Key=Value` inside a structure (or at the top level).
@@ -778,24 +779,373 @@ pub struct ShorthandField {
 /// Nesting deeper than this is refused (it would only be a mistake, and it bounds recursion).
 const MAX_DEPTH: usize = 32;
 
-/// Parses AWS CLI shorthand: `Key=Value` pairs separated by commas at the top level; a value
-/// is a structure `{Key=Value,...}`, a list `[v,...]`, a quoted string (`"..."` or `'...'`,
-/// backslash escapes the quote and itself) or a bare value running to the next `,`, `}` or `]`.
-/// Keys are letters, digits and `_`, each at most once per structure. Blanks around tokens are
-/// ignored.
+/// Parses AWS CLI shorthand as the AWS CLI's own shorthand parser reads it: `Key=Value` pairs
+/// separated by commas; a value is a structure `{Key=Value,...}` (a key given twice keeps its
+/// last value; a trailing comma is allowed), a list `[v,...]`, a quoted string (`"..."` or
+/// `'...'`, backslash escapes the quote and itself), or a bare value (`\,` is a comma in it;
+/// trailing blanks dropped; possibly empty). At the top level `Key=a,b` is the list `[a, b]`
+/// unless an item is followed by `=` (the next key). Keys are letters, digits and `-_.#/:`;
+/// top-level keys are unique.
 pub fn parse_shorthand_tree(s: &str) -> Result<Vec<ShorthandField>, ShorthandError> {
     let mut p = Parser {
         src: s,
         pos: 0,
         depth: 0,
     };
-    p.body(None)
+    p.parameter()
 }
 
 struct Parser<'a> {
     src: &'a str,
     pos: usize,
     depth: usize,
+}
+
+/// Reads an argument that takes a structure as the AWS CLI does: JSON when it starts with `{`
+/// (after blanks), else shorthand. (`file://` is read by the command line before this.)
+pub fn parse_structure(s: &str) -> Result<Vec<ShorthandField>, ShorthandError> {
+    let t = s.trim_start();
+    if t.starts_with('{') {
+        let mut p = JsonParser {
+            src: s,
+            pos: s.len() - t.len(),
+            depth: 0,
+        };
+        let node = p.value()?;
+        p.skip_blanks();
+        if p.pos < s.len() {
+            return Err(ShorthandError::new(
+                s,
+                p.pos,
+                "unexpected text after the JSON object",
+            ));
+        }
+        match node.value {
+            ShorthandValue::Struct(f) => Ok(f),
+            _ => unreachable!("a value starting with '{{' is an object"),
+        }
+    } else if t.starts_with('[') {
+        Err(ShorthandError::new(
+            s,
+            s.len() - t.len(),
+            "expected a structure: a JSON object {...} or Key=Value shorthand, found a list",
+        ))
+    } else {
+        parse_shorthand_tree(s)
+    }
+}
+
+/// A JSON reader that keeps each value's byte offset, so errors point into the argument as
+/// they do for shorthand.
+struct JsonParser<'a> {
+    src: &'a str,
+    pos: usize,
+    depth: usize,
+}
+
+impl JsonParser<'_> {
+    fn err(&self, pos: usize, msg: impl Into<String>) -> ShorthandError {
+        ShorthandError::new(self.src, pos, format!("invalid JSON: {}", msg.into()))
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.src.as_bytes().get(self.pos).copied()
+    }
+
+    fn skip_blanks(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.pos += 1;
+        }
+    }
+
+    fn found(&self) -> String {
+        describe(self.src.get(self.pos..).and_then(|r| r.chars().next()))
+    }
+
+    fn value(&mut self) -> Result<ShorthandNode, ShorthandError> {
+        self.skip_blanks();
+        let start = self.pos;
+        let value = match self.peek() {
+            Some(b'{') => {
+                self.depth += 1;
+                if self.depth > MAX_DEPTH {
+                    return Err(
+                        self.err(start, format!("nested more than {MAX_DEPTH} levels deep"))
+                    );
+                }
+                self.pos += 1;
+                let mut fields: Vec<ShorthandField> = Vec::new();
+                self.skip_blanks();
+                if self.peek() == Some(b'}') {
+                    self.pos += 1;
+                } else {
+                    loop {
+                        self.skip_blanks();
+                        let key_pos = self.pos;
+                        if self.peek() != Some(b'"') {
+                            return Err(self.err(
+                                self.pos,
+                                format!(
+                                    "expected a \"key\" in double quotes, found {}",
+                                    self.found()
+                                ),
+                            ));
+                        }
+                        let key = self.string()?;
+                        if let Some(prev) = fields.iter().find(|f| f.key == key) {
+                            return Err(self.err(
+                                key_pos,
+                                format!("duplicate key \"{key}\" (first given at byte {}); give each key once", prev.key_pos),
+                            ));
+                        }
+                        self.skip_blanks();
+                        if self.peek() != Some(b':') {
+                            return Err(self.err(
+                                self.pos,
+                                format!("expected ':' after key \"{key}\", found {}", self.found()),
+                            ));
+                        }
+                        self.pos += 1;
+                        let value = self.value()?;
+                        fields.push(ShorthandField {
+                            key,
+                            key_pos,
+                            value,
+                        });
+                        self.skip_blanks();
+                        match self.peek() {
+                            Some(b',') => self.pos += 1,
+                            Some(b'}') => {
+                                self.pos += 1;
+                                break;
+                            }
+                            _ => {
+                                return Err(self.err(
+                                    self.pos,
+                                    format!(
+                                        "expected ',' or '}}' in an object, found {}",
+                                        self.found()
+                                    ),
+                                ))
+                            }
+                        }
+                    }
+                }
+                self.depth -= 1;
+                ShorthandValue::Struct(fields)
+            }
+            Some(b'[') => {
+                self.depth += 1;
+                if self.depth > MAX_DEPTH {
+                    return Err(
+                        self.err(start, format!("nested more than {MAX_DEPTH} levels deep"))
+                    );
+                }
+                self.pos += 1;
+                let mut items = Vec::new();
+                self.skip_blanks();
+                if self.peek() == Some(b']') {
+                    self.pos += 1;
+                } else {
+                    loop {
+                        items.push(self.value()?);
+                        self.skip_blanks();
+                        match self.peek() {
+                            Some(b',') => self.pos += 1,
+                            Some(b']') => {
+                                self.pos += 1;
+                                break;
+                            }
+                            _ => {
+                                return Err(self.err(
+                                    self.pos,
+                                    format!(
+                                        "expected ',' or ']' in a list, found {}",
+                                        self.found()
+                                    ),
+                                ))
+                            }
+                        }
+                    }
+                }
+                self.depth -= 1;
+                ShorthandValue::List(items)
+            }
+            Some(b'"') => ShorthandValue::Json(JsonScalar::Str(self.string()?)),
+            Some(b'-' | b'0'..=b'9') => {
+                let rest = &self.src[self.pos..];
+                let len = rest
+                    .find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c)))
+                    .unwrap_or(rest.len());
+                let text = &rest[..len];
+                if !json_number(text) {
+                    return Err(self.err(start, format!("{text:?} is not a JSON number")));
+                }
+                self.pos += len;
+                ShorthandValue::Json(JsonScalar::Num(text.to_string()))
+            }
+            _ => {
+                let rest = &self.src[self.pos..];
+                let (v, len) = if rest.starts_with("true") {
+                    (JsonScalar::Bool(true), 4)
+                } else if rest.starts_with("false") {
+                    (JsonScalar::Bool(false), 5)
+                } else if rest.starts_with("null") {
+                    (JsonScalar::Null, 4)
+                } else {
+                    return Err(
+                        self.err(start, format!("expected a value, found {}", self.found()))
+                    );
+                };
+                self.pos += len;
+                ShorthandValue::Json(v)
+            }
+        };
+        Ok(ShorthandNode { pos: start, value })
+    }
+
+    fn string(&mut self) -> Result<String, ShorthandError> {
+        let start = self.pos;
+        self.pos += 1;
+        let mut out = String::new();
+        loop {
+            let Some(c) = self.src.get(self.pos..).and_then(|r| r.chars().next()) else {
+                return Err(self.err(start, "a string is not closed with '\"'"));
+            };
+            self.pos += c.len_utf8();
+            match c {
+                '"' => return Ok(out),
+                '\\' => {
+                    let Some(e) = self.peek() else {
+                        return Err(self.err(start, "a string is not closed with '\"'"));
+                    };
+                    self.pos += 1;
+                    match e {
+                        b'"' => out.push('"'),
+                        b'\\' => out.push('\\'),
+                        b'/' => out.push('/'),
+                        b'b' => out.push('\u{8}'),
+                        b'f' => out.push('\u{c}'),
+                        b'n' => out.push('\n'),
+                        b'r' => out.push('\r'),
+                        b't' => out.push('\t'),
+                        b'u' => {
+                            let hex = self.src.get(self.pos..self.pos + 4).unwrap_or("");
+                            let code = u32::from_str_radix(hex, 16)
+                                .map_err(|_| self.err(self.pos - 2, "\\u needs four hex digits"))?;
+                            self.pos += 4;
+                            // A lone surrogate half is kept as the replacement character.
+                            out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
+                        }
+                        _ => return Err(self.err(self.pos - 2, "unknown escape in a string")),
+                    }
+                }
+                c if (c as u32) < 0x20 => {
+                    return Err(self.err(
+                        self.pos - 1,
+                        "a control character in a string must be escaped",
+                    ))
+                }
+                c => out.push(c),
+            }
+        }
+    }
+}
+
+/// JSON's number grammar: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+fn json_number(t: &str) -> bool {
+    let b = t.as_bytes();
+    let mut i = usize::from(b.first() == Some(&b'-'));
+    let digits = |i: &mut usize| {
+        let s = *i;
+        while b.get(*i).is_some_and(u8::is_ascii_digit) {
+            *i += 1;
+        }
+        *i > s
+    };
+    if b.get(i) == Some(&b'0') {
+        i += 1;
+    } else if !digits(&mut i) {
+        return false;
+    }
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        if !digits(&mut i) {
+            return false;
+        }
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        if !digits(&mut i) {
+            return false;
+        }
+    }
+    i == b.len()
+}
+
+/// A whole number as the AWS CLI reads a shorthand integer (Python's `int()`): blanks around,
+/// an optional sign, digits with single `_` between them.
+pub fn python_int(s: &str) -> Option<i128> {
+    let t = s.trim();
+    let (neg, body) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if !python_digits(body) {
+        return None;
+    }
+    let v: i128 = body.replace('_', "").parse().ok()?;
+    Some(if neg { -v } else { v })
+}
+
+/// Digits with single `_` between them (Python's numeric literals).
+fn python_digits(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with('_')
+        && !s.ends_with('_')
+        && !s.contains("__")
+        && s.bytes().all(|b| b.is_ascii_digit() || b == b'_')
+}
+
+/// A number as the AWS CLI reads a shorthand float (Python's `float()`): blanks around, a
+/// sign, digits with an optional point and exponent (`1e1`, `.5`, `5.`, `1_000`), or
+/// `inf`, `infinity` and `nan` in any case.
+pub fn python_float(s: &str) -> Option<f64> {
+    let t = s.trim();
+    let (neg, body) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let lower = body.to_ascii_lowercase();
+    let v = if lower == "inf" || lower == "infinity" {
+        f64::INFINITY
+    } else if lower == "nan" {
+        f64::NAN
+    } else {
+        let (mantissa, exp) = match lower.split_once('e') {
+            Some((m, e)) => (m, Some(e)),
+            None => (lower.as_str(), None),
+        };
+        let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let int_ok = int.is_empty() || python_digits(int);
+        let frac_ok = frac.is_empty() || python_digits(frac);
+        if !int_ok || !frac_ok || (int.is_empty() && frac.is_empty()) {
+            return None;
+        }
+        if let Some(e) = exp {
+            let e = e.strip_prefix(['+', '-']).unwrap_or(e);
+            if !python_digits(e) {
+                return None;
+            }
+        }
+        lower.replace('_', "").parse::<f64>().ok()?
+    };
+    Some(if neg { -v } else { v })
 }
 
 fn describe(c: Option<char>) -> String {
@@ -818,8 +1168,16 @@ impl Parser<'_> {
         self.src.get(self.pos..).and_then(|r| r.chars().next())
     }
 
+    fn at_eof(&self) -> bool {
+        self.pos >= self.src.len()
+    }
+
+    /// Python's `string.whitespace`, which the AWS CLI skips around `=` and `,`.
     fn skip_blanks(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        while matches!(
+            self.peek(),
+            Some(b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c')
+        ) {
             self.pos += 1;
         }
     }
@@ -835,206 +1193,306 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// The fields of a structure; `open` is the byte of its `{` (`None` = top level, which
-    /// ends at the end of the input).
-    fn body(&mut self, open: Option<usize>) -> Result<Vec<ShorthandField>, ShorthandError> {
+    /// `char` must come next (after blanks when `blanks`).
+    fn expect(&mut self, c: u8, blanks: bool, what: &str) -> Result<(), ShorthandError> {
+        if blanks {
+            self.skip_blanks();
+        }
+        if self.peek() != Some(c) {
+            return Err(self.err(
+                self.pos,
+                format!(
+                    "expected '{}' {what}, found {}",
+                    c as char,
+                    describe(self.peek_char())
+                ),
+            ));
+        }
+        self.pos += 1;
+        if blanks {
+            self.skip_blanks();
+        }
+        Ok(())
+    }
+
+    /// The top level: `Key=Value` pairs separated by commas, each key once.
+    fn parameter(&mut self) -> Result<Vec<ShorthandField>, ShorthandError> {
         let mut fields: Vec<ShorthandField> = Vec::new();
-        self.skip_blanks();
-        match (self.peek(), open) {
-            (None, None) => return Ok(fields),
-            (Some(b'}'), Some(_)) => {
-                self.pos += 1;
+        loop {
+            let field = self.keyval(fields.is_empty())?;
+            if let Some(prev) = fields.iter().find(|f| f.key == field.key) {
+                return Err(self.err(
+                    field.key_pos,
+                    format!(
+                        "duplicate key \"{}\" (first given at byte {}); give each key once (often a ',' where a space was meant)",
+                        field.key, prev.key_pos
+                    ),
+                ));
+            }
+            fields.push(field);
+            // Blanks at the very end are ignored (a file's last newline). The AWS CLI refuses
+            // them after a list or structure; allot does not.
+            if self.src[self.pos..]
+                .trim_start_matches(is_python_blank)
+                .is_empty()
+            {
                 return Ok(fields);
             }
-            (None, Some(o)) => {
-                return Err(self.err(
-                    self.pos,
-                    format!(
-                        "expected '}}' to close the '{{' at byte {o}, found the end of the input"
-                    ),
-                ))
-            }
-            _ => {}
+            let key = &fields[fields.len() - 1].key;
+            self.expect(b',', true, &format!("after the value of key \"{key}\""))?;
         }
+    }
+
+    /// `Key=Value` (the value a csv list at the top level).
+    fn keyval(&mut self, first: bool) -> Result<ShorthandField, ShorthandError> {
+        let key_pos = self.pos;
+        let key = self.key(first)?;
+        if key.is_empty() && self.peek() != Some(b'=') {
+            let msg = match self.peek_char() {
+                None if !first => "expected a key after ','; remove the trailing comma".to_string(),
+                None => "expected Key=Value, found an empty argument".to_string(),
+                c => format!(
+                    "expected a key (letters, digits and -_.#/:) followed by '=', found {}",
+                    describe(c)
+                ),
+            };
+            return Err(self.err(self.pos, msg));
+        }
+        self.skip_blanks();
+        if self.peek() == Some(b'@') {
+            return Err(self.err(
+                self.pos,
+                "Key@=file://... is not supported; give the whole argument as file://PATH instead",
+            ));
+        }
+        self.expect(b'=', true, &format!("after key \"{key}\""))?;
+        let value = self.values(&key)?;
+        Ok(ShorthandField {
+            key,
+            key_pos,
+            value,
+        })
+    }
+
+    /// A key: letters, digits and `-_.#/:` (possibly none, as the AWS CLI allows).
+    fn key(&mut self, first: bool) -> Result<String, ShorthandError> {
+        let start = self.pos;
+        while matches!(self.peek(), Some(b) if b.is_ascii_alphanumeric() || b"-_.#/:".contains(&b))
+        {
+            self.pos += 1;
+        }
+        if self.pos == start && first && start == 0 && self.peek() == Some(b'{') {
+            return Err(self.err(
+                start,
+                "expected Key=Value, found '{': the shorthand form is Key=Value,Key={...},Key=[...] (JSON starts with '{' and is read as JSON)",
+            ));
+        }
+        Ok(self.src[start..self.pos].to_string())
+    }
+
+    fn values(&mut self, key: &str) -> Result<ShorthandNode, ShorthandError> {
+        match self.peek() {
+            None => Ok(ShorthandNode {
+                pos: self.pos,
+                value: ShorthandValue::Scalar(String::new()),
+            }),
+            Some(b'[') => self.explicit_list(),
+            Some(b'{') => self.hash_literal(),
+            Some(_) => self.csv_value(key),
+        }
+    }
+
+    /// `a` is a scalar, `a,b,c` a list, as long as no item is followed by `=` (that is the
+    /// next key: the list ends before it).
+    fn csv_value(&mut self, key: &str) -> Result<ShorthandNode, ShorthandError> {
+        let start = self.pos;
+        let first = self.first_value()?;
+        self.skip_blanks();
+        if self.peek() != Some(b',') {
+            return Ok(first);
+        }
+        let mut comma = self.pos;
+        self.pos += 1;
+        self.skip_blanks();
+        let mut items = vec![first];
         loop {
-            self.skip_blanks();
-            let key_pos = self.pos;
-            let key = self.key(!fields.is_empty(), open.is_none())?;
-            self.skip_blanks();
-            if self.peek() != Some(b'=') {
+            match self.second_value() {
+                Some(item) => {
+                    self.skip_blanks();
+                    if self.at_eof() {
+                        items.push(item);
+                        break;
+                    }
+                    if self.peek() == Some(b',') {
+                        comma = self.pos;
+                        self.pos += 1;
+                        self.skip_blanks();
+                        items.push(item);
+                        continue;
+                    }
+                }
+                None if self.at_eof() => {
+                    return Err(self.err(
+                        self.pos,
+                        format!("expected a value after ',' in the value of key \"{key}\", found the end of the input; remove the trailing comma"),
+                    ));
+                }
+                None => {}
+            }
+            // The next key: back to the comma before it.
+            self.pos = comma;
+            break;
+        }
+        if items.len() == 1 {
+            return Ok(items.pop().expect("one item"));
+        }
+        Ok(ShorthandNode {
+            pos: start,
+            value: ShorthandValue::List(items),
+        })
+    }
+
+    /// A value of a list item or a structure field: a list, a structure or a scalar.
+    fn explicit_value(&mut self) -> Result<ShorthandNode, ShorthandError> {
+        match self.peek() {
+            Some(b'[') => self.explicit_list(),
+            Some(b'{') => self.hash_literal(),
+            _ => self.first_value(),
+        }
+    }
+
+    fn explicit_list(&mut self) -> Result<ShorthandNode, ShorthandError> {
+        let open = self.pos;
+        self.enter()?;
+        self.expect(b'[', true, "")?;
+        let mut items = Vec::new();
+        while self.peek() != Some(b']') {
+            if self.at_eof() {
                 return Err(self.err(
                     self.pos,
                     format!(
-                        "expected '=' after key \"{key}\", found {}",
+                        "expected ']' to close the '[' at byte {open}, found the end of the input"
+                    ),
+                ));
+            }
+            items.push(self.explicit_value()?);
+            self.skip_blanks();
+            if self.peek() != Some(b']') {
+                if self.at_eof() {
+                    return Err(self.err(
+                        self.pos,
+                        format!("expected ']' to close the '[' at byte {open}, found the end of the input"),
+                    ));
+                }
+                self.expect(b',', false, "or ']' after a list item")?;
+                self.skip_blanks();
+            }
+        }
+        self.pos += 1;
+        self.depth -= 1;
+        Ok(ShorthandNode {
+            pos: open,
+            value: ShorthandValue::List(items),
+        })
+    }
+
+    /// `{Key=Value,...}`; a key given twice keeps its last value, as the AWS CLI does.
+    fn hash_literal(&mut self) -> Result<ShorthandNode, ShorthandError> {
+        let open = self.pos;
+        self.enter()?;
+        self.expect(b'{', true, "")?;
+        let mut fields: Vec<ShorthandField> = Vec::new();
+        while self.peek() != Some(b'}') {
+            if self.at_eof() {
+                return Err(self.err(
+                    self.pos,
+                    format!("expected '}}' to close the '{{' at byte {open}, found the end of the input"),
+                ));
+            }
+            let key_pos = self.pos;
+            let key = self.key(false)?;
+            self.skip_blanks();
+            if self.peek() == Some(b'@') {
+                return Err(self.err(
+                    self.pos,
+                    "Key@=file://... is not supported; give the whole argument as file://PATH instead",
+                ));
+            }
+            if key.is_empty() && self.peek() != Some(b'=') {
+                return Err(self.err(
+                    self.pos,
+                    format!(
+                        "expected a key (letters, digits and -_.#/:) followed by '=', found {}",
                         describe(self.peek_char())
                     ),
                 ));
             }
-            self.pos += 1;
+            self.expect(b'=', true, &format!("after key \"{key}\""))?;
+            let value = self.explicit_value()?;
             self.skip_blanks();
-            let value = self.value(&format!("key \"{key}\""))?;
-            if let Some(prev) = fields.iter().find(|f| f.key == key) {
-                return Err(self.err(
-                    key_pos,
-                    format!(
-                        "duplicate key \"{key}\" (first given at byte {}); give each key once",
-                        prev.key_pos
-                    ),
-                ));
+            if self.peek() != Some(b'}') {
+                if self.at_eof() {
+                    return Err(self.err(
+                        self.pos,
+                        format!("expected '}}' to close the '{{' at byte {open}, found the end of the input"),
+                    ));
+                }
+                self.expect(
+                    b',',
+                    false,
+                    &format!("or '}}' after the value of key \"{key}\""),
+                )?;
+                self.skip_blanks();
             }
-            fields.push(ShorthandField {
-                key: key.clone(),
+            let field = ShorthandField {
+                key,
                 key_pos,
                 value,
-            });
-            self.skip_blanks();
-            match (self.peek(), open) {
-                (None, None) => return Ok(fields),
-                (None, Some(o)) => {
-                    return Err(self.err(
-                        self.pos,
-                        format!("expected '}}' to close the '{{' at byte {o}, found the end of the input"),
-                    ))
-                }
-                (Some(b','), _) => self.pos += 1,
-                (Some(b'}'), Some(_)) => {
-                    self.pos += 1;
-                    return Ok(fields);
-                }
-                (_, None) => {
-                    return Err(self.err(
-                        self.pos,
-                        format!(
-                            "expected ',' or the end of the input after the value of key \"{key}\", found {}",
-                            describe(self.peek_char())
-                        ),
-                    ))
-                }
-                (_, Some(_)) => {
-                    return Err(self.err(
-                        self.pos,
-                        format!(
-                            "expected ',' or '}}' after the value of key \"{key}\", found {}",
-                            describe(self.peek_char())
-                        ),
-                    ))
-                }
+            };
+            match fields.iter_mut().find(|f| f.key == field.key) {
+                Some(f) => *f = field,
+                None => fields.push(field),
             }
         }
+        self.pos += 1;
+        self.depth -= 1;
+        Ok(ShorthandNode {
+            pos: open,
+            value: ShorthandValue::Struct(fields),
+        })
     }
 
-    fn key(&mut self, after_comma: bool, top_level: bool) -> Result<String, ShorthandError> {
-        let start = self.pos;
-        while matches!(self.peek(), Some(b) if b.is_ascii_alphanumeric() || b == b'_') {
-            self.pos += 1;
-        }
-        if self.pos > start {
-            return Ok(self.src[start..self.pos].to_string());
-        }
-        let msg = match self.peek_char() {
-            None | Some('}') if after_comma => {
-                "expected a key after ','; remove the trailing comma".to_string()
-            }
-            Some('=') => "missing key before '='".to_string(),
-            Some(',') => "expected a key, found ','; remove the extra comma".to_string(),
-            Some('{') if top_level && start == 0 => {
-                "expected Key=Value, found '{': the shorthand form is Key=Value,Key={...},Key=[...] (JSON is not accepted here)".to_string()
-            }
-            c => format!(
-                "expected a key (letters, digits and '_') followed by '=', found {}",
-                describe(c)
-            ),
-        };
-        Err(self.err(start, msg))
-    }
-
-    /// A value; `what` names it in messages (`key "Count"`).
-    fn value(&mut self, what: &str) -> Result<ShorthandNode, ShorthandError> {
-        let start = self.pos;
+    /// A quoted value, or a bare one (possibly empty) as the AWS CLI's first-value pattern
+    /// reads it.
+    fn first_value(&mut self) -> Result<ShorthandNode, ShorthandError> {
         match self.peek() {
-            None | Some(b',' | b'}' | b']') => {
-                Err(self.err(start, format!("missing value for {what}")))
-            }
-            Some(b'{') => {
-                self.enter()?;
-                self.pos += 1;
-                let fields = self.body(Some(start))?;
-                self.depth -= 1;
-                Ok(ShorthandNode {
-                    pos: start,
-                    value: ShorthandValue::Struct(fields),
-                })
-            }
-            Some(b'[') => {
-                self.enter()?;
-                self.pos += 1;
-                let items = self.list(start, what)?;
-                self.depth -= 1;
-                Ok(ShorthandNode {
-                    pos: start,
-                    value: ShorthandValue::List(items),
-                })
-            }
             Some(q @ (b'"' | b'\'')) => self.quoted(q as char),
-            Some(_) => self.bare(what),
+            _ => Ok(self.bare(is_first_follow).unwrap_or_else(|| ShorthandNode {
+                pos: self.pos,
+                value: ShorthandValue::Scalar(String::new()),
+            })),
         }
     }
 
-    fn unclosed_list(&self, open: usize) -> ShorthandError {
-        let msg =
-            format!("expected ']' to close the '[' at byte {open}, found the end of the input");
-        self.err(self.pos, msg)
-    }
-
-    fn list(&mut self, open: usize, what: &str) -> Result<Vec<ShorthandNode>, ShorthandError> {
-        let mut items = Vec::new();
-        self.skip_blanks();
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-            return Ok(items);
-        }
-        loop {
-            self.skip_blanks();
-            match self.peek() {
-                None => return Err(self.unclosed_list(open)),
-                Some(b',' | b']') => {
-                    return Err(self.err(
-                        self.pos,
-                        format!("empty item in the list of {what}; remove the extra ','"),
-                    ))
-                }
-                _ => {}
-            }
-            items.push(self.value(&format!("an item of {what}"))?);
-            self.skip_blanks();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b']') => {
-                    self.pos += 1;
-                    return Ok(items);
-                }
-                None => return Err(self.unclosed_list(open)),
-                Some(_) => {
-                    return Err(self.err(
-                        self.pos,
-                        format!(
-                            "expected ',' or ']' after an item of {what}, found {}",
-                            describe(self.peek_char())
-                        ),
-                    ))
-                }
-            }
+    /// A later item of a top-level csv list: quoted, or bare by the second-value pattern
+    /// (which stops at `=`); `None` when none starts here (nothing consumed).
+    fn second_value(&mut self) -> Option<ShorthandNode> {
+        match self.peek() {
+            Some(q @ (b'"' | b'\'')) => self.quoted(q as char).ok(),
+            _ => self.bare(is_second_follow),
         }
     }
 
+    /// A quoted value: `\` escapes the quote and itself; other escapes stay as written.
     fn quoted(&mut self, quote: char) -> Result<ShorthandNode, ShorthandError> {
         let start = self.pos;
         self.pos += 1;
         let mut out = String::new();
         loop {
             let Some(c) = self.peek_char() else {
+                self.pos = start;
                 return Err(self.err(
-                    self.pos,
+                    self.src.len(),
                     format!("expected a closing {quote} for the quoted value at byte {start}, found the end of the input"),
                 ));
             };
@@ -1060,30 +1518,60 @@ impl Parser<'_> {
         })
     }
 
-    fn bare(&mut self, what: &str) -> Result<ShorthandNode, ShorthandError> {
+    /// A bare value: a first character that may start a word, then characters `follow`
+    /// accepts; `\,` is a comma inside it. Trailing blanks are dropped. `None` (nothing
+    /// consumed) when no value starts here.
+    fn bare(&mut self, follow: fn(char) -> bool) -> Option<ShorthandNode> {
         let start = self.pos;
-        while let Some(b) = self.peek() {
-            match b {
-                b',' | b'}' | b']' => break,
-                b'{' | b'[' => {
-                    return Err(self.err(
-                        self.pos,
-                        format!(
-                            "unexpected '{}' inside the value of {what}; a structure or list must start right after '='",
-                            b as char
-                        ),
-                    ))
-                }
-                // Delimiters are ASCII, so stopping at one keeps `pos` on a char boundary.
-                _ => self.pos += 1,
+        let mut out = String::new();
+        let mut first = true;
+        while let Some(c) = self.peek_char() {
+            if self.src[self.pos..].starts_with("\\,") {
+                out.push(',');
+                self.pos += 2;
+            } else if (first && is_start_word(c)) || (!first && follow(c)) {
+                out.push(c);
+                self.pos += c.len_utf8();
+            } else {
+                break;
             }
+            first = false;
         }
-        let text = self.src[start..self.pos].trim_end_matches([' ', '\t', '\n', '\r']);
-        Ok(ShorthandNode {
+        if first {
+            return None;
+        }
+        let text = out.trim_end_matches(char::is_whitespace).to_string();
+        Some(ShorthandNode {
             pos: start,
-            value: ShorthandValue::Scalar(text.to_string()),
+            value: ShorthandValue::Scalar(text),
         })
     }
+}
+
+fn is_python_blank(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c')
+}
+
+/// The characters that may begin a bare value (the AWS CLI's shorthand pattern): printable
+/// characters up to U+FFFF except space, quotes, `,`, `=`, `[` and `{`.
+fn is_start_word(c: char) -> bool {
+    let u = c as u32;
+    matches!(u, 0x21 | 0x23..=0x26 | 0x28..=0x2B | 0x2D..=0x3C | 0x3E..=0x5A | 0x5C..=0x7A | 0x7C..=0xFFFF)
+}
+
+/// The characters that may follow in a bare value of a structure, a list or the first of a
+/// csv list: blanks and printable characters except quotes, `,`, `]` and `}`.
+fn is_first_follow(c: char) -> bool {
+    let u = c as u32;
+    c.is_whitespace()
+        || matches!(u, 0x21 | 0x23..=0x26 | 0x28..=0x2B | 0x2D..=0x5C | 0x5E..=0x7C | 0x7E..=0xFFFF)
+}
+
+/// The characters that may follow in a later csv item: blanks and printable characters
+/// except quotes, `,` and `=`.
+fn is_second_follow(c: char) -> bool {
+    let u = c as u32;
+    c.is_whitespace() || matches!(u, 0x21 | 0x23..=0x26 | 0x28..=0x2B | 0x2D..=0x3C | 0x3E..=0xFFFF)
 }
 
 /// A scalar as shorthand: bare when that reads back the same, else double-quoted.
@@ -1204,9 +1692,6 @@ impl QuotaPos {
             E::NoAccelerators { list, row, .. } => {
                 self.at(*list, *row, Some(RowField::Accelerators))
             }
-            E::CountWithOthers {
-                list, row, other, ..
-            } => self.at(*list, *row, Some(*other)),
             E::BadAmount {
                 list, row, field, ..
             } => self.at(*list, *row, Some(*field)),
@@ -1214,15 +1699,7 @@ impl QuotaPos {
                 self.at(*list, *second, Some(RowField::InstanceType))
             }
             E::TooManyRows { list, max, .. } => self.at(*list, max + 1, None),
-            E::BorrowLimitRange { .. } | E::BorrowLimitNeedsLendAndBorrow { .. } => {
-                self.borrow_limit
-            }
-            E::AbsoluteNeedsLendAndBorrow { .. } => self.absolute,
-            E::AbsoluteUnknownType { row, .. } => self.at(
-                RowList::AbsoluteBorrowLimits,
-                *row,
-                Some(RowField::InstanceType),
-            ),
+            E::BorrowLimitRange { .. } => self.borrow_limit,
         }
     }
 }
@@ -1238,6 +1715,10 @@ fn join_or(names: &[&str]) -> String {
 fn describe_node(n: &ShorthandNode) -> String {
     match &n.value {
         ShorthandValue::Scalar(s) => format!("the value {s:?}"),
+        ShorthandValue::Json(JsonScalar::Str(s)) => format!("the string {s:?}"),
+        ShorthandValue::Json(JsonScalar::Num(n)) => format!("the number {n}"),
+        ShorthandValue::Json(JsonScalar::Bool(b)) => format!("{b}"),
+        ShorthandValue::Json(JsonScalar::Null) => "null".into(),
         ShorthandValue::List(_) => "a list [...]".into(),
         ShorthandValue::Struct(_) => "a structure {...}".into(),
     }
@@ -1321,7 +1802,15 @@ impl Reader<'_> {
 
     fn scalar<'n>(&self, f: &'n ShorthandField) -> Result<&'n str, ShorthandError> {
         match &f.value.value {
-            ShorthandValue::Scalar(s) => Ok(s),
+            ShorthandValue::Scalar(s) | ShorthandValue::Json(JsonScalar::Str(s)) => Ok(s),
+            ShorthandValue::Json(_) => Err(self.err(
+                f.value.pos,
+                format!(
+                    "{} takes a string, found {} (in JSON, write it in double quotes)",
+                    f.key,
+                    describe_node(&f.value)
+                ),
+            )),
             _ => Err(self.err(
                 f.value.pos,
                 format!(
@@ -1333,51 +1822,85 @@ impl Reader<'_> {
         }
     }
 
+    /// A whole number: shorthand as Python's `int()` reads it (`+2`, ` 2 `, `1_000`), JSON
+    /// only as an integer literal (the AWS CLI refuses `2.0` or `"2"` for an integer).
     fn integer(&self, f: &ShorthandField) -> Result<i64, ShorthandError> {
-        let s = self.scalar(f)?;
-        let digits = s.strip_prefix('-').unwrap_or(s);
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        let v = match &f.value.value {
+            ShorthandValue::Scalar(s) => python_int(s).ok_or_else(|| {
+                self.err(
+                    f.value.pos,
+                    format!("{} {s:?} is not a whole number", f.key),
+                )
+            })?,
+            ShorthandValue::Json(JsonScalar::Num(n)) if !n.contains(['.', 'e', 'E']) => n
+                .parse::<i128>()
+                .map_err(|_| self.err(f.value.pos, format!("{} {n} is too large", f.key)))?,
+            _ => {
+                return Err(self.err(
+                    f.value.pos,
+                    format!(
+                        "{} takes a whole number, found {}",
+                        f.key,
+                        describe_node(&f.value)
+                    ),
+                ))
+            }
+        };
+        i64::try_from(v).map_err(|_| self.err(f.value.pos, format!("{} {v} is too large", f.key)))
+    }
+
+    /// A whole number within the API model's range for `shape`.
+    fn ranged(
+        &self,
+        f: &ShorthandField,
+        shape: &str,
+        min: i64,
+        max: i64,
+    ) -> Result<i64, ShorthandError> {
+        let v = self.integer(f)?;
+        if !(min..=max).contains(&v) {
             return Err(self.err(
                 f.value.pos,
-                format!("{} {s:?} is not a whole number", f.key),
+                format!(
+                    "{} {v} is out of range {min}..={max} (the API model's {shape})",
+                    f.key
+                ),
             ));
         }
-        s.parse::<i64>()
-            .map_err(|_| self.err(f.value.pos, format!("{} {s} is too large", f.key)))
+        Ok(v)
     }
 
     fn count(&self, f: &ShorthandField) -> Result<u32, ShorthandError> {
-        let v = self.integer(f)?;
-        if v < 0 {
-            return Err(self.err(f.value.pos, format!("{} {v} must be >= 0", f.key)));
-        }
-        u32::try_from(v).map_err(|_| {
-            self.err(
-                f.value.pos,
-                format!("{} {v} is too large (at most {})", f.key, u32::MAX),
-            )
-        })
+        let shape = if f.key == "Count" {
+            "InstanceCount"
+        } else {
+            "AcceleratorsAmount"
+        };
+        // The range fits u32.
+        Ok(self.ranged(f, shape, 0, MAX_MODEL_AMOUNT as i64)? as u32)
     }
 
+    /// A number: shorthand as Python's `float()` reads it (`1e1`, `.5`, `+2`), JSON any
+    /// number.
     fn number(&self, f: &ShorthandField) -> Result<f64, ShorthandError> {
-        let s = self.scalar(f)?;
-        let body = s.strip_prefix('-').unwrap_or(s);
-        let ok = body.bytes().any(|b| b.is_ascii_digit())
-            && body.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-            && body.bytes().filter(|b| *b == b'.').count() <= 1;
-        let bad = || {
+        let v = match &f.value.value {
+            ShorthandValue::Scalar(s) => python_float(s),
+            ShorthandValue::Json(JsonScalar::Num(n)) => n.parse::<f64>().ok(),
+            _ => None,
+        };
+        v.ok_or_else(|| {
             self.err(
                 f.value.pos,
                 format!(
-                    "{} {s:?} is not a number; write digits with an optional decimal point, such as 48 or 0.5",
-                    f.key
+                    "{} {} is not a number; write digits with an optional decimal point and exponent, such as 48, 0.5 or 1e3",
+                    f.key,
+                    match &f.value.value {
+                        ShorthandValue::Scalar(s) => format!("{s:?}"),
+                        _ => describe_node(&f.value),
+                    }
                 ),
             )
-        };
-        if !ok {
-            return Err(bad());
-        }
-        s.parse::<f64>().map_err(|_| bad())
+        })
     }
 
     fn choice<T: Copy>(
@@ -1412,17 +1935,14 @@ impl Reader<'_> {
         self.check_keys(top, "the compute quota config", &TOP_KEYS)?;
         let mut pos = QuotaPos::default();
         let mut config = ComputeQuotaConfig::default();
-        let Some(res) = find(top, "ComputeQuotaResources") else {
-            return Err(self.err(
-                0,
-                format!("missing ComputeQuotaResources; add ComputeQuotaResources=[{ROW_EXAMPLE}]"),
-            ));
-        };
-        let items = self.list(&res.value, "ComputeQuotaResources", ROW_EXAMPLE)?;
-        for (i, item) in items.iter().enumerate() {
-            let (row, p) = self.row(item, RowList::ComputeQuotaResources, i + 1)?;
-            config.resources.push(row);
-            pos.rows.push(p);
+        // Optional in the API model: without it the team has no quota of its own.
+        if let Some(res) = find(top, "ComputeQuotaResources") {
+            let items = self.list(&res.value, "ComputeQuotaResources", ROW_EXAMPLE)?;
+            for (i, item) in items.iter().enumerate() {
+                let (row, p) = self.row(item, RowList::ComputeQuotaResources, i + 1)?;
+                config.resources.push(row);
+                pos.rows.push(p);
+            }
         }
         if let Some(f) = find(top, "ResourceSharingConfig") {
             let fields = self.structure(
@@ -1432,6 +1952,12 @@ impl Reader<'_> {
             )?;
             self.check_keys(fields, "ResourceSharingConfig", &SHARING_KEYS)?;
             let sharing = &mut config.sharing;
+            if find(fields, "Strategy").is_none() {
+                return Err(self.err(
+                    f.value.pos,
+                    "ResourceSharingConfig needs Strategy (required by the API model): Lend, DontLend or LendAndBorrow, such as {Strategy=LendAndBorrow,BorrowLimit=50}",
+                ));
+            }
             if let Some(f) = find(fields, "Strategy") {
                 sharing.strategy = self.choice(
                     f,
@@ -1606,8 +2132,36 @@ impl Reader<'_> {
 /// Enabled, IdleResourceSharing Disabled, no priority classes). At most 10 classes, weights
 /// 0..=100, names DNS labels, each once.
 pub fn parse_scheduler_config(s: &str) -> Result<ClusterPolicy, ShorthandError> {
-    let tree = parse_shorthand_tree(s)?;
+    let tree = parse_structure(s)?;
     Reader { input: s }.scheduler_config(&tree)
+}
+
+/// Parses `--compute-quota-target` (`TeamName=team-a,FairShareWeight=10`, or JSON) into the
+/// team and its fair-share weight (0..=100, default 0). `UserProfileName` is accepted and
+/// not used (allot has no Studio user profiles).
+pub fn parse_target(s: &str) -> Result<(String, u32), ShorthandError> {
+    let tree = parse_structure(s)?;
+    let r = Reader { input: s };
+    r.check_keys(
+        &tree,
+        "the compute quota target",
+        &["TeamName", "FairShareWeight", "UserProfileName"],
+    )?;
+    let team = find(&tree, "TeamName").ok_or_else(|| {
+        r.err(
+            0,
+            "missing TeamName (required by the API model); such as TeamName=team-a,FairShareWeight=10",
+        )
+    })?;
+    let team = r.scalar(team)?.to_string();
+    let weight = match find(&tree, "FairShareWeight") {
+        Some(f) => r.ranged(f, "FairShareWeight", 0, 100)? as u32,
+        None => 0,
+    };
+    if let Some(f) = find(&tree, "UserProfileName") {
+        r.scalar(f)?;
+    }
+    Ok((team, weight))
 }
 
 /// Renders a policy as `--scheduler-config` shorthand ([`parse_scheduler_config`] reads it
@@ -1950,7 +2504,16 @@ mod tests {
             wide[0].get(&ResourceName::gpu()).unwrap().borrowing_limit,
             Some(5)
         );
-        let one = quotas(&format!("{base},ResourceSharingConfig={{BorrowLimit=1}}"));
+        let one = quotas(&format!(
+            "{base},ResourceSharingConfig={{Strategy=LendAndBorrow,BorrowLimit=1}}"
+        ));
+        // Strategy is required when ResourceSharingConfig is given (the API model).
+        let e = parse_err(&format!("{base},ResourceSharingConfig={{BorrowLimit=1}}"));
+        assert!(
+            e.message
+                .contains("needs Strategy (required by the API model)"),
+            "{e}"
+        );
         assert_eq!(
             one[0].get(&ResourceName::cpu()).unwrap().borrowing_limit,
             Some(320)
@@ -1960,15 +2523,19 @@ mod tests {
     #[test]
     fn borrow_limit_range_is_enforced() {
         let base = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}],ResourceSharingConfig={Strategy=LendAndBorrow,BorrowLimit=";
-        for bad in ["600", "0", "501", "-5", "99999999999"] {
+        // The API model's range, 0..=10000 (its documentation still says 1 to 500).
+        for bad in ["10001", "-5", "99999999999"] {
             let s = format!("{base}{bad}}}");
             let e = parse_err(&s);
             assert!(
                 e.message
-                    .contains(&format!("BorrowLimit {bad} is out of range 1..=500")),
+                    .contains(&format!("BorrowLimit {bad} is out of range 0..=10000")),
                 "{e}"
             );
             assert_caret(&e, base.len());
+        }
+        for good in ["0", "501", "10000", "+2"] {
+            ComputeQuotaConfig::parse_shorthand(&format!("{base}{good}}}")).unwrap();
         }
         let e = parse_err(&format!("{base}half}}"));
         assert!(
@@ -1980,14 +2547,17 @@ mod tests {
 
     #[test]
     fn borrow_limit_needs_lend_and_borrow() {
-        let s = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}],ResourceSharingConfig={Strategy=DontLend,BorrowLimit=50}";
-        let e = parse_err(s);
-        assert!(
-            e.message.contains("only valid with Strategy=LendAndBorrow"),
-            "{e}"
-        );
-        assert!(e.message.contains("DontLend"), "{e}");
-        assert_caret(&e, s.find("50").unwrap());
+        // Accepted, as the API does: a team that does not borrow borrows nothing whatever its
+        // limit says.
+        for strategy in ["DontLend", "Lend"] {
+            let q = quotas(&format!("ComputeQuotaResources=[{{InstanceType=ml.g5.8xlarge,Count=1}}],ResourceSharingConfig={{Strategy={strategy},BorrowLimit=50,AbsoluteBorrowLimits=[{{InstanceType=ml.g5.8xlarge,Count=1}}]}}"));
+            assert!(
+                q[0].resources
+                    .iter()
+                    .all(|(_, r)| r.borrowing_limit == Some(0)),
+                "{q:?}"
+            );
+        }
     }
 
     #[test]
@@ -2012,7 +2582,7 @@ mod tests {
             ]
         );
         // Count names every resource of n instances.
-        let q = quotas("ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=4}],ResourceSharingConfig={AbsoluteBorrowLimits=[{InstanceType=ml.g5.8xlarge,Count=1}]}");
+        let q = quotas("ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=4}],ResourceSharingConfig={Strategy=LendAndBorrow,AbsoluteBorrowLimits=[{InstanceType=ml.g5.8xlarge,Count=1}]}");
         assert_eq!(
             rows(&q[0]),
             vec![
@@ -2026,33 +2596,28 @@ mod tests {
 
     #[test]
     fn absolute_borrow_limit_errors() {
-        let s = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}],ResourceSharingConfig={AbsoluteBorrowLimits=[{InstanceType=ml.p5.48xlarge,Accelerators=1}]}";
-        let e = parse_err(s);
-        assert!(
-            e.message.contains("ml.p5.48xlarge") && e.message.contains("ml.g5.8xlarge"),
-            "{e}"
+        // A type the team has no quota of: it may borrow it, up to the limit, and nothing else
+        // of it.
+        let q = quotas("ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}],ResourceSharingConfig={Strategy=LendAndBorrow,AbsoluteBorrowLimits=[{InstanceType=ml.p5.48xlarge,Accelerators=1}]}");
+        assert_eq!(q[1].flavor, "ml.p5.48xlarge");
+        assert!(q[1].resources.iter().all(|(_, r)| r.nominal == 0), "{q:?}");
+        assert_eq!(
+            q[1].get(&ResourceName::gpu()).unwrap().borrowing_limit,
+            Some(1)
         );
-        assert_caret(&e, s.rfind("ml.p5").unwrap());
-        let s = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}],ResourceSharingConfig={Strategy=Lend,AbsoluteBorrowLimits=[{InstanceType=ml.g5.8xlarge,Count=1}]}";
-        let e = parse_err(s);
-        assert!(
-            e.message
-                .contains("AbsoluteBorrowLimits is only valid with Strategy=LendAndBorrow"),
-            "{e}"
-        );
-        assert_caret(
-            &e,
-            s.find("[{InstanceType=ml.g5.8xlarge,Count=1}]}").unwrap(),
+        assert_eq!(
+            q[1].get(&ResourceName::cpu()).unwrap().borrowing_limit,
+            Some(0)
         );
         let rows: Vec<String> = (0..16)
             .map(|_| "{InstanceType=ml.g5.8xlarge,Count=1}".to_string())
             .collect();
         let e = parse_err(&format!(
-            "ComputeQuotaResources=[{{InstanceType=ml.g5.8xlarge,Count=1}}],ResourceSharingConfig={{AbsoluteBorrowLimits=[{}]}}",
+            "ComputeQuotaResources=[{{InstanceType=ml.g5.8xlarge,Count=1}}],ResourceSharingConfig={{Strategy=LendAndBorrow,AbsoluteBorrowLimits=[{}]}}",
             rows.join(",")
         ));
         assert!(e.message.contains("at most 15"), "{e}");
-        let e = map_err("ComputeQuotaResources=[{InstanceType=ml.c5.2xlarge,Count=1}],ResourceSharingConfig={AbsoluteBorrowLimits=[{InstanceType=ml.c5.2xlarge,Accelerators=1}]}");
+        let e = map_err("ComputeQuotaResources=[{InstanceType=ml.c5.2xlarge,Count=1}],ResourceSharingConfig={Strategy=LendAndBorrow,AbsoluteBorrowLimits=[{InstanceType=ml.c5.2xlarge,Accelerators=1}]}");
         assert!(
             matches!(
                 e,
@@ -2104,13 +2669,19 @@ mod tests {
         );
         assert_caret(&e, s.find('{').unwrap());
 
-        let s = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1,VCpu=4}]";
-        let e = parse_err(s);
-        assert!(
-            e.message.contains("Count cannot be combined with VCpu"),
-            "{e}"
+        // Count with an explicit amount: the explicit one wins, the rest follow Count.
+        let q = quotas(
+            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2,VCpu=4,Accelerators=1}]",
         );
-        assert_caret(&e, s.find("4}").unwrap());
+        assert_eq!(
+            rows(&q[0]),
+            vec![
+                ("cpu".into(), 4_000, Some(2_000), None),
+                ("efa".into(), 2, Some(1), None),
+                ("gpu".into(), 1, Some(0), None),
+                ("memory".into(), 256 * GIB, Some(128 * GIB), None),
+            ]
+        );
 
         let s = "ComputeQuotaResources=[{Count=1}]";
         let e = parse_err(s);
@@ -2128,17 +2699,24 @@ mod tests {
         let s = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,VCpu=-1}]";
         let e = parse_err(s);
         assert!(
-            e.message.contains("VCpu -1 must be a finite number >= 0"),
+            e.message
+                .contains("VCpu -1 is out of range 0..=10000000 (the API model's VCpuAmount)"),
             "{e}"
         );
         assert_caret(&e, s.find("-1").unwrap());
 
         let s = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=-1}]";
         let e = parse_err(s);
-        assert!(e.message.contains("Count -1 must be >= 0"), "{e}");
+        assert!(
+            e.message.contains("Count -1 is out of range 0..=10000000"),
+            "{e}"
+        );
         assert_caret(&e, s.find("-1").unwrap());
 
-        for bad in ["two", "2.5", "", "1e3"] {
+        let s = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=}]";
+        let e = parse_err(s);
+        assert!(e.message.contains("expected ',' or '}'"), "{e}");
+        for bad in ["two", "2.5", "1e3"] {
             let s = format!("ComputeQuotaResources=[{{InstanceType=ml.g5.8xlarge,Count={bad}}}]");
             let e = parse_err(&s);
             assert!(
@@ -2147,15 +2725,19 @@ mod tests {
             );
             assert_eq!(e.pos, s.find("Count=").unwrap() + 6, "{e}");
         }
-        let e = parse_err("ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=4294967296}]");
-        assert!(e.message.contains("too large"), "{e}");
+        let e = parse_err("ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=10000001}]");
+        assert!(
+            e.message
+                .contains("out of range 0..=10000000 (the API model's InstanceCount)"),
+            "{e}"
+        );
         let e = parse_err("ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,VCpu=1.2.3}]");
         assert!(e.message.contains("VCpu \"1.2.3\" is not a number"), "{e}");
-        let e = parse_err(
-            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,MemoryInGiB=2000000000}]",
-        );
+        let e =
+            parse_err("ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,MemoryInGiB=10000001}]");
         assert!(
-            e.message.contains("MemoryInGiB 2000000000 is too large"),
+            e.message
+                .contains("MemoryInGiB 10000001 is out of range 0..=10000000"),
             "{e}"
         );
     }
@@ -2174,18 +2756,17 @@ mod tests {
             e.to_string().contains("ml.c5.2xlarge has no accelerators"),
             "{e}"
         );
-        let e = map_err("ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,Count=4294967295}]");
+        let e = map_err("ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,Count=10000000}]");
         assert!(matches!(e, HyperPodError::TooLarge { .. }), "{e}");
     }
 
     #[test]
     fn empty_resources_list_is_allowed() {
-        let c = ComputeQuotaConfig::parse_shorthand("ComputeQuotaResources=[]").unwrap();
-        assert!(c.to_quotas(Catalog::builtin()).unwrap().is_empty());
-        let e = parse_err("");
-        assert!(e.message.contains("missing ComputeQuotaResources"), "{e}");
-        let e = parse_err("PreemptTeamTasks=Never");
-        assert!(e.message.contains("missing ComputeQuotaResources"), "{e}");
+        // ComputeQuotaResources is optional in the API model: no rows, no quota of its own.
+        for s in ["ComputeQuotaResources=[]", "PreemptTeamTasks=Never"] {
+            let c = ComputeQuotaConfig::parse_shorthand(s).unwrap();
+            assert!(c.to_quotas(Catalog::builtin()).unwrap().is_empty(), "{s}");
+        }
     }
 
     // ---- syntax errors and positions ----------------------------------------------------------
@@ -2277,20 +2858,29 @@ mod tests {
         let e = parse_err(s);
         assert!(e.message.contains("trailing comma"), "{e}");
         assert_caret(&e, s.len());
-        // Duplicate keys.
-        let s = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1,Count=2}]";
+        // Duplicate keys: at the top level an error; inside a structure the last one counts,
+        // as the AWS CLI reads it.
+        let s = "PreemptTeamTasks=Never,PreemptTeamTasks=LowerPriority";
         let e = parse_err(s);
-        assert!(e.message.contains("duplicate key \"Count\""), "{e}");
-        assert_caret(&e, s.rfind("Count").unwrap());
-        // Missing '='.
-        let s = "ComputeQuotaResources:[]";
+        assert!(
+            e.message.contains("duplicate key \"PreemptTeamTasks\""),
+            "{e}"
+        );
+        assert_caret(&e, s.rfind("Preempt").unwrap());
+        let c = ComputeQuotaConfig::parse_shorthand(
+            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1,Count=2}]",
+        )
+        .unwrap();
+        assert_eq!(c.resources[0].count, Some(2));
+        // Missing '=' (':' belongs to keys in the AWS CLI's shorthand).
+        let s = "ComputeQuotaResources [] ";
         let e = parse_err(s);
         assert!(
             e.message
-                .contains("expected '=' after key \"ComputeQuotaResources\", found ':'"),
+                .contains("expected '=' after key \"ComputeQuotaResources\", found '['"),
             "{e}"
         );
-        assert_caret(&e, 21);
+        assert_caret(&e, 22);
         // Wrong shape.
         let s = "ComputeQuotaResources={InstanceType=ml.g5.8xlarge,Count=1}";
         let e = parse_err(s);
@@ -2308,10 +2898,17 @@ mod tests {
         let e = parse_err(s);
         assert!(e.message.contains("closing \""), "{e}");
         assert_caret(&e, s.len());
-        // JSON is refused with a hint.
-        let e = parse_err("{\"ComputeQuotaResources\": []}");
-        assert!(e.message.contains("JSON"), "{e}");
-        assert_eq!(e.pos, 0);
+        // JSON errors point into the JSON.
+        let s = "{\"ComputeQuotaResources\": [{\"InstanceType\": \"ml.g5.8xlarge\", \"Count\": \"2\"}]}";
+        let e = parse_err(s);
+        assert!(
+            e.message
+                .contains("Count takes a whole number, found the string \"2\""),
+            "{e}"
+        );
+        assert_caret(&e, s.find("\"2\"").unwrap());
+        let e = parse_err("[1]");
+        assert!(e.message.contains("found a list"), "{e}");
         // Deep nesting is refused, not a stack overflow.
         let deep = format!("A={}", "[".repeat(10_000));
         assert!(parse_shorthand_tree(&deep)
@@ -2353,7 +2950,7 @@ mod tests {
     #[test]
     fn blanks_and_quotes_are_accepted() {
         let c = ComputeQuotaConfig::parse_shorthand(
-            " ComputeQuotaResources = [ { InstanceType = \"ml.g5.8xlarge\" , Count = 2 } ] ,\n ResourceSharingConfig = { Strategy = 'LendAndBorrow', BorrowLimit = 50 } , PreemptTeamTasks = LowerPriority ",
+            "ComputeQuotaResources = [ { InstanceType = \"ml.g5.8xlarge\" , Count = 2 } ] ,\n ResourceSharingConfig = { Strategy = 'LendAndBorrow', BorrowLimit = 50 } , PreemptTeamTasks = LowerPriority ",
         )
         .unwrap();
         assert_eq!(c, ComputeQuotaConfig::parse_shorthand(G5_SCENARIO).unwrap());
@@ -2376,8 +2973,10 @@ mod tests {
 
     #[test]
     fn scheduler_config_options() {
+        // An empty argument is not shorthand (nor to the AWS CLI): at least one key.
+        assert!(parse_scheduler_config("").is_err());
         assert_eq!(
-            parse_scheduler_config("").unwrap(),
+            parse_scheduler_config("FairShare=Enabled").unwrap(),
             ClusterPolicy::default()
         );
         let p = parse_scheduler_config("FairShare=Disabled,IdleResourceSharing=Enabled").unwrap();
@@ -2461,10 +3060,10 @@ mod tests {
         );
 
         let json = r#"{"resources": [{"instance_type": "ml.g5.8xlarge", "count": 1}],
-                       "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 600}}"#;
+                       "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 10001}}"#;
         let c: ComputeQuotaConfig = serde_json::from_str(json).unwrap();
         let e = c.validate().unwrap_err();
-        assert_eq!(e, HyperPodError::BorrowLimitRange { value: 600 });
+        assert_eq!(e, HyperPodError::BorrowLimitRange { value: 10001 });
         assert_eq!(c.to_quotas(Catalog::builtin()).unwrap_err(), e);
 
         let json = r#"{"resources": [{"instance_type": "", "count": 1}]}"#;

@@ -192,7 +192,7 @@ pub struct CohortSpec {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
-    #[error("invalid team name {0:?}: a team name is a DNS label (lowercase letters, digits and '-', starting and ending with a letter or digit) of at most 40 characters")]
+    #[error("invalid team name {0:?}: a team name is a DNS label (lowercase letters, digits and '-', starting and ending with a letter or digit) of at most 40 characters (the API model's TeamName pattern [a-z0-9]([-a-z0-9]*[a-z0-9]){{0,39}}? is written for 40; HyperPod makes it the Kubernetes namespace hyperpod-ns-<team>)")]
     TeamName(String),
     #[error("invalid cohort name {0:?}: a cohort name is a DNS label of at most 63 characters")]
     CohortName(String),

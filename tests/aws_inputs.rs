@@ -1,0 +1,222 @@
+//! Issue 25: each row of the table of `aws sagemaker` inputs, through the real CLI against a
+//! coordinator: accepted as the AWS CLI and API model accept it, or refused with an error that
+//! names the rule.
+
+mod support;
+
+use support::*;
+
+const CQ: &str = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}],ResourceSharingConfig={Strategy=LendAndBorrow,BorrowLimit=50}";
+
+fn one_replica() -> (Cluster, tokio::runtime::Runtime) {
+    let c = Cluster::new(1, 10_000);
+    let rt = rt();
+    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    (c, rt)
+}
+
+/// `create-compute-quota` with a name and team made from `n`: Ok(stdout) or Err(stderr).
+fn quota(c: &Cluster, n: &str, config: &str, target: Option<&str>) -> Result<String, String> {
+    let target = target.map_or(format!("TeamName=t-{n}"), String::from);
+    let o = c.cli(
+        "admin-admin",
+        &[
+            "create-compute-quota",
+            "--name",
+            &format!("q-{n}"),
+            "--compute-quota-config",
+            config,
+            "--compute-quota-target",
+            &target,
+        ],
+    );
+    if o.status.success() {
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&o.stderr).into_owned())
+    }
+}
+
+#[test]
+fn aws_inputs_are_read_as_the_aws_cli_reads_them_and_checked_as_the_model_says() {
+    let (c, _rt) = one_replica();
+    let dir = c.dir.path();
+
+    // JSON, and file:// of JSON or shorthand, for every structure argument.
+    let out = quota(
+        &c,
+        "json",
+        r#"{"ComputeQuotaResources": [{"InstanceType": "ml.g5.8xlarge", "Count": 1}], "ResourceSharingConfig": {"Strategy": "LendAndBorrow", "BorrowLimit": 50}}"#,
+        Some(r#"{"TeamName": "t-json", "FairShareWeight": 5}"#),
+    )
+    .expect("JSON is accepted");
+    assert!(out.contains("t-json") && out.contains("Count=1"), "{out}");
+    std::fs::write(
+        dir.join("cq.json"),
+        r#"{"ComputeQuotaResources": [{"InstanceType": "ml.g5.8xlarge", "Count": 2}]}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("cq.txt"), format!("{CQ}\n")).unwrap();
+    std::fs::write(dir.join("target.txt"), "TeamName=t-file3\n").unwrap();
+    let url = |f: &str| format!("file://{}", dir.join(f).display());
+    let out = quota(&c, "file1", &url("cq.json"), None).expect("file:// JSON");
+    assert!(out.contains("Count=2"), "{out}");
+    quota(&c, "file2", &url("cq.txt"), None).expect("file:// shorthand");
+    let out = quota(
+        &c,
+        "file3",
+        &format!("fileb://{}", dir.join("cq.txt").display()),
+        Some(&url("target.txt")),
+    )
+    .expect("fileb:// and a target from a file");
+    assert!(out.contains("t-file3"), "{out}");
+    let e = quota(&c, "file4", "file:///no/such/file", None).unwrap_err();
+    assert!(e.contains("cannot read /no/such/file"), "{e}");
+    std::fs::write(
+        dir.join("sc.json"),
+        r#"{"PriorityClasses": [{"Name": "training", "Weight": 70}], "FairShare": "Enabled"}"#,
+    )
+    .unwrap();
+    let out = c.cli_ok(
+        "admin-admin",
+        &[
+            "create-cluster-scheduler-config",
+            "--name",
+            "sc",
+            "--scheduler-config",
+            &url("sc.json"),
+        ],
+    );
+    assert!(
+        out.contains("PriorityClasses=[{Name=training,Weight=70}],FairShare=Enabled"),
+        "{out}"
+    );
+
+    // Numbers as Python reads them; quotes removed; the model's ranges.
+    let out = quota(
+        &c,
+        "plus",
+        "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=+2}]",
+        None,
+    )
+    .unwrap();
+    assert!(out.contains("Count=2"), "{out}");
+    let out = quota(
+        &c,
+        "exp",
+        "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,VCpu=1e1}]",
+        None,
+    )
+    .unwrap();
+    assert!(out.contains("VCpu=10"), "{out}");
+    let out = quota(
+        &c,
+        "quoted",
+        CQ,
+        Some("TeamName=\"tquo\",FairShareWeight=1"),
+    )
+    .unwrap();
+    assert!(out.contains(" tquo "), "{out}");
+    for limit in ["501", "10000"] {
+        quota(&c, &format!("bl{limit}"), &format!("ComputeQuotaResources=[{{InstanceType=ml.g5.8xlarge,Count=1}}],ResourceSharingConfig={{Strategy=LendAndBorrow,BorrowLimit={limit}}}"), None)
+            .expect("BorrowLimit within the model's 0..=10000");
+    }
+    let e = quota(&c, "bl", "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}],ResourceSharingConfig={Strategy=LendAndBorrow,BorrowLimit=10001}", None).unwrap_err();
+    assert!(e.contains("out of range 0..=10000"), "{e}");
+    let e = quota(&c, "nostrategy", "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}],ResourceSharingConfig={BorrowLimit=50}", None).unwrap_err();
+    assert!(
+        e.contains("needs Strategy (required by the API model)"),
+        "{e}"
+    );
+    let rows = vec!["{InstanceType=ml.g5.8xlarge,Count=1}"; 16].join(",");
+    let e = quota(&c, "rows", &format!("ComputeQuotaResources=[{rows}]"), None).unwrap_err();
+    assert!(
+        e.contains("at most 15 are allowed (the API model's list length)"),
+        "{e}"
+    );
+    for field in ["Count", "MemoryInGiB"] {
+        let e = quota(
+            &c,
+            "big",
+            &format!("ComputeQuotaResources=[{{InstanceType=ml.g5.8xlarge,{field}=10000001}}]"),
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("out of range 0..=10000000 (the API model's"),
+            "{e}"
+        );
+    }
+
+    // Names: the model's length and pattern.
+    for bad in ["x".repeat(64), "team_a!".to_string()] {
+        let o = c.cli(
+            "admin-admin",
+            &[
+                "create-compute-quota",
+                "--name",
+                &bad,
+                "--compute-quota-config",
+                CQ,
+                "--compute-quota-target",
+                "TeamName=t-names",
+            ],
+        );
+        assert!(String::from_utf8_lossy(&o.stderr).contains("the AWS API's EntityName"));
+    }
+    let o = c.cli(
+        "admin-admin",
+        &[
+            "create-compute-quota",
+            "--name=-quota",
+            "--compute-quota-config",
+            CQ,
+            "--compute-quota-target",
+            "TeamName=t-names",
+        ],
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the AWS API's EntityName"));
+    for bad in ["-train", "train-"] {
+        let o = c.cli(
+            "admin-admin",
+            &[
+                "update-cluster-scheduler-config",
+                "--cluster-scheduler-config-id",
+                "sc",
+                "--target-version",
+                "1",
+                &format!("--scheduler-config=PriorityClasses=[{{Name={bad},Weight=1}}]"),
+            ],
+        );
+        assert!(!o.status.success(), "{bad}");
+    }
+
+    // Where the model is silent: accepted unless a rule AWS documents refuses it.
+    quota(&c, "never", "PreemptTeamTasks=Never", None).expect("no resources: no quota of its own");
+    quota(&c, "lend", "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}],ResourceSharingConfig={Strategy=Lend,BorrowLimit=50}", None).expect("Lend with a BorrowLimit");
+    quota(&c, "dontlend", "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}],ResourceSharingConfig={Strategy=DontLend,AbsoluteBorrowLimits=[{InstanceType=ml.g5.8xlarge,Count=1}]}", None).expect("DontLend with AbsoluteBorrowLimits");
+    let out = quota(
+        &c,
+        "both",
+        "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2,Accelerators=1}]",
+        None,
+    )
+    .expect("Count with Accelerators");
+    assert!(out.contains("Count=2,Accelerators=1"), "{out}");
+    let e = quota(
+        &c,
+        "noamount",
+        "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge}]",
+        None,
+    )
+    .unwrap_err();
+    assert!(e.contains("Terraform module requires one"), "{e}");
+    let e = quota(&c, "dup", "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1},{InstanceType=ml.g5.8xlarge,Count=1}]", None).unwrap_err();
+    assert!(e.contains("one row each"), "{e}");
+    let long = "t".repeat(41);
+    let e = quota(&c, "long", CQ, Some(&format!("TeamName={long}"))).unwrap_err();
+    assert!(
+        e.contains("TeamName pattern") && e.contains("hyperpod-ns-"),
+        "{e}"
+    );
+}
