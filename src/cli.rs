@@ -146,19 +146,32 @@ pub enum ClusterCmd {
     },
     /// Change a compute allocation (admin); --target-version must be its current version.
     UpdateComputeQuota {
-        /// The quota's id (cq-...) or name.
+        /// The quota's id (cq...) or name.
         #[arg(long)]
         compute_quota_id: String,
         #[arg(long)]
         target_version: u64,
-        #[command(flatten)]
-        q: QuotaArgs,
+        /// The new allocation (shorthand, JSON or file://) [default: unchanged].
+        #[arg(long)]
+        compute_quota_config: Option<String>,
+        /// The new target, "TeamName=team-a,FairShareWeight=20" (its team cannot change)
+        /// [default: unchanged].
+        #[arg(long)]
+        compute_quota_target: Option<String>,
+        /// Enabled or Disabled [default: unchanged].
+        #[arg(long)]
+        activation_state: Option<String>,
+        #[arg(long)]
+        description: Option<String>,
+        /// Accepted for compatibility with `aws sagemaker`; allot governs one cluster.
+        #[arg(long)]
+        cluster_arn: Option<String>,
         #[command(flatten)]
         out: Out,
     },
     /// Show one compute quota.
     DescribeComputeQuota {
-        /// The quota's id (cq-...) or name.
+        /// The quota's id (cq...) or name.
         #[arg(long)]
         compute_quota_id: String,
         #[command(flatten)]
@@ -196,12 +209,17 @@ pub enum ClusterCmd {
     },
     /// Change the scheduler config (admin); --target-version must be its current version.
     UpdateClusterSchedulerConfig {
+        /// Its id (as describe shows it) or name.
         #[arg(long)]
         cluster_scheduler_config_id: String,
         #[arg(long)]
         target_version: u64,
+        /// The new policy (shorthand, JSON or file://) [default: unchanged].
         #[arg(long)]
-        scheduler_config: String,
+        scheduler_config: Option<String>,
+        /// Accepted for compatibility with `aws sagemaker` (not stored).
+        #[arg(long)]
+        description: Option<String>,
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
@@ -661,15 +679,11 @@ fn check_scheduler_config(s: &str) -> anyhow::Result<String> {
 }
 
 async fn resolve_quota(c: &mut Client, id: &str) -> anyhow::Result<String> {
-    if !id.starts_with("cq-") {
-        return Ok(id.to_string());
-    }
     match api(c.call(Body::ListComputeQuotas).await)? {
-        Reply::Quotas(qs) => qs
+        Reply::Quotas(qs) => Ok(qs
             .into_iter()
             .find(|q| q.id == id)
-            .map(|q| q.name)
-            .ok_or_else(|| anyhow!("NotFound: no compute quota has id {id:?}")),
+            .map_or_else(|| id.to_string(), |q| q.name)),
         r => bail!("unexpected reply {r:?}"),
     }
 }
@@ -710,10 +724,33 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
         ClusterCmd::UpdateComputeQuota {
             compute_quota_id,
             target_version,
-            q,
+            compute_quota_config,
+            compute_quota_target,
+            activation_state,
+            description,
             out,
+            ..
         } => {
+            // What is not given stays as it is (the AWS API's update takes each part alone).
             let name = resolve_quota(c, &compute_quota_id).await?;
+            let Reply::Quota(now) = api(c
+                .call(Body::DescribeComputeQuota { name: name.clone() })
+                .await)?
+            else {
+                bail!("unexpected answer describing compute quota {name}");
+            };
+            let q = QuotaArgs {
+                name: None,
+                description: description.or(now.description),
+                cluster_arn: None,
+                compute_quota_config: compute_quota_config.unwrap_or(now.config),
+                compute_quota_target: compute_quota_target.unwrap_or(format!(
+                    "TeamName={},FairShareWeight={}",
+                    now.team, now.fair_share_weight
+                )),
+                activation_state: activation_state
+                    .unwrap_or_else(|| now.activation.as_str().to_string()),
+            };
             let input = quota_input(&q, name)?;
             print_reply(
                 api(c
@@ -779,12 +816,25 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             scheduler_config,
             limits,
             out,
+            ..
         } => {
-            let scheduler_config = check_scheduler_config(&scheduler_config)?;
+            let Reply::SchedulerConfig(now) = api(c.call(Body::DescribeSchedulerConfig).await)?
+            else {
+                bail!("unexpected answer describing the scheduler config");
+            };
+            let name = if cluster_scheduler_config_id == scheduler_config_id(&now.name) {
+                now.name.clone()
+            } else {
+                cluster_scheduler_config_id
+            };
+            let scheduler_config = match scheduler_config {
+                Some(s) => check_scheduler_config(&s)?,
+                None => now.config,
+            };
             print_reply(
                 api(c
                     .call(Body::UpdateSchedulerConfig {
-                        name: cluster_scheduler_config_id,
+                        name,
                         config: scheduler_config,
                         target_version,
                         limits: limits.input(),
@@ -1315,17 +1365,83 @@ fn ms_time(ms: i64) -> String {
     allot_common::timefmt::utc(ms)
 }
 
-fn quota_json(q: &ComputeQuotaView) -> Value {
-    json!({
+/// The account and region in the ARNs allot prints: it governs one cluster, its own.
+const ARN_PREFIX: &str = "arn:aws:sagemaker:local:000000000000";
+/// The cluster's id in `ClusterArn`.
+const CLUSTER_ID: &str = "allotcluster";
+
+/// A time as the AWS CLI prints a timestamp (Python's `isoformat()` of a UTC datetime).
+fn aws_time(ms: i64) -> String {
+    let base = ms_time(ms).trim_end_matches('Z').to_string();
+    if ms.rem_euclid(1000) == 0 {
+        format!("{base}+00:00")
+    } else {
+        format!("{base}.{:03}000+00:00", ms.rem_euclid(1000))
+    }
+}
+
+/// The scheduler config's id: 12 lowercase hex digits of its name's fingerprint (the API's
+/// ClusterSchedulerConfigId pattern, `[a-z0-9]{12}`).
+fn scheduler_config_id(name: &str) -> String {
+    format!(
+        "{:012x}",
+        allot_common::api::fnv1a(name.bytes()) & 0xffff_ffff_ffff
+    )
+}
+
+/// A compute quota as DescribeComputeQuota returns it (`summary`: as ListComputeQuotas lists
+/// it, without Description).
+fn quota_json(q: &ComputeQuotaView, summary: bool) -> Value {
+    let config = ComputeQuotaConfig::parse_shorthand(&q.config)
+        .map(|c| c.to_aws_json())
+        .unwrap_or_else(|_| Value::String(q.config.clone()));
+    let mut v = json!({
+        "ComputeQuotaArn": format!("{ARN_PREFIX}:compute-quota/{}", q.id),
         "ComputeQuotaId": q.id,
         "Name": q.name,
-        "Description": q.description,
         "ComputeQuotaVersion": q.version,
-        "ComputeQuotaConfig": q.config,
+        "Status": "Created",
+        "ClusterArn": format!("{ARN_PREFIX}:cluster/{CLUSTER_ID}"),
+        "ComputeQuotaConfig": config,
         "ComputeQuotaTarget": {"TeamName": q.team, "FairShareWeight": q.fair_share_weight},
         "ActivationState": q.activation.as_str(),
-        "CreationTime": ms_time(q.created_ms),
-        "LastModifiedTime": ms_time(q.updated_ms),
+        "CreationTime": aws_time(q.created_ms),
+        "LastModifiedTime": aws_time(q.updated_ms),
+    });
+    if let (Some(d), false) = (&q.description, summary) {
+        v["Description"] = json!(d);
+    }
+    v
+}
+
+fn scheduler_config_json(s: &allot_common::api::SchedulerConfigView) -> Value {
+    let id = scheduler_config_id(&s.name);
+    let config = allot_common::hyperpod::parse_scheduler_config(&s.config)
+        .map(|p| {
+            json!({
+                "PriorityClasses": p.priority_classes.iter()
+                    .map(|c| json!({"Name": c.name, "Weight": c.weight}))
+                    .collect::<Vec<_>>(),
+                "FairShare": if p.fair_share { "Enabled" } else { "Disabled" },
+                "IdleResourceSharing": if p.idle_resource_sharing { "Enabled" } else { "Disabled" },
+            })
+        })
+        .unwrap_or_else(|_| Value::String(s.config.clone()));
+    json!({
+        "ClusterSchedulerConfigArn": format!("{ARN_PREFIX}:cluster-scheduler-config/{id}"),
+        "ClusterSchedulerConfigId": id,
+        "Name": s.name,
+        "ClusterSchedulerConfigVersion": s.version,
+        "Status": "Created",
+        "ClusterArn": format!("{ARN_PREFIX}:cluster/{CLUSTER_ID}"),
+        "SchedulerConfig": config,
+        "CreationTime": aws_time(s.created_ms),
+        "LastModifiedTime": aws_time(s.updated_ms),
+        "AdmissionLimits": {
+            "MaxPendingPerTeam": s.limits.max_pending_per_team,
+            "SubmitsPerSecond": s.limits.submits_per_second,
+            "SubmitBurst": s.limits.submit_burst,
+        },
     })
 }
 
@@ -1333,20 +1449,12 @@ fn print_reply(r: Reply, format: Format) {
     match format {
         Format::Json => {
             let v = match &r {
-                Reply::Quota(q) => quota_json(q),
-                Reply::Quotas(qs) => {
-                    json!({"ComputeQuotaSummaries": qs.iter().map(quota_json).collect::<Vec<_>>()})
-                }
-                Reply::SchedulerConfig(s) => json!({
-                    "Name": s.name, "SchedulerConfig": s.config,
-                    "ClusterSchedulerConfigVersion": s.version,
-                    "AdmissionLimits": {
-                        "MaxPendingPerTeam": s.limits.max_pending_per_team,
-                        "SubmitsPerSecond": s.limits.submits_per_second,
-                        "SubmitBurst": s.limits.submit_burst,
-                    },
-                    "CreationTime": ms_time(s.created_ms), "LastModifiedTime": ms_time(s.updated_ms),
+                Reply::Quota(q) => quota_json(q, false),
+                Reply::Quotas(qs) => json!({
+                    "ComputeQuotaSummaries":
+                        qs.iter().map(|q| quota_json(q, true)).collect::<Vec<_>>()
                 }),
+                Reply::SchedulerConfig(s) => scheduler_config_json(s),
                 other => serde_json::to_value(other).unwrap_or(Value::Null),
             };
             println!(

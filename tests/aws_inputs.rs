@@ -220,3 +220,148 @@ fn aws_inputs_are_read_as_the_aws_cli_reads_them_and_checked_as_the_model_says()
         "{e}"
     );
 }
+
+/// Issue 25, item 4: describe and list print the AWS API's response shapes, and the updates
+/// take the AWS arguments, each part alone.
+#[test]
+fn describe_and_list_print_the_api_shapes_and_updates_take_each_part_alone() {
+    let (c, _rt) = one_replica();
+    quota(&c, "a", CQ, Some("TeamName=team-a,FairShareWeight=10")).expect("created");
+    let d: serde_json::Value = serde_json::from_str(&c.cli_ok(
+        "admin-admin",
+        &[
+            "describe-compute-quota",
+            "--compute-quota-id",
+            "q-a",
+            "-o",
+            "json",
+        ],
+    ))
+    .expect("json");
+    let id = d["ComputeQuotaId"].as_str().expect("id").to_string();
+    assert!(
+        id.len() == 12
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()),
+        "{id}"
+    );
+    assert_eq!(
+        d["ComputeQuotaArn"],
+        format!("arn:aws:sagemaker:local:000000000000:compute-quota/{id}")
+    );
+    assert_eq!(d["Status"], "Created");
+    assert_eq!(d["ComputeQuotaVersion"], 1);
+    assert_eq!(d["ActivationState"], "Enabled");
+    assert_eq!(d["ComputeQuotaTarget"]["TeamName"], "team-a");
+    assert_eq!(d["ComputeQuotaTarget"]["FairShareWeight"], 10);
+    let cfg = &d["ComputeQuotaConfig"];
+    assert_eq!(
+        cfg["ComputeQuotaResources"][0]["InstanceType"],
+        "ml.g5.8xlarge"
+    );
+    assert_eq!(cfg["ComputeQuotaResources"][0]["Count"], 1);
+    assert_eq!(cfg["ResourceSharingConfig"]["Strategy"], "LendAndBorrow");
+    assert_eq!(cfg["ResourceSharingConfig"]["BorrowLimit"], 50);
+    assert_eq!(cfg["PreemptTeamTasks"], "LowerPriority");
+    let t = d["CreationTime"].as_str().expect("time");
+    assert!(t.ends_with("+00:00") && t.contains('T'), "{t}");
+    // The JSON config is an input the CLI takes back.
+    let l: serde_json::Value =
+        serde_json::from_str(&c.cli_ok("admin-admin", &["list-compute-quotas", "-o", "json"]))
+            .expect("json");
+    assert_eq!(l["ComputeQuotaSummaries"][0]["ComputeQuotaId"], id.as_str());
+
+    // Only the weight changes; by id; the config stays.
+    c.cli_ok(
+        "admin-admin",
+        &[
+            "update-compute-quota",
+            "--compute-quota-id",
+            &id,
+            "--target-version",
+            "1",
+            "--compute-quota-target",
+            "TeamName=team-a,FairShareWeight=20",
+        ],
+    );
+    // Then only the config, given as the JSON describe printed, with one change.
+    let mut new_cfg = cfg.clone();
+    new_cfg["ComputeQuotaResources"][0]["Count"] = serde_json::json!(2);
+    c.cli_ok(
+        "admin-admin",
+        &[
+            "update-compute-quota",
+            "--compute-quota-id",
+            "q-a",
+            "--target-version",
+            "2",
+            "--compute-quota-config",
+            &new_cfg.to_string(),
+        ],
+    );
+    let d: serde_json::Value = serde_json::from_str(&c.cli_ok(
+        "admin-admin",
+        &[
+            "describe-compute-quota",
+            "--compute-quota-id",
+            &id,
+            "-o",
+            "json",
+        ],
+    ))
+    .expect("json");
+    assert_eq!(d["ComputeQuotaVersion"], 3);
+    assert_eq!(d["ComputeQuotaTarget"]["FairShareWeight"], 20);
+    assert_eq!(
+        d["ComputeQuotaConfig"]["ComputeQuotaResources"][0]["Count"],
+        2
+    );
+
+    // The scheduler config: its shape, and an update by id that changes only the limits.
+    c.cli_ok(
+        "admin-admin",
+        &[
+            "create-cluster-scheduler-config",
+            "--name",
+            "policy",
+            "--scheduler-config",
+            "PriorityClasses=[{Name=training,Weight=70}],FairShare=Enabled",
+        ],
+    );
+    let s: serde_json::Value = serde_json::from_str(&c.cli_ok(
+        "admin-admin",
+        &["describe-cluster-scheduler-config", "-o", "json"],
+    ))
+    .expect("json");
+    let sid = s["ClusterSchedulerConfigId"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    assert_eq!(sid.len(), 12);
+    assert_eq!(
+        s["SchedulerConfig"]["PriorityClasses"][0]["Name"],
+        "training"
+    );
+    assert_eq!(s["SchedulerConfig"]["FairShare"], "Enabled");
+    c.cli_ok(
+        "admin-admin",
+        &[
+            "update-cluster-scheduler-config",
+            "--cluster-scheduler-config-id",
+            &sid,
+            "--target-version",
+            "1",
+            "--max-pending-per-team",
+            "5",
+        ],
+    );
+    let s: serde_json::Value = serde_json::from_str(&c.cli_ok(
+        "admin-admin",
+        &["describe-cluster-scheduler-config", "-o", "json"],
+    ))
+    .expect("json");
+    assert_eq!(s["ClusterSchedulerConfigVersion"], 2);
+    assert_eq!(s["AdmissionLimits"]["MaxPendingPerTeam"], 5);
+    assert_eq!(s["SchedulerConfig"]["PriorityClasses"][0]["Weight"], 70);
+}

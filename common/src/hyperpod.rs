@@ -252,6 +252,55 @@ impl ComputeQuotaConfig {
         Ok(config)
     }
 
+    /// The config as the AWS API's JSON shows it (`ComputeQuotaResources`,
+    /// `ResourceSharingConfig`, `PreemptTeamTasks`); [`ComputeQuotaConfig::parse_shorthand`]
+    /// reads it back to an equal value.
+    pub fn to_aws_json(&self) -> serde_json::Value {
+        use serde_json::{json, Map, Value};
+        let row = |r: &ComputeQuotaResource| {
+            let mut m = Map::new();
+            m.insert("InstanceType".into(), json!(r.instance_type));
+            if let Some(n) = r.count {
+                m.insert("Count".into(), json!(n));
+            }
+            if let Some(n) = r.accelerators {
+                m.insert("Accelerators".into(), json!(n));
+            }
+            if let Some(v) = r.vcpu {
+                m.insert("VCpu".into(), json!(v));
+            }
+            if let Some(v) = r.memory_in_gib {
+                m.insert("MemoryInGiB".into(), json!(v));
+            }
+            Value::Object(m)
+        };
+        let mut sharing = Map::new();
+        sharing.insert(
+            "Strategy".into(),
+            json!(format!("{:?}", self.sharing.strategy)),
+        );
+        if let Some(p) = self.sharing.borrow_limit {
+            sharing.insert("BorrowLimit".into(), json!(p));
+        }
+        if !self.sharing.absolute_borrow_limits.is_empty() {
+            sharing.insert(
+                "AbsoluteBorrowLimits".into(),
+                Value::Array(
+                    self.sharing
+                        .absolute_borrow_limits
+                        .iter()
+                        .map(row)
+                        .collect(),
+                ),
+            );
+        }
+        json!({
+            "ComputeQuotaResources": self.resources.iter().map(row).collect::<Vec<_>>(),
+            "ResourceSharingConfig": sharing,
+            "PreemptTeamTasks": format!("{:?}", self.preempt_team_tasks),
+        })
+    }
+
     /// Renders the AWS CLI shorthand form; [`ComputeQuotaConfig::parse_shorthand`] reads it
     /// back to an equal value.
     pub fn to_shorthand(&self) -> String {
@@ -2945,6 +2994,18 @@ mod tests {
             text.ends_with(&format!("\n  {}^", " ".repeat(41))),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_aws_json_form_reads_back() {
+        for s in [
+            G5_SCENARIO,
+            "ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,Accelerators=2,VCpu=10.5}],ResourceSharingConfig={Strategy=LendAndBorrow,BorrowLimit=50,AbsoluteBorrowLimits=[{InstanceType=ml.p5.48xlarge,MemoryInGiB=1.5}]},PreemptTeamTasks=Never",
+        ] {
+            let c = ComputeQuotaConfig::parse_shorthand(s).unwrap();
+            let json = c.to_aws_json().to_string();
+            assert_eq!(ComputeQuotaConfig::parse_shorthand(&json).unwrap(), c, "{json}");
+        }
     }
 
     #[test]

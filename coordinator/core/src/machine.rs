@@ -418,7 +418,8 @@ impl Machine {
                 let spec = team_spec(input)?;
                 self.state.set_team(spec)?;
                 let rec = QuotaRecord {
-                    id: format!("cq-{:08}", self.next_quota),
+                    // 12 of [a-z0-9], the API's ComputeQuotaId pattern.
+                    id: format!("cq{:010}", self.next_quota),
                     input: input.clone(),
                     version: 1,
                     created: now,
