@@ -1,5 +1,8 @@
 //! The instance catalog: raw capacity per instance type, compiled into the binary from
-//! `common/data/instance-types.json` (a copy of `shared/data/instance-types.json`).
+//! `common/data/instance-types.json`: every type AWS's HyperPod tooling (sagemaker-hyperpod
+//! 3.12.0, `INSTANCE_RESOURCES`) lists, which includes every type of
+//! `shared/data/instance-types.json` with the same figures. Types of the API's enum that are
+//! not here are learned from the nodes that register with them.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -70,7 +73,7 @@ struct CatalogFile {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown instance type {name:?}: give its resources explicitly, or use one of the catalog's types ({known})")]
+#[error("unknown instance type {name:?}: the catalog does not list it ({known}); a node of that type registered by its agent brings its figures")]
 pub struct UnknownInstanceType {
     pub name: String,
     pub known: String,
@@ -103,9 +106,27 @@ impl Catalog {
     }
 
     pub fn get(&self, name: &str) -> Result<&InstanceType, UnknownInstanceType> {
-        self.types.get(name).ok_or_else(|| UnknownInstanceType {
-            name: name.to_string(),
-            known: self.types.keys().cloned().collect::<Vec<_>>().join(", "),
+        self.types.get(name).ok_or_else(|| {
+            // The same family's sizes when it has some, else the families.
+            let family = name.rsplit_once('.').map_or(name, |(f, _)| f);
+            let sizes: Vec<&str> = self
+                .names()
+                .filter(|n| n.rsplit_once('.').is_some_and(|(f, _)| f == family))
+                .collect();
+            let known = if sizes.is_empty() {
+                let mut families: Vec<&str> = self
+                    .names()
+                    .map(|n| n.rsplit_once('.').map_or(n, |(f, _)| f))
+                    .collect();
+                families.dedup();
+                format!("its families: {}", families.join(", "))
+            } else {
+                format!("{family} sizes: {}", sizes.join(", "))
+            };
+            UnknownInstanceType {
+                name: name.to_string(),
+                known,
+            }
         })
     }
 
@@ -146,21 +167,55 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("ml.x9.huge") && err.contains("ml.g5.8xlarge"),
+            err.contains("ml.x9.huge") && err.contains("ml.g5, ml.g6"),
+            "{err}"
+        );
+        let err = Catalog::builtin()
+            .get("ml.g5.64xlarge")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("ml.g5 sizes: ml.g5.12xlarge") && !err.contains("ml.c5"),
             "{err}"
         );
     }
 
+    /// Every type of the project's shared data is in the catalog with the same figures.
     #[test]
-    fn copy_matches_shared_data_when_present() {
+    fn shared_data_is_included_when_present() {
         let shared = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../shared/data/instance-types.json"
         );
         if let Ok(text) = std::fs::read_to_string(shared) {
+            let file: CatalogFile = serde_json::from_str(&text).expect("shared data parses");
+            for (name, t) in file.instance_types {
+                let mine = Catalog::builtin().get(&name).expect("in the catalog");
+                let mut t = t;
+                t.name = name.clone();
+                assert_eq!(mine, &t, "{name}");
+            }
+        }
+    }
+
+    /// All 122 types of the source, a few figures as it lists them.
+    #[test]
+    fn every_hyperpod_type_is_there() {
+        let c = Catalog::builtin();
+        assert_eq!(c.names().count(), 122);
+        for (name, vcpu, mem, gpu, neuron, efa) in [
+            ("ml.c5.large", 2, 4, 0, 0, 0),
+            ("ml.t3.medium", 2, 4, 0, 0, 0),
+            ("ml.g6e.24xlarge", 96, 768, 4, 0, 2),
+            ("ml.p5.4xlarge", 16, 256, 1, 0, 1),
+            ("ml.trn2.48xlarge", 192, 2048, 0, 16, 16),
+            ("ml.i3en.24xlarge", 96, 768, 0, 0, 1),
+        ] {
+            let t = c.get(name).expect(name);
             assert_eq!(
-                text, CATALOG_JSON,
-                "common/data/instance-types.json is out of date"
+                (t.vcpu, t.memory_gib, t.gpu, t.neuron, t.efa),
+                (vcpu, mem, gpu, neuron, efa),
+                "{name}"
             );
         }
     }

@@ -2796,7 +2796,7 @@ mod tests {
         let e = map_err("ComputeQuotaResources=[{InstanceType=ml.x9.huge,Count=1}]");
         let msg = e.to_string();
         assert!(
-            msg.contains("ml.x9.huge") && msg.contains("ml.p5.48xlarge"),
+            msg.contains("ml.x9.huge") && msg.contains("ml.p5, ml.p5e"),
             "{msg}"
         );
         assert!(msg.starts_with("ComputeQuotaResources row 1"), "{msg}");
