@@ -1836,7 +1836,14 @@ fn render_quotas(qs: &[ComputeQuotaView]) -> String {
 
 fn render_nodes(ns: &[NodeView]) -> String {
     table(
-        &["NAME", "INSTANCE TYPE", "STATUS", "CAPACITY", "USED"],
+        &[
+            "NAME",
+            "INSTANCE TYPE",
+            "STATUS",
+            "CAPACITY",
+            "USED",
+            "SOURCES",
+        ],
         &ns.iter()
             .map(|n| {
                 vec![
@@ -1845,10 +1852,33 @@ fn render_nodes(ns: &[NodeView]) -> String {
                     n.status.clone(),
                     fmt_res(&n.capacity),
                     fmt_res(&n.used),
+                    fmt_sources(n),
                 ]
             })
             .collect::<Vec<_>>(),
     )
+}
+
+/// Where a node's figures came from, by source: `catalog: cpu,memory; nvml: gpu`. Only the
+/// resources the node has are named.
+fn fmt_sources(n: &NodeView) -> String {
+    let mut by: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (res, src) in &n.sources {
+        let has = res == "*" || n.capacity.0.keys().any(|r| r.as_str() == res.as_str());
+        if has {
+            by.entry(src.as_str()).or_default().push(res.as_str());
+        }
+    }
+    by.iter()
+        .map(|(src, res)| {
+            if res == &["*"] {
+                src.to_string()
+            } else {
+                format!("{src}: {}", res.join(","))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn render_teams(ts: &[TeamView]) -> String {

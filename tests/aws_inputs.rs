@@ -365,3 +365,53 @@ fn describe_and_list_print_the_api_shapes_and_updates_take_each_part_alone() {
     assert_eq!(s["AdmissionLimits"]["MaxPendingPerTeam"], 5);
     assert_eq!(s["SchedulerConfig"]["PriorityClasses"][0]["Weight"], 70);
 }
+
+/// Issue 25, item 3: a node whose type the catalog does not list registers with what its agent
+/// found (cpu and memory from the host); quotas for the type then take its figures; `get
+/// nodes` says where each figure came from.
+#[test]
+fn a_type_the_catalog_does_not_list_is_learned_from_its_node() {
+    let (c, _rt) = one_replica();
+    let cfg = "ComputeQuotaResources=[{InstanceType=ml.c8a.16xlarge,Count=1}]";
+    let e = quota(&c, "early", cfg, None).unwrap_err();
+    assert!(
+        e.contains("ml.c8a.16xlarge") && e.contains("registered by its agent"),
+        "{e}"
+    );
+    let _agent = c.start_agent("c8a-1", "ml.c8a.16xlarge", 0, 3.0);
+    let nodes = wait_for(30, "the node registered", || {
+        let out = c.cli_ok("admin-admin", &["get", "nodes"]);
+        out.contains("c8a-1").then_some(out)
+    });
+    assert!(nodes.contains("host: cpu,memory"), "{nodes}");
+    let out = quota(&c, "late", cfg, None).expect("the type is known now");
+    assert!(out.contains("ml.c8a.16xlarge"), "{out}");
+    // Its nominal quota is the node's capacity: the host's vCPUs, not zero.
+    let teams = c.cli_ok("admin-admin", &["get", "teams"]);
+    let line = teams
+        .lines()
+        .find(|l| l.starts_with("t-late"))
+        .expect("team t-late");
+    let node_cpu = nodes
+        .lines()
+        .find(|l| l.starts_with("c8a-1"))
+        .and_then(|l| l.split("cpu=").nth(1))
+        .and_then(|r| r.split(',').next())
+        .expect("the node's cpu");
+    assert!(
+        node_cpu != "0" && line.contains(&format!("cpu={node_cpu},")),
+        "{line} / {nodes}"
+    );
+    // A catalogued node says its figures are the catalog's.
+    let _g5 = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
+    let nodes = wait_for(30, "the g5 node", || {
+        let out = c.cli_ok("admin-admin", &["get", "nodes"]);
+        out.contains("g5-1").then_some(out)
+    });
+    assert!(
+        nodes
+            .lines()
+            .any(|l| l.starts_with("g5-1") && l.contains("catalog: cpu,efa,memory; fake: gpu")),
+        "{nodes}"
+    );
+}

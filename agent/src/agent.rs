@@ -301,6 +301,7 @@ impl Agent {
             http: self.cfg.http.map(|a| a.to_string()).unwrap_or_default(),
             lease_ms: self.cfg.lease.as_millis() as u64,
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
+            sources: inv.sources.clone(),
         }
     }
 
@@ -578,6 +579,7 @@ mod tests {
             capacity: cap.clone(),
             devices: vec![gpu(0), gpu(1)],
             warnings: vec![],
+            sources: Default::default(),
         };
         merge_seen(&mut seen, &mut inv);
         assert_eq!(inv.devices.len(), 2);
@@ -587,6 +589,7 @@ mod tests {
             capacity: cap,
             devices: vec![gpu(0)],
             warnings: vec![],
+            sources: Default::default(),
         };
         merge_seen(&mut seen, &mut later);
         assert_eq!(later.devices.len(), 2);

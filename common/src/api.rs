@@ -216,6 +216,9 @@ pub struct NodeView {
     pub http: String,
     /// What `get nodes` shows: `Ready`, `Cordoned` or `Unhealthy`.
     pub status: String,
+    /// Where each capacity figure came from (see [`NodeReport::sources`]); `registered` for a
+    /// node registered by hand.
+    pub sources: BTreeMap<String, String>,
 }
 
 /// A node's status as `get nodes` shows it.
@@ -282,6 +285,10 @@ pub struct NodeReport {
     /// How long the agent keeps running work without reaching a coordinator quorum.
     pub lease_ms: u64,
     pub agent_version: String,
+    /// Where each capacity figure came from, by resource: `catalog`, `host` (sysinfo), `nvml`,
+    /// `sysfs` or `fake`.
+    #[serde(default)]
+    pub sources: BTreeMap<String, String>,
 }
 
 /// One pod a node should run (or stop), as the coordinator has committed it.

@@ -29,9 +29,33 @@ pub struct InstanceType {
     pub accelerator_model: Option<String>,
     #[serde(default)]
     pub accelerator_memory_gib: Option<u32>,
+    /// Listed in the catalog (else learned from a node that registered with it).
+    #[serde(skip)]
+    pub catalogued: bool,
 }
 
 impl InstanceType {
+    /// A type the catalog does not list, with the figures of one instance as a node of it
+    /// reported them (cpu in millicores and memory in bytes rounded down to whole vCPUs and
+    /// GiB).
+    pub fn learned(name: &str, capacity: &Resources) -> InstanceType {
+        let whole = |r: ResourceName, unit: i64| {
+            u32::try_from(capacity.get(&r).max(0) / unit).unwrap_or(u32::MAX)
+        };
+        InstanceType {
+            name: name.to_string(),
+            vcpu: whole(ResourceName::cpu(), 1000),
+            memory_gib: whole(ResourceName::memory(), 1 << 30),
+            gpu: whole(ResourceName::gpu(), 1),
+            neuron: whole(ResourceName::neuron(), 1),
+            neuron_cores: 0,
+            efa: whole(ResourceName::efa(), 1),
+            accelerator_model: None,
+            accelerator_memory_gib: None,
+            catalogued: false,
+        }
+    }
+
     /// Accelerators per instance: GPUs, or Neuron devices on Trainium/Inferentia types.
     pub fn accelerators(&self) -> u32 {
         self.gpu.max(self.neuron)
@@ -98,6 +122,7 @@ impl Catalog {
                 .into_iter()
                 .map(|(name, mut t)| {
                     t.name = name.clone();
+                    t.catalogued = true;
                     (name, t)
                 })
                 .collect();
@@ -128,6 +153,15 @@ impl Catalog {
                 known,
             }
         })
+    }
+
+    /// This catalog and `learned` types (types it does not list, as their nodes reported them).
+    pub fn with_learned<'a>(&self, learned: impl IntoIterator<Item = &'a InstanceType>) -> Catalog {
+        let mut types = self.types.clone();
+        for t in learned {
+            types.entry(t.name.clone()).or_insert_with(|| t.clone());
+        }
+        Catalog { types }
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -193,6 +227,7 @@ mod tests {
                 let mine = Catalog::builtin().get(&name).expect("in the catalog");
                 let mut t = t;
                 t.name = name.clone();
+                t.catalogued = true;
                 assert_eq!(mine, &t, "{name}");
             }
         }

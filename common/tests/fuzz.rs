@@ -114,6 +114,7 @@ fn request_seeds() -> Vec<Vec<u8>> {
             http: String::new(),
             lease_ms: 10_000,
             agent_version: "test".into(),
+            sources: Default::default(),
         }),
         Body::Cancel {
             name: "train-llm".into(),

@@ -512,6 +512,7 @@ mod tests {
                 http: String::new(),
                 lease_ms: LEASE_MS,
                 agent_version: String::new(),
+                sources: Default::default(),
             };
             let cmd = Cmd {
                 now: 0,

@@ -1110,7 +1110,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
         }
         Body::CreateComputeQuota(input) => {
             admin_only(who, "create compute quotas")?;
-            allot_core::machine::team_spec(&input)?;
+            allot_core::machine::check_quota_input(&input)?;
             sh.propose(Command::CreateComputeQuota(input)).await
         }
         Body::UpdateComputeQuota {
@@ -1118,7 +1118,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             target_version,
         } => {
             admin_only(who, "update compute quotas")?;
-            allot_core::machine::team_spec(&input)?;
+            allot_core::machine::check_quota_input(&input)?;
             sh.propose(Command::UpdateComputeQuota {
                 input,
                 target_version,

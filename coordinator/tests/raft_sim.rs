@@ -1094,6 +1094,7 @@ impl Sim {
             http: String::new(),
             lease_ms: LEASE_MS,
             agent_version: String::new(),
+            sources: Default::default(),
         }
     }
 

@@ -35,6 +35,10 @@
 //!   instance capacity; a warning says when the host has fewer vCPUs than the catalog, or less
 //!   than 90% of its memory (the kernel reports a few percent less than the nominal size, so
 //!   an exact comparison would always warn).
+//! - A type the catalog does not list (but named as SageMaker names types, `ml.c8a.16xlarge`)
+//!   is accepted: `cpu` and `memory` are the host's, also with fake GPUs, and the coordinator
+//!   learns the type's figures from the first such node.
+//! - [`sources`] says where each figure came from; `get nodes` shows it.
 //! - `gpu`, `neuron` and `efa` are the numbers of devices discovered, healthy or not: health is
 //!   reported per device in `devices` and the coordinator decides what to do with it. A warning
 //!   says when a count differs from the catalog's.
@@ -121,6 +125,9 @@ pub struct NodeInventory {
     pub devices: Vec<DeviceInfo>,
     /// What looks wrong: `discovered 7 GPUs, the catalog says ml.p4d.24xlarge has 8`.
     pub warnings: Vec<String>,
+    /// Where each capacity figure came from, by resource (see [`sources`]).
+    #[serde(default)]
+    pub sources: BTreeMap<String, String>,
 }
 
 /// A source of devices; NVML, Neuron sysfs, EFA sysfs and fake GPUs implement it.
@@ -167,6 +174,11 @@ pub fn check_instance_type(value: &str, origin: &str) -> Result<String, String> 
             return Ok(prefixed);
         }
     }
+    // A name of the API's form the catalog does not list (`ml.c8a.16xlarge`): accepted; its
+    // vCPUs and memory come from the host, and the coordinator learns the type from it.
+    if plausible_instance_type(value) {
+        return Ok(value.to_string());
+    }
     let fam = family(value);
     let mut suggest: Vec<&str> = catalog.names().filter(|n| family(n) == fam).collect();
     if suggest.is_empty() {
@@ -178,8 +190,9 @@ pub fn check_instance_type(value: &str, origin: &str) -> Result<String, String> 
     }
     suggest.truncate(6);
     Err(format!(
-        "unknown instance type {value:?} (from {origin}): use one of the {} types in the catalog, \
-         such as {}; set it with --instance-type or {ENV_INSTANCE_TYPE}",
+        "{value:?} (from {origin}) is not an instance type name (ml.FAMILY.SIZE): use one of the {} \
+         types in the catalog, such as {}, or the name of the node's type; set it with \
+         --instance-type or {ENV_INSTANCE_TYPE}",
         catalog.names().count(),
         suggest.join(", ")
     ))
@@ -231,6 +244,46 @@ pub fn resolve_instance_type(
     ))
 }
 
+/// `ml.FAMILY.SIZE`: lowercase letters, digits and `-`, three parts (SageMaker's instance type
+/// names).
+fn plausible_instance_type(name: &str) -> bool {
+    let parts: Vec<&str> = name.split('.').collect();
+    parts.len() == 3
+        && parts[0] == "ml"
+        && parts[1..].iter().all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+/// Where each capacity figure of a node of type `it` comes from: `catalog` (cpu and memory
+/// of a listed type, and with fake GPUs everything but the GPUs), `host` (cpu and memory of a
+/// type the catalog does not list), `nvml` or `fake` (GPUs), `sysfs` (Neuron devices, EFA).
+pub fn sources(it: &InstanceType, fake_gpus: Option<u32>) -> BTreeMap<String, String> {
+    let base = if it.catalogued { "catalog" } else { "host" };
+    let mut out: BTreeMap<String, String> = [
+        ("cpu".to_string(), base.to_string()),
+        ("memory".to_string(), base.to_string()),
+    ]
+    .into();
+    match fake_gpus {
+        Some(_) => {
+            out.insert(GPU.into(), "fake".into());
+            out.insert(EFA.into(), "catalog".into());
+            if it.neuron > 0 {
+                out.insert(NEURON.into(), "catalog".into());
+            }
+        }
+        None => {
+            out.insert(GPU.into(), "nvml".into());
+            out.insert(NEURON.into(), "sysfs".into());
+            out.insert(EFA.into(), "sysfs".into());
+        }
+    }
+    out
+}
+
 fn plural(n: usize, one: &str) -> String {
     if n == 1 {
         format!("{n} {one}")
@@ -249,6 +302,26 @@ pub fn capacity(
 ) -> (Resources, Vec<String>) {
     let mut cap = it.resources();
     let mut warnings = Vec::new();
+    if !it.catalogued {
+        match &host {
+            Some(h) => {
+                cap.set(ResourceName::cpu(), i64::from(h.vcpus) * 1000);
+                cap.set(
+                    ResourceName::memory(),
+                    i64::try_from(h.memory_bytes).unwrap_or(i64::MAX),
+                );
+            }
+            None => warnings.push(format!(
+                "{} is not in the catalog and the host's vCPUs and memory could not be read: \
+                 the node offers no cpu or memory",
+                it.name
+            )),
+        }
+        warnings.push(format!(
+            "{} is not in the catalog: cpu and memory are the host's, devices as discovered",
+            it.name
+        ));
+    }
     if let Some(n) = fake_gpus {
         if n > 0 {
             cap.set(ResourceName::gpu(), i64::from(n));
@@ -271,7 +344,7 @@ pub fn capacity(
         } else {
             cap.0.remove(&res);
         }
-        if found != listed as usize {
+        if found != listed as usize && it.catalogued {
             warnings.push(format!(
                 "discovered {}, the catalog says {} has {listed}",
                 plural(found, label),
@@ -298,7 +371,7 @@ pub fn capacity(
             it.neuron_cores
         ));
     }
-    if let Some(h) = host {
+    if let (Some(h), true) = (host, it.catalogued) {
         if h.vcpus < it.vcpu {
             warnings.push(format!(
                 "the host has {} vCPUs, fewer than the {} the catalog lists for {}; capacity \
@@ -397,10 +470,10 @@ impl fmt::Debug for Discovery {
 
 fn lookup(instance_type: &str) -> Result<InstanceType, String> {
     let name = check_instance_type(instance_type, "the configuration")?;
-    Catalog::builtin()
+    Ok(Catalog::builtin()
         .get(&name)
         .cloned()
-        .map_err(|e| e.to_string())
+        .unwrap_or_else(|_| InstanceType::learned(&name, &Resources::new())))
 }
 
 /// The catalog's accelerator model and memory (MiB) for `it` when its accelerator counts as
@@ -435,10 +508,16 @@ impl Discovery {
             let (model, memory_mib) = catalog_accelerator(&it, GPU, "Fake GPU");
             let fake = FakeNvml::uniform(n, &model, memory_mib);
             let handle = fake.handle();
+            // A type the catalog does not list takes its vCPUs and memory from the host.
+            let host: Option<Box<dyn HostProbe>> = if it.catalogued {
+                None
+            } else {
+                Some(Box::new(SysinfoHost::new()))
+            };
             let mut d = Discovery::with_sources(
                 &it.name,
                 vec![Box::new(NvmlSource::new(Box::new(fake)))],
-                None,
+                host,
             )?;
             d.fake_gpus = Some(n);
             d.fake = Some(handle);
@@ -556,6 +635,7 @@ impl Discovery {
             },
         };
         let (capacity, mut more) = capacity(&self.instance, &devices, host, self.fake_gpus);
+        let sources = sources(&self.instance, self.fake_gpus);
         if let (Some(e), true) = (&self.nvml_error, self.instance.gpu > 0) {
             warnings.push(format!(
                 "{} lists GPUs but NVML is unavailable ({e}): no GPUs can be discovered",
@@ -568,6 +648,7 @@ impl Discovery {
             capacity,
             devices,
             warnings,
+            sources,
         };
         self.log(&inv);
         self.last = Some(inv.clone());

@@ -75,9 +75,9 @@ fn the_ec2_form_of_the_label_gets_the_ml_prefix() {
 }
 
 #[test]
-fn unknown_type_names_the_value_its_origin_and_valid_names() {
-    let err = resolve_instance_type(Some("ml.p5.96xlarge"), None, &no_env).unwrap_err();
-    assert!(err.contains("\"ml.p5.96xlarge\""), "{err}");
+fn a_name_that_is_not_an_instance_type_names_the_value_its_origin_and_valid_names() {
+    let err = resolve_instance_type(Some("p5.96xl"), None, &no_env).unwrap_err();
+    assert!(err.contains("\"p5.96xl\""), "{err}");
     assert!(err.contains("--instance-type"), "{err}");
     assert!(
         err.contains("ml.p5.48xlarge") && !err.contains("ml.p5e.48xlarge"),
@@ -92,6 +92,11 @@ fn unknown_type_names_the_value_its_origin_and_valid_names() {
     assert!(
         err.contains("ml.p5.48xlarge") && err.contains("ml.trn1.32xlarge"),
         "falls back to well-known names: {err}"
+    );
+    // A name of the API's form the catalog does not list is the node's own type.
+    assert_eq!(
+        resolve_instance_type(Some("ml.c8a.16xlarge"), None, &no_env).unwrap(),
+        "ml.c8a.16xlarge"
     );
 }
 
@@ -547,17 +552,31 @@ fn fake_gpus_on_a_type_without_gpus_get_a_generic_model() {
 }
 
 #[test]
-fn new_rejects_an_unknown_type() {
+fn a_type_the_catalog_does_not_list_takes_cpu_and_memory_from_the_host() {
+    let it = allot_common::catalog::InstanceType::learned("ml.x9.huge", &Default::default());
+    let host = HostFacts {
+        vcpus: 12,
+        memory_bytes: 48 << 30,
+    };
+    let (cap, warnings) = capacity(&it, &devs("gpu", 2), Some(host), None);
+    assert_eq!(get(&cap, "cpu"), 12_000);
+    assert_eq!(get(&cap, "memory"), 48 << 30);
+    assert_eq!(get(&cap, "gpu"), 2);
+    assert!(
+        warnings.iter().any(|w| w.contains("not in the catalog")),
+        "{warnings:?}"
+    );
+    assert_eq!(sources(&it, None)["cpu"], "host");
     let cfg = InventoryConfig {
         instance_type: Some("ml.x9.huge".into()),
         fake_gpus: Some(1),
         ..InventoryConfig::default()
     };
-    let err = Discovery::new(&cfg).unwrap_err();
-    assert!(
-        err.contains("ml.x9.huge") && err.contains("--instance-type"),
-        "{err}"
-    );
+    let mut d = Discovery::new(&cfg).expect("accepted");
+    let inv = d.discover();
+    assert!(get(&inv.capacity, "cpu") > 0, "{inv:?}");
+    assert_eq!(inv.sources["memory"], "host");
+    assert_eq!(inv.sources["gpu"], "fake");
 }
 
 #[test]

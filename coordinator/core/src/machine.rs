@@ -253,6 +253,10 @@ pub struct Machine {
     /// Admission limits in force (defaults until a scheduler config sets them).
     #[serde(default)]
     pub limits: AdmissionLimits,
+    /// Instance types the catalog does not list, with one instance's capacity as the first
+    /// node of that type reported it; quotas for them use these figures.
+    #[serde(default)]
+    pub learned_types: BTreeMap<String, Resources>,
     /// Job arrays with elements still to queue or running, by (team, name).
     #[serde(default)]
     pub arrays: BTreeMap<(String, String), crate::jobs::ArrayRecord>,
@@ -297,8 +301,22 @@ impl From<StateError> for ApiError {
     }
 }
 
-/// Maps a compute quota to the team it configures (HyperPod §2 mapping).
-pub fn team_spec(input: &ComputeQuotaInput) -> Result<TeamSpec, ApiError> {
+/// The checks of a compute quota that need no catalog (names, the config's own rules): what a
+/// server can refuse before proposing it.
+pub fn check_quota_input(input: &ComputeQuotaInput) -> Result<(), ApiError> {
+    allot_common::names::check_entity_name("compute quota", &input.name).map_err(invalid)?;
+    if let Some(d) = &input.description {
+        allot_common::names::check_description("compute quota", d).map_err(invalid)?;
+    }
+    input
+        .config
+        .validate()
+        .map_err(|e| invalid(format!("compute quota {}: {e}", input.name)))
+}
+
+/// Maps a compute quota to the team it configures (HyperPod §2 mapping), with instance types
+/// from `catalog`.
+pub fn team_spec(input: &ComputeQuotaInput, catalog: &Catalog) -> Result<TeamSpec, ApiError> {
     allot_common::names::check_entity_name("compute quota", &input.name).map_err(invalid)?;
     if let Some(d) = &input.description {
         allot_common::names::check_description("compute quota", d).map_err(invalid)?;
@@ -308,7 +326,7 @@ pub fn team_spec(input: &ComputeQuotaInput) -> Result<TeamSpec, ApiError> {
         .map_err(|e| invalid(format!("compute quota {}: {e}", input.name)))?;
     let quotas = match input.activation {
         ActivationState::Enabled => cfg
-            .to_quotas(Catalog::builtin())
+            .to_quotas(catalog)
             .map_err(|e| invalid(format!("compute quota {}: {e}", input.name)))?,
         ActivationState::Disabled => Vec::new(),
     };
@@ -337,6 +355,7 @@ impl Machine {
             limits: AdmissionLimits::default(),
             arrays: BTreeMap::new(),
             history: BTreeMap::new(),
+            learned_types: BTreeMap::new(),
         }
     }
 
@@ -415,7 +434,7 @@ impl Machine {
                         input.team, q.input.name
                     )));
                 }
-                let spec = team_spec(input)?;
+                let spec = team_spec(input, &self.catalog())?;
                 self.state.set_team(spec)?;
                 let rec = QuotaRecord {
                     // 12 of [a-z0-9], the API's ComputeQuotaId pattern.
@@ -450,7 +469,7 @@ impl Machine {
                         input.name, rec.input.team, input.team
                     )));
                 }
-                let spec = team_spec(input)?;
+                let spec = team_spec(input, &self.catalog())?;
                 self.state.set_team(spec)?;
                 let rec = self.quotas.get_mut(&input.name).expect("checked above");
                 rec.input = input.clone();
@@ -585,7 +604,9 @@ impl Machine {
                         "node {name:?}: an instance type is required"
                     )));
                 }
+                let learned = self.check_type(name, instance_type, capacity)?;
                 self.state.add_node(name, instance_type, capacity)?;
+                self.learn(instance_type, learned);
                 Ok(Reply::Done)
             }
             Command::SetNodeHealth {
@@ -707,9 +728,7 @@ impl Machine {
         if r.name.is_empty() {
             return Err(invalid("a node report needs the node's name"));
         }
-        allot_common::Catalog::builtin()
-            .get(&r.instance_type)
-            .map_err(|e| invalid(format!("node {:?}: {e}", r.name)))?;
+        let learned = self.check_type(&r.name, &r.instance_type, &r.capacity)?;
         let mut devices: Vec<(ResourceName, u8, bool, String)> = Vec::new();
         for d in &r.devices {
             let res = ResourceName::parse(&d.resource)
@@ -760,6 +779,7 @@ impl Machine {
                     .set_device_health(&r.name, res, *index, *healthy, reason, now)?,
             );
         }
+        self.learn(&r.instance_type, learned);
         let meta = self.nodes_meta.entry(r.name.clone()).or_default();
         meta.report = Some(r.clone());
         meta.reason.clear();
@@ -822,6 +842,43 @@ impl Machine {
             self.pods.remove(&id);
         }
         Ok(Reply::Done)
+    }
+
+    /// The catalog with the types learned from nodes.
+    pub fn catalog(&self) -> Catalog {
+        Catalog::builtin().with_learned(
+            self.learned_types
+                .iter()
+                .map(|(n, r)| allot_common::catalog::InstanceType::learned(n, r))
+                .collect::<Vec<_>>()
+                .iter(),
+        )
+    }
+
+    /// A node of a type the catalog does not list is accepted when it says what it has (cpu
+    /// and memory); `Some(figures)` when it is the first of its type: call [`Self::learn`]
+    /// with them once the node is in (a refused command changes nothing).
+    fn check_type(
+        &self,
+        node: &str,
+        ty: &str,
+        capacity: &Resources,
+    ) -> Result<Option<Resources>, ApiError> {
+        if Catalog::builtin().get(ty).is_ok() || self.learned_types.contains_key(ty) {
+            return Ok(None);
+        }
+        if capacity.get(&ResourceName::cpu()) <= 0 || capacity.get(&ResourceName::memory()) <= 0 {
+            return Err(invalid(format!(
+                "node {node:?}: instance type {ty:?} is not in the catalog, and the node reports no cpu or memory to learn it from"
+            )));
+        }
+        Ok(Some(capacity.clone()))
+    }
+
+    fn learn(&mut self, ty: &str, figures: Option<Resources>) {
+        if let Some(f) = figures {
+            self.learned_types.insert(ty.to_string(), f);
+        }
     }
 
     fn unknown_quota(&self, name: &str) -> ApiError {

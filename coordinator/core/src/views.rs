@@ -200,6 +200,12 @@ pub fn nodes(m: &Machine) -> Vec<NodeView> {
                     .unwrap_or_default(),
                 devices: report.map(|r| r.devices.clone()).unwrap_or_default(),
                 http: report.map(|r| r.http.clone()).unwrap_or_default(),
+                sources: match report {
+                    Some(r) if !r.sources.is_empty() => r.sources.clone(),
+                    // An agent that does not say, or a node registered by hand.
+                    Some(_) => [("*".to_string(), "agent".to_string())].into(),
+                    None => [("*".to_string(), "registered".to_string())].into(),
+                },
             }
         })
         .collect::<Vec<NodeView>>();

@@ -40,6 +40,7 @@ fn report(node: &str, unhealthy: &[u32]) -> NodeReport {
         http: String::new(),
         lease_ms: 10_000,
         agent_version: "test".into(),
+        sources: Default::default(),
     }
 }
 
