@@ -603,20 +603,24 @@ fn job_from_value(mut v: Value, origin: &str) -> anyhow::Result<SubmitInput> {
     };
     let mut command = strings(obj.remove("command"), "command")?;
     command.extend(strings(obj.remove("args"), "args")?);
-    let env: BTreeMap<String, String> = match obj.remove("env") {
-        None => BTreeMap::new(),
-        Some(Value::Object(m)) => m
-            .into_iter()
-            .map(|(k, v)| {
-                let v = match v {
-                    Value::String(s) => s,
-                    o => o.to_string(),
-                };
-                (k, v)
-            })
-            .collect(),
-        Some(o) => bail!("env: expected a mapping of NAME: value, got {o}"),
+    // A mapping of names to values; a value that is not a string is taken as written.
+    let string_map = |v: Option<Value>, what: &str| -> anyhow::Result<BTreeMap<String, String>> {
+        match v {
+            None => Ok(BTreeMap::new()),
+            Some(Value::Object(m)) => Ok(m
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        Value::String(s) => s,
+                        o => o.to_string(),
+                    };
+                    (k, v)
+                })
+                .collect()),
+            Some(o) => bail!("{what}, got {o}"),
+        }
     };
+    let env = string_map(obj.remove("env"), "env: expected a mapping of NAME: value")?;
     let workdir = match obj.remove("workdir") {
         None => None,
         Some(Value::String(s)) => Some(s),
@@ -631,20 +635,10 @@ fn job_from_value(mut v: Value, origin: &str) -> anyhow::Result<SubmitInput> {
         ),
     };
     obj.remove("grace");
-    let labels: BTreeMap<String, String> = match obj.remove("labels") {
-        None => BTreeMap::new(),
-        Some(Value::Object(m)) => m
-            .into_iter()
-            .map(|(k, v)| {
-                let v = match v {
-                    Value::String(s) => s,
-                    o => o.to_string(),
-                };
-                (k, v)
-            })
-            .collect(),
-        Some(o) => bail!("labels: expected a mapping of key: value, got {o}"),
-    };
+    let labels = string_map(
+        obj.remove("labels"),
+        "labels: expected a mapping of key: value",
+    )?;
     let w: scenario::WorkloadIn = serde_path_to_error::deserialize(v)
         .map_err(|e| anyhow!("{}: {}: {}", origin, e.path(), e.inner()))?;
     let mut spec = scenario::workload("", &w).map_err(|e| anyhow!("{}: {e}", origin))?;

@@ -911,18 +911,45 @@ impl JsonParser<'_> {
         describe(self.src.get(self.pos..).and_then(|r| r.chars().next()))
     }
 
+    /// Steps into an object or list that starts at `start`, within the depth limit.
+    fn open(&mut self, start: usize) -> Result<(), ShorthandError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.err(start, format!("nested more than {MAX_DEPTH} levels deep")));
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// After an item of `what`: a ',' (another item follows: false) or `close` (true).
+    fn closes(&mut self, close: u8, what: &str) -> Result<bool, ShorthandError> {
+        self.skip_blanks();
+        match self.peek() {
+            Some(b',') => {
+                self.pos += 1;
+                Ok(false)
+            }
+            Some(c) if c == close => {
+                self.pos += 1;
+                Ok(true)
+            }
+            _ => Err(self.err(
+                self.pos,
+                format!(
+                    "expected ',' or '{}' in {what}, found {}",
+                    close as char,
+                    self.found()
+                ),
+            )),
+        }
+    }
+
     fn value(&mut self) -> Result<ShorthandNode, ShorthandError> {
         self.skip_blanks();
         let start = self.pos;
         let value = match self.peek() {
             Some(b'{') => {
-                self.depth += 1;
-                if self.depth > MAX_DEPTH {
-                    return Err(
-                        self.err(start, format!("nested more than {MAX_DEPTH} levels deep"))
-                    );
-                }
-                self.pos += 1;
+                self.open(start)?;
                 let mut fields: Vec<ShorthandField> = Vec::new();
                 self.skip_blanks();
                 if self.peek() == Some(b'}') {
@@ -961,22 +988,8 @@ impl JsonParser<'_> {
                             key_pos,
                             value,
                         });
-                        self.skip_blanks();
-                        match self.peek() {
-                            Some(b',') => self.pos += 1,
-                            Some(b'}') => {
-                                self.pos += 1;
-                                break;
-                            }
-                            _ => {
-                                return Err(self.err(
-                                    self.pos,
-                                    format!(
-                                        "expected ',' or '}}' in an object, found {}",
-                                        self.found()
-                                    ),
-                                ))
-                            }
+                        if self.closes(b'}', "an object")? {
+                            break;
                         }
                     }
                 }
@@ -984,13 +997,7 @@ impl JsonParser<'_> {
                 ShorthandValue::Struct(fields)
             }
             Some(b'[') => {
-                self.depth += 1;
-                if self.depth > MAX_DEPTH {
-                    return Err(
-                        self.err(start, format!("nested more than {MAX_DEPTH} levels deep"))
-                    );
-                }
-                self.pos += 1;
+                self.open(start)?;
                 let mut items = Vec::new();
                 self.skip_blanks();
                 if self.peek() == Some(b']') {
@@ -998,22 +1005,8 @@ impl JsonParser<'_> {
                 } else {
                     loop {
                         items.push(self.value()?);
-                        self.skip_blanks();
-                        match self.peek() {
-                            Some(b',') => self.pos += 1,
-                            Some(b']') => {
-                                self.pos += 1;
-                                break;
-                            }
-                            _ => {
-                                return Err(self.err(
-                                    self.pos,
-                                    format!(
-                                        "expected ',' or ']' in a list, found {}",
-                                        self.found()
-                                    ),
-                                ))
-                            }
+                        if self.closes(b']', "a list")? {
+                            break;
                         }
                     }
                 }

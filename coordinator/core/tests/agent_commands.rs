@@ -266,13 +266,32 @@ fn bad_reports_are_refused_with_the_value() {
     });
     let e = res.unwrap_err().message;
     assert!(e.contains("index 9"), "{e}");
-    let mut r = report("n1", &[]);
-    r.instance_type = "ml.nope".into();
+    // A type the catalog does not list: refused without cpu and memory to learn it from,
+    // accepted (and learned) with them.
+    let mut r = report("n9", &[]);
+    r.instance_type = "ml.nope.xlarge".into();
+    r.capacity = Default::default();
+    r.devices.clear();
+    let (res, _) = m.apply(&Entry {
+        now: 1,
+        cmd: Command::ReportNode(r.clone()),
+    });
+    let e = res.unwrap_err().message;
+    assert!(
+        e.contains("ml.nope.xlarge") && e.contains("no cpu or memory"),
+        "{e}"
+    );
+    assert!(m.learned_types.is_empty());
+    r.capacity = Catalog::builtin().get(T).unwrap().resources();
     let (res, _) = m.apply(&Entry {
         now: 1,
         cmd: Command::ReportNode(r),
     });
-    assert!(res.unwrap_err().message.contains("ml.nope"));
+    res.expect("accepted");
+    assert_eq!(
+        m.catalog().get("ml.nope.xlarge").map(|t| t.vcpu),
+        Ok(Catalog::builtin().get(T).unwrap().vcpu)
+    );
 }
 
 #[test]
