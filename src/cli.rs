@@ -977,8 +977,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             timeout,
             team,
         } => {
-            let state = wait_for_state(c, &name, team, until, timeout).await?;
-            println!("workload {name}: {state}");
+            println!("{}", wait_for_state(c, &name, team, until, timeout).await?);
         }
         ClusterCmd::Explain { name, team } => {
             print_reply(
@@ -1226,7 +1225,19 @@ async fn wait_for_state(
 ) -> anyhow::Result<String> {
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     // Which team's (a user's certificate means its own): resolve once, then watch that team.
-    let w = fetch_workload(c, name, team.clone()).await?;
+    let w = match fetch_workload(c, name, team.clone()).await {
+        Ok(w) => w,
+        Err(e) => {
+            // Not a workload: a job array of that name waits for all its elements.
+            let Reply::Arrays(arrays) = api(c.call(Body::GetArrays { team }).await)? else {
+                return Err(e);
+            };
+            match arrays.into_iter().find(|a| a.name == name) {
+                Some(a) => return wait_for_array(c, a, until, deadline, timeout).await,
+                None => return Err(e),
+            }
+        }
+    };
     let filter = WorkloadFilter {
         team: Some(w.team.clone()),
         all: true,
@@ -1235,7 +1246,7 @@ async fn wait_for_state(
     let mut digest = 0u64;
     loop {
         match reached(until, &state) {
-            Ok(true) => return Ok(state),
+            Ok(true) => return Ok(format!("workload {name}: {state}")),
             Ok(false) => {}
             Err(e) => bail!("workload {name} will not be {until:?}: {e}"),
         }
@@ -1254,10 +1265,83 @@ async fn wait_for_state(
         };
         let (d, workloads) = watch_once(c, filter.clone(), digest, wait_ms).await?;
         digest = d;
-        state = match workloads.iter().find(|x| x.name == name) {
+        // By id: the name may belong to an earlier, finished workload too.
+        state = match workloads.iter().find(|x| x.id == w.id) {
             Some(x) => x.state.clone(),
             None => bail!("workload {name} is gone (cancelled and forgotten)"),
         };
+    }
+}
+
+/// `wait ARRAY --for finished`: until every element of the array ran and ended; exits 1
+/// unless all succeeded.
+async fn wait_for_array(
+    c: &mut Client,
+    array: ArrayView,
+    until: WaitFor,
+    deadline: Option<tokio::time::Instant>,
+    timeout: Option<std::time::Duration>,
+) -> anyhow::Result<String> {
+    let name = &array.name;
+    if !matches!(until, WaitFor::Finished) {
+        bail!("{name} is a job array: wait for it with --for finished, or for one element (NAME-INDEX)");
+    }
+    let filter = WorkloadFilter {
+        team: Some(array.team.clone()),
+        all: true,
+    };
+    let mut digest = 0u64;
+    loop {
+        let wait_ms = match deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    bail!(
+                        "timed out: array {name} has not finished after {:?}",
+                        timeout.unwrap_or_default()
+                    );
+                }
+                left.as_millis().min(2_000) as u32
+            }
+            None => 2_000,
+        };
+        let (d, _) = watch_once(c, filter.clone(), digest, wait_ms).await?;
+        digest = d;
+        let Reply::Arrays(arrays) = api(c
+            .call(Body::GetArrays {
+                team: Some(array.team.clone()),
+            })
+            .await)?
+        else {
+            bail!("unexpected answer to get arrays");
+        };
+        if arrays
+            .iter()
+            .any(|a| &a.name == name && a.submitted_ms == array.submitted_ms)
+        {
+            continue;
+        }
+        // The array is done: every element queued and finished (or cancelled while held). Read
+        // the elements again: the last may have ended after the watch above answered.
+        let Reply::Workloads(workloads) = api(c.call(Body::GetWorkloads(filter.clone())).await)?
+        else {
+            bail!("unexpected answer to get workloads");
+        };
+        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+        for w in workloads.iter().filter(|w| {
+            w.array.as_ref().is_some_and(|(a, _)| a == name) && w.submitted_ms >= array.submitted_ms
+        }) {
+            *counts.entry(w.state.clone()).or_default() += 1;
+        }
+        let summary = counts
+            .iter()
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if counts.keys().any(|s| s != "Succeeded") {
+            bail!("array {name} ended with {summary}");
+        }
+        return Ok(format!("array {name}: {summary}"));
     }
 }
 

@@ -44,9 +44,18 @@ fn a_name_is_free_again_once_its_workload_finished() {
     assert_eq!(again.len(), 2, "{ws:?}");
     assert!(again.iter().any(|w| w.state == "Cancelled"));
     assert!(again.iter().any(|w| w.state == "Pending"));
-    // The name means the newest.
+    // The name means the newest, also to wait (the cancelled one is listed first).
     let d = c.cli_ok("user-team-a", &["describe", "workload", "again"]);
     assert!(d.contains("Pending"), "{d}");
+    let o = c.cli(
+        "user-team-a",
+        &["wait", "again", "--for", "admitted", "--timeout", "1s"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("timed out: workload again is Pending"),
+        "{err}"
+    );
 }
 
 /// Item 4: labels on workloads, and cancel by label, by state, by team or everything, with the
@@ -236,13 +245,17 @@ fn arrays_run_with_their_index_and_history_says_when_where_and_how_each_ran() {
             "submit", "--name", "fails", "--cpus", "1", "--", "sh", "-c", "exit 3",
         ],
     );
-    for name in ["idx-3", "fails"] {
-        let o = c.cli(
-            "user-team-a",
-            &["wait", name, "--for", "finished", "--timeout", "90s"],
-        );
-        let _ = o;
-    }
+    // Waiting for an array waits for all its elements.
+    let out = c.cli_ok(
+        "user-team-a",
+        &["wait", "idx", "--for", "finished", "--timeout", "90s"],
+    );
+    assert_eq!(out, "array idx: 4 Succeeded\n");
+    let o = c.cli(
+        "user-team-a",
+        &["wait", "fails", "--for", "finished", "--timeout", "90s"],
+    );
+    assert_eq!(o.status.code(), Some(1));
     wait_for(60, "every element finished", || {
         let rows: serde_json::Value =
             serde_json::from_str(&c.cli_ok("user-team-a", &["history", "-o", "json"])).ok()?;
