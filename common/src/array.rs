@@ -8,7 +8,7 @@ pub const MAX_ELEMENTS: u64 = 100_000;
 pub const MAX_INDEX: u32 = 9_999_999;
 
 /// Parsed array indices: ranges (first, last, step), in the order given, and the limit.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ArrayIndices {
     pub ranges: Vec<(u32, u32, u32)>,
     pub max_running: Option<u32>,
@@ -90,6 +90,30 @@ impl ArrayIndices {
             .flat_map(|&(a, b, s)| (a..=b).step_by(s as usize))
     }
 
+    /// The `k`-th index in order (from 0), without walking the indices before it.
+    pub fn nth(&self, mut k: u32) -> Option<u32> {
+        for &(a, b, s) in &self.ranges {
+            let n = (b - a) / s + 1;
+            if k < n {
+                return Some(a + k * s);
+            }
+            k -= n;
+        }
+        None
+    }
+
+    /// Where `index` stands in the order (from 0), if it is one of the indices.
+    pub fn position(&self, index: u32) -> Option<u32> {
+        let mut before = 0;
+        for &(a, b, s) in &self.ranges {
+            if (a..=b).contains(&index) && (index - a).is_multiple_of(s) {
+                return Some(before + (index - a) / s);
+            }
+            before += (b - a) / s + 1;
+        }
+        None
+    }
+
     pub fn len(&self) -> u32 {
         self.ranges.iter().map(|&(a, b, s)| (b - a) / s + 1).sum()
     }
@@ -116,6 +140,14 @@ mod tests {
             vec![0, 1, 2, 3, 8, 10, 15, 20]
         );
         assert_eq!((a.len(), a.max_running), (8, Some(2)));
+        for (k, i) in a.iter().enumerate() {
+            assert_eq!(a.nth(k as u32), Some(i));
+            assert_eq!(a.position(i), Some(k as u32));
+        }
+        assert_eq!(
+            (a.nth(8), a.position(4), a.position(11)),
+            (None, None, None)
+        );
         assert_eq!(ArrayIndices::parse("5").expect("one").len(), 1);
     }
 

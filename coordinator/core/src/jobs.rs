@@ -26,11 +26,9 @@ pub const ARRAY_INDEX_ENV: &str = "ALLOT_ARRAY_INDEX";
 pub struct ArrayRecord {
     /// The submit every element is made from (its name is the array's).
     pub input: Arc<SubmitInput>,
-    /// The indices as submitted (`0-999%4`).
+    /// The indices as submitted (`0-999%4`), and parsed.
     pub text: String,
-    pub ranges: Vec<(u32, u32, u32)>,
-    pub max_running: Option<u32>,
-    pub total: u32,
+    pub indices: ArrayIndices,
     /// How many indices (in order) were taken for queueing so far.
     pub released: u32,
     /// Indices cancelled before they were queued.
@@ -45,22 +43,24 @@ pub struct ArrayRecord {
 }
 
 impl ArrayRecord {
-    fn indices(&self) -> ArrayIndices {
-        ArrayIndices {
-            ranges: self.ranges.clone(),
-            max_running: self.max_running,
-        }
+    fn total(&self) -> u32 {
+        self.indices.len()
     }
 
+    /// Indices not taken for queueing yet, cancelled ones included.
     fn held(&self) -> u32 {
-        self.total - self.released
+        self.total() - self.released
+    }
+
+    /// Indices still waiting to be queued (held, not cancelled).
+    fn waiting(&self) -> u32 {
+        self.held() - self.cancelled_held.len() as u32
     }
 
     fn is_held(&self, index: u32) -> bool {
-        self.indices()
-            .iter()
-            .skip(self.released as usize)
-            .any(|i| i == index)
+        self.indices
+            .position(index)
+            .is_some_and(|k| k >= self.released)
     }
 }
 
@@ -155,8 +155,7 @@ impl Machine {
             .unwrap_or_default()
     }
 
-    /// After each entry: workloads that finished get their end time, and array elements that
-    /// finished make room for the next ones.
+    /// After each entry: array elements that ended make room for the next ones.
     pub(crate) fn after_events(&mut self, now: Time, events: &mut Vec<Event>) {
         let ended: Vec<WlId> = events
             .iter()
@@ -167,7 +166,6 @@ impl Machine {
             .collect();
         let mut arrays: BTreeSet<ArrayKey> = BTreeSet::new();
         for id in ended {
-            self.history.entry(id).or_default().finished = Some(now);
             let Some(w) = self.state.workloads.get(&id) else {
                 continue;
             };
@@ -202,7 +200,7 @@ impl Machine {
             if input.client_token.is_some() && rec.input.client_token == input.client_token {
                 return Ok(Reply::ArraySubmitted {
                     name: name.clone(),
-                    elements: rec.total,
+                    elements: rec.total(),
                     queued: rec.released,
                     existing: true,
                 });
@@ -213,7 +211,7 @@ impl Machine {
                     "team {} already has an active array {name:?} ({} of {} elements not finished); cancel it, wait until it finishes, or choose another name",
                     key.0,
                     rec.active.len() as u32 + rec.held(),
-                    rec.total
+                    rec.total()
                 ),
             ));
         }
@@ -245,9 +243,7 @@ impl Machine {
             ArrayRecord {
                 input: Arc::new(input.clone()),
                 text: text.to_string(),
-                ranges: idx.ranges.clone(),
-                max_running: idx.max_running,
-                total,
+                indices: idx,
                 released: 0,
                 cancelled_held: BTreeSet::new(),
                 active: BTreeSet::new(),
@@ -257,11 +253,11 @@ impl Machine {
             },
         );
         self.release(&key, now, events);
-        let rec = &self.arrays[&key];
+        // The record is gone already when no element could be queued (their names taken).
         Ok(Reply::ArraySubmitted {
             name: name.clone(),
             elements: total,
-            queued: rec.active.len() as u32,
+            queued: self.arrays.get(&key).map_or(0, |r| r.active.len() as u32),
             existing: false,
         })
     }
@@ -272,18 +268,19 @@ impl Machine {
         let Some(rec) = self.arrays.get(key) else {
             return;
         };
-        let limit = rec.max_running.unwrap_or(u32::MAX) as usize;
-        let room = limit.saturating_sub(rec.active.len());
-        let next: Vec<u32> = rec
-            .indices()
-            .iter()
-            .skip(rec.released as usize)
-            .take(room)
-            .collect();
+        let limit = rec.indices.max_running.map_or(usize::MAX, |n| n as usize);
         let template = rec.input.clone();
-        for index in next {
+        // Each index is found from its position (no walk through those queued before it), and
+        // an index cancelled while held takes no room.
+        loop {
             let Some(rec) = self.arrays.get_mut(key) else {
                 return;
+            };
+            if rec.active.len() >= limit {
+                break;
+            }
+            let Some(index) = rec.indices.nth(rec.released) else {
+                break;
             };
             rec.released += 1;
             if rec.cancelled_held.remove(&index) {
@@ -321,7 +318,7 @@ impl Machine {
         if self
             .arrays
             .get(key)
-            .is_some_and(|r| r.active.is_empty() && r.released >= r.total)
+            .is_some_and(|r| r.active.is_empty() && r.released >= r.total())
         {
             self.arrays.remove(key);
         }
@@ -360,7 +357,7 @@ impl Machine {
     ) -> Result<bool, ApiError> {
         if let Some(key) = self.find_array(name, team)? {
             let rec = self.arrays.get_mut(&key).expect("found above");
-            rec.released = rec.total;
+            rec.released = rec.total();
             let active: Vec<WlId> = rec.active.iter().copied().collect();
             for id in active {
                 events.extend(self.state.cancel(id, now)?);
@@ -392,9 +389,9 @@ impl Machine {
                 name: n.clone(),
                 team: t.clone(),
                 indices: r.text.clone(),
-                max_running: r.max_running,
-                total: r.total,
-                held: r.held() - r.cancelled_held.len() as u32,
+                max_running: r.indices.max_running,
+                total: r.total(),
+                held: r.waiting(),
                 cancelled_held: r.cancelled_held.len() as u32,
                 submitted_ms: r.submitted,
             })
@@ -433,8 +430,7 @@ impl Machine {
         self.arrays
             .iter()
             .filter(|((t, _), r)| {
-                r.held() > r.cancelled_held.len() as u32
-                    && sel.matches(t, &r.input.spec.labels, WlState::Pending.as_str())
+                r.waiting() > 0 && sel.matches(t, &r.input.spec.labels, WlState::Pending.as_str())
             })
             .map(|(k, _)| k.clone())
             .collect()
@@ -448,10 +444,7 @@ impl Machine {
         let held: u32 = self
             .matching_arrays(sel)
             .iter()
-            .map(|k| {
-                let r = &self.arrays[k];
-                r.held() - r.cancelled_held.len() as u32
-            })
+            .map(|k| self.arrays[k].waiting())
             .sum();
         Ok(Reply::Cancelled {
             count: ids.len() as u64 + u64::from(held),
@@ -479,7 +472,7 @@ impl Machine {
         // Arrays first, so that cancelling their elements queues no more of them.
         for key in self.matching_arrays(sel) {
             if let Some(r) = self.arrays.get_mut(&key) {
-                r.released = r.total;
+                r.released = r.total();
             }
         }
         for id in self.matching(sel) {

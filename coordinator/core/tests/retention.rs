@@ -166,3 +166,33 @@ fn a_finished_workloads_name_can_be_used_again() {
     assert!(m.state.workloads.get(&first).is_none());
     assert_eq!(m.state.find_workload("w").map(|i| i.0), Ok(id));
 }
+
+/// An element whose name an active workload holds is skipped, and takes none of the array's
+/// room: the next element is queued in its place.
+#[test]
+fn an_element_whose_name_is_taken_leaves_its_room_to_the_next() {
+    let mut m = machine();
+    apply(&mut m, 1_000, Command::Submit(input("w-0")));
+    let r = apply(
+        &mut m,
+        2_000,
+        Command::SubmitArray {
+            input: input("w"),
+            array: "0-2%1".into(),
+        },
+    );
+    assert!(
+        matches!(
+            r,
+            Reply::ArraySubmitted {
+                elements: 3,
+                queued: 1,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    let rec = m.arrays.values().next().expect("the array");
+    assert_eq!((rec.refused, rec.released), (1, 2));
+    assert!(m.state.find_scoped("w-1", Some("team-a")).is_ok());
+}
