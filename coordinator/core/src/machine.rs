@@ -365,7 +365,19 @@ impl Machine {
         let now = entry.now;
         let mut events = Vec::new();
         let r = self.apply_cmd(&entry.cmd, now, &mut events);
-        for e in &events {
+        self.count(&events, now);
+        // Array elements that ended make room for the next ones, queued now and counted like
+        // any others.
+        let before = events.len();
+        self.after_events(now, &mut events);
+        self.count(&events[before..], now);
+        self.forget_finished(now);
+        (r, events)
+    }
+
+    /// Counts what `events` did, and keeps when each ended workload finished.
+    fn count(&mut self, events: &[Event], now: Time) {
+        for e in events {
             match e {
                 Event::Submitted { .. } => self.counters.submitted += 1,
                 Event::Admitted { .. } => self.counters.admitted += 1,
@@ -374,26 +386,11 @@ impl Machine {
                 Event::Finished { wl, .. } | Event::Cancelled { wl } => {
                     self.counters.finished += 1;
                     self.finished.push_back((now, *wl));
-                }
-                _ => {}
-            }
-        }
-        let before = events.len();
-        self.after_events(now, &mut events);
-        // Elements queued or cancelled on the way count like any others.
-        for e in &events[before..] {
-            match e {
-                Event::Submitted { .. } => self.counters.submitted += 1,
-                Event::Finished { wl, .. } | Event::Cancelled { wl } => {
-                    self.counters.finished += 1;
-                    self.finished.push_back((now, *wl));
                     self.history.entry(*wl).or_default().finished = Some(now);
                 }
                 _ => {}
             }
         }
-        self.forget_finished(now);
-        (r, events)
     }
 
     /// Forgets the finished workloads that are past their retention at `now`, oldest first.
