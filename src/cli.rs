@@ -673,6 +673,16 @@ fn check_scheduler_config(s: &str) -> anyhow::Result<String> {
 }
 
 async fn resolve_quota(c: &mut Client, id: &str) -> anyhow::Result<String> {
+    // Only what looks like an id (cq0000000001, or cq-00000001 from before ids followed the
+    // API's pattern) is looked up; anything else is a name.
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    let looks_like_id = id
+        .strip_prefix("cq-")
+        .or_else(|| id.strip_prefix("cq"))
+        .is_some_and(digits);
+    if !looks_like_id {
+        return Ok(id.to_string());
+    }
     match api(c.call(Body::ListComputeQuotas).await)? {
         Reply::Quotas(qs) => Ok(qs
             .into_iter()
@@ -1250,18 +1260,11 @@ async fn wait_for_state(
             Ok(false) => {}
             Err(e) => bail!("workload {name} will not be {until:?}: {e}"),
         }
-        let wait_ms = match deadline {
-            Some(d) => {
-                let left = d.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() {
-                    bail!(
-                        "timed out: workload {name} is {state}, not {until:?}, after {:?}",
-                        timeout.unwrap_or_default()
-                    );
-                }
-                left.as_millis().min(20_000) as u32
-            }
-            None => 20_000,
+        let Some(wait_ms) = poll_ms(deadline, 20_000) else {
+            bail!(
+                "timed out: workload {name} is {state}, not {until:?}, after {:?}",
+                timeout.unwrap_or_default()
+            );
         };
         let (d, workloads) = watch_once(c, filter.clone(), digest, wait_ms).await?;
         digest = d;
@@ -1270,6 +1273,18 @@ async fn wait_for_state(
             Some(x) => x.state.clone(),
             None => bail!("workload {name} is gone (cancelled and forgotten)"),
         };
+    }
+}
+
+/// How long the next long poll may wait: at most `cap_ms`, and no later than `deadline`;
+/// `None` once the deadline has passed.
+fn poll_ms(deadline: Option<tokio::time::Instant>, cap_ms: u32) -> Option<u32> {
+    match deadline {
+        Some(d) => {
+            let left = d.saturating_duration_since(tokio::time::Instant::now());
+            (!left.is_zero()).then(|| left.as_millis().min(u128::from(cap_ms)) as u32)
+        }
+        None => Some(cap_ms),
     }
 }
 
@@ -1292,18 +1307,11 @@ async fn wait_for_array(
     };
     let mut digest = 0u64;
     loop {
-        let wait_ms = match deadline {
-            Some(d) => {
-                let left = d.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() {
-                    bail!(
-                        "timed out: array {name} has not finished after {:?}",
-                        timeout.unwrap_or_default()
-                    );
-                }
-                left.as_millis().min(2_000) as u32
-            }
-            None => 2_000,
+        let Some(wait_ms) = poll_ms(deadline, 2_000) else {
+            bail!(
+                "timed out: array {name} has not finished after {:?}",
+                timeout.unwrap_or_default()
+            );
         };
         let (d, _) = watch_once(c, filter.clone(), digest, wait_ms).await?;
         digest = d;
