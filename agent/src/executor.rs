@@ -239,6 +239,7 @@ impl Executor {
             grace_ms: u64::from(a.run.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS)) * 1000,
             cgroup: self.cgroup_for(&limits, &dir),
             workdir: a.run.workdir.as_ref().map(PathBuf::from),
+            container: false,
             program,
         };
         let mut cmd = Command::new(&self.cfg.shim_program);

@@ -49,6 +49,8 @@ pub struct ShimArgs {
     /// cgroup (v2) directory to join before starting the program.
     pub cgroup: Option<PathBuf>,
     pub workdir: Option<PathBuf>,
+    /// Run the pod as a container (`containerd::run`, from `container.json` in `dir`).
+    pub container: bool,
     pub program: Vec<String>,
 }
 
@@ -73,6 +75,9 @@ impl ShimArgs {
             a.push("--workdir".into());
             a.push(w.display().to_string());
         }
+        if self.container {
+            a.push("--container".into());
+        }
         a.push("--".into());
         a.extend(self.program.iter().cloned());
         a
@@ -87,6 +92,7 @@ impl ShimArgs {
             grace_ms: 30_000,
             cgroup: None,
             workdir: None,
+            container: false,
             program: Vec::new(),
         };
         let mut it = args.iter();
@@ -94,6 +100,10 @@ impl ShimArgs {
             if a == "--" {
                 out.program = it.cloned().collect();
                 break;
+            }
+            if a == "--container" {
+                out.container = true;
+                continue;
             }
             let v = it
                 .next()
@@ -115,7 +125,7 @@ impl ShimArgs {
         if out.dir.as_os_str().is_empty() || out.lease_file.as_os_str().is_empty() {
             return Err("agent-shim: --dir and --lease-file are required".into());
         }
-        if out.program.is_empty() {
+        if out.program.is_empty() && !out.container {
             return Err("agent-shim: no program after --".into());
         }
         Ok(out)
@@ -126,6 +136,11 @@ static TERM: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_term(_: libc::c_int) {
     TERM.store(true, Ordering::SeqCst);
+}
+
+/// Whether the agent asked the pod to stop (SIGTERM or SIGINT to the shim).
+pub fn term_requested() -> bool {
+    TERM.load(Ordering::SeqCst)
 }
 
 pub fn now_ms() -> i64 {
@@ -175,6 +190,9 @@ pub fn run(args: &ShimArgs) -> i32 {
     unsafe {
         libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_term as *const () as libc::sighandler_t);
+    }
+    if args.container {
+        return crate::containerd::run::run(args);
     }
     if let Some(cg) = &args.cgroup {
         // Join the pod's cgroup first: the program and its children inherit it.
@@ -290,6 +308,7 @@ mod tests {
             grace_ms: 30_000,
             cgroup: Some("/sys/fs/cgroup/allot/p".into()),
             workdir: None,
+            container: false,
             program: vec!["python".into(), "--".into(), "train.py".into()],
         };
         assert_eq!(ShimArgs::parse(&a.to_args()).unwrap(), a);
@@ -330,6 +349,7 @@ mod tests {
             grace_ms: 1000,
             cgroup: None,
             workdir: None,
+            container: false,
             program: vec!["sh".into(), "-c".into(), "echo hi; exit 3".into()],
         };
         assert_eq!(run(&a), 0);
@@ -355,6 +375,7 @@ mod tests {
             grace_ms: 30_000,
             cgroup: None,
             workdir: None,
+            container: false,
             program: vec!["sleep".into(), "30".into()],
         };
         let t = Instant::now();

@@ -1,0 +1,484 @@
+//! One pod as a container, run by the pod's shim (`allot agent-shim --container`): pull the
+//! image, create the container and its task, wait for it while watching the node's lease and
+//! the agent's stop signal, then record how it ended in `exit.json` and remove the container.
+//!
+//! The shim outlives the agent as it does for processes, so the same rules hold: a restarted
+//! agent adopts the pod through its shim; an expired lease stops the container; SIGTERM to the
+//! shim (an eviction) sends SIGTERM to the container's first process, then SIGKILL to all of
+//! its processes after the grace period. Output goes to the pod's `output.log`, written by
+//! containerd's runtime shim itself, so `allot logs` reads it as for processes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+
+use super::registry::Credentials;
+use super::spec::{self, BindMount, PodContainer};
+use super::{api, container_id, Containerd, POD_LABEL, RUNTIME};
+use crate::shim::{self, ExitRecord, ShimArgs};
+
+/// What the agent writes for the shim: `container.json` in the pod's directory (mode 0600: it
+/// may hold the team's registry credentials).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerJob {
+    pub socket: PathBuf,
+    pub namespace: String,
+    pub snapshotter: String,
+    pub plain_http: Vec<String>,
+    pub dev_dir: PathBuf,
+    pub image: String,
+    pub credentials: Option<Credentials>,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    /// The pod's variables (the workload's and the gang's); the image's come under them.
+    pub env: BTreeMap<String, String>,
+    pub workdir: Option<String>,
+    pub user: Option<String>,
+    pub mounts: Vec<JobMount>,
+    pub shm_bytes: u64,
+    pub host_network: bool,
+    pub memory_limit: i64,
+    pub cpu_millis: i64,
+    pub devices: BTreeMap<String, Vec<u8>>,
+    pub hostname: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobMount {
+    pub host_path: String,
+    pub container_path: String,
+    pub read_only: bool,
+}
+
+pub const JOB_FILE: &str = "container.json";
+pub const STATUS_FILE: &str = "status.json";
+
+/// What the pod is doing before it runs: written by the shim, read by the agent.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodStatus {
+    /// `Pulling`, `Creating`, `Running`.
+    pub phase: String,
+    pub pulled_bytes: u64,
+    pub total_bytes: u64,
+    pub image_cached: bool,
+}
+
+pub fn read_status(dir: &Path) -> Option<PodStatus> {
+    serde_json::from_slice(&std::fs::read(dir.join(STATUS_FILE)).ok()?).ok()
+}
+
+fn write_status(dir: &Path, s: &PodStatus) {
+    if let Ok(b) = serde_json::to_vec(s) {
+        let _ = shim::write_atomic(&dir.join(STATUS_FILE), &b);
+    }
+}
+
+fn record(dir: &Path, r: ExitRecord) {
+    let bytes = serde_json::to_vec_pretty(&r).unwrap_or_default();
+    if let Err(e) = shim::write_atomic(&dir.join(shim::EXIT_FILE), &bytes) {
+        eprintln!("agent-shim: could not record the exit: {e}");
+    }
+}
+
+fn failed(dir: &Path, reason: &str, detail: String) -> i32 {
+    record(
+        dir,
+        ExitRecord {
+            code: None,
+            signal: None,
+            succeeded: false,
+            lease_expired: false,
+            stopped: false,
+            detail: format!("{reason}: {detail}"),
+            ended_ms: shim::now_ms(),
+        },
+    );
+    1
+}
+
+/// The shim's container mode; returns the shim's exit code.
+pub fn run(args: &ShimArgs) -> i32 {
+    let dir = args.dir.clone();
+    let job: ContainerJob = match std::fs::read(dir.join(JOB_FILE))
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
+        Ok(j) => j,
+        Err(e) => return failed(&dir, "ContainerCannotRun", format!("{JOB_FILE}: {e}")),
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return failed(&dir, "ContainerCannotRun", format!("runtime: {e}")),
+    };
+    rt.block_on(run_async(args, &job))
+}
+
+async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
+    let dir = &args.dir;
+    let ctd = match Containerd::connect(&job.socket, &job.namespace).await {
+        Ok(c) => c,
+        Err(e) => return failed(dir, "ContainerCannotRun", e),
+    };
+    let id = container_id(dir);
+    // Pull, telling the agent how far it got (at most every 500 ms).
+    let mut status = PodStatus {
+        phase: "Pulling".into(),
+        ..Default::default()
+    };
+    write_status(dir, &status);
+    let mut last = Instant::now();
+    let dir2 = dir.clone();
+    let mut progress = |done: u64, total: u64| {
+        if last.elapsed() >= Duration::from_millis(500) || done == total {
+            last = Instant::now();
+            write_status(
+                &dir2,
+                &PodStatus {
+                    phase: "Pulling".into(),
+                    pulled_bytes: done,
+                    total_bytes: total,
+                    image_cached: false,
+                },
+            );
+        }
+    };
+    let pull = super::pull::pull(
+        &ctd,
+        &job.image,
+        &job.snapshotter,
+        &job.plain_http,
+        job.credentials.clone(),
+        &mut progress,
+    );
+    // A stop or an expired lease while pulling ends the pod without running it.
+    let pulled = tokio::select! {
+        p = pull => p,
+        why = stop_requested(args) => {
+            return stopped_before_start(dir, why);
+        }
+    };
+    let pulled = match pulled {
+        Ok(p) => p,
+        Err(e) => return failed(dir, "ImagePullFailed", e),
+    };
+    status.phase = "Creating".into();
+    status.image_cached = pulled.cached;
+    write_status(dir, &status);
+    super::pull::touch(&ctd, &pulled.name).await;
+    // OOM kills are reported as events; listen before anything can be killed. (containerd
+    // answers a subscription only with its first event, so it runs on its own task.)
+    let ooms = watch_ooms(ctd.clone(), job.namespace.clone());
+    let task_pid = match create_and_start(&ctd, job, &pulled, &id, dir).await {
+        Ok(pid) => pid,
+        Err(e) => {
+            let _ = ctd.remove_container(&id, &job.snapshotter).await;
+            return failed(dir, "ContainerCannotRun", e);
+        }
+    };
+    let _ = shim::write_atomic(
+        &dir.join(shim::CHILD_PID_FILE),
+        task_pid.to_string().as_bytes(),
+    );
+    status.phase = "Running".into();
+    write_status(dir, &status);
+    let code = supervise(args, &ctd, job, &id, ooms).await;
+    super::pull::touch(&ctd, &pulled.name).await;
+    code
+}
+
+/// Container ids of OOM kills in the namespace, as containerd reports them.
+fn watch_ooms(ctd: Containerd, namespace: String) -> mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let filter = format!("namespace=={namespace},topic==\"/tasks/oom\"");
+        let Ok(mut events) = ctd
+            .call_streaming::<_, api::Envelope>(
+                "/containerd.services.events.v1.Events/Subscribe",
+                api::SubscribeRequest {
+                    filters: vec![filter],
+                },
+            )
+            .await
+        else {
+            return;
+        };
+        while let Some(Ok(env)) = events.next().await {
+            let oom = env
+                .event
+                .as_ref()
+                .and_then(|a| <api::TaskOom as prost::Message>::decode(a.value.as_slice()).ok());
+            if let Some(e) = oom {
+                if tx.send(e.container_id).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Resolves when the agent asks the pod to stop or the node's lease runs out: true for the lease.
+async fn stop_requested(args: &ShimArgs) -> bool {
+    loop {
+        if shim::term_requested() {
+            return false;
+        }
+        if args.lease_ms > 0 && shim::now_ms() > shim::read_lease(&args.lease_file) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn stopped_before_start(dir: &Path, lease_expired: bool) -> i32 {
+    record(
+        dir,
+        ExitRecord {
+            code: None,
+            signal: None,
+            succeeded: false,
+            lease_expired,
+            stopped: !lease_expired,
+            detail: if lease_expired {
+                "stopped before it started: the node's lease expired".into()
+            } else {
+                "stopped by the agent before it started".into()
+            },
+            ended_ms: shim::now_ms(),
+        },
+    );
+    0
+}
+
+async fn create_and_start(
+    ctd: &Containerd,
+    job: &ContainerJob,
+    pulled: &super::pull::Pulled,
+    id: &str,
+    dir: &Path,
+) -> Result<u32, String> {
+    let args = spec::process_args(&pulled.config, &job.command, &job.args)?;
+    let user = job
+        .user
+        .clone()
+        .or_else(|| pulled.config.user.clone())
+        .unwrap_or_default();
+    let (uid, gid) = spec::parse_user(&user)?;
+    let devices = spec::assigned_devices(&job.dev_dir, &job.devices)?;
+    let cwd = job
+        .workdir
+        .clone()
+        .or_else(|| pulled.config.working_dir.clone().filter(|w| !w.is_empty()))
+        .unwrap_or_else(|| "/".into());
+    let pod = PodContainer {
+        hostname: job.hostname.clone(),
+        args,
+        env: spec::merge_env(&pulled.config, &job.env),
+        cwd,
+        uid,
+        gid,
+        devices,
+        mounts: job
+            .mounts
+            .iter()
+            .map(|m| BindMount {
+                host: m.host_path.clone(),
+                container: m.container_path.clone(),
+                read_only: m.read_only,
+            })
+            .collect(),
+        shm_bytes: if job.shm_bytes == 0 {
+            spec::DEFAULT_SHM_BYTES
+        } else {
+            job.shm_bytes
+        },
+        host_network: job.host_network,
+        memory_limit: job.memory_limit,
+        cpu_millis: job.cpu_millis,
+        cgroups_path: format!("/{}/{id}", job.namespace),
+        memlock_unlimited: job.devices.get("efa").is_some_and(|e| !e.is_empty()),
+        nofile: spec::nofile_limit(),
+    };
+    let spec_json = serde_json::to_vec(&spec::render(&pod)).map_err(|e| e.to_string())?;
+    // A container left by an earlier try of this same pod goes first.
+    ctd.remove_container(id, &job.snapshotter)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mounts: api::MountsResponse = ctd
+        .call(
+            "/containerd.services.snapshots.v1.Snapshots/Prepare",
+            api::PrepareSnapshotRequest {
+                snapshotter: job.snapshotter.clone(),
+                key: id.into(),
+                parent: pulled.chain_id.clone(),
+                labels: Default::default(),
+            },
+            Some(&super::pull::lease_of(&pulled.name)),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let container = api::Container {
+        id: id.into(),
+        labels: [(POD_LABEL.to_string(), dir.display().to_string())].into(),
+        image: pulled.name.clone(),
+        runtime: Some(api::Runtime {
+            name: RUNTIME.into(),
+            options: None,
+        }),
+        spec: Some(prost_types::Any {
+            type_url: "types.containerd.io/opencontainers/runtime-spec/1/Spec".into(),
+            value: spec_json,
+        }),
+        snapshotter: job.snapshotter.clone(),
+        snapshot_key: id.into(),
+    };
+    ctd.call::<_, api::Empty>(
+        "/containerd.services.containers.v1.Containers/Create",
+        api::CreateContainerRequest {
+            container: Some(container),
+        },
+        None,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let log = format!("file://{}", dir.join(shim::LOG_FILE).display());
+    ctd.call::<_, api::CreateTaskResponse>(
+        "/containerd.services.tasks.v1.Tasks/Create",
+        api::CreateTaskRequest {
+            container_id: id.into(),
+            rootfs: mounts.mounts,
+            stdin: String::new(),
+            stdout: log.clone(),
+            stderr: log,
+            terminal: false,
+        },
+        None,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let started: api::StartResponse = ctd
+        .call(
+            "/containerd.services.tasks.v1.Tasks/Start",
+            api::TaskRequest {
+                container_id: id.into(),
+                exec_id: String::new(),
+            },
+            None,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(started.pid)
+}
+
+async fn kill(ctd: &Containerd, id: &str, signal: i32, all: bool) {
+    let _ = ctd
+        .call::<_, api::Empty>(
+            "/containerd.services.tasks.v1.Tasks/Kill",
+            api::KillRequest {
+                container_id: id.into(),
+                exec_id: String::new(),
+                signal: signal as u32,
+                all,
+            },
+            None,
+        )
+        .await;
+}
+
+/// Waits for the task to end, stopping it when asked; records the exit and removes the container.
+async fn supervise(
+    args: &ShimArgs,
+    ctd: &Containerd,
+    job: &ContainerJob,
+    id: &str,
+    mut ooms: mpsc::UnboundedReceiver<String>,
+) -> i32 {
+    let dir = &args.dir;
+    let wait = ctd.call::<_, api::WaitResponse>(
+        "/containerd.services.tasks.v1.Tasks/Wait",
+        api::TaskRequest {
+            container_id: id.into(),
+            exec_id: String::new(),
+        },
+        None,
+    );
+    tokio::pin!(wait);
+    let mut stopped = false;
+    let mut lease_expired = false;
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut oom = false;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let exit = loop {
+        tokio::select! {
+            r = &mut wait => break r,
+            Some(c) = ooms.recv() => oom |= c == id,
+            _ = tick.tick() => {
+                if kill_at.is_none() {
+                    let mut grace = args.grace_ms;
+                    if shim::term_requested() {
+                        stopped = true;
+                    } else if args.lease_ms > 0 && shim::now_ms() > shim::read_lease(&args.lease_file) {
+                        lease_expired = true;
+                        grace = grace.min(args.lease_ms * 4 / 5);
+                    }
+                    if stopped || lease_expired {
+                        kill(ctd, id, libc::SIGTERM, false).await;
+                        kill_at = Some(tokio::time::Instant::now() + Duration::from_millis(grace));
+                    }
+                } else if kill_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
+                    kill(ctd, id, libc::SIGKILL, true).await;
+                    kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
+                }
+            }
+        }
+    };
+    // The event can trail the exit by a moment.
+    if !oom {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+        while let Ok(Some(c)) = tokio::time::timeout_at(deadline, ooms.recv()).await {
+            oom |= c == id;
+        }
+    }
+    let (code, mut detail) = match exit {
+        Ok(w) => {
+            let c = w.exit_status as i32;
+            (Some(c), format!("exit code {c}"))
+        }
+        Err(e) => (None, format!("lost track of the container: {e}")),
+    };
+    if oom {
+        detail = format!(
+            "OOMKilled: the container went over its memory limit of {} bytes ({detail})",
+            job.memory_limit
+        );
+    } else if lease_expired {
+        detail = format!("{detail} (stopped: the node's lease expired)");
+    } else if stopped {
+        detail = format!("{detail} (stopped by the agent)");
+    }
+    let signal = code.filter(|c| *c > 128 && *c < 128 + 65).map(|c| c - 128);
+    let succeeded = code == Some(0) && !stopped && !lease_expired;
+    if let Err(e) = ctd.remove_container(id, &job.snapshotter).await {
+        eprintln!("agent-shim: removing container {id}: {e}");
+    }
+    record(
+        dir,
+        ExitRecord {
+            code,
+            signal,
+            succeeded,
+            lease_expired,
+            stopped,
+            detail,
+            ended_ms: shim::now_ms(),
+        },
+    );
+    0
+}

@@ -1,0 +1,462 @@
+//! The OCI runtime spec of a pod's container: only what its placement assigned.
+//!
+//! The container gets the device nodes of its assigned GPUs (`/dev/nvidiaN` and the control
+//! nodes), Neuron devices (`/dev/neuronN`) and EFA interfaces (`/dev/infiniband/uverbsN`), and
+//! the device cgroup allows exactly those besides the standard ones (null, zero, tty, ...). Its
+//! cgroup caps CPU (quota from the cpu request), memory (the memory request, no swap) and
+//! process count. It runs in its own pid, ipc, uts and mount namespaces, and its own network
+//! namespace unless the workload asked for the host's network (multi-node NCCL and EFA need
+//! it). `/dev/shm` has the size asked for; the workload's host paths are bind-mounted.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::pull::ImageConfig;
+
+/// Default size of `/dev/shm` (as Docker's and Kubernetes' default).
+pub const DEFAULT_SHM_BYTES: u64 = 64 << 20;
+/// Process limit of a pod's cgroup.
+pub const PIDS_LIMIT: i64 = 32_768;
+
+/// A device node to create in the container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceNode {
+    /// Path inside the container.
+    pub path: String,
+    /// `c` or `b`.
+    pub kind: char,
+    pub major: i64,
+    pub minor: i64,
+}
+
+/// A host path made visible in the container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindMount {
+    pub host: String,
+    pub container: String,
+    pub read_only: bool,
+}
+
+/// Everything the spec is made from.
+#[derive(Clone, Debug, Default)]
+pub struct PodContainer {
+    pub hostname: String,
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+    pub cwd: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub devices: Vec<DeviceNode>,
+    pub mounts: Vec<BindMount>,
+    pub shm_bytes: u64,
+    pub host_network: bool,
+    /// Bytes; 0 = no limit.
+    pub memory_limit: i64,
+    /// Millicores; 0 = no limit.
+    pub cpu_millis: i64,
+    pub cgroups_path: String,
+    /// Unlimited locked memory (EFA's verbs need it).
+    pub memlock_unlimited: bool,
+    /// Open-file limit (at most what the node allows: see `nofile_limit`).
+    pub nofile: u64,
+}
+
+/// The open-file limit a pod gets: 1,048,576, or the node's hard limit when lower (a container
+/// cannot be given more than its runtime has).
+pub fn nofile_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) writes into the struct passed.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
+    let hard = if ok { r.rlim_max } else { 1024 };
+    hard.min(1_048_576)
+}
+
+/// The program a container runs, as Kubernetes decides it: `command` replaces the image's
+/// entrypoint (and drops its cmd), `args` replaces its cmd.
+pub fn process_args(
+    image: &ImageConfig,
+    command: &[String],
+    args: &[String],
+) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = if command.is_empty() {
+        image.entrypoint.clone().unwrap_or_default()
+    } else {
+        command.to_vec()
+    };
+    if !args.is_empty() {
+        out.extend(args.iter().cloned());
+    } else if command.is_empty() {
+        out.extend(image.cmd.clone().unwrap_or_default());
+    }
+    if out.is_empty() {
+        return Err(
+            "the image has no entrypoint or cmd and the workload gives no command: nothing to run"
+                .into(),
+        );
+    }
+    Ok(out)
+}
+
+/// The image's environment overlaid with the pod's (the pod's values win).
+pub fn merge_env(
+    image: &ImageConfig,
+    pod: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for kv in image.env.iter().flatten() {
+        let key = kv.split('=').next().unwrap_or("");
+        if !pod.contains_key(key) {
+            out.push(kv.clone());
+        }
+    }
+    if !out.iter().any(|kv| kv.starts_with("PATH=")) && !pod.contains_key("PATH") {
+        out.push("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    }
+    out.extend(pod.iter().map(|(k, v)| format!("{k}={v}")));
+    out
+}
+
+/// `uid[:gid]`, numeric. A user name would need the image's `/etc/passwd`.
+pub fn parse_user(user: &str) -> Result<(u32, u32), String> {
+    let user = user.trim();
+    if user.is_empty() {
+        return Ok((0, 0));
+    }
+    let (u, g) = match user.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (user, None),
+    };
+    let num = |s: &str| {
+        s.parse::<u32>().map_err(|_| {
+            format!(
+                "user {user:?}: allot takes a numeric uid[:gid] (e.g. 1000:1000); names from the \
+                 image's /etc/passwd are not looked up"
+            )
+        })
+    };
+    let uid = num(u)?;
+    let gid = match g {
+        Some(g) => num(g)?,
+        None => uid,
+    };
+    Ok((uid, gid))
+}
+
+/// The device node at `host` (a character or block device), to appear at `container`.
+pub fn device_node(host: &Path, container: &str) -> Result<DeviceNode, String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = std::fs::metadata(host).map_err(|e| format!("device {}: {e}", host.display()))?;
+    let kind = if m.file_type().is_char_device() {
+        'c'
+    } else if m.file_type().is_block_device() {
+        'b'
+    } else {
+        return Err(format!("{} is not a device node", host.display()));
+    };
+    let rdev = m.rdev();
+    Ok(DeviceNode {
+        path: container.to_string(),
+        kind,
+        major: libc::major(rdev) as i64,
+        minor: libc::minor(rdev) as i64,
+    })
+}
+
+/// The device nodes of an assignment: its GPUs (and the NVIDIA control nodes the node has),
+/// its Neuron devices, its EFA interfaces. `dev_dir` is where the host's nodes are.
+pub fn assigned_devices(
+    dev_dir: &Path,
+    devices: &std::collections::BTreeMap<String, Vec<u8>>,
+) -> Result<Vec<DeviceNode>, String> {
+    let mut out = Vec::new();
+    let mut add = |host: PathBuf, container: String| -> Result<(), String> {
+        out.push(device_node(&host, &container)?);
+        Ok(())
+    };
+    if let Some(gpus) = devices.get("gpu").filter(|g| !g.is_empty()) {
+        for i in gpus {
+            add(
+                dev_dir.join(format!("nvidia{i}")),
+                format!("/dev/nvidia{i}"),
+            )?;
+        }
+        for ctl in [
+            "nvidiactl",
+            "nvidia-uvm",
+            "nvidia-uvm-tools",
+            "nvidia-modeset",
+        ] {
+            let p = dev_dir.join(ctl);
+            if p.exists() {
+                add(p, format!("/dev/{ctl}"))?;
+            }
+        }
+    }
+    for i in devices.get("neuron").into_iter().flatten() {
+        add(
+            dev_dir.join(format!("neuron{i}")),
+            format!("/dev/neuron{i}"),
+        )?;
+    }
+    for i in devices.get("efa").into_iter().flatten() {
+        add(
+            dev_dir.join(format!("infiniband/uverbs{i}")),
+            format!("/dev/infiniband/uverbs{i}"),
+        )?;
+    }
+    Ok(out)
+}
+
+/// Renders the spec (JSON, as containerd stores it with the container).
+pub fn render(p: &PodContainer) -> Value {
+    let caps: Vec<&str> = vec![
+        "CAP_CHOWN",
+        "CAP_DAC_OVERRIDE",
+        "CAP_FSETID",
+        "CAP_FOWNER",
+        "CAP_MKNOD",
+        "CAP_NET_RAW",
+        "CAP_SETGID",
+        "CAP_SETUID",
+        "CAP_SETFCAP",
+        "CAP_SETPCAP",
+        "CAP_NET_BIND_SERVICE",
+        "CAP_SYS_CHROOT",
+        "CAP_KILL",
+        "CAP_AUDIT_WRITE",
+    ];
+    let nofile = if p.nofile == 0 { 1024 } else { p.nofile };
+    let mut rlimits = vec![json!({"type": "RLIMIT_NOFILE", "hard": nofile, "soft": nofile})];
+    if p.memlock_unlimited {
+        rlimits.push(json!({"type": "RLIMIT_MEMLOCK", "hard": u64::MAX, "soft": u64::MAX}));
+    }
+    let mut mounts = vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc",
+               "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+               "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
+        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+               "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
+        json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+               "options": ["nosuid", "noexec", "nodev", "mode=1777", format!("size={}", p.shm_bytes.max(4096))]}),
+        json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
+               "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
+               "options": ["nosuid", "noexec", "nodev", "ro"]}),
+        json!({"destination": "/run", "type": "tmpfs", "source": "tmpfs",
+               "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
+        json!({"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+               "options": ["ro", "nosuid", "noexec", "nodev"]}),
+    ];
+    if p.host_network {
+        for f in ["/etc/resolv.conf", "/etc/hosts"] {
+            if Path::new(f).exists() {
+                mounts.push(json!({"destination": f, "type": "bind", "source": f,
+                                   "options": ["rbind", "ro"]}));
+            }
+        }
+    }
+    for m in &p.mounts {
+        mounts.push(
+            json!({"destination": m.container, "type": "bind", "source": m.host,
+                           "options": ["rbind", if m.read_only { "ro" } else { "rw" }]}),
+        );
+    }
+    let mut namespaces = vec![
+        json!({"type": "pid"}),
+        json!({"type": "ipc"}),
+        json!({"type": "uts"}),
+        json!({"type": "mount"}),
+    ];
+    if !p.host_network {
+        namespaces.push(json!({"type": "network"}));
+    }
+    // The standard devices every container may use, then the assigned ones.
+    let mut allow = vec![json!({"allow": false, "access": "rwm"})];
+    for (maj, min) in [
+        (1, 3),
+        (1, 5),
+        (1, 7),
+        (1, 8),
+        (1, 9),
+        (5, 0),
+        (5, 1),
+        (5, 2),
+    ] {
+        allow
+            .push(json!({"allow": true, "type": "c", "major": maj, "minor": min, "access": "rwm"}));
+    }
+    allow.push(json!({"allow": true, "type": "c", "major": 136, "access": "rwm"}));
+    for d in &p.devices {
+        allow.push(
+            json!({"allow": true, "type": d.kind.to_string(), "major": d.major,
+                          "minor": d.minor, "access": "rwm"}),
+        );
+    }
+    let devices: Vec<Value> = p
+        .devices
+        .iter()
+        .map(|d| {
+            json!({"path": d.path, "type": d.kind.to_string(), "major": d.major, "minor": d.minor,
+                   "fileMode": 0o666, "uid": 0, "gid": 0})
+        })
+        .collect();
+    let mut resources = json!({
+        "devices": allow,
+        "pids": {"limit": PIDS_LIMIT},
+    });
+    if p.memory_limit > 0 {
+        resources["memory"] = json!({"limit": p.memory_limit, "swap": p.memory_limit});
+    }
+    if p.cpu_millis > 0 {
+        resources["cpu"] = json!({
+            "quota": p.cpu_millis.saturating_mul(100),
+            "period": 100_000u64,
+            "shares": (p.cpu_millis.saturating_mul(1024) / 1000).max(2),
+        });
+    }
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": p.uid, "gid": p.gid},
+            "args": p.args,
+            "env": p.env,
+            "cwd": if p.cwd.is_empty() { "/" } else { &p.cwd },
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+            "rlimits": rlimits,
+            "noNewPrivileges": true,
+        },
+        "root": {"path": "rootfs", "readonly": false},
+        "hostname": p.hostname,
+        "mounts": mounts,
+        "linux": {
+            "resources": resources,
+            "cgroupsPath": p.cgroups_path,
+            "namespaces": namespaces,
+            "devices": devices,
+            "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
+                            "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+                            "/proc/sched_debug", "/sys/firmware", "/proc/scsi"],
+            "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
+                              "/proc/sysrq-trigger"],
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn image(entry: &[&str], cmd: &[&str]) -> ImageConfig {
+        let v = |s: &[&str]| (!s.is_empty()).then(|| s.iter().map(|x| x.to_string()).collect());
+        ImageConfig {
+            entrypoint: v(entry),
+            cmd: v(cmd),
+            env: Some(vec!["PATH=/img/bin".into(), "A=image".into()]),
+            ..Default::default()
+        }
+    }
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn command_and_args_follow_kubernetes() {
+        let img = image(&["/entry"], &["default"]);
+        assert_eq!(
+            process_args(&img, &[], &[]).unwrap(),
+            s(&["/entry", "default"])
+        );
+        assert_eq!(
+            process_args(&img, &[], &s(&["x"])).unwrap(),
+            s(&["/entry", "x"])
+        );
+        assert_eq!(process_args(&img, &s(&["sh"]), &[]).unwrap(), s(&["sh"]));
+        assert_eq!(
+            process_args(&img, &s(&["sh"]), &s(&["-c", "true"])).unwrap(),
+            s(&["sh", "-c", "true"])
+        );
+        let e = process_args(&ImageConfig::default(), &[], &[]).unwrap_err();
+        assert!(e.contains("nothing to run"), "{e}");
+    }
+
+    #[test]
+    fn pod_environment_wins_over_the_image() {
+        let img = image(&[], &["sh"]);
+        let pod = BTreeMap::from([("A".to_string(), "pod".to_string())]);
+        let env = merge_env(&img, &pod);
+        assert_eq!(env, s(&["PATH=/img/bin", "A=pod"]));
+        let env = merge_env(&ImageConfig::default(), &BTreeMap::new());
+        assert!(env[0].starts_with("PATH=/usr/local/sbin"));
+    }
+
+    #[test]
+    fn users_are_numeric() {
+        assert_eq!(parse_user("").unwrap(), (0, 0));
+        assert_eq!(parse_user("1000").unwrap(), (1000, 1000));
+        assert_eq!(parse_user("1000:27").unwrap(), (1000, 27));
+        let e = parse_user("nobody").unwrap_err();
+        assert!(e.contains("numeric uid[:gid]"), "{e}");
+    }
+
+    #[test]
+    fn the_spec_holds_only_the_assigned_devices_and_the_limits() {
+        let p = PodContainer {
+            hostname: "w-0".into(),
+            args: s(&["sh"]),
+            devices: vec![DeviceNode {
+                path: "/dev/nvidia2".into(),
+                kind: 'c',
+                major: 195,
+                minor: 2,
+            }],
+            memory_limit: 1 << 30,
+            cpu_millis: 1500,
+            shm_bytes: 1 << 30,
+            cgroups_path: "/allot/x".into(),
+            ..Default::default()
+        };
+        let v = render(&p);
+        let devs = v["linux"]["devices"].as_array().unwrap();
+        assert_eq!(devs.len(), 1);
+        assert_eq!(devs[0]["path"], "/dev/nvidia2");
+        let allow = v["linux"]["resources"]["devices"].as_array().unwrap();
+        assert_eq!(allow[0]["allow"], false);
+        assert!(allow.iter().any(|a| a["major"] == 195 && a["minor"] == 2));
+        assert!(!allow.iter().any(|a| a["major"] == 195 && a["minor"] != 2));
+        assert_eq!(v["linux"]["resources"]["memory"]["limit"], 1i64 << 30);
+        assert_eq!(v["linux"]["resources"]["cpu"]["quota"], 150_000);
+        assert!(v["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["type"] == "network"));
+        let shm = v["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["destination"] == "/dev/shm")
+            .unwrap()
+            .clone();
+        assert!(shm["options"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(format!("size={}", 1u64 << 30))));
+        let host = render(&PodContainer {
+            host_network: true,
+            ..p
+        });
+        assert!(!host["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["type"] == "network"));
+    }
+}

@@ -1,0 +1,198 @@
+//! The containerd driver against a real containerd, runc and registry (see support/containers.rs).
+
+#[path = "support/containers.rs"]
+mod containers;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use allot_agent::containerd::run::{self, ContainerJob, JOB_FILE};
+use allot_agent::containerd::{pull, Containerd};
+use allot_agent::shim::{self, ExitRecord, ShimArgs};
+
+fn job(env: &containers::Env, image: &str, command: &[&str]) -> ContainerJob {
+    ContainerJob {
+        socket: env.socket.clone(),
+        namespace: env.namespace.clone(),
+        snapshotter: "overlayfs".into(),
+        dev_dir: "/dev".into(),
+        image: image.into(),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        env: BTreeMap::from([("RANK".to_string(), "0".to_string())]),
+        hostname: "pod-0".into(),
+        ..Default::default()
+    }
+}
+
+/// Runs one pod through the shim's container mode, in this process; returns its exit record,
+/// its log and how long it took.
+fn run_pod(j: &ContainerJob) -> (ExitRecord, String, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = dir.path().join("9-1-0");
+    std::fs::create_dir_all(&pod).unwrap();
+    std::fs::write(pod.join(JOB_FILE), serde_json::to_vec(j).unwrap()).unwrap();
+    let lease = dir.path().join("lease");
+    std::fs::write(&lease, (shim::now_ms() + 600_000).to_string()).unwrap();
+    let args = ShimArgs {
+        dir: pod.clone(),
+        lease_file: lease,
+        lease_ms: 10_000,
+        grace_ms: 2000,
+        cgroup: None,
+        workdir: None,
+        container: true,
+        program: vec![],
+    };
+    let t = Instant::now();
+    run::run(&args);
+    let took = t.elapsed();
+    let rec: ExitRecord =
+        serde_json::from_slice(&std::fs::read(pod.join(shim::EXIT_FILE)).unwrap()).unwrap();
+    let log = std::fs::read_to_string(pod.join(shim::LOG_FILE)).unwrap_or_default();
+    (rec, log, took)
+}
+
+async fn connect(env: &containers::Env) -> Containerd {
+    Containerd::connect(&env.socket, &env.namespace)
+        .await
+        .unwrap()
+}
+
+#[test]
+fn pulls_runs_and_reports_the_exit_code_and_output() {
+    let Some(env) = containers::Env::start("pulls_runs_and_reports") else {
+        return;
+    };
+    let image = env.push_busybox("busybox", "1");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (first, second) = rt.block_on(async {
+        let ctd = connect(&env).await;
+        let mut seen = Vec::new();
+        let first = pull::pull(&ctd, &image, "overlayfs", &[], None, &mut |d, t| {
+            seen.push((d, t))
+        })
+        .await
+        .unwrap();
+        assert!(
+            seen.last().is_some_and(|(d, t)| d == t && *t > 0),
+            "{seen:?}"
+        );
+        let second = pull::pull(&ctd, &image, "overlayfs", &[], None, &mut |_, _| {})
+            .await
+            .unwrap();
+        (first, second)
+    });
+    assert!(!first.cached && second.cached);
+    assert_eq!(first.chain_id, second.chain_id);
+    assert_eq!(first.config.cmd, Some(vec!["sh".to_string()]));
+
+    let mut j = job(
+        &env,
+        &image,
+        &[
+            "sh",
+            "-c",
+            "echo hello rank $RANK from $(hostname); echo oops >&2; exit 3",
+        ],
+    );
+    j.memory_limit = 256 << 20;
+    j.cpu_millis = 500;
+    let (rec, log, _) = run_pod(&j);
+    assert_eq!((rec.code, rec.succeeded), (Some(3), false), "{rec:?}");
+    assert!(log.contains("hello rank 0 from pod-0"), "{log}");
+    assert!(log.contains("oops"), "{log}");
+    // The image's cmd runs when the workload gives none.
+    let mut j = job(&env, &image, &[]);
+    j.args = vec!["-c".into(), "echo from-args".into()];
+    j.command = vec!["sh".into()];
+    let (rec, log, _) = run_pod(&j);
+    assert!(rec.succeeded, "{rec:?}");
+    assert_eq!(log.trim(), "from-args");
+    // Nothing is left behind in containerd.
+    let left = rt.block_on(async { connect(&env).await.containers().await.unwrap() });
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_missing_image_fails_promptly_with_the_registry_message() {
+    let Some(env) = containers::Env::start("a_missing_image_fails") else {
+        return;
+    };
+    let j = job(&env, &format!("{}/nosuch:1", env.registry), &["true"]);
+    let (rec, _, took) = run_pod(&j);
+    assert!(!rec.succeeded);
+    assert!(rec.detail.starts_with("ImagePullFailed:"), "{}", rec.detail);
+    assert!(
+        rec.detail.contains("MANIFEST_UNKNOWN") || rec.detail.contains("NAME_UNKNOWN"),
+        "{}",
+        rec.detail
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    // A registry that is not there.
+    let j = job(&env, "127.0.0.1:1/busybox:1", &["true"]);
+    let (rec, _, _) = run_pod(&j);
+    assert!(
+        rec.detail.starts_with("ImagePullFailed:") && rec.detail.contains("could not reach"),
+        "{}",
+        rec.detail
+    );
+}
+
+#[test]
+fn a_memory_limit_kills_the_pod_and_says_oomkilled() {
+    let Some(env) = containers::Env::start("a_memory_limit_kills") else {
+        return;
+    };
+    let image = env.push_busybox("busybox", "1");
+    let mut j = job(
+        &env,
+        &image,
+        &[
+            "sh",
+            "-c",
+            "x=$(head -c 300000000 /dev/zero | tr '\\0' x); echo survived",
+        ],
+    );
+    j.memory_limit = 50_000_000;
+    let (rec, log, _) = run_pod(&j);
+    assert!(!rec.succeeded, "{rec:?}");
+    assert!(rec.detail.starts_with("OOMKilled"), "{rec:?} {log}");
+    assert!(!log.contains("survived"), "{log}");
+}
+
+#[test]
+fn only_the_assigned_gpu_device_nodes_are_visible() {
+    let Some(env) = containers::Env::start("only_the_assigned_gpu_device_nodes") else {
+        return;
+    };
+    let image = env.push_busybox("busybox", "1");
+    // Fake GPU nodes: character devices with /dev/null's numbers, named as NVIDIA's are.
+    let dev = env.dir.path().join("fake-dev");
+    std::fs::create_dir_all(&dev).unwrap();
+    for n in ["nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl"] {
+        let p = std::ffi::CString::new(dev.join(n).to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: mknod(2) with a valid path; creates a device node in the test's directory.
+        let rc = unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+        assert_eq!(rc, 0, "mknod {n}");
+    }
+    let mut j = job(
+        &env,
+        &image,
+        &[
+            "sh",
+            "-c",
+            "ls /dev | grep nvidia; echo x > /dev/nvidia2 && echo wrote",
+        ],
+    );
+    j.dev_dir = dev.clone();
+    j.devices = BTreeMap::from([("gpu".to_string(), vec![1u8, 2])]);
+    let (rec, log, _) = run_pod(&j);
+    assert!(rec.succeeded, "{rec:?} {log}");
+    let seen: Vec<&str> = log.lines().collect();
+    assert_eq!(seen, ["nvidia1", "nvidia2", "nvidiactl", "wrote"], "{log}");
+    assert!(Path::new(&dev).exists());
+}
