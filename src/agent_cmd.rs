@@ -55,6 +55,27 @@ pub struct AgentArgs {
     /// Stop every pod when the agent stops (otherwise pods outlive an agent restart).
     #[arg(long)]
     pub stop_pods_on_exit: bool,
+    /// How pods with an image run: `containerd` (the node's containerd) or `process` (refused:
+    /// only pods without an image run, as processes) [default: process]. Pods without an image
+    /// run as processes under either.
+    #[arg(long)]
+    pub driver: Option<String>,
+    /// containerd's socket [default: /run/containerd/containerd.sock].
+    #[arg(long)]
+    pub containerd_socket: Option<PathBuf>,
+    /// The containerd namespace allot's containers and images live in [default: allot].
+    #[arg(long)]
+    pub containerd_namespace: Option<String>,
+    /// A registry (host[:port]) pulled from over plain HTTP; loopback registries always are.
+    #[arg(long)]
+    pub plain_http_registry: Vec<String>,
+    /// Where the GPU, Neuron and EFA device nodes are [default: /dev; with --fake-gpus and the
+    /// containerd driver, fake nodes the agent makes in its data directory].
+    #[arg(long)]
+    pub device_dir: Option<PathBuf>,
+    /// Hours after which an image no pod used leaves the node's image cache [default: 24].
+    #[arg(long)]
+    pub image_max_age_hours: Option<f64>,
     /// Discover this node's inventory once, print it as JSON (capacity, devices, warnings, and
     /// what NVML reports: driver, GPUs, MIG mode and MIG devices) and exit, without contacting
     /// the cluster. Read-only: nothing on the GPUs is changed.
@@ -79,6 +100,12 @@ struct FileConfig {
     discover_every: Option<f64>,
     cgroup_root: Option<PathBuf>,
     stop_pods_on_exit: Option<bool>,
+    driver: Option<String>,
+    containerd_socket: Option<PathBuf>,
+    containerd_namespace: Option<String>,
+    plain_http_registry: Option<Vec<String>>,
+    device_dir: Option<PathBuf>,
+    image_max_age_hours: Option<f64>,
 }
 
 fn seconds(flag: &str, v: f64) -> anyhow::Result<Duration> {
@@ -120,17 +147,60 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
     let http = crate::config::http_addr(a.http.or(f.http).as_deref(), 9500)?;
     let shim_program =
         std::env::current_exe().context("cannot find the allot binary to run pod shims with")?;
+    let data_dir = a
+        .data_dir
+        .or(f.data_dir)
+        .unwrap_or_else(|| PathBuf::from(format!("allot-agent/{node}")));
+    let containerd = match a.driver.or(f.driver).as_deref().unwrap_or("process") {
+        "process" => None,
+        "containerd" => {
+            let dev_dir = match (a.device_dir.or(f.device_dir), fake_gpus) {
+                (Some(d), _) => d,
+                (None, Some(n)) => fake_device_dir(&data_dir, n)?,
+                (None, None) => PathBuf::from("/dev"),
+            };
+            let namespace = a
+                .containerd_namespace
+                .or(f.containerd_namespace)
+                .unwrap_or_else(|| allot_agent::containerd::DEFAULT_NAMESPACE.into());
+            if namespace == "k8s.io" || namespace.is_empty() {
+                bail!(
+                    "--containerd-namespace {namespace:?}: use a namespace of allot's own \
+                     (default allot), so the kubelet's containers are never touched"
+                );
+            }
+            let mut plain_http = a.plain_http_registry;
+            plain_http.extend(f.plain_http_registry.unwrap_or_default());
+            Some(allot_agent::containerd::ContainerdConfig {
+                socket: a
+                    .containerd_socket
+                    .or(f.containerd_socket)
+                    .unwrap_or_else(|| allot_agent::containerd::DEFAULT_SOCKET.into()),
+                namespace,
+                snapshotter: allot_agent::containerd::DEFAULT_SNAPSHOTTER.into(),
+                plain_http,
+                dev_dir,
+            })
+        }
+        other => bail!("--driver {other:?}: use process or containerd"),
+    };
+    let max_age = a
+        .image_max_age_hours
+        .or(f.image_max_age_hours)
+        .unwrap_or(24.0);
+    if !max_age.is_finite() || max_age <= 0.0 || max_age > 24.0 * 365.0 {
+        bail!("--image-max-age-hours {max_age}: a number of hours above 0 and at most 8760");
+    }
     Ok(AgentConfig {
+        containerd,
+        image_max_age: Duration::from_secs_f64(max_age * 3600.0),
         coordinators,
         certs: opts
             .certs
             .clone()
             .or(f.certs)
             .unwrap_or_else(|| PathBuf::from("certs")),
-        data_dir: a
-            .data_dir
-            .or(f.data_dir)
-            .unwrap_or_else(|| PathBuf::from(format!("allot-agent/{node}"))),
+        data_dir,
         http,
         advertise: a
             .advertise
@@ -156,6 +226,37 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
         shim_program,
         node,
     })
+}
+
+/// Device nodes for fake GPUs, so that containers of a node with `--fake-gpus` get a node
+/// per assigned GPU as on a real one: `nvidia0..N-1` and `nvidiactl` in the data directory,
+/// with /dev/null's device numbers (harmless to open). Needs root (mknod), as containerd does.
+fn fake_device_dir(data_dir: &std::path::Path, gpus: u32) -> anyhow::Result<PathBuf> {
+    let dir = data_dir.join("fake-dev");
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("creating fake device nodes in {}", dir.display()))?;
+    let names = (0..gpus)
+        .map(|i| format!("nvidia{i}"))
+        .chain(std::iter::once("nvidiactl".to_string()));
+    for n in names {
+        let p = dir.join(&n);
+        if p.exists() {
+            continue;
+        }
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            .map_err(|_| anyhow!("device path {} holds a NUL byte", p.display()))?;
+        // SAFETY: mknod(2) with a valid NUL-terminated path; creates one device node.
+        let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+        if rc != 0 {
+            bail!(
+                "could not make fake device node {}: {} (the containerd driver with --fake-gpus \
+                 runs as root)",
+                p.display(),
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(dir)
 }
 
 /// `allot agent --discover`: what the agent would report, and what NVML says, as JSON.
@@ -230,6 +331,12 @@ mod tests {
             discover_every: None,
             cgroup_root: None,
             stop_pods_on_exit: false,
+            driver: None,
+            containerd_socket: None,
+            containerd_namespace: None,
+            plain_http_registry: Vec::new(),
+            device_dir: None,
+            image_max_age_hours: None,
             discover: false,
         }
     }

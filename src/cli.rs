@@ -239,7 +239,7 @@ pub enum ClusterCmd {
         #[arg(short = 'f', long = "file")]
         file: Option<PathBuf>,
         #[command(flatten)]
-        job: JobFlags,
+        job: Box<JobFlags>,
         /// The submit's idempotency key: a submit whose outcome is unknown (no leader
         /// answered, leadership moved) is repeated with the key it printed, and returns the
         /// original workload instead of a second one [default: a new key].
@@ -437,6 +437,24 @@ pub struct JobFlags {
     /// with its index in ALLOT_ARRAY_INDEX; %N at the end runs at most N at once (0-999%8).
     #[arg(long)]
     array: Option<String>,
+    /// Run the pods from this OCI image (agents with the containerd driver).
+    #[arg(long)]
+    image: Option<String>,
+    /// Mount a host path into the containers: HOST:PATH[:ro] (repeat for several).
+    #[arg(long)]
+    mount: Vec<String>,
+    /// Size of the containers' /dev/shm (8Gi).
+    #[arg(long)]
+    shm_size: Option<String>,
+    /// Run the containers in the node's network namespace (multi-node NCCL, EFA).
+    #[arg(long)]
+    host_network: bool,
+    /// Numeric uid[:gid] the containers run as.
+    #[arg(long)]
+    user: Option<String>,
+    /// An environment variable NAME=value (repeat for several).
+    #[arg(short = 'e', long = "env")]
+    env: Vec<String>,
     /// The program and its arguments, after `--`.
     #[arg(last = true)]
     command: Vec<String>,
@@ -493,6 +511,41 @@ impl JobFlags {
         if !self.command.is_empty() {
             set("command", Some(Value::from(self.command.clone())));
             obj.remove("args");
+        }
+        for (k, v) in [
+            ("image", &self.image),
+            ("shm_size", &self.shm_size),
+            ("user", &self.user),
+        ] {
+            if let Some(v) = v {
+                obj.insert(k.into(), Value::String(v.clone()));
+            }
+        }
+        if self.host_network {
+            obj.insert("host_network".into(), Value::Bool(true));
+        }
+        if !self.mount.is_empty() {
+            let list = obj
+                .entry("mounts")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            let Some(list) = list.as_array_mut() else {
+                bail!("{origin}: mounts must be a list");
+            };
+            list.extend(self.mount.iter().cloned().map(Value::String));
+        }
+        if !self.env.is_empty() {
+            let env = obj
+                .entry("env")
+                .or_insert_with(|| Value::Object(Default::default()));
+            let Some(env) = env.as_object_mut() else {
+                bail!("{origin}: env must be a mapping of NAME: value");
+            };
+            for pair in &self.env {
+                let (k, v) = pair
+                    .split_once('=')
+                    .ok_or_else(|| anyhow!("--env {pair:?}: use NAME=value"))?;
+                env.insert(k.to_string(), Value::String(v.to_string()));
+            }
         }
         if !self.label.is_empty() {
             let labels = obj
@@ -601,8 +654,38 @@ fn job_from_value(mut v: Value, origin: &str) -> anyhow::Result<SubmitInput> {
             Some(o) => bail!("{key}: expected a string or a list of strings, got {o}"),
         }
     };
-    let mut command = strings(obj.remove("command"), "command")?;
-    command.extend(strings(obj.remove("args"), "args")?);
+    let command = strings(obj.remove("command"), "command")?;
+    let args = strings(obj.remove("args"), "args")?;
+    let image = match obj.remove("image") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(o) => bail!("image: expected an image reference such as registry/repo:tag, got {o}"),
+    };
+    let mounts = match obj.remove("mounts") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a
+            .into_iter()
+            .map(|m| parse_mount(&m))
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        Some(o) => bail!(
+            "mounts: expected a list of HOST:PATH[:ro] or {{host_path, path, read_only}}, got {o}"
+        ),
+    };
+    let shm_size = match obj.remove("shm_size") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_bytes(&v).map_err(|e| anyhow!("shm_size: {e}"))?),
+    };
+    let host_network = match obj.remove("host_network") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(o) => bail!("host_network: expected true or false, got {o}"),
+    };
+    let user = match obj.remove("user") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        Some(o) => bail!("user: expected a numeric uid[:gid], got {o}"),
+    };
     // A mapping of names to values; a value that is not a string is taken as written.
     let string_map = |v: Option<Value>, what: &str| -> anyhow::Result<BTreeMap<String, String>> {
         match v {
@@ -651,8 +734,66 @@ fn job_from_value(mut v: Value, origin: &str) -> anyhow::Result<SubmitInput> {
             env,
             workdir,
             grace_seconds,
+            image,
+            args,
+            mounts,
+            shm_size,
+            host_network,
+            user,
         }),
     })
+}
+
+/// A mount as a job file or `--mount` writes it: `HOST:PATH[:ro|:rw]`, or a mapping with
+/// `host_path` (or `hostPath`), `path` (or `container_path`, `mountPath`) and `read_only`.
+fn parse_mount(v: &Value) -> anyhow::Result<allot_common::api::HostMount> {
+    let usage = "a mount is HOST:PATH[:ro] or {host_path: HOST, path: PATH, read_only: true}";
+    match v {
+        Value::String(s) => {
+            let parts: Vec<&str> = s.split(':').collect();
+            let (host, path, ro) = match parts.as_slice() {
+                [h, p] => (*h, *p, false),
+                [h, p, "ro"] => (*h, *p, true),
+                [h, p, "rw"] => (*h, *p, false),
+                _ => bail!("mount {s:?}: {usage}"),
+            };
+            Ok(allot_common::api::HostMount {
+                host_path: host.into(),
+                container_path: path.into(),
+                read_only: ro,
+            })
+        }
+        Value::Object(m) => {
+            let get = |keys: &[&str]| keys.iter().find_map(|k| m.get(*k)).and_then(|v| v.as_str());
+            let host = get(&["host_path", "hostPath"])
+                .ok_or_else(|| anyhow!("mount {v}: no host_path; {usage}"))?;
+            let path = get(&["path", "container_path", "mountPath"])
+                .ok_or_else(|| anyhow!("mount {v}: no path; {usage}"))?;
+            let ro = match m.get("read_only").or_else(|| m.get("readOnly")) {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(o) => bail!("mount {v}: read_only is true or false, not {o}"),
+            };
+            Ok(allot_common::api::HostMount {
+                host_path: host.into(),
+                container_path: path.into(),
+                read_only: ro,
+            })
+        }
+        o => bail!("mount {o}: {usage}"),
+    }
+}
+
+/// Bytes from a number or a quantity such as `8Gi` or `512Mi`.
+fn parse_bytes(v: &Value) -> anyhow::Result<u64> {
+    let text = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        o => bail!("expected bytes or a quantity such as 8Gi, got {o}"),
+    };
+    let n = allot_common::resource::parse_quantity(&allot_common::ResourceName::memory(), &text)
+        .map_err(|e| anyhow!("{e}"))?;
+    u64::try_from(n).map_err(|_| anyhow!("{text:?} is not a size"))
 }
 
 fn token_suffix() -> String {
@@ -2020,8 +2161,11 @@ fn describe_workload(w: &WorkloadView) -> String {
         s.push_str(&format!("Preemptions:  {}\n", w.preemptions));
     }
     if let Some(run) = &w.run {
-        if !run.command.is_empty() {
-            s.push_str(&format!("Command:      {}\n", run.command.join(" ")));
+        if let Some(i) = &run.image {
+            s.push_str(&format!("Image:        {i}\n"));
+        }
+        if !run.command.is_empty() || !run.args.is_empty() {
+            s.push_str(&format!("Command:      {}\n", run.program().join(" ")));
         }
     }
     if !w.flavors.is_empty() {
@@ -2136,6 +2280,46 @@ mod tests {
     fn dates_render_in_utc() {
         assert_eq!(ms_time(0), "1970-01-01T00:00:00Z");
         assert_eq!(ms_time(1_795_000_000_000), "2026-11-18T11:06:40Z");
+    }
+
+    #[test]
+    fn job_files_carry_an_image_and_its_container_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.yaml");
+        std::fs::write(
+            &p,
+            "name: t\nteam: a\nrequests: {gpu: 1}\nimage: registry.example/team/train:1\n\
+             command: [python]\nargs: [train.py, --epochs, 3]\n\
+             mounts: ['/data:/data:ro', {host_path: /ckpt, path: /ckpt}]\n\
+             shm_size: 8Gi\nhost_network: true\nuser: 1000\n",
+        )
+        .unwrap();
+        let run = read_job(&p).unwrap().run.unwrap();
+        assert_eq!(run.image.as_deref(), Some("registry.example/team/train:1"));
+        assert_eq!(run.command, vec!["python"]);
+        assert_eq!(run.args, vec!["train.py", "--epochs", "3"]);
+        assert_eq!(run.program(), vec!["python", "train.py", "--epochs", "3"]);
+        assert_eq!(run.mounts.len(), 2);
+        assert!(run.mounts[0].read_only && !run.mounts[1].read_only);
+        assert_eq!(run.mounts[1].container_path, "/ckpt");
+        assert_eq!(run.shm_size, Some(8 << 30));
+        assert!(run.host_network);
+        assert_eq!(run.user.as_deref(), Some("1000"));
+        assert_eq!(run.check(), Ok(()));
+        // Container settings without an image, and bad values, are refused by name.
+        for (yaml, want) in [
+            ("mounts: ['/d:/d']\n", "mounts applies to containers"),
+            ("image: 'Bad Image'\n", "not an image reference"),
+            ("image: x\nmounts: ['d:/d']\n", "absolute path"),
+            ("image: x\nuser: nobody\n", "numeric uid"),
+        ] {
+            std::fs::write(&p, format!("name: t\nteam: a\n{yaml}")).unwrap();
+            let e = match read_job(&p) {
+                Err(e) => e.to_string(),
+                Ok(j) => j.run.unwrap().check().unwrap_err(),
+            };
+            assert!(e.contains(want), "{yaml}: {e}");
+        }
     }
 
     #[test]

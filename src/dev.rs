@@ -36,6 +36,16 @@ pub struct DevArgs {
     /// Seconds an agent keeps its pods without reaching the coordinators.
     #[arg(long, default_value_t = 10.0)]
     pub lease: f64,
+    /// How the agents run workloads with an image: `containerd` runs them as containers
+    /// (needs root and a containerd); `process` refuses them.
+    #[arg(long, default_value = "process")]
+    pub driver: String,
+    /// containerd's socket, with --driver containerd [default: /run/containerd/containerd.sock].
+    #[arg(long)]
+    pub containerd_socket: Option<PathBuf>,
+    /// A registry (host[:port]) pulled from over plain HTTP (repeat for several).
+    #[arg(long)]
+    pub plain_http_registry: Vec<String>,
 }
 
 /// The directory `allot dev` uses by default, and where the CLI looks for it.
@@ -175,6 +185,9 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         bail!("--nodes {}: use 1 to 64", a.nodes);
     }
     check_port(a.port, a.replicas, a.nodes)?;
+    if !matches!(a.driver.as_str(), "process" | "containerd") {
+        bail!("--driver {:?}: use process or containerd", a.driver);
+    }
     let it = Catalog::builtin()
         .get(&a.instance_type)
         .map_err(|e| anyhow!("--instance-type: {e}"))?;
@@ -280,7 +293,18 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             "--certs".into(),
             certs.display().to_string(),
             "--stop-pods-on-exit".into(),
+            "--driver".into(),
+            a.driver.clone(),
         ];
+        let mut args = args;
+        if let Some(sock) = &a.containerd_socket {
+            args.push("--containerd-socket".into());
+            args.push(sock.display().to_string());
+        }
+        for r in &a.plain_http_registry {
+            args.push("--plain-http-registry".into());
+            args.push(r.clone());
+        }
         agents.push(spawn(
             &format!("agent {n}"),
             &args,

@@ -22,6 +22,7 @@ use allot_common::client::Client;
 use allot_common::tls::{Identity, TlsFiles};
 use tokio::sync::{mpsc, watch};
 
+use crate::containerd::{self, ContainerdConfig};
 use crate::executor::{key_of, ExecConfig, Executor, PodKey, PodPhase};
 use crate::inventory::{Discovery, InventoryConfig, NodeInventory};
 use crate::metrics::AgentMetrics;
@@ -44,6 +45,10 @@ pub struct AgentConfig {
     pub stop_pods_on_exit: bool,
     /// The program that runs `agent-shim` (this binary).
     pub shim_program: PathBuf,
+    /// The `containerd` driver for workloads with an image; `None`: processes only.
+    pub containerd: Option<ContainerdConfig>,
+    /// Images no pod used for this long leave the node's image cache.
+    pub image_max_age: Duration,
 }
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -113,6 +118,9 @@ pub struct Agent {
     cfg: AgentConfig,
     exec: Executor,
     metrics: Arc<AgentMetrics>,
+    /// Container pods started and not yet running (pulling their image, being created): the
+    /// cluster hears they started once they run.
+    awaiting_start: BTreeSet<PodKey>,
 }
 
 impl Agent {
@@ -130,11 +138,23 @@ impl Agent {
             lease_ms: cfg.lease.as_millis() as u64,
             neuron_cores_per_device: 0,
             cgroup_root: cfg.cgroup_root.clone(),
+            containerd: cfg.containerd.clone(),
         })?;
+        // Container pods an earlier agent started that had not reached their container yet.
+        let awaiting_start = exec
+            .pods
+            .iter()
+            .filter(|(_, p)| p.spec.run.image.is_some() && p.holds_devices())
+            .filter(|(_, p)| {
+                containerd::run::read_status(&p.dir).is_none_or(|s| s.phase != "Running")
+            })
+            .map(|(k, _)| *k)
+            .collect();
         Ok(Agent {
             cfg,
             exec,
             metrics: Arc::new(AgentMetrics::new()),
+            awaiting_start,
         })
     }
 
@@ -196,6 +216,19 @@ impl Agent {
             cfg.data_dir.clone(),
         ));
 
+        if let Some(c) = cfg.containerd.clone() {
+            // Containers of pods this agent no longer has (their shim died, or they belong to an
+            // attempt whose records are gone) are removed now; the rest are adopted through
+            // their shims.
+            let live: BTreeSet<String> = self
+                .exec
+                .pods
+                .values()
+                .filter(|p| p.holds_devices())
+                .map(|p| p.dir.display().to_string())
+                .collect();
+            tokio::spawn(containers_task(c, live, cfg.image_max_age));
+        }
         let (report_tx, report_rx) = watch::channel(report);
         let (assign_tx, mut assign_rx) = watch::channel::<Option<NodeAssignments>>(None);
         let (out_tx, out_rx) = mpsc::unbounded_channel::<Report>();
@@ -249,6 +282,24 @@ impl Agent {
                 self.metrics.stops.inc();
                 tracing::info!("pod {k:?} ended");
             }
+            self.awaiting_start.retain(|k| {
+                let Some(p) = self.exec.pods.get(k) else {
+                    return false;
+                };
+                if !p.holds_devices() {
+                    return false;
+                }
+                let running =
+                    containerd::run::read_status(&p.dir).is_some_and(|s| s.phase == "Running");
+                if running {
+                    let _ = out_tx.send(Report::Started(
+                        *k,
+                        p.spec.workload.clone(),
+                        vec![p.spec.rank],
+                    ));
+                }
+                !running
+            });
             for (k, p) in &self.exec.pods {
                 if p.reported || queued.contains(k) {
                     continue;
@@ -361,7 +412,12 @@ impl Agent {
                 Ok(()) => {
                     self.metrics.starts.inc();
                     busy.extend(wants);
-                    let _ = out.send(Report::Started(k, p.workload.clone(), vec![p.rank]));
+                    if p.run.image.is_some() {
+                        // Reported once its container runs (after the pull).
+                        self.awaiting_start.insert(k);
+                    } else {
+                        let _ = out.send(Report::Started(k, p.workload.clone(), vec![p.rank]));
+                    }
                 }
                 Err(e) => {
                     tracing::error!("could not start {} rank {}: {e}", p.workload, p.rank);
@@ -373,6 +429,40 @@ impl Agent {
         }
         absent_reported.retain(|k| assigned.contains(k));
         self.exec.prune(&assigned);
+    }
+}
+
+/// The containerd side of the node: removes containers no pod owns, then applies the image
+/// cache's rule every ten minutes.
+async fn containers_task(c: ContainerdConfig, live: BTreeSet<String>, max_age: Duration) {
+    let ctd = match containerd::Containerd::connect(&c.socket, &c.namespace).await {
+        Ok(ctd) => ctd,
+        Err(e) => {
+            tracing::warn!("{e}; pods with an image will fail until containerd is reachable");
+            return;
+        }
+    };
+    match ctd.containers().await {
+        Ok(list) => {
+            for (id, pod) in list {
+                if !live.contains(&pod) {
+                    tracing::info!("removing container {id}: no pod of this agent owns it ({pod})");
+                    if let Err(e) = ctd.remove_container(&id, &c.snapshotter).await {
+                        tracing::warn!("removing container {id}: {e}");
+                    }
+                }
+            }
+        }
+        Err(e) => tracing::warn!("listing containers: {e}"),
+    }
+    let mut every = tokio::time::interval(Duration::from_secs(600));
+    loop {
+        every.tick().await;
+        match containerd::pull::gc_images(&ctd, max_age, crate::shim::now_ms()).await {
+            Ok(gone) if !gone.is_empty() => tracing::info!("image cache: removed {gone:?}"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("image cache: {e}"),
+        }
     }
 }
 

@@ -15,6 +15,8 @@ use std::process::{Child, Command, Stdio};
 
 use allot_common::api::{PodAssignment, PodExit};
 
+use crate::containerd::run::{ContainerJob, JobMount, JOB_FILE};
+use crate::containerd::ContainerdConfig;
 use crate::inventory::sysfs::MAX_CORES_PER_DEVICE;
 use crate::shim::{self, ExitRecord, ShimArgs};
 
@@ -84,6 +86,9 @@ pub struct ExecConfig {
     pub neuron_cores_per_device: u32,
     /// cgroup v2 directory under which pods get `cpu.max` / `memory.max`; `None`: no limits.
     pub cgroup_root: Option<PathBuf>,
+    /// Where workloads with an image run (the `containerd` driver); `None`: this node runs
+    /// processes only, and refuses workloads with an image.
+    pub containerd: Option<ContainerdConfig>,
 }
 
 pub struct Executor {
@@ -226,20 +231,33 @@ impl Executor {
         let spec = serde_json::to_vec_pretty(a).map_err(|e| e.to_string())?;
         shim::write_atomic(&dir.join("spec.json"), &spec)
             .map_err(|e| format!("writing {}: {e}", dir.display()))?;
-        let program = if a.run.command.is_empty() {
+        let container = a.run.image.is_some();
+        let program = if container {
+            self.write_container_job(a, &dir)?;
+            Vec::new()
+        } else if a.run.command.is_empty() && a.run.args.is_empty() {
             // A workload with no command only holds its allocation until it is stopped.
             vec!["sleep".to_string(), "infinity".to_string()]
         } else {
-            a.run.command.clone()
+            a.run.program()
         };
         let args = ShimArgs {
             dir: dir.clone(),
             lease_file: self.lease_file(),
             lease_ms: self.cfg.lease_ms,
             grace_ms: u64::from(a.run.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS)) * 1000,
-            cgroup: self.cgroup_for(&limits, &dir),
-            workdir: a.run.workdir.as_ref().map(PathBuf::from),
-            container: false,
+            // containerd gives a container its own cgroup with the limits in its spec.
+            cgroup: if container {
+                None
+            } else {
+                self.cgroup_for(&limits, &dir)
+            },
+            workdir: if container {
+                None
+            } else {
+                a.run.workdir.as_ref().map(PathBuf::from)
+            },
+            container,
             program,
         };
         let mut cmd = Command::new(&self.cfg.shim_program);
@@ -285,6 +303,75 @@ impl Executor {
                 reported: false,
             },
         );
+        Ok(())
+    }
+
+    /// Writes what the shim needs to run the pod as a container (`container.json`, readable by
+    /// root only: it may hold the team's registry credentials).
+    fn write_container_job(&self, a: &PodAssignment, dir: &Path) -> Result<(), String> {
+        let Some(c) = &self.cfg.containerd else {
+            return Err(format!(
+                "it runs from image {} and this node's agent runs pods as processes; start the \
+                 agent with --driver containerd to run images",
+                a.run.image.as_deref().unwrap_or("")
+            ));
+        };
+        let hostname: String = format!("{}-{}", a.workload, a.rank)
+            .chars()
+            .map(|ch| {
+                if ch.is_ascii_alphanumeric() || ch == '-' {
+                    ch.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .take(63)
+            .collect();
+        let job = ContainerJob {
+            socket: c.socket.clone(),
+            namespace: c.namespace.clone(),
+            snapshotter: c.snapshotter.clone(),
+            plain_http: c.plain_http.clone(),
+            dev_dir: c.dev_dir.clone(),
+            image: a.run.image.clone().unwrap_or_default(),
+            credentials: a.registry_credentials.clone(),
+            command: a.run.command.clone(),
+            args: a.run.args.clone(),
+            env: self.environment(a),
+            workdir: a.run.workdir.clone(),
+            user: a.run.user.clone(),
+            mounts: a
+                .run
+                .mounts
+                .iter()
+                .map(|m| JobMount {
+                    host_path: m.host_path.clone(),
+                    container_path: m.container_path.clone(),
+                    read_only: m.read_only,
+                })
+                .collect(),
+            shm_bytes: a.run.shm_size.unwrap_or(0),
+            host_network: a.run.host_network,
+            memory_limit: a.requests.get(&allot_common::ResourceName::memory()),
+            cpu_millis: a.requests.get(&allot_common::ResourceName::cpu()),
+            devices: a.devices.clone(),
+            hostname,
+        };
+        let bytes = serde_json::to_vec_pretty(&job).map_err(|e| e.to_string())?;
+        let path = dir.join(JOB_FILE);
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            f.write_all(&bytes)
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        }
         Ok(())
     }
 
@@ -585,6 +672,7 @@ mod tests {
             master_port: 29500,
             run: RunSpec::default(),
             stop: None,
+            registry_credentials: None,
         }
     }
 
@@ -596,6 +684,7 @@ mod tests {
             lease_ms: 10_000,
             neuron_cores_per_device: cores,
             cgroup_root: None,
+            containerd: None,
         })
         .unwrap()
     }

@@ -12,12 +12,102 @@ use crate::workload::WorkloadSpec;
 /// How to run a workload's pods (the agent's part; the scheduler ignores it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunSpec {
-    /// Program and arguments. Empty = the workload only holds its allocation.
+    /// Program and arguments. Empty = the workload only holds its allocation (without an
+    /// image) or runs the image's entrypoint (with one).
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
     /// Seconds between SIGTERM and SIGKILL on eviction (default 30).
     pub grace_seconds: Option<u32>,
+    /// An OCI image to run the pods from (the agent's `containerd` driver); `None`: the program
+    /// runs as a process on the node (the `process` driver).
+    pub image: Option<String>,
+    /// Arguments: with an image they replace its cmd (as a Kubernetes container's `args`);
+    /// without one they follow `command`.
+    pub args: Vec<String>,
+    /// Host paths (datasets, checkpoints) mounted into the pods' containers.
+    pub mounts: Vec<HostMount>,
+    /// Size of the containers' `/dev/shm` in bytes (default 64 MiB).
+    pub shm_size: Option<u64>,
+    /// Run the containers in the node's network namespace (multi-node NCCL and EFA need it).
+    pub host_network: bool,
+    /// `uid[:gid]` the containers run as (default: the image's user).
+    pub user: Option<String>,
+}
+
+/// A host path mounted into a pod's container.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostMount {
+    pub host_path: String,
+    pub container_path: String,
+    pub read_only: bool,
+}
+
+impl RunSpec {
+    /// The program a process-driver pod runs: the command, then the arguments.
+    pub fn program(&self) -> Vec<String> {
+        self.command.iter().chain(&self.args).cloned().collect()
+    }
+
+    /// Refuses what no agent could run; errors name the field and what is accepted.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(i) = &self.image {
+            crate::image::Reference::parse(i)?;
+        } else {
+            let needs_image = [
+                (!self.mounts.is_empty(), "mounts"),
+                (self.shm_size.is_some(), "shm_size"),
+                (self.host_network, "host_network"),
+                (self.user.is_some(), "user"),
+            ];
+            if let Some((_, field)) = needs_image.iter().find(|(set, _)| *set) {
+                return Err(format!(
+                    "{field} applies to containers: give the workload an image (without one its \
+                     pods run as processes on the node's own filesystem and network)"
+                ));
+            }
+        }
+        if self.mounts.len() > crate::image::MAX_MOUNTS {
+            return Err(format!(
+                "mounts: {} given, at most {} accepted",
+                self.mounts.len(),
+                crate::image::MAX_MOUNTS
+            ));
+        }
+        for m in &self.mounts {
+            for (what, p) in [
+                ("host_path", &m.host_path),
+                ("container_path", &m.container_path),
+            ] {
+                let ok = p.starts_with('/')
+                    && p.len() <= 4096
+                    && !p.split('/').any(|c| c == "..")
+                    && !p.contains(['\0', ',', ':']);
+                if !ok {
+                    return Err(format!(
+                        "mount {what} {p:?}: an absolute path without '..', ',' or ':' is accepted"
+                    ));
+                }
+            }
+            if m.container_path == "/" {
+                return Err(
+                    "mount container_path \"/\": the image's root cannot be replaced".into(),
+                );
+            }
+        }
+        if let Some(s) = self.shm_size {
+            if s == 0 || s > crate::image::MAX_SHM_BYTES {
+                return Err(format!(
+                    "shm_size {s}: between 1 byte and {} bytes (1Ti) is accepted",
+                    crate::image::MAX_SHM_BYTES
+                ));
+            }
+        }
+        if let Some(u) = &self.user {
+            crate::image::parse_user(u)?;
+        }
+        Ok(())
+    }
 }
 
 /// Whether a compute quota is in force.
@@ -316,6 +406,8 @@ pub struct PodAssignment {
     /// Set while the workload is being evicted: stop the pod (SIGTERM, grace, SIGKILL) and
     /// report it exited.
     pub stop: Option<String>,
+    /// The team's credentials for the registry of `run.image`, when it has some.
+    pub registry_credentials: Option<crate::image::Credentials>,
 }
 
 /// Everything a node should be doing, and whether the coordinator counts it as healthy.

@@ -6,6 +6,7 @@ pub mod array;
 pub mod catalog;
 pub mod client;
 pub mod hyperpod;
+pub mod image;
 pub mod names;
 pub mod policy;
 pub mod quota;

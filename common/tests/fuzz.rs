@@ -66,6 +66,7 @@ fn request_seeds() -> Vec<Vec<u8>> {
             env: BTreeMap::from([("EPOCHS".into(), "3".into())]),
             workdir: Some("/data".into()),
             grace_seconds: Some(60),
+            ..Default::default()
         }),
         client_token: Some("train-llm-1a2b".into()),
     };

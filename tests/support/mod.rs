@@ -310,6 +310,18 @@ impl Cluster {
         gpus: u32,
         lease_s: f64,
     ) -> AgentProc {
+        self.start_agent_with(name, instance_type, gpus, lease_s, &[])
+    }
+
+    /// `start_agent` with more flags (`--driver containerd ...`).
+    pub fn start_agent_with(
+        &self,
+        name: &str,
+        instance_type: &str,
+        gpus: u32,
+        lease_s: f64,
+        extra: &[String],
+    ) -> AgentProc {
         let _ = tls::issue(
             &self.certs(),
             &Identity::Node { node: name.into() },
@@ -339,6 +351,7 @@ impl Cluster {
             self.certs().display().to_string(),
             "--stop-pods-on-exit".into(),
         ];
+        let args: Vec<String> = args.into_iter().chain(extra.iter().cloned()).collect();
         let mut a = AgentProc {
             name: name.into(),
             http,

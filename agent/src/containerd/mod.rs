@@ -4,14 +4,14 @@
 //! unless configured), so nothing here sees or touches the kubelet's containers (namespace
 //! `k8s.io`). The pieces:
 //! - `api`: the messages of containerd's API that the driver sends;
-//! - `reference` and `registry`: image references and the registry protocol (pull only);
+//! - `registry`: the registry protocol (pull only), for references read by `allot_common::image`;
 //! - `pull`: fetches an image into containerd's content store and unpacks it into snapshots;
 //! - `spec`: the OCI runtime spec of a pod (its devices, limits, mounts, environment);
 //! - `run`: one pod's container from creation to its recorded exit, run by the pod's shim.
 
 pub mod api;
 pub mod pull;
-pub mod reference;
+pub use allot_common::image as reference;
 pub mod registry;
 pub mod run;
 pub mod spec;

@@ -19,18 +19,7 @@ pub const MANIFEST_TYPES: &[&str] = &[
 /// Largest manifest or index read (they are small JSON documents).
 const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 
-/// A registry user and password (or token), as a team's pull secret holds it.
-#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Credentials {
-    pub username: String,
-    pub password: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Credentials({}, <hidden>)", self.username)
-    }
-}
+pub use allot_common::image::Credentials;
 
 pub struct Registry {
     http: ureq::Agent,
@@ -309,14 +298,5 @@ mod tests {
         assert_eq!(base64_encode(b"fo"), "Zm8=");
         assert_eq!(base64_encode(b"foo"), "Zm9v");
         assert_eq!(base64_encode(b"user:pa ss"), "dXNlcjpwYSBzcw==");
-    }
-
-    #[test]
-    fn credentials_never_print_the_password() {
-        let c = Credentials {
-            username: "u".into(),
-            password: "hunter2".into(),
-        };
-        assert!(!format!("{c:?}").contains("hunter2"));
     }
 }

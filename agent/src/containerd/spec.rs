@@ -120,31 +120,7 @@ pub fn merge_env(
     out
 }
 
-/// `uid[:gid]`, numeric. A user name would need the image's `/etc/passwd`.
-pub fn parse_user(user: &str) -> Result<(u32, u32), String> {
-    let user = user.trim();
-    if user.is_empty() {
-        return Ok((0, 0));
-    }
-    let (u, g) = match user.split_once(':') {
-        Some((u, g)) => (u, Some(g)),
-        None => (user, None),
-    };
-    let num = |s: &str| {
-        s.parse::<u32>().map_err(|_| {
-            format!(
-                "user {user:?}: allot takes a numeric uid[:gid] (e.g. 1000:1000); names from the \
-                 image's /etc/passwd are not looked up"
-            )
-        })
-    };
-    let uid = num(u)?;
-    let gid = match g {
-        Some(g) => num(g)?,
-        None => uid,
-    };
-    Ok((uid, gid))
-}
+pub use allot_common::image::parse_user;
 
 /// The device node at `host` (a character or block device), to appear at `container`.
 pub fn device_node(host: &Path, container: &str) -> Result<DeviceNode, String> {
@@ -395,15 +371,6 @@ mod tests {
         assert_eq!(env, s(&["PATH=/img/bin", "A=pod"]));
         let env = merge_env(&ImageConfig::default(), &BTreeMap::new());
         assert!(env[0].starts_with("PATH=/usr/local/sbin"));
-    }
-
-    #[test]
-    fn users_are_numeric() {
-        assert_eq!(parse_user("").unwrap(), (0, 0));
-        assert_eq!(parse_user("1000").unwrap(), (1000, 1000));
-        assert_eq!(parse_user("1000:27").unwrap(), (1000, 27));
-        let e = parse_user("nobody").unwrap_err();
-        assert!(e.contains("numeric uid[:gid]"), "{e}");
     }
 
     #[test]

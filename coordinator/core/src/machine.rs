@@ -922,6 +922,14 @@ impl Machine {
                 ));
             }
         }
+        if let Some(run) = &input.run {
+            run.check().map_err(|e| {
+                ApiError::new(
+                    ErrorKind::Invalid,
+                    format!("workload {:?}: {e}", input.spec.name),
+                )
+            })?;
+        }
         let (id, ev) = self.state.submit(input.spec.clone(), now)?;
         events.extend(ev);
         if let Some(run) = &input.run {

@@ -392,6 +392,7 @@ pub fn assignments(m: &Machine, node: &str) -> NodeAssignments {
                     .map(|r| allot_common::api::RunSpec::clone(r))
                     .unwrap_or_default(),
                 stop: stop.clone(),
+                registry_credentials: None,
             });
         }
     }

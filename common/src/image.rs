@@ -2,6 +2,52 @@
 //! and containerd read them (a first component with a `.` or `:`, or `localhost`, is the
 //! registry; otherwise Docker Hub, where a one-part name lives under `library/`).
 
+/// Size of `/dev/shm` accepted at most (1 TiB).
+pub const MAX_SHM_BYTES: u64 = 1 << 40;
+/// Host paths a workload may mount at most.
+pub const MAX_MOUNTS: usize = 64;
+
+/// `uid[:gid]`, numeric (the gid defaults to the uid). A user name would need the image's
+/// `/etc/passwd`, which allot does not read.
+pub fn parse_user(user: &str) -> Result<(u32, u32), String> {
+    let user = user.trim();
+    if user.is_empty() {
+        return Ok((0, 0));
+    }
+    let (u, g) = match user.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (user, None),
+    };
+    let num = |s: &str| {
+        s.parse::<u32>().map_err(|_| {
+            format!(
+                "user {user:?}: allot takes a numeric uid[:gid] (e.g. 1000:1000); names from the \
+                 image's /etc/passwd are not looked up"
+            )
+        })
+    };
+    let uid = num(u)?;
+    let gid = match g {
+        Some(g) => num(g)?,
+        None => uid,
+    };
+    Ok((uid, gid))
+}
+
+/// A registry user and password (or token), as a team's pull secret holds it. Its `Debug`
+/// hides the password.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({}, <hidden>)", self.username)
+    }
+}
+
 /// A parsed image reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reference {
@@ -157,6 +203,24 @@ impl Reference {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_never_print_the_password() {
+        let c = Credentials {
+            username: "u".into(),
+            password: "hunter2".into(),
+        };
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn users_are_numeric() {
+        assert_eq!(parse_user("").unwrap(), (0, 0));
+        assert_eq!(parse_user("1000").unwrap(), (1000, 1000));
+        assert_eq!(parse_user("1000:27").unwrap(), (1000, 27));
+        let e = parse_user("nobody").unwrap_err();
+        assert!(e.contains("numeric uid[:gid]"), "{e}");
+    }
 
     #[test]
     fn references_read_as_docker_reads_them() {

@@ -1,0 +1,220 @@
+//! End-to-end with images: a coordinator, a real `allot agent --driver containerd` with fake
+//! GPUs, a private containerd and runc, and a loopback registry holding a busybox image built
+//! by the test (see agent/tests/support/containers.rs). A two-pod gang that prints its rank
+//! variables and sees only its GPUs' device nodes; an image that does not exist; an eviction
+//! that runs the job's SIGTERM trap inside the container; an agent killed and restarted while
+//! a container runs (it keeps running and is adopted); a container whose pod is gone, removed.
+
+mod support;
+
+#[path = "../agent/tests/support/containers.rs"]
+mod containers;
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+
+fn state(c: &Cluster, name: &str) -> Option<String> {
+    all_workloads(c)
+        .into_iter()
+        .find(|w| w.name == name)
+        .map(|w| w.state)
+}
+
+fn wait_state(c: &Cluster, name: &str, want: &str, secs: u64) {
+    wait_for(secs, &format!("{name} {want}"), || {
+        (state(c, name).as_deref() == Some(want)).then_some(())
+    });
+}
+
+/// Tasks containerd runs in the test's namespace.
+fn tasks(env: &containers::Env) -> Vec<String> {
+    let out = Command::new("ctr")
+        .arg("-a")
+        .arg(&env.socket)
+        .args(["-n", &env.namespace, "tasks", "ls", "-q"])
+        .output()
+        .expect("ctr");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+fn submit(c: &Cluster, file: &str, yaml: &str) {
+    let path = c.dir.path().join(file);
+    std::fs::write(&path, yaml).expect("job file");
+    c.cli_ok(
+        "user-team-a",
+        &["submit", "-f", &path.display().to_string()],
+    );
+}
+
+#[test]
+fn images_run_as_containers_end_to_end() {
+    let Some(env) = containers::Env::start("images_run_as_containers_end_to_end") else {
+        return;
+    };
+    let image = env.push_busybox("team-a/busybox", "1");
+    let c = Cluster::new(1, 0);
+    rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    setup_team(&c, "team-a");
+    let extra: Vec<String> = vec![
+        "--driver".into(),
+        "containerd".into(),
+        "--containerd-socket".into(),
+        env.socket.display().to_string(),
+        "--containerd-namespace".into(),
+        env.namespace.clone(),
+    ];
+    let mut agent = c.start_agent_with("ctr-1", "ml.g5.8xlarge", 2, 3.0, &extra);
+    wait_for(30, "the agent registers", || {
+        let o = c.cli("admin-admin", &["get", "nodes"]);
+        String::from_utf8_lossy(&o.stdout)
+            .contains("ctr-1")
+            .then_some(())
+    });
+
+    // A two-pod gang: each pod sees its rank variables and only its own GPU's device node.
+    submit(
+        &c,
+        "gang.yaml",
+        &format!(
+            "name: gang\nteam: team-a\ncount: 2\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\n\
+             image: {image}\ncommand: [sh, -c, 'echo RANK=$RANK WORLD_SIZE=$WORLD_SIZE \
+             MASTER_PORT=$MASTER_PORT; echo devices: $(ls /dev | grep nvidia)']\n"
+        ),
+    );
+    wait_state(&c, "gang", "Succeeded", 60);
+    let mut devices = Vec::new();
+    for rank in 0..2 {
+        let log = c.cli_ok(
+            "user-team-a",
+            &["logs", "gang", "--rank", &rank.to_string()],
+        );
+        assert!(
+            log.contains(&format!("RANK={rank} WORLD_SIZE=2 MASTER_PORT=")),
+            "{log}"
+        );
+        let line = log
+            .lines()
+            .find(|l| l.starts_with("devices:"))
+            .unwrap_or_else(|| panic!("{log}"))
+            .to_string();
+        // One GPU node (nvidia0 or nvidia1) and the control node, nothing else.
+        let nodes: Vec<&str> = line.split_whitespace().skip(1).collect();
+        assert_eq!(nodes.len(), 2, "{line}");
+        assert_eq!(nodes[1], "nvidiactl", "{line}");
+        devices.push(nodes[0].to_string());
+    }
+    devices.sort();
+    assert_eq!(devices, ["nvidia0", "nvidia1"]);
+
+    // An image that does not exist fails the workload with the registry's message.
+    submit(
+        &c,
+        "nosuch.yaml",
+        &format!(
+            "name: nosuch\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\n\
+             image: {}/team-a/nosuch:1\n",
+            env.registry
+        ),
+    );
+    wait_state(&c, "nosuch", "Failed", 60);
+    let d = c.cli_ok("user-team-a", &["describe", "workload", "nosuch"]);
+    assert!(
+        d.contains("ImagePullFailed") && d.contains("MANIFEST_UNKNOWN"),
+        "{d}"
+    );
+
+    // Eviction runs the job's own SIGTERM trap inside the container.
+    submit(
+        &c,
+        "trap.yaml",
+        &format!(
+            "name: trap\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ngrace: 10\n\
+             image: {image}\ncommand: [sh, -c, \"trap 'echo got SIGTERM; exit 143' TERM; \
+             echo started; sleep 300 & wait\"]\n"
+        ),
+    );
+    wait_state(&c, "trap", "Running", 60);
+    wait_for(20, "trap prints started", || {
+        let o = c.cli("user-team-a", &["logs", "trap"]);
+        String::from_utf8_lossy(&o.stdout)
+            .contains("started")
+            .then_some(())
+    });
+    c.cli_ok("user-team-a", &["cancel", "trap"]);
+    wait_for(30, "trap's SIGTERM handler", || {
+        let o = c.cli("user-team-a", &["logs", "trap"]);
+        String::from_utf8_lossy(&o.stdout)
+            .contains("got SIGTERM")
+            .then_some(())
+    });
+    wait_for(20, "no task left", || tasks(&env).is_empty().then_some(()));
+
+    // The agent is killed while a container runs: the container keeps running, the restarted
+    // agent adopts it, and the job finishes as the same attempt.
+    submit(
+        &c,
+        "adopt.yaml",
+        &format!(
+            "name: adopt\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\n\
+             image: {image}\ncommand: [sh, -c, 'echo begin; sleep 4; echo end']\n"
+        ),
+    );
+    wait_state(&c, "adopt", "Running", 60);
+    agent.kill();
+    assert_eq!(tasks(&env).len(), 1, "the container outlives its agent");
+    std::thread::sleep(Duration::from_millis(500));
+    agent.start();
+    wait_state(&c, "adopt", "Succeeded", 60);
+    // (The restarted agent's log service may take a moment to reconnect.)
+    wait_for(30, "adopt's whole log", || {
+        let o = c.cli("user-team-a", &["logs", "adopt"]);
+        let log = String::from_utf8_lossy(&o.stdout).to_string();
+        (log.contains("begin") && log.contains("end")).then_some(())
+    });
+    let w = all_workloads(&c)
+        .into_iter()
+        .find(|w| w.name == "adopt")
+        .expect("adopt");
+    assert_eq!(w.preemptions, 0, "{w:?}");
+
+    // A container whose pod is gone (its shim killed with the agent down) is removed by the
+    // restarted agent.
+    submit(
+        &c,
+        "orphan.yaml",
+        &format!(
+            "name: orphan\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ngrace: 2\n\
+             image: {image}\ncommand: [sleep, '300']\n"
+        ),
+    );
+    wait_state(&c, "orphan", "Running", 60);
+    agent.kill();
+    let shims = Command::new("pkill")
+        .args(["-KILL", "-f", "agent-shim.*agent-ctr-1"])
+        .status()
+        .expect("pkill");
+    assert!(shims.success());
+    assert_eq!(tasks(&env).len(), 1, "the orphaned container still runs");
+    agent.start();
+    // Its pod was lost: the cluster runs the workload again as attempt 2, and the container of
+    // attempt 1 is gone, so it never runs twice.
+    let old = tasks(&env);
+    assert!(old[0].ends_with("-1-0"), "{old:?}");
+    wait_for(30, "the orphaned container is removed", || {
+        let now = tasks(&env);
+        (!now.contains(&old[0])).then_some(())
+    });
+    wait_for(30, "attempt 2 runs", || {
+        let now = tasks(&env);
+        (now.len() == 1 && now[0].ends_with("-2-0")).then_some(())
+    });
+    c.cli_ok("user-team-a", &["cancel", "orphan"]);
+    wait_for(30, "no task left", || tasks(&env).is_empty().then_some(()));
+    drop(agent);
+}
