@@ -186,6 +186,36 @@ pub enum ClusterCmd {
         #[command(flatten)]
         out: Out,
     },
+    /// Store a team's credentials for a registry (admin, or a user of the team). The password
+    /// (or token) is read from standard input, or --password-file; it is sent only to the
+    /// agents of nodes that run the team's pods and is never shown.
+    CreateRegistryCredentials {
+        /// Team [default: the team of a user certificate].
+        #[arg(long)]
+        team: Option<String>,
+        /// The registry host[:port], as image references name it.
+        #[arg(long)]
+        registry: String,
+        #[arg(long)]
+        username: String,
+        /// A file holding the password (its trailing newline is dropped).
+        #[arg(long)]
+        password_file: Option<PathBuf>,
+    },
+    /// Delete a team's credentials for a registry.
+    DeleteRegistryCredentials {
+        #[arg(long)]
+        team: Option<String>,
+        #[arg(long)]
+        registry: String,
+    },
+    /// Registries a team has credentials for, with their user names (never passwords).
+    ListRegistryCredentials {
+        #[arg(long)]
+        team: Option<String>,
+        #[command(flatten)]
+        out: Out,
+    },
     /// Delete a compute quota (admin); its team must have no workloads left.
     DeleteComputeQuota {
         #[arg(long)]
@@ -796,6 +826,16 @@ fn parse_bytes(v: &Value) -> anyhow::Result<u64> {
     u64::try_from(n).map_err(|_| anyhow!("{text:?} is not a size"))
 }
 
+/// The team a command names, else the team of the user certificate in use.
+fn team_or_mine(team: Option<String>, identity: Option<&str>) -> anyhow::Result<String> {
+    team.or_else(|| {
+        identity
+            .and_then(|i| i.strip_prefix("user-"))
+            .map(str::to_string)
+    })
+    .ok_or_else(|| anyhow!("--team is needed (an admin certificate acts for no team of its own)"))
+}
+
 fn token_suffix() -> String {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -928,6 +968,54 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
                 (r, _) => r,
             };
             print_reply(r, out.format);
+        }
+        ClusterCmd::CreateRegistryCredentials {
+            team,
+            registry,
+            username,
+            password_file,
+        } => {
+            let team = team_or_mine(team, identity)?;
+            let mut password = match &password_file {
+                Some(p) => std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read --password-file {}", p.display()))?,
+                None => {
+                    let mut s = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                        .context("cannot read the password from standard input")?;
+                    s
+                }
+            };
+            while password.ends_with(['\n', '\r']) {
+                password.pop();
+            }
+            let credentials = allot_common::image::Credentials { username, password };
+            allot_common::image::check_registry_credentials(&registry, &credentials)
+                .map_err(|e| anyhow!(e))?;
+            api(c
+                .call(Body::PutRegistryCredentials {
+                    team: team.clone(),
+                    registry: registry.clone(),
+                    credentials,
+                })
+                .await)?;
+            println!("stored team {team}'s credentials for {registry}");
+        }
+        ClusterCmd::DeleteRegistryCredentials { team, registry } => {
+            let team = team_or_mine(team, identity)?;
+            api(c
+                .call(Body::DeleteRegistryCredentials {
+                    team: team.clone(),
+                    registry: registry.clone(),
+                })
+                .await)?;
+            println!("deleted team {team}'s credentials for {registry}");
+        }
+        ClusterCmd::ListRegistryCredentials { team, out } => {
+            print_reply(
+                api(c.call(Body::ListRegistryCredentials { team }).await)?,
+                out.format,
+            );
         }
         ClusterCmd::DeleteComputeQuota { compute_quota_id } => {
             let name = resolve_quota(c, &compute_quota_id).await?;
@@ -1769,6 +1857,12 @@ fn render(r: &Reply) -> String {
             }
         ),
         Reply::Arrays(a) => render_arrays(a),
+        Reply::RegistryCredentials(v) => table(
+            &["TEAM", "REGISTRY", "USERNAME"],
+            &v.iter()
+                .map(|c| vec![c.team.clone(), c.registry.clone(), c.username.clone()])
+                .collect::<Vec<_>>(),
+        ),
         Reply::History(rows) => render_history(rows, HistoryFormat::Table).unwrap_or_default(),
     }
 }

@@ -54,10 +54,17 @@ fn submit(c: &Cluster, file: &str, yaml: &str) {
 
 #[test]
 fn images_run_as_containers_end_to_end() {
-    let Some(env) = containers::Env::start("images_run_as_containers_end_to_end") else {
+    let Some(mut env) = containers::Env::start("images_run_as_containers_end_to_end") else {
         return;
     };
     let image = env.push_busybox("team-a/busybox", "1");
+    let private_reg = env.start_auth_registry("team-a-bot", "pull-token-123");
+    let private = env.push_busybox_to(
+        &private_reg,
+        Some("team-a-bot:pull-token-123"),
+        "team-a/private",
+        "1",
+    );
     let c = Cluster::new(1, 0);
     rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
     setup_team(&c, "team-a");
@@ -111,6 +118,49 @@ fn images_run_as_containers_end_to_end() {
     }
     devices.sort();
     assert_eq!(devices, ["nvidia0", "nvidia1"]);
+
+    // A registry that wants credentials: the team stores them (the password from standard
+    // input), listing shows the user but never the password, and the team's pods pull with them.
+    let mut cmd = c.cli_command(
+        "user-team-a",
+        &[
+            "create-registry-credentials",
+            "--registry",
+            &private_reg,
+            "--username",
+            "team-a-bot",
+        ],
+    );
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("allot create-registry-credentials");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"pull-token-123\n").expect("password");
+    }
+    assert!(child.wait().expect("wait").success());
+    let listed = c.cli_ok("user-team-a", &["list-registry-credentials"]);
+    assert!(
+        listed.contains("team-a-bot") && listed.contains(&private_reg),
+        "{listed}"
+    );
+    let json = c.cli_ok("admin-admin", &["list-registry-credentials", "-o", "json"]);
+    assert!(
+        !listed.contains("pull-token") && !json.contains("pull-token"),
+        "{json}"
+    );
+    submit(
+        &c,
+        "private.yaml",
+        &format!(
+            "name: private\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\n\
+             image: {private}\ncommand: [echo, pulled with the team's credentials]\n"
+        ),
+    );
+    wait_state(&c, "private", "Succeeded", 60);
+    let log = c.cli_ok("user-team-a", &["logs", "private"]);
+    assert!(log.contains("pulled with the team's credentials"), "{log}");
 
     // An image that does not exist fails the workload with the registry's message.
     submit(

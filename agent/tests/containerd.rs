@@ -196,3 +196,33 @@ fn only_the_assigned_gpu_device_nodes_are_visible() {
     assert_eq!(seen, ["nvidia1", "nvidia2", "nvidiactl", "wrote"], "{log}");
     assert!(Path::new(&dev).exists());
 }
+
+#[test]
+fn a_registry_that_wants_credentials_gets_them() {
+    let Some(mut env) = containers::Env::start("a_registry_that_wants_credentials") else {
+        return;
+    };
+    let reg = env.start_auth_registry("puller", "s3cret pass");
+    let image = env.push_busybox_to(&reg, Some("puller:s3cret pass"), "private/busybox", "1");
+    let mut j = job(&env, &image, &["sh", "-c", "echo private"]);
+    let (rec, _, _) = run_pod(&j);
+    assert!(rec.detail.starts_with("ImagePullFailed:"), "{}", rec.detail);
+    assert!(rec.detail.contains("needs credentials"), "{}", rec.detail);
+    j.credentials = Some(allot_common::image::Credentials {
+        username: "puller".into(),
+        password: "wrong".into(),
+    });
+    let (rec, _, _) = run_pod(&j);
+    assert!(
+        rec.detail.contains("refused the credentials") || rec.detail.contains("UNAUTHORIZED"),
+        "{}",
+        rec.detail
+    );
+    j.credentials = Some(allot_common::image::Credentials {
+        username: "puller".into(),
+        password: "s3cret pass".into(),
+    });
+    let (rec, log, _) = run_pod(&j);
+    assert!(rec.succeeded, "{rec:?}");
+    assert_eq!(log.trim(), "private");
+}

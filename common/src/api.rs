@@ -598,6 +598,29 @@ pub enum Body {
     },
     /// Finished workloads, newest first.
     History(HistoryFilter),
+    /// Stores a team's credentials for one registry (admins, or the team's users); sent only
+    /// to the agents of nodes running the team's pods, never shown.
+    PutRegistryCredentials {
+        team: String,
+        registry: String,
+        credentials: crate::image::Credentials,
+    },
+    DeleteRegistryCredentials {
+        team: String,
+        registry: String,
+    },
+    /// Which registries a team (an admin: every team, or the one named) has credentials for.
+    ListRegistryCredentials {
+        team: Option<String>,
+    },
+}
+
+/// A team's registry credentials as listed: never the password.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryCredentialView {
+    pub team: String,
+    pub registry: String,
+    pub username: String,
 }
 
 /// Which active workloads a bulk cancel takes: all the conditions given hold.
@@ -810,6 +833,7 @@ pub enum Reply {
     },
     Arrays(Vec<ArrayView>),
     History(Vec<HistoryRow>),
+    RegistryCredentials(Vec<RegistryCredentialView>),
 }
 
 /// A bulk cancel's reply names at most this many workloads (and counts them all).

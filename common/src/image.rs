@@ -48,6 +48,37 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// Registries a team may hold credentials for, at most.
+pub const MAX_REGISTRIES_PER_TEAM: usize = 32;
+
+/// Checks a registry host (`host[:port]`, as an image reference names it) and credentials.
+pub fn check_registry_credentials(registry: &str, c: &Credentials) -> Result<(), String> {
+    let host_ok = !registry.is_empty()
+        && registry.len() <= 255
+        && registry
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
+    if !host_ok {
+        return Err(format!(
+            "registry {registry:?}: give the host[:port] as image references name it, e.g. \
+             123456789012.dkr.ecr.us-west-2.amazonaws.com or 127.0.0.1:5000"
+        ));
+    }
+    if c.username.is_empty() || c.username.len() > 256 || c.username.contains(['\n', '\r', ':']) {
+        return Err(format!(
+            "username {:?}: 1 to 256 characters, without ':' or line breaks",
+            c.username
+        ));
+    }
+    if c.password.is_empty() || c.password.len() > 8192 || c.password.contains(['\n', '\r']) {
+        return Err(format!(
+            "the password for {registry} is {} bytes; 1 to 8192 without line breaks are accepted",
+            c.password.len()
+        ));
+    }
+    Ok(())
+}
+
 /// A parsed image reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reference {

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use allot_common::api::{
-    ApiError, Body, ErrorKind, HistoryFilter, LogPiece, LogRequest, Reply, Request, Response,
-    WorkloadFilter, WorkloadSelector,
+    ApiError, Body, ErrorKind, HistoryFilter, LogPiece, LogRequest, RegistryCredentialView, Reply,
+    Request, Response, WorkloadFilter, WorkloadSelector,
 };
 use allot_common::tls::{self, Identity, TlsFiles};
 use allot_common::wire;
@@ -1241,6 +1241,54 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             sh.check_submit_rate(who, n.max_running.unwrap_or(n.len()).min(n.len()) as usize)?;
             sh.propose(Command::SubmitArray { input, array }).await
         }
+        Body::PutRegistryCredentials {
+            team,
+            registry,
+            credentials,
+        } => {
+            check_team_secret(who, &team, "store registry credentials")?;
+            allot_common::image::check_registry_credentials(&registry, &credentials)
+                .map_err(|e| ApiError::new(ErrorKind::Invalid, e))?;
+            sh.propose(Command::PutRegistryCredentials {
+                team,
+                registry,
+                credentials,
+            })
+            .await
+        }
+        Body::DeleteRegistryCredentials { team, registry } => {
+            check_team_secret(who, &team, "delete registry credentials")?;
+            sh.propose(Command::DeleteRegistryCredentials { team, registry })
+                .await
+        }
+        Body::ListRegistryCredentials { team } => {
+            let scope = team_scope(who, "list registry credentials")?;
+            if let (Some(mine), Some(t)) = (&scope, &team) {
+                if mine != t {
+                    return Err(forbidden(
+                        who,
+                        &format!("list team {t:?}'s registry credentials; it acts for {mine:?} only"),
+                    ));
+                }
+            }
+            let want = scope.or(team);
+            sh.read(Box::new(move |m: &Machine| {
+                Ok(Reply::RegistryCredentials(
+                    m.registry_credentials
+                        .iter()
+                        .filter(|(t, _)| want.as_ref().is_none_or(|w| w == *t))
+                        .flat_map(|(t, regs)| {
+                            regs.iter().map(move |(r, c)| RegistryCredentialView {
+                                team: t.clone(),
+                                registry: r.clone(),
+                                username: c.username.clone(),
+                            })
+                        })
+                        .collect(),
+                ))
+            }))
+            .await
+        }
         Body::GetArrays { team } => {
             let filter = scoped_filter(
                 who,
@@ -1451,6 +1499,19 @@ fn report_scope(who: &Identity) -> Result<Option<String>, ApiError> {
             who,
             "report workload state; it needs a node certificate",
         )),
+    }
+}
+
+/// A team's secrets are set by admins and by the team's own users, nobody else.
+fn check_team_secret(who: &Identity, team: &str, what: &str) -> Result<(), ApiError> {
+    match who {
+        Identity::Admin { .. } | Identity::Coordinator { .. } => Ok(()),
+        Identity::User { team: mine } if mine == team => Ok(()),
+        Identity::User { team: mine } => Err(forbidden(
+            who,
+            &format!("{what} of team {team:?}; it acts for team {mine:?} only"),
+        )),
+        Identity::Node { .. } => Err(forbidden(who, what)),
     }
 }
 

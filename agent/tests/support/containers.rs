@@ -2,7 +2,8 @@
 //! temporary directory) and a Docker registry on a loopback port, started for the test and
 //! stopped after it, and a small busybox image built with umoci and pushed with skopeo.
 //!
-//! Needs root and Debian's `containerd runc docker-registry umoci skopeo busybox-static`
+//! Needs root and Debian's `containerd runc docker-registry umoci skopeo busybox-static
+//! apache2-utils`
 //! (`.ci/run` installs them). Without them `Env::start` returns `None` and the test says it
 //! skipped, unless `ALLOT_REQUIRE_CONTAINERD=1` (CI), where that is a failure.
 #![allow(dead_code)]
@@ -52,10 +53,17 @@ impl Env {
     pub fn start(test: &str) -> Option<Env> {
         let required = std::env::var("ALLOT_REQUIRE_CONTAINERD").is_ok_and(|v| v == "1");
         let root = unsafe { libc::geteuid() } == 0;
-        let missing: Vec<&str> = ["containerd", "runc", "docker-registry", "umoci", "skopeo"]
-            .into_iter()
-            .filter(|t| !have(t))
-            .collect();
+        let missing: Vec<&str> = [
+            "containerd",
+            "runc",
+            "docker-registry",
+            "umoci",
+            "skopeo",
+            "htpasswd",
+        ]
+        .into_iter()
+        .filter(|t| !have(t))
+        .collect();
         if !root || !missing.is_empty() || !Path::new("/bin/busybox").exists() {
             let why = format!(
                 "{test}: skipped: needs root and containerd, runc, docker-registry, umoci, skopeo, \
@@ -137,10 +145,71 @@ impl Env {
         Some(env)
     }
 
+    /// Starts a second registry that wants a user and password (htpasswd, bcrypt, as
+    /// distribution requires; `htpasswd` comes from apache2-utils); returns its address.
+    pub fn start_auth_registry(&mut self, user: &str, password: &str) -> String {
+        let port = free_port();
+        let dir = self.dir.path().join("registry-auth");
+        std::fs::create_dir_all(&dir).expect("registry dir");
+        let htpasswd = dir.join("htpasswd");
+        run(Command::new("htpasswd")
+            .args(["-Bbc"])
+            .arg(&htpasswd)
+            .args([user, password]));
+        let cfg = dir.join("registry.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                 http:\n  addr: 127.0.0.1:{port}\nauth:\n  htpasswd:\n    realm: allot-test\n    path: {}\n",
+                dir.join("data").display(),
+                htpasswd.display()
+            ),
+        )
+        .expect("registry config");
+        let log = std::fs::File::create(dir.join("registry.log")).expect("log");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&cfg)
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("docker-registry starts");
+        self.children.push(child);
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the authenticated registry did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        addr
+    }
+
     /// Builds a busybox image (static busybox, `sh` as its cmd) and pushes it as
     /// `REGISTRY/name:tag`; returns that reference.
     pub fn push_busybox(&self, name: &str, tag: &str) -> String {
-        let work = self.dir.path().join(format!("build-{name}-{tag}"));
+        self.push_busybox_to(&self.registry.clone(), None, name, tag)
+    }
+
+    /// `push_busybox` to another registry, with `user:password` when it needs them.
+    pub fn push_busybox_to(
+        &self,
+        registry: &str,
+        creds: Option<&str>,
+        name: &str,
+        tag: &str,
+    ) -> String {
+        let work = self
+            .dir
+            .path()
+            .join(format!("build-{}-{tag}", name.replace('/', "_")));
+        if work.join("img").exists() {
+            // Built already: push the same layout again.
+            return self.push_layout(&work.join("img"), registry, creds, name, tag);
+        }
         std::fs::create_dir_all(&work).expect("build dir");
         let layout = work.join("img");
         let image = format!("{}:{tag}", layout.display());
@@ -174,13 +243,28 @@ impl Env {
             "--config.env",
             "PATH=/bin",
         ]));
-        let dest = format!("{}/{name}:{tag}", self.registry);
-        run(Command::new("skopeo").args([
-            "copy",
-            "--dest-tls-verify=false",
-            &format!("oci:{image}"),
+        self.push_layout(&layout, registry, creds, name, tag)
+    }
+
+    fn push_layout(
+        &self,
+        layout: &Path,
+        registry: &str,
+        creds: Option<&str>,
+        name: &str,
+        tag: &str,
+    ) -> String {
+        let dest = format!("{registry}/{name}:{tag}");
+        let mut cmd = Command::new("skopeo");
+        cmd.args(["copy", "--dest-tls-verify=false"]);
+        if let Some(c) = creds {
+            cmd.args(["--dest-creds", c]);
+        }
+        cmd.args([
+            &format!("oci:{}:{tag}", layout.display()),
             &format!("docker://{dest}"),
-        ]));
+        ]);
+        run(&mut cmd);
         dest
     }
 }

@@ -138,6 +138,15 @@ pub enum Command {
     CancelMatching {
         selector: WorkloadSelector,
     },
+    PutRegistryCredentials {
+        team: String,
+        registry: String,
+        credentials: allot_common::image::Credentials,
+    },
+    DeleteRegistryCredentials {
+        team: String,
+        registry: String,
+    },
 }
 
 impl Command {
@@ -163,6 +172,8 @@ impl Command {
             Command::SubmitArray { .. } => "submit-array",
             Command::CancelMatching { .. } => "cancel-matching",
             Command::PodsExited { .. } => "pods-exited",
+            Command::PutRegistryCredentials { .. } => "put-registry-credentials",
+            Command::DeleteRegistryCredentials { .. } => "delete-registry-credentials",
         }
     }
 }
@@ -263,6 +274,9 @@ pub struct Machine {
     /// Pod times of each workload's last attempt, and when it finished; forgotten with it.
     #[serde(default)]
     pub history: BTreeMap<WlId, crate::jobs::PodHistory>,
+    /// Teams' registry credentials: team -> registry host -> user and password.
+    #[serde(default)]
+    pub registry_credentials: BTreeMap<String, BTreeMap<String, allot_common::image::Credentials>>,
 }
 
 impl Default for Machine {
@@ -356,6 +370,7 @@ impl Machine {
             arrays: BTreeMap::new(),
             history: BTreeMap::new(),
             learned_types: BTreeMap::new(),
+            registry_credentials: BTreeMap::new(),
         }
     }
 
@@ -473,6 +488,46 @@ impl Machine {
                 rec.version += 1;
                 rec.updated = now;
                 Ok(Reply::Quota(rec.view()))
+            }
+            Command::PutRegistryCredentials {
+                team,
+                registry,
+                credentials,
+            } => {
+                allot_common::image::check_registry_credentials(registry, credentials)
+                    .map_err(invalid)?;
+                self.state.team_id(team)?;
+                let mine = self.registry_credentials.entry(team.clone()).or_default();
+                if !mine.contains_key(registry)
+                    && mine.len() >= allot_common::image::MAX_REGISTRIES_PER_TEAM
+                {
+                    return Err(invalid(format!(
+                        "team {team:?} has credentials for {} registries, the most allowed; \
+                         delete one first",
+                        mine.len()
+                    )));
+                }
+                mine.insert(registry.clone(), credentials.clone());
+                Ok(Reply::Done)
+            }
+            Command::DeleteRegistryCredentials { team, registry } => {
+                let gone = self
+                    .registry_credentials
+                    .get_mut(team)
+                    .and_then(|m| m.remove(registry));
+                if self
+                    .registry_credentials
+                    .get(team)
+                    .is_some_and(|m| m.is_empty())
+                {
+                    self.registry_credentials.remove(team);
+                }
+                match gone {
+                    Some(_) => Ok(Reply::Done),
+                    None => Err(not_found(format!(
+                        "team {team:?} has no credentials for registry {registry:?}"
+                    ))),
+                }
             }
             Command::DeleteComputeQuota { name } => {
                 let team = self

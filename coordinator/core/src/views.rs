@@ -365,6 +365,11 @@ pub fn assignments(m: &Machine, node: &str) -> NodeAssignments {
             for (r, v) in &p.req {
                 requests.add(st.names.resource_name(*r), *v);
             }
+            let run = m
+                .runs
+                .get(&w.id)
+                .map(|r| allot_common::api::RunSpec::clone(r))
+                .unwrap_or_default();
             pods.push(PodAssignment {
                 workload: w.spec.name.clone(),
                 workload_id: w.id.0,
@@ -386,13 +391,18 @@ pub fn assignments(m: &Machine, node: &str) -> NodeAssignments {
                 requests,
                 master_addr: master_addr.clone(),
                 master_port: master_port(w.id, w.attempt),
-                run: m
-                    .runs
-                    .get(&w.id)
-                    .map(|r| allot_common::api::RunSpec::clone(r))
-                    .unwrap_or_default(),
                 stop: stop.clone(),
-                registry_credentials: None,
+                registry_credentials: run
+                    .image
+                    .as_deref()
+                    .and_then(|i| allot_common::image::Reference::parse(i).ok())
+                    .and_then(|r| {
+                        m.registry_credentials
+                            .get(st.teams[w.team.idx()].name())
+                            .and_then(|regs| regs.get(&r.domain))
+                            .cloned()
+                    }),
+                run,
             });
         }
     }
