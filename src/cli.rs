@@ -520,6 +520,10 @@ impl JobFlags {
                 "the command line".to_string(),
             ),
         };
+        // A Kubernetes Job, PyTorchJob or Pod as HyperPod users submit them to Kueue.
+        if let Some(job) = crate::k8s::job_from_manifest(&v, &origin)? {
+            v = job;
+        }
         let obj = v
             .as_object_mut()
             .ok_or_else(|| anyhow!("{origin}: a job file is a mapping of workload fields"))?;
@@ -1870,6 +1874,9 @@ fn render(r: &Reply) -> String {
 /// When a pod started and ended, and how: `, started 2026-…Z, ended 2026-…Z (exit 0, Succeeded)`.
 fn pod_times(p: &allot_common::api::PodView) -> String {
     let mut s = String::new();
+    if let Some(st) = &p.status {
+        s.push_str(&format!(", {st}"));
+    }
     if let Some(t) = p.started_ms {
         s.push_str(&format!(", started {}", allot_common::timefmt::utc_ms(t)));
     }

@@ -14,6 +14,7 @@ mod config;
 mod coordinator_cmd;
 mod dev;
 mod failover;
+mod k8s;
 mod scenario;
 mod simulate;
 

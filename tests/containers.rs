@@ -162,6 +162,54 @@ fn images_run_as_containers_end_to_end() {
     let log = c.cli_ok("user-team-a", &["logs", "private"]);
     assert!(log.contains("pulled with the team's credentials"), "{log}");
 
+    // Kubernetes manifests as HyperPod users submit them to Kueue, unchanged: a batch/v1 Job
+    // (team from its queue label) and a PyTorchJob whose Master and Worker make one gang.
+    submit(
+        &c,
+        "job.yaml",
+        &format!(
+            "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: k8s-job\n  namespace: hyperpod-ns-team-a\n\
+             \x20 labels:\n    kueue.x-k8s.io/queue-name: hyperpod-ns-team-a-localqueue\n\
+             spec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n\
+             \x20     - name: main\n        image: {image}\n        command: [sh, -c, 'echo job says $GREETING']\n\
+             \x20       env:\n          - name: GREETING\n            value: hello\n\
+             \x20       resources:\n          limits:\n            nvidia.com/gpu: 1\n            memory: 1Gi\n"
+        ),
+    );
+    wait_state(&c, "k8s-job", "Succeeded", 60);
+    let log = c.cli_ok("user-team-a", &["logs", "k8s-job"]);
+    assert!(log.contains("job says hello"), "{log}");
+    let role = |r: &str| {
+        format!(
+            "    {r}:\n      replicas: 1\n      template:\n        spec:\n          containers:\n\
+             \x20           - name: pytorch\n              image: {image}\n\
+             \x20             command: [sh, -c, 'echo torch RANK=$RANK WORLD_SIZE=$WORLD_SIZE']\n\
+             \x20             resources:\n                limits:\n                  nvidia.com/gpu: 1\n"
+        )
+    };
+    submit(
+        &c,
+        "pytorchjob.yaml",
+        &format!(
+            "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: torch\n\
+             \x20 labels:\n    kueue.x-k8s.io/queue-name: hyperpod-ns-team-a-localqueue\n\
+             spec:\n  pytorchReplicaSpecs:\n{}{}",
+            role("Master"),
+            role("Worker")
+        ),
+    );
+    wait_state(&c, "torch", "Succeeded", 60);
+    for rank in 0..2 {
+        let log = c.cli_ok(
+            "user-team-a",
+            &["logs", "torch", "--rank", &rank.to_string()],
+        );
+        assert!(
+            log.contains(&format!("torch RANK={rank} WORLD_SIZE=2")),
+            "{log}"
+        );
+    }
+
     // An image that does not exist fails the workload with the registry's message.
     submit(
         &c,

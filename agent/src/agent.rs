@@ -58,6 +58,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 enum Report {
     Started(PodKey, String, Vec<u32>),
     Exited(PodKey, String, PodExit),
+    /// What a pod that does not run yet is doing; sent once, not retried (the next says more).
+    Progress(PodKey, String),
 }
 
 impl Report {
@@ -121,6 +123,8 @@ pub struct Agent {
     /// Container pods started and not yet running (pulling their image, being created): the
     /// cluster hears they started once they run.
     awaiting_start: BTreeSet<PodKey>,
+    /// The progress last told to the cluster, per pod awaiting its start.
+    told: BTreeMap<PodKey, String>,
 }
 
 impl Agent {
@@ -155,6 +159,7 @@ impl Agent {
             exec,
             metrics: Arc::new(AgentMetrics::new()),
             awaiting_start,
+            told: BTreeMap::new(),
         })
     }
 
@@ -282,6 +287,7 @@ impl Agent {
                 self.metrics.stops.inc();
                 tracing::info!("pod {k:?} ended");
             }
+            let told = &mut self.told;
             self.awaiting_start.retain(|k| {
                 let Some(p) = self.exec.pods.get(k) else {
                     return false;
@@ -289,17 +295,25 @@ impl Agent {
                 if !p.holds_devices() {
                     return false;
                 }
-                let running =
-                    containerd::run::read_status(&p.dir).is_some_and(|s| s.phase == "Running");
+                let status = containerd::run::read_status(&p.dir);
+                let running = status.as_ref().is_some_and(|s| s.phase == "Running");
                 if running {
                     let _ = out_tx.send(Report::Started(
                         *k,
                         p.spec.workload.clone(),
                         vec![p.spec.rank],
                     ));
+                } else if let Some(s) = status {
+                    let text = describe_status(&s);
+                    if told.get(k) != Some(&text) {
+                        told.insert(*k, text.clone());
+                        let _ = out_tx.send(Report::Progress(*k, text));
+                    }
                 }
                 !running
             });
+            let waiting = &self.awaiting_start;
+            self.told.retain(|k, _| waiting.contains(k));
             for (k, p) in &self.exec.pods {
                 if p.reported || queued.contains(k) {
                     continue;
@@ -429,6 +443,22 @@ impl Agent {
         }
         absent_reported.retain(|k| assigned.contains(k));
         self.exec.prune(&assigned);
+    }
+}
+
+/// A pod's status as users read it: `Pulling 48.0 MiB: 25%`, `Creating`. Whole percents, so a
+/// pull reports at most a hundred changes.
+fn describe_status(s: &containerd::run::PodStatus) -> String {
+    if s.phase == "Pulling" && s.total_bytes > 0 {
+        let pct = s.pulled_bytes.saturating_mul(100) / s.total_bytes;
+        format!(
+            "Pulling {:.1} MiB: {pct}%",
+            s.total_bytes as f64 / (1024.0 * 1024.0)
+        )
+    } else if s.phase == "Creating" && s.image_cached {
+        "Creating (image cached)".into()
+    } else {
+        s.phase.clone()
     }
 }
 
@@ -597,6 +627,16 @@ async fn report_task(
 ) {
     let mut seed = (std::process::id() as u64) << 16 | 7;
     while let Some(r) = rx.recv().await {
+        if let Report::Progress(k, status) = r {
+            let body = Body::PodProgress {
+                node: node.clone(),
+                workload_id: k.0,
+                rank: k.2,
+                status,
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(2), client.call(body)).await;
+            continue;
+        }
         let (key, body) = match r {
             Report::Started(k, workload, ranks) => (
                 None,
@@ -608,6 +648,7 @@ async fn report_task(
                     ranks,
                 },
             ),
+            Report::Progress(..) => continue,
             Report::Exited(k, workload, exit) => (
                 Some(k),
                 Body::PodsExited {
@@ -686,6 +727,23 @@ mod tests {
         assert!(!later.devices[1].healthy);
         assert_eq!(later.devices[1].reason, "no longer discovered");
         assert_eq!(later.capacity.get(&allot_common::ResourceName::gpu()), 2);
+    }
+
+    #[test]
+    fn pull_progress_reads_in_whole_percents() {
+        let s = containerd::run::PodStatus {
+            phase: "Pulling".into(),
+            pulled_bytes: 12 << 20,
+            total_bytes: 48 << 20,
+            image_cached: false,
+        };
+        assert_eq!(describe_status(&s), "Pulling 48.0 MiB: 25%");
+        let s = containerd::run::PodStatus {
+            phase: "Creating".into(),
+            image_cached: true,
+            ..Default::default()
+        };
+        assert_eq!(describe_status(&s), "Creating (image cached)");
     }
 
     #[test]

@@ -263,6 +263,9 @@ pub struct PodView {
     pub exit_code: Option<i32>,
     /// Succeeded, Failed or Lost, once ended, with the agent's detail.
     pub outcome: Option<String>,
+    /// What the pod is doing before it runs, as its agent last said (`Pulling ... 40%`,
+    /// `Creating`); soft state, held by the replica the agent told, for a minute.
+    pub status: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -612,6 +615,13 @@ pub enum Body {
     /// Which registries a team (an admin: every team, or the one named) has credentials for.
     ListRegistryCredentials {
         team: Option<String>,
+    },
+    /// An agent says what a pod that does not run yet is doing (pulling its image).
+    PodProgress {
+        node: String,
+        workload_id: u64,
+        rank: u32,
+        status: String,
     },
 }
 

@@ -136,6 +136,46 @@ struct Shared {
     submits: Arc<Mutex<crate::budget::SubmitRates>>,
     /// Pod logs on their way from agents to readers.
     logs: Arc<crate::logs::LogRelay>,
+    /// What pods that do not run yet are doing, as agents said: (workload id, rank) ->
+    /// (status, when). Soft state of this replica, not replicated.
+    progress: Arc<Mutex<BTreeMap<(u64, u32), (String, Instant)>>>,
+}
+
+/// Pods whose progress a replica holds at most; beyond, the oldest half is forgotten.
+const MAX_PROGRESS: usize = 100_000;
+/// How long an agent's word on a pod's progress holds without a newer one.
+const PROGRESS_TTL: Duration = Duration::from_secs(60);
+
+impl Shared {
+    fn record_progress(&self, id: u64, rank: u32, status: String) {
+        let Ok(mut p) = self.progress.lock() else {
+            return;
+        };
+        if p.len() >= MAX_PROGRESS {
+            let mut times: Vec<Instant> = p.values().map(|(_, t)| *t).collect();
+            times.sort();
+            let cut = times[times.len() / 2];
+            p.retain(|_, (_, t)| *t > cut);
+        }
+        p.insert((id, rank), (status, Instant::now()));
+    }
+
+    /// Fills the status of pods that have not started from what their agents said.
+    fn add_progress(&self, w: &mut allot_common::api::WorkloadView) {
+        let Ok(p) = self.progress.lock() else {
+            return;
+        };
+        for (rank, pod) in w.pods.iter_mut().enumerate() {
+            if pod.started_ms.is_some() || pod.ended_ms.is_some() {
+                continue;
+            }
+            if let Some((s, t)) = p.get(&(w.id, rank as u32)) {
+                if t.elapsed() < PROGRESS_TTL {
+                    pod.status = Some(s.clone());
+                }
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -1321,18 +1361,39 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
         }
         Body::GetWorkloads(filter) => {
             let filter = scoped_filter(who, filter)?;
-            sh.read(Box::new(move |m: &Machine| {
-                Ok(Reply::Workloads(views::workloads(m, &filter)))
-            }))
-            .await
+            let mut r = sh
+                .read(Box::new(move |m: &Machine| {
+                    Ok(Reply::Workloads(views::workloads(m, &filter)))
+                }))
+                .await;
+            if let Ok(Reply::Workloads(ws)) = &mut r {
+                ws.iter_mut().for_each(|w| sh.add_progress(w));
+            }
+            r
         }
         Body::DescribeWorkload { name, team } => {
             let scope = workload_scope(who, team, "describe workloads")?;
-            sh.read(Box::new(move |m: &Machine| {
-                let id = m.state.find_scoped(&name, scope.as_deref())?;
-                Ok(Reply::Workload(Box::new(views::workload(m, id))))
-            }))
-            .await
+            let mut r = sh
+                .read(Box::new(move |m: &Machine| {
+                    let id = m.state.find_scoped(&name, scope.as_deref())?;
+                    Ok(Reply::Workload(Box::new(views::workload(m, id))))
+                }))
+                .await;
+            if let Ok(Reply::Workload(w)) = &mut r {
+                sh.add_progress(w);
+            }
+            r
+        }
+        Body::PodProgress {
+            node,
+            workload_id,
+            rank,
+            status,
+        } => {
+            node_scope(who, &node, "report pod progress")?;
+            let status: String = status.chars().take(200).collect();
+            sh.record_progress(workload_id, rank, status);
+            Ok(Reply::Done)
         }
         Body::GetNodes => {
             sh.read(Box::new(|m: &Machine| Ok(Reply::Nodes(views::nodes(m)))))
@@ -1602,6 +1663,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         budgets: budgets.clone(),
         submits: Arc::new(Mutex::new(crate::budget::SubmitRates::default())),
         logs: Arc::new(crate::logs::LogRelay::default()),
+        progress: Arc::new(Mutex::new(BTreeMap::new())),
     };
     let refresh_metrics = shared.input.clone();
     // The replica, QUIC (its endpoint, the peer senders, every connection and request) and

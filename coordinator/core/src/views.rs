@@ -58,6 +58,7 @@ pub fn workload(m: &Machine, id: WlId) -> WorkloadView {
                 ended_ms: t.and_then(|t| t.ended),
                 exit_code: t.and_then(|t| t.exit_code),
                 outcome: t.and_then(|t| t.outcome.clone()),
+                status: None,
             });
             *i += 1;
         }
@@ -82,6 +83,7 @@ pub fn workload(m: &Machine, id: WlId) -> WorkloadView {
                     ended_ms: t.ended,
                     exit_code: t.exit_code,
                     outcome: t.outcome.clone(),
+                    status: None,
                 });
             }
         }
