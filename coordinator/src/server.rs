@@ -138,8 +138,11 @@ struct Shared {
     logs: Arc<crate::logs::LogRelay>,
     /// What pods that do not run yet are doing, as agents said: (workload id, rank) ->
     /// (status, when). Soft state of this replica, not replicated.
-    progress: Arc<Mutex<BTreeMap<(u64, u32), (String, Instant)>>>,
+    progress: Arc<Mutex<Progress>>,
 }
+
+/// (workload id, rank) -> (status, when the agent said it).
+type Progress = BTreeMap<(u64, u32), (String, Instant)>;
 
 /// Pods whose progress a replica holds at most; beyond, the oldest half is forgotten.
 const MAX_PROGRESS: usize = 100_000;
