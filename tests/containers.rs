@@ -3,7 +3,8 @@
 //! by the test (see agent/tests/support/containers.rs). A two-pod gang that prints its rank
 //! variables and sees only its GPUs' device nodes; an image that does not exist; an eviction
 //! that runs the job's SIGTERM trap inside the container; an agent killed and restarted while
-//! a container runs (it keeps running and is adopted); a container whose pod is gone, removed.
+//! a container runs (it keeps running and is adopted), also when its shim died with it; a
+//! stale attempt's container stopped and a stray container removed by the restarted agent.
 
 mod support;
 
@@ -41,6 +42,14 @@ fn tasks(env: &containers::Env) -> Vec<String> {
         .map(|l| l.trim().to_string())
         .filter(|l| !l.is_empty())
         .collect()
+}
+
+/// Kills every pod shim of the test's agent, as a restart of the agent's container would.
+fn kill_shims() {
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f", "agent-shim.*agent-ctr-1"])
+        .status();
+    std::thread::sleep(Duration::from_millis(200));
 }
 
 fn submit(c: &Cluster, file: &str, yaml: &str) {
@@ -281,38 +290,83 @@ fn images_run_as_containers_end_to_end() {
         .expect("adopt");
     assert_eq!(w.preemptions, 0, "{w:?}");
 
-    // A container whose pod is gone (its shim killed with the agent down) is removed by the
-    // restarted agent.
+    // On Kubernetes a restarted agent container takes its pods' shims with it: the container
+    // runs on, and the restarted agent gives it a new shim that adopts it, same attempt.
     submit(
         &c,
-        "orphan.yaml",
+        "reshim.yaml",
         &format!(
-            "name: orphan\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ngrace: 2\n\
+            "name: reshim\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\n\
+             image: {image}\ncommand: [sh, -c, 'echo begin; sleep 5; echo end']\n"
+        ),
+    );
+    wait_state(&c, "reshim", "Running", 60);
+    agent.kill();
+    kill_shims();
+    assert_eq!(
+        tasks(&env).len(),
+        1,
+        "the container outlives its agent and shim"
+    );
+    agent.start();
+    wait_state(&c, "reshim", "Succeeded", 60);
+    wait_for(30, "reshim's whole log", || {
+        let o = c.cli("user-team-a", &["logs", "reshim"]);
+        let log = String::from_utf8_lossy(&o.stdout).to_string();
+        (log.contains("begin") && log.contains("end")).then_some(())
+    });
+    let w = all_workloads(&c)
+        .into_iter()
+        .find(|w| w.name == "reshim")
+        .expect("reshim");
+    assert_eq!(w.preemptions, 0, "{w:?}");
+
+    // A stale attempt: agent and shim gone for longer than two leases, so the cluster gives up
+    // on attempt 1. The restarted agent stops its container (the lease expired) before attempt
+    // 2 runs, and removes a container no pod of its owns.
+    submit(
+        &c,
+        "stale.yaml",
+        &format!(
+            "name: stale\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ngrace: 2\n\
              image: {image}\ncommand: [sleep, '300']\n"
         ),
     );
-    wait_state(&c, "orphan", "Running", 60);
+    wait_state(&c, "stale", "Running", 60);
     agent.kill();
-    let shims = Command::new("pkill")
-        .args(["-KILL", "-f", "agent-shim.*agent-ctr-1"])
-        .status()
-        .expect("pkill");
-    assert!(shims.success());
-    assert_eq!(tasks(&env).len(), 1, "the orphaned container still runs");
-    agent.start();
-    // Its pod was lost: the cluster runs the workload again as attempt 2, and the container of
-    // attempt 1 is gone, so it never runs twice.
+    kill_shims();
     let old = tasks(&env);
-    assert!(old[0].ends_with("-1-0"), "{old:?}");
-    wait_for(30, "the orphaned container is removed", || {
-        let now = tasks(&env);
-        (!now.contains(&old[0])).then_some(())
-    });
-    wait_for(30, "attempt 2 runs", || {
-        let now = tasks(&env);
-        (now.len() == 1 && now[0].ends_with("-2-0")).then_some(())
-    });
-    c.cli_ok("user-team-a", &["cancel", "orphan"]);
+    assert!(old.len() == 1 && old[0].ends_with("-1-0"), "{old:?}");
+    let stray = Command::new("ctr")
+        .arg("-a")
+        .arg(&env.socket)
+        .args([
+            "-n",
+            &env.namespace,
+            "run",
+            "-d",
+            "--label",
+            "io.allot.pod=/nowhere",
+        ])
+        .args([&format!("{image}"), "stray", "sleep", "300"])
+        .output()
+        .expect("ctr run");
+    assert!(
+        stray.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stray.stderr)
+    );
+    std::thread::sleep(Duration::from_secs(8));
+    agent.start();
+    wait_for(
+        30,
+        "attempt 1 stopped, the stray removed, attempt 2 running",
+        || {
+            let now = tasks(&env);
+            (now.len() == 1 && now[0].ends_with("-2-0")).then_some(())
+        },
+    );
+    c.cli_ok("user-team-a", &["cancel", "stale"]);
     wait_for(30, "no task left", || tasks(&env).is_empty().then_some(()));
     drop(agent);
 }

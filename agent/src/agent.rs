@@ -232,7 +232,10 @@ impl Agent {
                 .filter(|p| p.holds_devices())
                 .map(|p| p.dir.display().to_string())
                 .collect();
-            tokio::spawn(containers_task(c, live, cfg.image_max_age));
+            // Before anything starts: a new pod's container must not be taken for a stray.
+            if let Some(ctd) = sweep_containers(&c, &live).await {
+                tokio::spawn(image_cache_task(ctd, cfg.image_max_age));
+            }
         }
         let (report_tx, report_rx) = watch::channel(report);
         let (assign_tx, mut assign_rx) = watch::channel::<Option<NodeAssignments>>(None);
@@ -462,14 +465,17 @@ fn describe_status(s: &containerd::run::PodStatus) -> String {
     }
 }
 
-/// The containerd side of the node: removes containers no pod owns, then applies the image
-/// cache's rule every ten minutes.
-async fn containers_task(c: ContainerdConfig, live: BTreeSet<String>, max_age: Duration) {
+/// Removes the containers in allot's namespace that no pod of this agent owns (their records
+/// are gone); returns the connection, or `None` when containerd cannot be reached.
+async fn sweep_containers(
+    c: &ContainerdConfig,
+    live: &BTreeSet<String>,
+) -> Option<containerd::Containerd> {
     let ctd = match containerd::Containerd::connect(&c.socket, &c.namespace).await {
         Ok(ctd) => ctd,
         Err(e) => {
             tracing::warn!("{e}; pods with an image will fail until containerd is reachable");
-            return;
+            return None;
         }
     };
     match ctd.containers().await {
@@ -485,6 +491,11 @@ async fn containers_task(c: ContainerdConfig, live: BTreeSet<String>, max_age: D
         }
         Err(e) => tracing::warn!("listing containers: {e}"),
     }
+    Some(ctd)
+}
+
+/// Applies the image cache's rule every ten minutes.
+async fn image_cache_task(ctd: containerd::Containerd, max_age: Duration) {
     let mut every = tokio::time::interval(Duration::from_secs(600));
     loop {
         every.tick().await;

@@ -58,7 +58,7 @@ impl Pod {
             PodPhase::Exited(r) => Some(PodExit {
                 rank: self.spec.rank,
                 succeeded: r.succeeded,
-                lost: r.lease_expired,
+                lost: r.lease_expired || r.lost,
                 detail: r.detail.clone(),
                 exit_code: r.code.or(r.signal.map(|s| 128 + s)),
             }),
@@ -136,8 +136,24 @@ impl Executor {
                 .and_then(|s| s.trim().parse().ok())
                 .unwrap_or(0);
             let reported = dir.join("reported").exists();
+            let mut child = None;
+            let mut shim_pid = shim_pid;
+            if read_exit(&dir).is_none() && !shim_alive(shim_pid, &dir) && spec.run.image.is_some()
+            {
+                if let Some((pid, c)) = self.readopt(&spec, &dir) {
+                    tracing::info!(
+                        "{} rank {} (attempt {}): its shim is gone; shim {pid} adopts its container",
+                        spec.workload,
+                        spec.rank,
+                        spec.attempt
+                    );
+                    shim_pid = pid;
+                    child = Some(c);
+                }
+            }
             let phase = match read_exit(&dir) {
                 Some(r) => PodPhase::Exited(r),
+                None if child.is_some() => PodPhase::Running,
                 None if shim_alive(shim_pid, &dir) => {
                     tracing::info!(
                         "found {} rank {} (attempt {}) still running under shim {shim_pid}",
@@ -158,7 +174,7 @@ impl Executor {
                     spec,
                     dir,
                     shim_pid,
-                    child: None,
+                    child,
                     phase,
                     reported,
                 },
@@ -258,31 +274,10 @@ impl Executor {
                 a.run.workdir.as_ref().map(PathBuf::from)
             },
             container,
+            adopt: false,
             program,
         };
-        let mut cmd = Command::new(&self.cfg.shim_program);
-        cmd.arg("agent-shim")
-            .args(args.to_args())
-            .env_clear()
-            .envs(inherited_env())
-            .envs(self.environment(a))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(
-                fs::File::create(dir.join("shim.log"))
-                    .map(Stdio::from)
-                    .unwrap_or_else(|_| Stdio::null()),
-            );
-        // SAFETY: setsid(2) in the child before exec; async-signal-safe, touches no memory.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("starting the shim {}: {e}", self.cfg.shim_program.display()))?;
+        let child = self.spawn_shim(a, &args, "w")?;
         let pid = child.id();
         let _ = shim::write_atomic(&dir.join("shim.pid"), pid.to_string().as_bytes());
         tracing::info!(
@@ -304,6 +299,69 @@ impl Executor {
             },
         );
         Ok(())
+    }
+
+    /// Starts `allot agent-shim` in its own session (so it outlives the agent) and records its
+    /// pid; `log_mode` `w` starts the shim's log afresh, `a` appends (a shim that adopts).
+    fn spawn_shim(
+        &self,
+        a: &PodAssignment,
+        args: &ShimArgs,
+        log_mode: &str,
+    ) -> Result<Child, String> {
+        let dir = &args.dir;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(log_mode == "a")
+            .truncate(log_mode != "a")
+            .open(dir.join("shim.log"));
+        let mut cmd = Command::new(&self.cfg.shim_program);
+        cmd.arg("agent-shim")
+            .args(args.to_args())
+            .env_clear()
+            .envs(inherited_env())
+            .envs(self.environment(a))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.map(Stdio::from).unwrap_or_else(|_| Stdio::null()));
+        // SAFETY: setsid(2) in the child before exec; async-signal-safe, touches no memory.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("starting the shim {}: {e}", self.cfg.shim_program.display()))?;
+        let _ = shim::write_atomic(&dir.join("shim.pid"), child.id().to_string().as_bytes());
+        Ok(child)
+    }
+
+    /// A container pod whose shim is gone (it died with the agent's container on Kubernetes,
+    /// or was killed) gets a new shim that adopts its container: it supervises the task that
+    /// still runs, records the exit of one that ended, or says the container is gone.
+    fn readopt(&mut self, spec: &PodAssignment, dir: &Path) -> Option<(u32, Child)> {
+        self.cfg.containerd.as_ref()?;
+        let args = ShimArgs {
+            dir: dir.to_path_buf(),
+            lease_file: self.lease_file(),
+            lease_ms: self.cfg.lease_ms,
+            grace_ms: u64::from(spec.run.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS)) * 1000,
+            cgroup: None,
+            workdir: None,
+            container: true,
+            adopt: true,
+            program: Vec::new(),
+        };
+        match self.spawn_shim(spec, &args, "a") {
+            Ok(child) => Some((child.id(), child)),
+            Err(e) => {
+                tracing::warn!("could not adopt the container of {}: {e}", dir.display());
+                None
+            }
+        }
     }
 
     /// Writes what the shim needs to run the pod as a container (`container.json`, readable by

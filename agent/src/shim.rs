@@ -31,6 +31,9 @@ pub struct ExitRecord {
     pub lease_expired: bool,
     /// Stopped because the agent asked (eviction or cancel).
     pub stopped: bool,
+    /// The pod is gone without its own exit (its container vanished): run it again elsewhere.
+    #[serde(default)]
+    pub lost: bool,
     pub detail: String,
     pub ended_ms: i64,
 }
@@ -51,6 +54,8 @@ pub struct ShimArgs {
     pub workdir: Option<PathBuf>,
     /// Run the pod as a container (`containerd::run`, from `container.json` in `dir`).
     pub container: bool,
+    /// With `container`: take over the pod's existing container instead of creating one.
+    pub adopt: bool,
     pub program: Vec<String>,
 }
 
@@ -78,6 +83,9 @@ impl ShimArgs {
         if self.container {
             a.push("--container".into());
         }
+        if self.adopt {
+            a.push("--adopt".into());
+        }
         a.push("--".into());
         a.extend(self.program.iter().cloned());
         a
@@ -93,6 +101,7 @@ impl ShimArgs {
             cgroup: None,
             workdir: None,
             container: false,
+            adopt: false,
             program: Vec::new(),
         };
         let mut it = args.iter();
@@ -103,6 +112,10 @@ impl ShimArgs {
             }
             if a == "--container" {
                 out.container = true;
+                continue;
+            }
+            if a == "--adopt" {
+                out.adopt = true;
                 continue;
             }
             let v = it
@@ -232,6 +245,7 @@ pub fn run(args: &ShimArgs) -> i32 {
                 succeeded: false,
                 lease_expired: false,
                 stopped: false,
+                lost: false,
                 detail: format!("could not start {:?}: {e}", args.program[0]),
                 ended_ms: now_ms(),
             });
@@ -261,6 +275,7 @@ pub fn run(args: &ShimArgs) -> i32 {
                     succeeded: status.success() && !stopped && !lease_expired,
                     lease_expired,
                     stopped,
+                    lost: false,
                     detail,
                     ended_ms: now_ms(),
                 });
@@ -309,6 +324,7 @@ mod tests {
             cgroup: Some("/sys/fs/cgroup/allot/p".into()),
             workdir: None,
             container: false,
+            adopt: false,
             program: vec!["python".into(), "--".into(), "train.py".into()],
         };
         assert_eq!(ShimArgs::parse(&a.to_args()).unwrap(), a);
@@ -350,6 +366,7 @@ mod tests {
             cgroup: None,
             workdir: None,
             container: false,
+            adopt: false,
             program: vec!["sh".into(), "-c".into(), "echo hi; exit 3".into()],
         };
         assert_eq!(run(&a), 0);
@@ -376,6 +393,7 @@ mod tests {
             cgroup: None,
             workdir: None,
             container: false,
+            adopt: false,
             program: vec!["sleep".into(), "30".into()],
         };
         let t = Instant::now();

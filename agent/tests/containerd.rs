@@ -42,6 +42,7 @@ fn run_pod(j: &ContainerJob) -> (ExitRecord, String, Duration) {
         cgroup: None,
         workdir: None,
         container: true,
+        adopt: false,
         program: vec![],
     };
     let t = Instant::now();

@@ -85,6 +85,7 @@ fn record(dir: &Path, r: ExitRecord) {
 }
 
 fn failed(dir: &Path, reason: &str, detail: String) -> i32 {
+    let lost = reason == "ContainerLost";
     record(
         dir,
         ExitRecord {
@@ -93,6 +94,7 @@ fn failed(dir: &Path, reason: &str, detail: String) -> i32 {
             succeeded: false,
             lease_expired: false,
             stopped: false,
+            lost,
             detail: format!("{reason}: {detail}"),
             ended_ms: shim::now_ms(),
         },
@@ -124,9 +126,13 @@ async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
     let dir = &args.dir;
     let ctd = match Containerd::connect(&job.socket, &job.namespace).await {
         Ok(c) => c,
+        Err(e) if args.adopt => return failed(dir, "ContainerLost", e),
         Err(e) => return failed(dir, "ContainerCannotRun", e),
     };
     let id = container_id(dir);
+    if args.adopt {
+        return adopt(args, &ctd, job, &id).await;
+    }
     // Pull, telling the agent how far it got (at most every 500 ms).
     let mut status = PodStatus {
         phase: "Pulling".into(),
@@ -193,6 +199,37 @@ async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
     code
 }
 
+/// Takes over a pod's container after its first shim died: supervises the task if it runs,
+/// records its exit if it ended, says the container is gone otherwise.
+async fn adopt(args: &ShimArgs, ctd: &Containerd, job: &ContainerJob, id: &str) -> i32 {
+    let dir = &args.dir;
+    let ooms = watch_ooms(ctd.clone(), job.namespace.clone());
+    match ctd.task(id).await {
+        Ok(Some(task)) => {
+            if task.status == api::STATUS_RUNNING {
+                let _ = shim::write_atomic(
+                    &dir.join(shim::CHILD_PID_FILE),
+                    task.pid.to_string().as_bytes(),
+                );
+            }
+            let mut status = read_status(dir).unwrap_or_default();
+            status.phase = "Running".into();
+            write_status(dir, &status);
+            supervise(args, ctd, job, id, ooms).await
+        }
+        Ok(None) => {
+            // Created but never started, or removed: nothing runs; clean what is left.
+            let _ = ctd.remove_container(id, &job.snapshotter).await;
+            failed(
+                dir,
+                "ContainerLost",
+                "its container was gone when the agent restarted, with no exit recorded".into(),
+            )
+        }
+        Err(e) => failed(dir, "ContainerLost", e.to_string()),
+    }
+}
+
 /// Container ids of OOM kills in the namespace, as containerd reports them.
 fn watch_ooms(ctd: Containerd, namespace: String) -> mpsc::UnboundedReceiver<String> {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -246,6 +283,7 @@ fn stopped_before_start(dir: &Path, lease_expired: bool) -> i32 {
             succeeded: false,
             lease_expired,
             stopped: !lease_expired,
+            lost: false,
             detail: if lease_expired {
                 "stopped before it started: the node's lease expired".into()
             } else {
@@ -476,6 +514,7 @@ async fn supervise(
             succeeded,
             lease_expired,
             stopped,
+            lost: false,
             detail,
             ended_ms: shim::now_ms(),
         },
