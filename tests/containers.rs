@@ -348,7 +348,7 @@ fn images_run_as_containers_end_to_end() {
             "--label",
             "io.allot.pod=/nowhere",
         ])
-        .args([&format!("{image}"), "stray", "sleep", "300"])
+        .args([image.as_str(), "stray", "sleep", "300"])
         .output()
         .expect("ctr run");
     assert!(
