@@ -269,6 +269,9 @@ impl Agent {
                     last = assign_rx.borrow_and_update().clone();
                 }
                 _ = tick.tick() => {}
+                // A container pod that is being created is looked at often, so the cluster
+                // hears it runs within milliseconds, not a tick later.
+                _ = tokio::time::sleep(Duration::from_millis(10)), if !self.awaiting_start.is_empty() => {}
                 Some(k) = ack_rx.recv() => {
                     self.exec.mark_reported(&k);
                     queued.remove(&k);
