@@ -45,6 +45,9 @@ NEURON_TYPES = {t for t, v in CATALOG.items() if v["neuron"] > 0}
 PRIVILEGED_ALLOWED = {("overlays/hyperpod-eks", "allot-agent-neuron", "agent")}
 # Root without privilege: the init container that hands the agent's host directory to its user.
 ROOT_ALLOWED = {"data-dir"}
+# Root without privilege or capabilities, to reach the node's containerd socket (root's): the
+# agent where it runs workloads from images (the README says why).
+ROOT_FOR_CONTAINERD = {("overlays/hyperpod-eks", "allot-agent", "agent")}
 CERT_SECRETS = {"allot-ca", "allot-coordinator-certs", "allot-node-certs", "allot-admin-cert"}
 # Keys `allot agent` takes in its config file (its flags in snake_case).
 AGENT_CONFIG_KEYS = {
@@ -60,6 +63,12 @@ AGENT_CONFIG_KEYS = {
     "fake_gpus",
     "lease",
     "discover_every",
+    "driver",
+    "containerd_socket",
+    "containerd_namespace",
+    "plain_http_registry",
+    "device_dir",
+    "image_max_age_hours",
 }
 
 
@@ -606,6 +615,9 @@ class Agent(unittest.TestCase):
             spec.pop("affinity")
             agent = container(spec, "agent")
             agent.pop("securityContext")
+            # Both run workloads from images through the node's containerd.
+            agent["volumeMounts"] = sorted(agent["volumeMounts"], key=lambda m: m["name"])
+            spec["volumes"] = sorted(spec["volumes"], key=lambda v: v["name"])
             agent["env"] = [e for e in agent["env"] if not e["name"].startswith("NVIDIA_")]
         nspec = pod_spec(nvidia)
         del nspec["runtimeClassName"]
@@ -633,6 +645,11 @@ class Security(unittest.TestCase):
                             uid = sc.get("runAsUser", (spec.get("securityContext") or {}).get("runAsUser"))
                             if c["name"] in ROOT_ALLOWED:
                                 self.assertLessEqual(set(sc["capabilities"].get("add", [])), {"CHOWN", "FOWNER"})
+                            elif where in ROOT_FOR_CONTAINERD:
+                                self.assertNotIn("add", sc.get("capabilities", {}))
+                                self.assertIn("--driver", c["args"])
+                                self.assertEqual(c["args"][c["args"].index("--driver") + 1], "containerd")
+                                self.assertRegex(readme, r"(?is)containerd.{0,300}socket.{0,300}root")
                             else:
                                 self.assertIsNotNone(uid)
                                 self.assertNotEqual(uid, 0)
