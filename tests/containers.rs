@@ -23,10 +23,21 @@ fn state(c: &Cluster, name: &str) -> Option<String> {
         .map(|w| w.state)
 }
 
-fn wait_state(c: &Cluster, name: &str, want: &str, secs: u64) {
-    wait_for(secs, &format!("{name} {want}"), || {
-        (state(c, name).as_deref() == Some(want)).then_some(())
-    });
+/// Waits for a workload's state; on a timeout, fails with its description and the agent's log.
+fn wait_state(c: &Cluster, agent: &AgentProc, name: &str, want: &str, secs: u64) {
+    let t = std::time::Instant::now();
+    while state(c, name).as_deref() != Some(want) {
+        if t.elapsed() > Duration::from_secs(secs) {
+            let d = c.cli("admin-admin", &["describe", "workload", name]);
+            panic!(
+                "{name} not {want} after {secs}s:\n{}{}\nagent log:\n{}",
+                String::from_utf8_lossy(&d.stdout),
+                String::from_utf8_lossy(&d.stderr),
+                agent.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Tasks containerd runs in the test's namespace.
@@ -103,7 +114,7 @@ fn images_run_as_containers_end_to_end() {
              MASTER_PORT=$MASTER_PORT; echo devices: $(ls /dev | grep nvidia)']\n"
         ),
     );
-    wait_state(&c, "gang", "Succeeded", 60);
+    wait_state(&c, &agent, "gang", "Succeeded", 60);
     let mut devices = Vec::new();
     for rank in 0..2 {
         let log = c.cli_ok(
@@ -167,7 +178,7 @@ fn images_run_as_containers_end_to_end() {
              image: {private}\ncommand: [echo, pulled with the team's credentials]\n"
         ),
     );
-    wait_state(&c, "private", "Succeeded", 60);
+    wait_state(&c, &agent, "private", "Succeeded", 60);
     let log = c.cli_ok("user-team-a", &["logs", "private"]);
     assert!(log.contains("pulled with the team's credentials"), "{log}");
 
@@ -185,7 +196,7 @@ fn images_run_as_containers_end_to_end() {
              \x20       resources:\n          limits:\n            nvidia.com/gpu: 1\n            memory: 1Gi\n"
         ),
     );
-    wait_state(&c, "k8s-job", "Succeeded", 60);
+    wait_state(&c, &agent, "k8s-job", "Succeeded", 60);
     let log = c.cli_ok("user-team-a", &["logs", "k8s-job"]);
     assert!(log.contains("job says hello"), "{log}");
     let role = |r: &str| {
@@ -207,7 +218,7 @@ fn images_run_as_containers_end_to_end() {
             role("Worker")
         ),
     );
-    wait_state(&c, "torch", "Succeeded", 60);
+    wait_state(&c, &agent, "torch", "Succeeded", 60);
     for rank in 0..2 {
         let log = c.cli_ok(
             "user-team-a",
@@ -229,7 +240,7 @@ fn images_run_as_containers_end_to_end() {
             env.registry
         ),
     );
-    wait_state(&c, "nosuch", "Failed", 60);
+    wait_state(&c, &agent, "nosuch", "Failed", 60);
     let d = c.cli_ok("user-team-a", &["describe", "workload", "nosuch"]);
     assert!(
         d.contains("ImagePullFailed") && d.contains("MANIFEST_UNKNOWN"),
@@ -246,7 +257,7 @@ fn images_run_as_containers_end_to_end() {
              echo started; sleep 300 & wait\"]\n"
         ),
     );
-    wait_state(&c, "trap", "Running", 60);
+    wait_state(&c, &agent, "trap", "Running", 60);
     wait_for(20, "trap prints started", || {
         let o = c.cli("user-team-a", &["logs", "trap"]);
         String::from_utf8_lossy(&o.stdout)
@@ -272,12 +283,12 @@ fn images_run_as_containers_end_to_end() {
              image: {image}\ncommand: [sh, -c, 'echo begin; sleep 4; echo end']\n"
         ),
     );
-    wait_state(&c, "adopt", "Running", 60);
+    wait_state(&c, &agent, "adopt", "Running", 60);
     agent.kill();
     assert_eq!(tasks(&env).len(), 1, "the container outlives its agent");
     std::thread::sleep(Duration::from_millis(500));
     agent.start();
-    wait_state(&c, "adopt", "Succeeded", 60);
+    wait_state(&c, &agent, "adopt", "Succeeded", 60);
     // (The restarted agent's log service may take a moment to reconnect.)
     wait_for(30, "adopt's whole log", || {
         let o = c.cli("user-team-a", &["logs", "adopt"]);
@@ -300,7 +311,7 @@ fn images_run_as_containers_end_to_end() {
              image: {image}\ncommand: [sh, -c, 'echo begin; sleep 5; echo end']\n"
         ),
     );
-    wait_state(&c, "reshim", "Running", 60);
+    wait_state(&c, &agent, "reshim", "Running", 60);
     agent.kill();
     kill_shims();
     assert_eq!(
@@ -309,7 +320,7 @@ fn images_run_as_containers_end_to_end() {
         "the container outlives its agent and shim"
     );
     agent.start();
-    wait_state(&c, "reshim", "Succeeded", 60);
+    wait_state(&c, &agent, "reshim", "Succeeded", 60);
     wait_for(30, "reshim's whole log", || {
         let o = c.cli("user-team-a", &["logs", "reshim"]);
         let log = String::from_utf8_lossy(&o.stdout).to_string();
@@ -332,7 +343,7 @@ fn images_run_as_containers_end_to_end() {
              image: {image}\ncommand: [sleep, '300']\n"
         ),
     );
-    wait_state(&c, "stale", "Running", 60);
+    wait_state(&c, &agent, "stale", "Running", 60);
     agent.kill();
     kill_shims();
     let old = tasks(&env);

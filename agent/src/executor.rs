@@ -414,6 +414,7 @@ impl Executor {
             cpu_millis: a.requests.get(&allot_common::ResourceName::cpu()),
             devices: a.devices.clone(),
             hostname,
+            lock_dir: self.cfg.data_dir.clone(),
         };
         let bytes = serde_json::to_vec_pretty(&job).map_err(|e| e.to_string())?;
         let path = dir.join(JOB_FILE);

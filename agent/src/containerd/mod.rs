@@ -134,6 +134,16 @@ impl Containerd {
         req
     }
 
+    /// A gRPC client on the connection, once it can take a call.
+    async fn ready(&self, method: &'static str) -> Result<tonic::client::Grpc<Channel>, CallError> {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        grpc.ready().await.map_err(|e| CallError {
+            method,
+            status: tonic::Status::unavailable(format!("containerd connection: {e}")),
+        })?;
+        Ok(grpc)
+    }
+
     /// One unary call. `method` is the full gRPC path, e.g. `/containerd.services.tasks.v1.Tasks/Start`.
     pub async fn call<Req, Resp>(
         &self,
@@ -145,11 +155,7 @@ impl Containerd {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        grpc.ready().await.map_err(|e| CallError {
-            method,
-            status: tonic::Status::unavailable(format!("containerd connection: {e}")),
-        })?;
+        let mut grpc = self.ready(method).await?;
         let codec: ProstCodec<Req, Resp> = ProstCodec::default();
         grpc.unary(
             self.request(msg, lease),
@@ -171,11 +177,7 @@ impl Containerd {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        grpc.ready().await.map_err(|e| CallError {
-            method,
-            status: tonic::Status::unavailable(format!("containerd connection: {e}")),
-        })?;
+        let mut grpc = self.ready(method).await?;
         let codec: ProstCodec<Req, Resp> = ProstCodec::default();
         grpc.server_streaming(
             self.request(msg, None),
@@ -199,11 +201,7 @@ impl Containerd {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        grpc.ready().await.map_err(|e| CallError {
-            method,
-            status: tonic::Status::unavailable(format!("containerd connection: {e}")),
-        })?;
+        let mut grpc = self.ready(method).await?;
         let codec: ProstCodec<Req, Resp> = ProstCodec::default();
         grpc.streaming(
             self.request(stream, lease),

@@ -45,6 +45,10 @@ pub struct ContainerJob {
     pub cpu_millis: i64,
     pub devices: BTreeMap<String, Vec<u8>>,
     pub hostname: String,
+    /// Where the node's pull locks live (the agent's data directory; default: the pod
+    /// directory's parent).
+    #[serde(default)]
+    pub lock_dir: PathBuf,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,14 +159,28 @@ async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
             );
         }
     };
-    let pull = super::pull::pull(
-        &ctd,
-        &job.image,
-        &job.snapshotter,
-        &job.plain_http,
-        job.credentials.clone(),
-        &mut progress,
-    );
+    // One pull of an image at a time on a node: a second pod of the same image waits for the
+    // first and then finds it cached, instead of racing it for containerd's content refs.
+    let lock_dir = if job.lock_dir.as_os_str().is_empty() {
+        dir.parent().unwrap_or(dir).to_path_buf()
+    } else {
+        job.lock_dir.clone()
+    };
+    let lock_path = lock_dir.join(format!("{}.lock", super::pull::lease_of(&job.image)));
+    let pull = async {
+        let _held = tokio::task::spawn_blocking(move || lock_file(&lock_path))
+            .await
+            .map_err(|e| e.to_string())??;
+        super::pull::pull(
+            &ctd,
+            &job.image,
+            &job.snapshotter,
+            &job.plain_http,
+            job.credentials.clone(),
+            &mut progress,
+        )
+        .await
+    };
     // A stop or an expired lease while pulling ends the pod without running it.
     let pulled = tokio::select! {
         p = pull => p,
@@ -259,6 +277,27 @@ fn watch_ooms(ctd: Containerd, namespace: String) -> mpsc::UnboundedReceiver<Str
         }
     });
     rx
+}
+
+/// Opens and exclusively locks `path` (flock), waiting for another holder; the lock goes with
+/// the file.
+fn lock_file(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::io::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("pull lock {}: {e}", path.display()))?;
+    // SAFETY: flock(2) on a descriptor this function owns; no memory is touched.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(format!(
+            "pull lock {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(f)
 }
 
 /// Resolves when the agent asks the pod to stop or the node's lease runs out: true for the lease.
