@@ -73,6 +73,11 @@ pub struct AgentArgs {
     /// containerd driver, fake nodes the agent makes in its data directory].
     #[arg(long)]
     pub device_dir: Option<PathBuf>,
+    /// A directory of CDI specs (repeat for several; later ones win): a pod's GPUs come from
+    /// the `nvidia.com/gpu` devices named by their indices, with the spec's mounts, variables
+    /// and hooks [default: /etc/cdi and /var/run/cdi; none with --fake-gpus].
+    #[arg(long)]
+    pub cdi_dir: Vec<PathBuf>,
     /// Hours after which an image no pod used leaves the node's image cache [default: 24].
     #[arg(long)]
     pub image_max_age_hours: Option<f64>,
@@ -105,6 +110,7 @@ struct FileConfig {
     containerd_namespace: Option<String>,
     plain_http_registry: Option<Vec<String>>,
     device_dir: Option<PathBuf>,
+    cdi_dirs: Option<Vec<PathBuf>>,
     image_max_age_hours: Option<f64>,
 }
 
@@ -169,6 +175,16 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
                      (default allot), so the kubelet's containers are never touched"
                 );
             }
+            // Fake GPUs have no specs: the host's would name its real devices.
+            let cdi_dirs = match (a.cdi_dir, f.cdi_dirs, fake_gpus) {
+                (flag, _, _) if !flag.is_empty() => flag,
+                (_, Some(file), _) => file,
+                (_, None, Some(_)) => Vec::new(),
+                (_, None, None) => allot_agent::containerd::cdi::DEFAULT_DIRS
+                    .iter()
+                    .map(PathBuf::from)
+                    .collect(),
+            };
             let mut plain_http = a.plain_http_registry;
             plain_http.extend(f.plain_http_registry.unwrap_or_default());
             Some(allot_agent::containerd::ContainerdConfig {
@@ -180,6 +196,7 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
                 snapshotter: allot_agent::containerd::DEFAULT_SNAPSHOTTER.into(),
                 plain_http,
                 dev_dir,
+                cdi_dirs,
             })
         }
         other => bail!("--driver {other:?}: use process or containerd"),
@@ -336,6 +353,7 @@ mod tests {
             containerd_namespace: None,
             plain_http_registry: Vec::new(),
             device_dir: None,
+            cdi_dir: Vec::new(),
             image_max_age_hours: None,
             discover: false,
         }

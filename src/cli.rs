@@ -1491,6 +1491,8 @@ async fn wait_for_state(
         match reached(until, &state) {
             Ok(true) => return Ok(format!("workload {name}: {state}")),
             Ok(false) => {}
+            // It finished, but not well: said as a success would be, with a failing status.
+            Err(_) if until == WaitFor::Finished => bail!("workload {name}: {state}"),
             Err(e) => bail!("workload {name} will not be {until:?}: {e}"),
         }
         let Some(wait_ms) = poll_ms(deadline, 20_000) else {
@@ -2292,12 +2294,16 @@ fn describe_workload(w: &WorkloadView) -> String {
                     )
                 })
                 .collect();
+            let devices = if d.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", d.join(" "))
+            };
             s.push_str(&format!(
-                "  {}[{}] on {} {}{}\n",
+                "  {}[{}] on {}{devices}{}\n",
                 p.pod_set,
                 p.index,
                 p.node,
-                d.join(" "),
                 pod_times(p)
             ));
         }

@@ -199,6 +199,87 @@ fn only_the_assigned_gpu_device_nodes_are_visible() {
 }
 
 #[test]
+fn gpus_come_from_the_nodes_cdi_spec_with_its_mounts_variables_and_hooks() {
+    let Some(env) = containers::Env::start("gpus_come_from_the_nodes_cdi_spec") else {
+        return;
+    };
+    let image = env.push_busybox("busybox", "1");
+    let dev = env.dir.path().join("fake-dev");
+    std::fs::create_dir_all(&dev).unwrap();
+    for n in ["nvidia0", "nvidia1", "nvidiactl"] {
+        let p = std::ffi::CString::new(dev.join(n).to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: mknod(2) with a valid path; creates a device node in the test's directory.
+        let rc = unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+        assert_eq!(rc, 0, "mknod {n}");
+    }
+    // A spec as `nvidia-ctk cdi generate` writes one: devices by index, the control node, the
+    // driver's files as read-only mounts, a variable and a hook, at the spec's level.
+    let driver = env.dir.path().join("driver");
+    std::fs::create_dir_all(&driver).unwrap();
+    std::fs::write(driver.join("libcuda.txt"), "libcuda from the host\n").unwrap();
+    let hook_ran = env.dir.path().join("hook-ran");
+    let cdi = env.dir.path().join("cdi");
+    std::fs::create_dir_all(&cdi).unwrap();
+    let d = dev.display();
+    std::fs::write(
+        cdi.join("nvidia.yaml"),
+        format!(
+            "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n\
+             - name: \"0\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n      hostPath: {d}/nvidia0\n\
+             - name: \"1\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia1\n      hostPath: {d}/nvidia1\n\
+             containerEdits:\n  env:\n  - ALLOT_CDI=from-spec\n  deviceNodes:\n  - path: /dev/nvidiactl\n    hostPath: {d}/nvidiactl\n\
+             \x20 mounts:\n  - hostPath: {}\n    containerPath: /usr/lib/driver\n    options: [ro, nosuid, nodev, bind]\n\
+             \x20 hooks:\n  - hookName: createRuntime\n    path: /bin/sh\n    args: [sh, -c, 'echo ran > {}']\n",
+            driver.display(),
+            hook_ran.display()
+        ),
+    )
+    .unwrap();
+    let mut j = job(
+        &env,
+        &image,
+        &[
+            "sh",
+            "-c",
+            "ls /dev | grep nvidia; echo $ALLOT_CDI; cat /usr/lib/driver/libcuda.txt; \
+             (echo x > /usr/lib/driver/w) 2>/dev/null || echo read-only",
+        ],
+    );
+    j.dev_dir = dev.clone();
+    j.cdi_dirs = vec![env.dir.path().join("no-such-dir"), cdi.clone()];
+    j.devices = BTreeMap::from([("gpu".to_string(), vec![1u8])]);
+    let (rec, log, _) = run_pod(&j);
+    assert!(rec.succeeded, "{rec:?} {log}");
+    let seen: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        seen,
+        [
+            "nvidia1",
+            "nvidiactl",
+            "from-spec",
+            "libcuda from the host",
+            "read-only"
+        ],
+        "{log}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&hook_ran)
+            .unwrap_or_default()
+            .trim(),
+        "ran"
+    );
+    // A GPU the spec does not name fails the pod, saying what the spec has.
+    j.devices = BTreeMap::from([("gpu".to_string(), vec![3u8])]);
+    let (rec, log, _) = run_pod(&j);
+    assert!(!rec.succeeded, "{rec:?} {log}");
+    assert!(
+        rec.detail.contains("ContainerCannotRun") && rec.detail.contains("nvidia.com/gpu=3"),
+        "{rec:?}"
+    );
+    assert!(rec.detail.contains("it has 0, 1"), "{rec:?}");
+}
+
+#[test]
 fn a_registry_that_wants_credentials_gets_them() {
     let Some(mut env) = containers::Env::start("a_registry_that_wants_credentials") else {
         return;

@@ -10,6 +10,7 @@
 //! - `run`: one pod's container from creation to its recorded exit, run by the pod's shim.
 
 pub mod api;
+pub mod cdi;
 pub mod pull;
 pub use allot_common::image as reference;
 pub mod registry;
@@ -46,6 +47,8 @@ pub struct ContainerdConfig {
     /// Directory with the GPU device nodes (`nvidiaN`, `nvidiactl`, ...): `/dev`, or a fake
     /// directory for tests.
     pub dev_dir: PathBuf,
+    /// Directories with CDI specs, in increasing priority (see `cdi`).
+    pub cdi_dirs: Vec<PathBuf>,
 }
 
 impl Default for ContainerdConfig {
@@ -56,6 +59,7 @@ impl Default for ContainerdConfig {
             snapshotter: DEFAULT_SNAPSHOTTER.into(),
             plain_http: Vec::new(),
             dev_dir: PathBuf::from("/dev"),
+            cdi_dirs: cdi::DEFAULT_DIRS.iter().map(PathBuf::from).collect(),
         }
     }
 }

@@ -49,6 +49,9 @@ pub struct ContainerJob {
     /// directory's parent).
     #[serde(default)]
     pub lock_dir: PathBuf,
+    /// Where the node's CDI specs are (none: the plain device nodes).
+    #[serde(default)]
+    pub cdi_dirs: Vec<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -348,7 +351,28 @@ async fn create_and_start(
         .or_else(|| pulled.config.user.clone())
         .unwrap_or_default();
     let (uid, gid) = spec::parse_user(&user)?;
-    let devices = spec::assigned_devices(&job.dev_dir, &job.devices)?;
+    // GPUs from the node's CDI specs where it has them, named by index as the toolkit does.
+    let gpus: Vec<String> = job
+        .devices
+        .get("gpu")
+        .into_iter()
+        .flatten()
+        .map(|i| i.to_string())
+        .collect();
+    let mut warnings = Vec::new();
+    let cdi = if gpus.is_empty() {
+        None
+    } else {
+        super::cdi::resolve(&job.cdi_dirs, super::cdi::NVIDIA_GPU, &gpus, &mut warnings)?
+    };
+    for w in warnings {
+        eprintln!("agent-shim: {w}");
+    }
+    let mut devices = spec::assigned_devices(&job.dev_dir, &job.devices, cdi.is_some())?;
+    let cdi = cdi.unwrap_or_default();
+    devices.extend(cdi.oci_devices()?);
+    let mut env = spec::merge_env(&pulled.config, &job.env);
+    super::cdi::apply_env(&mut env, &cdi.env);
     let cwd = job
         .workdir
         .clone()
@@ -357,7 +381,7 @@ async fn create_and_start(
     let pod = PodContainer {
         hostname: job.hostname.clone(),
         args,
-        env: spec::merge_env(&pulled.config, &job.env),
+        env,
         cwd,
         uid,
         gid,
@@ -382,6 +406,7 @@ async fn create_and_start(
         cgroups_path: format!("/{}/{id}", job.namespace),
         memlock_unlimited: job.devices.get("efa").is_some_and(|e| !e.is_empty()),
         nofile: spec::nofile_limit(),
+        cdi,
     };
     let spec_json = serde_json::to_vec(&spec::render(&pod)).map_err(|e| e.to_string())?;
     // A container left by an earlier try of this same pod goes first.

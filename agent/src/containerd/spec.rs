@@ -60,6 +60,9 @@ pub struct PodContainer {
     pub memlock_unlimited: bool,
     /// Open-file limit (at most what the node allows: see `nofile_limit`).
     pub nofile: u64,
+    /// Mounts, hooks and groups from the node's CDI specs (their device nodes and variables
+    /// are in `devices` and `env` already).
+    pub cdi: super::cdi::Edits,
 }
 
 /// The open-file limit a pod gets: 1,048,576, or the node's hard limit when lower (a container
@@ -142,18 +145,23 @@ pub fn device_node(host: &Path, container: &str) -> Result<DeviceNode, String> {
     })
 }
 
-/// The device nodes of an assignment: its GPUs (and the NVIDIA control nodes the node has),
-/// its Neuron devices, its EFA interfaces. `dev_dir` is where the host's nodes are.
+/// The device nodes of an assignment: its GPUs (and the NVIDIA control nodes the node has)
+/// unless a CDI spec gives them (`gpus_from_cdi`), its Neuron devices, its EFA interfaces.
+/// `dev_dir` is where the host's nodes are.
 pub fn assigned_devices(
     dev_dir: &Path,
     devices: &std::collections::BTreeMap<String, Vec<u8>>,
+    gpus_from_cdi: bool,
 ) -> Result<Vec<DeviceNode>, String> {
     let mut out = Vec::new();
     let mut add = |host: PathBuf, container: String| -> Result<(), String> {
         out.push(device_node(&host, &container)?);
         Ok(())
     };
-    if let Some(gpus) = devices.get("gpu").filter(|g| !g.is_empty()) {
+    if let Some(gpus) = devices
+        .get("gpu")
+        .filter(|g| !g.is_empty() && !gpus_from_cdi)
+    {
         for i in gpus {
             add(
                 dev_dir.join(format!("nvidia{i}")),
@@ -242,6 +250,38 @@ pub fn render(p: &PodContainer) -> Value {
                            "options": ["rbind", if m.read_only { "ro" } else { "rw" }]}),
         );
     }
+    for m in &p.cdi.mounts {
+        let kind = m.kind.clone().unwrap_or_else(|| "bind".into());
+        let mut options = m.options.clone();
+        if kind == "bind" && !options.iter().any(|o| o == "bind" || o == "rbind") {
+            options.push("rbind".into());
+        }
+        mounts.push(json!({"destination": m.container_path, "type": kind,
+                           "source": m.host_path, "options": options}));
+    }
+    let mut hooks = serde_json::Map::new();
+    for h in &p.cdi.hooks {
+        let mut hook = json!({"path": h.path});
+        if !h.args.is_empty() {
+            hook["args"] = json!(h.args);
+        }
+        if !h.env.is_empty() {
+            hook["env"] = json!(h.env);
+        }
+        if let Some(t) = h.timeout {
+            hook["timeout"] = json!(t);
+        }
+        if let Value::Array(list) = hooks
+            .entry(h.hook_name.clone())
+            .or_insert_with(|| Value::Array(Vec::new()))
+        {
+            list.push(hook);
+        }
+    }
+    let mut user = json!({"uid": p.uid, "gid": p.gid});
+    if !p.cdi.additional_gids.is_empty() {
+        user["additionalGids"] = json!(p.cdi.additional_gids);
+    }
     let mut namespaces = vec![
         json!({"type": "pid"}),
         json!({"type": "ipc"}),
@@ -295,11 +335,11 @@ pub fn render(p: &PodContainer) -> Value {
             "shares": (p.cpu_millis.saturating_mul(1024) / 1000).max(2),
         });
     }
-    json!({
+    let mut spec = json!({
         "ociVersion": "1.0.2",
         "process": {
             "terminal": false,
-            "user": {"uid": p.uid, "gid": p.gid},
+            "user": user,
             "args": p.args,
             "env": p.env,
             "cwd": if p.cwd.is_empty() { "/" } else { &p.cwd },
@@ -321,7 +361,11 @@ pub fn render(p: &PodContainer) -> Value {
             "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
                               "/proc/sysrq-trigger"],
         },
-    })
+    });
+    if !hooks.is_empty() {
+        spec["hooks"] = Value::Object(hooks);
+    }
+    spec
 }
 
 #[cfg(test)]

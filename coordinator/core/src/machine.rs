@@ -889,7 +889,18 @@ impl Machine {
             if evicted_for_other {
                 events.extend(self.state.complete_eviction(id, now));
             } else {
-                events.extend(self.state.finish(id, all_ok && !failed, now)?);
+                // What failed it, for the Finished condition: the pod that stopped the gang,
+                // or the one that failed last.
+                let why = match &self.state.workload(id).eviction {
+                    Some((r, msg)) if r == "PodFailed" => Some(msg.clone()),
+                    _ => exits
+                        .iter()
+                        .find(|e| !e.succeeded)
+                        .map(|e| format!("pod {} failed ({})", e.rank, e.detail)),
+                };
+                let ok = all_ok && !failed;
+                let why = why.filter(|_| !ok);
+                events.extend(self.state.finish_with(id, ok, why.as_deref(), now)?);
             }
             self.pods.remove(&id);
         }

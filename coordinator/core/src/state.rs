@@ -974,6 +974,18 @@ impl State {
         succeeded: bool,
         now: Time,
     ) -> Result<Vec<Event>, StateError> {
+        self.finish_with(id, succeeded, None, now)
+    }
+
+    /// `finish`, with what ended it in the Finished condition's message (a failed pod's
+    /// reason) instead of the bare result.
+    pub fn finish_with(
+        &mut self,
+        id: WlId,
+        succeeded: bool,
+        why: Option<&str>,
+        now: Time,
+    ) -> Result<Vec<Event>, StateError> {
         let Some(wl) = self.end(id)? else {
             return Ok(Vec::new());
         };
@@ -987,7 +999,10 @@ impl State {
             "Finished",
             true,
             reason,
-            &format!("the workload {}", reason.to_lowercase()),
+            &match why {
+                Some(why) => format!("the workload {}: {why}", reason.to_lowercase()),
+                None => format!("the workload {}", reason.to_lowercase()),
+            },
             now,
         );
         Ok(vec![Event::Finished { wl: id, succeeded }])
