@@ -621,6 +621,13 @@ class Agent(unittest.TestCase):
             agent["env"] = [e for e in agent["env"] if not e["name"].startswith("NVIDIA_")]
         nspec = pod_spec(nvidia)
         del nspec["runtimeClassName"]
+        # Only GPU nodes read the NVIDIA toolkit's CDI specs, read-only.
+        nagent = container(nspec, "agent")
+        cdi = [m for m in nagent["volumeMounts"] if m["name"].startswith("cdi-")]
+        self.assertEqual(sorted(m["mountPath"] for m in cdi), ["/etc/cdi", "/var/run/cdi"])
+        self.assertTrue(all(m.get("readOnly") for m in cdi), cdi)
+        nagent["volumeMounts"] = [m for m in nagent["volumeMounts"] if not m["name"].startswith("cdi-")]
+        nspec["volumes"] = [v for v in nspec["volumes"] if not v["name"].startswith("cdi-")]
         nspec["initContainers"] = [c for c in nspec["initContainers"] if c["name"] != "data-dir"]
         self.assertEqual(nvidia, neuron)
 

@@ -43,6 +43,9 @@ pub struct DevArgs {
     /// containerd's socket, with --driver containerd [default: /run/containerd/containerd.sock].
     #[arg(long)]
     pub containerd_socket: Option<PathBuf>,
+    /// The containerd namespace of the dev cluster's containers and images [default: allot].
+    #[arg(long)]
+    pub containerd_namespace: Option<String>,
     /// A registry (host[:port]) pulled from over plain HTTP (repeat for several).
     #[arg(long)]
     pub plain_http_registry: Vec<String>,
@@ -208,6 +211,14 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         .map(|(i, x)| format!("{}={x}", i + 1))
         .collect::<Vec<_>>()
         .join(",");
+    // Ctrl-C (or SIGTERM) during start-up stops what was started, too: the handler is
+    // installed now, before the first child.
+    let mut stop = Box::pin(crate::coordinator_cmd::shutdown_signal());
+    tokio::select! {
+        biased;
+        _ = &mut stop => return Ok(()),
+        _ = std::future::ready(()) => {}
+    }
     let mut coordinators = Vec::new();
     for i in 1..=a.replicas {
         let args: Vec<String> = vec![
@@ -266,7 +277,15 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             );
         }
         eprint!(".");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::select! {
+            _ = &mut stop => {
+                eprintln!("\nstopping {} coordinator replica(s)...", coordinators.len());
+                terminate(&mut coordinators, Duration::from_secs(10));
+                let _ = std::fs::remove_file(dir.join(CLUSTER_FILE));
+                return Ok(());
+            }
+            _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+        }
     }
     eprintln!(" leader elected");
     let mut agents = Vec::new();
@@ -300,6 +319,10 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         if let Some(sock) = &a.containerd_socket {
             args.push("--containerd-socket".into());
             args.push(sock.display().to_string());
+        }
+        if let Some(ns) = &a.containerd_namespace {
+            args.push("--containerd-namespace".into());
+            args.push(ns.clone());
         }
         for r in &a.plain_http_registry {
             args.push("--plain-http-registry".into());
@@ -335,7 +358,17 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
             );
         }
         eprint!(".");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::select! {
+            _ = &mut stop => {
+                eprintln!("\nstopping {} agent(s) and {} coordinator replica(s)...",
+                          agents.len(), coordinators.len());
+                terminate(&mut agents, Duration::from_secs(40));
+                terminate(&mut coordinators, Duration::from_secs(10));
+                let _ = std::fs::remove_file(dir.join(CLUSTER_FILE));
+                return Ok(());
+            }
+            _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+        }
     }
     eprintln!(" {} node(s) ready", nodes.len());
     println!(
@@ -353,7 +386,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     );
     // Run until Ctrl-C / SIGTERM, or until a child dies.
     let died = tokio::select! {
-        _ = crate::coordinator_cmd::shutdown_signal() => None,
+        _ = &mut stop => None,
         d = watch_children(&mut coordinators, &mut agents) => Some(d),
     };
     if let Some(what) = &died {

@@ -2,11 +2,16 @@
 //! `$ allot ...` line of the walkthrough's console blocks, each checked against the output the
 //! README shows (times and node names masked, spacing collapsed). Commands that read are retried
 //! until the cluster reaches the state shown; commands that change something run once. Ends with
-//! Ctrl-C to `allot dev`, after which no pod process may be left.
+//! Ctrl-C to `allot dev`, after which no pod process may be left. The walkthrough with images
+//! runs the same way against `allot dev --driver containerd`, a private containerd and a
+//! loopback registry holding a busybox image (skipped without them, as the container tests are).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "../agent/tests/support/containers.rs"]
+mod containers;
 
 const BIN: &str = env!("CARGO_BIN_EXE_allot");
 
@@ -14,14 +19,15 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// (command, expected output lines) for every `$` line between the walkthrough markers.
-fn walkthrough() -> Vec<(String, Vec<String>)> {
+/// (command, expected output lines) for every `$` line between the `<!-- NAME:start` and
+/// `<!-- NAME:end` markers.
+fn walkthrough(name: &str) -> Vec<(String, Vec<String>)> {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
     let start = readme
-        .find("<!-- walkthrough:start")
+        .find(&format!("<!-- {name}:start"))
         .expect("walkthrough start marker");
     let end = readme
-        .find("<!-- walkthrough:end")
+        .find(&format!("<!-- {name}:end"))
         .expect("walkthrough end marker");
     let mut steps: Vec<(String, Vec<String>)> = Vec::new();
     let mut in_console = false;
@@ -94,7 +100,22 @@ fn normalize(s: &str) -> String {
     out.trim_end().to_string()
 }
 
-fn run(home: &Path, cmd: &str) -> String {
+/// Whether `got` is what the README shows: line by line, where a `...` line stands for any
+/// number of lines.
+fn matches(want: &str, got: &str) -> bool {
+    fn m(w: &[&str], g: &[&str]) -> bool {
+        match w.split_first() {
+            None => g.is_empty(),
+            Some((&"...", rest)) => (0..=g.len()).any(|i| m(rest, &g[i..])),
+            Some((l, rest)) => g.first() == Some(l) && m(rest, &g[1..]),
+        }
+    }
+    let w: Vec<&str> = want.lines().collect();
+    let g: Vec<&str> = got.lines().collect();
+    m(&w, &g)
+}
+
+fn run_in(home: &Path, cwd: &Path, cmd: &str) -> String {
     let args = shell_words(cmd);
     assert_eq!(
         args[0], "allot",
@@ -102,7 +123,7 @@ fn run(home: &Path, cmd: &str) -> String {
     );
     let o = Command::new(BIN)
         .args(&args[1..])
-        .current_dir(repo())
+        .current_dir(cwd)
         .env("HOME", home)
         .env_remove("ALLOT_COORDINATORS")
         .env_remove("ALLOT_CERTS")
@@ -175,15 +196,8 @@ fn pods_of(home: &Path) -> Vec<u32> {
     out
 }
 
-#[test]
-fn readme_walkthrough_matches_the_product() {
-    let steps = walkthrough();
-    assert!(
-        steps.len() >= 10,
-        "the walkthrough has {} commands",
-        steps.len()
-    );
-    let home = tempfile::tempdir().expect("home");
+/// Starts `allot dev` with `HOME` at `home` and waits until the CLI can find it.
+fn start_dev(home: &Path, extra: &[String]) -> std::process::Child {
     let port = std::net::UdpSocket::bind("127.0.0.1:0")
         .and_then(|s| s.local_addr())
         .map(|a| a.port())
@@ -191,40 +205,86 @@ fn readme_walkthrough_matches_the_product() {
         .clamp(10_000, 60_000);
     let mut dev = Command::new(BIN)
         .args(["dev", "--port", &port.to_string()])
+        .args(extra)
         .current_dir(repo())
-        .env("HOME", home.path())
+        .env("HOME", home)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("allot dev");
-    // `allot dev` writes where it listens once it is up; the CLI reads it from there.
-    let t = Instant::now();
-    while !home.path().join(".allot/dev/coordinators").exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "allot dev did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let mut failures = Vec::new();
-    for (cmd, expected) in &steps {
+    // `allot dev` says it is running once every node is ready (and has written where it
+    // listens, where the CLI reads it).
+    use std::io::BufRead;
+    let out = dev.stdout.take().expect("dev stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if line.starts_with("allot dev is running") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(60)).is_ok(),
+        "allot dev did not start"
+    );
+    assert!(home.join(".allot/dev/coordinators").exists());
+    dev
+}
+
+/// Runs each step in `cwd` and compares its output with the README's (commands that read are
+/// retried until they match); the first mismatch, if any.
+fn play(home: &Path, cwd: &Path, steps: &[(String, Vec<String>)]) -> Option<String> {
+    for (cmd, expected) in steps {
         let want = normalize(&expected.join("\n"));
         let t = Instant::now();
         let mut got;
         loop {
-            got = normalize(&run(home.path(), cmd));
-            if got == want || !reads(cmd) || t.elapsed() > Duration::from_secs(40) {
+            got = normalize(&run_in(home, cwd, cmd));
+            if matches(&want, &got) || !reads(cmd) || t.elapsed() > Duration::from_secs(40) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(250));
         }
-        if got != want {
-            failures.push(format!(
+        if !matches(&want, &got) {
+            return Some(format!(
                 "$ {cmd}\n--- README shows ---\n{want}\n--- got ---\n{got}\n"
             ));
-            break;
         }
     }
+    None
+}
+
+/// Ctrl-C to `allot dev`; how it exited, or `None` when it had not within a minute.
+fn stop_dev(dev: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    // SAFETY: kill(2) on our child.
+    unsafe {
+        libc::kill(dev.id() as i32, libc::SIGINT);
+    }
+    let t = Instant::now();
+    loop {
+        if let Ok(Some(s)) = dev.try_wait() {
+            return Some(s);
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = dev.kill();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn readme_walkthrough_matches_the_product() {
+    let steps = walkthrough("walkthrough");
+    assert!(
+        steps.len() >= 10,
+        "the walkthrough has {} commands",
+        steps.len()
+    );
+    let home = tempfile::tempdir().expect("home");
+    let mut dev = start_dev(home.path(), &[]);
+    let failure = play(home.path(), &repo(), &steps);
     // A watch prints the same table, then keeps streaming.
     let mut w = Command::new(BIN)
         .args(["get", "workloads", "-w"])
@@ -238,22 +298,8 @@ fn readme_walkthrough_matches_the_product() {
     let watched = w.wait_with_output().expect("watch output");
     let watched = String::from_utf8_lossy(&watched.stdout).to_string();
     // Ctrl-C stops everything.
-    // SAFETY: kill(2) on our child.
-    unsafe {
-        libc::kill(dev.id() as i32, libc::SIGINT);
-    }
-    let t = Instant::now();
-    let status = loop {
-        if let Ok(Some(s)) = dev.try_wait() {
-            break Some(s);
-        }
-        if t.elapsed() > Duration::from_secs(60) {
-            let _ = dev.kill();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let status = stop_dev(&mut dev);
+    assert!(failure.is_none(), "{}", failure.unwrap_or_default());
     assert!(watched.contains("imagenet-gpu-team-b-2"), "{watched}");
     assert!(
         status.is_some_and(|s| s.success()),
@@ -262,5 +308,67 @@ fn readme_walkthrough_matches_the_product() {
     assert!(
         pods_of(home.path()).is_empty(),
         "pods left running after Ctrl-C"
+    );
+}
+
+#[test]
+fn readme_walkthrough_with_images_matches_the_product() {
+    let Some(env) = containers::Env::start("readme_walkthrough_with_images") else {
+        return;
+    };
+    // The README's registry is 127.0.0.1:5000; the test's has a free port, put in its place in
+    // the commands, the outputs and the example files they read.
+    let image = env.push_busybox("busybox", "1");
+    assert_eq!(image, format!("{}/busybox:1", env.registry));
+    let local = |s: &str| s.replace("127.0.0.1:5000", &env.registry);
+    let mut steps = walkthrough("images-walkthrough");
+    let (first, _) = steps.remove(0);
+    assert!(
+        first.starts_with("allot dev --driver containerd"),
+        "the images walkthrough starts allot dev: {first}"
+    );
+    assert!(steps.len() >= 8, "{} commands", steps.len());
+    let steps: Vec<(String, Vec<String>)> = steps
+        .into_iter()
+        .map(|(c, out)| (local(&c), out.iter().map(|l| local(l)).collect()))
+        .collect();
+    let cwd = tempfile::tempdir().expect("cwd");
+    let k8s = cwd.path().join("examples/k8s");
+    std::fs::create_dir_all(&k8s).expect("examples dir");
+    for e in std::fs::read_dir(repo().join("examples/k8s"))
+        .expect("examples/k8s")
+        .flatten()
+    {
+        let text = std::fs::read_to_string(e.path()).expect("example");
+        std::fs::write(k8s.join(e.file_name()), local(&text)).expect("example copy");
+    }
+    let home = tempfile::tempdir().expect("home");
+    let extra: Vec<String> = vec![
+        "--driver".into(),
+        "containerd".into(),
+        "--containerd-socket".into(),
+        env.socket.display().to_string(),
+        "--containerd-namespace".into(),
+        env.namespace.clone(),
+    ];
+    let mut dev = start_dev(home.path(), &extra);
+    let failure = play(home.path(), cwd.path(), &steps);
+    let status = stop_dev(&mut dev);
+    assert!(failure.is_none(), "{}", failure.unwrap_or_default());
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "allot dev did not stop cleanly: {status:?}"
+    );
+    // Its containers went with it.
+    let tasks = Command::new("ctr")
+        .arg("-a")
+        .arg(&env.socket)
+        .args(["-n", &env.namespace, "tasks", "ls", "-q"])
+        .output()
+        .expect("ctr");
+    assert!(
+        String::from_utf8_lossy(&tasks.stdout).trim().is_empty(),
+        "containers left after Ctrl-C: {}",
+        String::from_utf8_lossy(&tasks.stdout)
     );
 }
