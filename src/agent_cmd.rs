@@ -197,6 +197,11 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
                 plain_http,
                 dev_dir,
                 cdi_dirs,
+                sysfs_root: a
+                    .sysfs_root
+                    .clone()
+                    .or(f.sysfs_root.clone())
+                    .unwrap_or_else(|| PathBuf::from("/")),
             })
         }
         other => bail!("--driver {other:?}: use process or containerd"),

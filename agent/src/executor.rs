@@ -392,6 +392,7 @@ impl Executor {
             plain_http: c.plain_http.clone(),
             dev_dir: c.dev_dir.clone(),
             cdi_dirs: c.cdi_dirs.clone(),
+            sysfs_root: Some(c.sysfs_root.clone()),
             image: a.run.image.clone().unwrap_or_default(),
             credentials: a.registry_credentials.clone(),
             command: a.run.command.clone(),

@@ -49,6 +49,8 @@ pub struct ContainerdConfig {
     pub dev_dir: PathBuf,
     /// Directories with CDI specs, in increasing priority (see `cdi`).
     pub cdi_dirs: Vec<PathBuf>,
+    /// Root of the sysfs where EFA interfaces show their verbs devices.
+    pub sysfs_root: PathBuf,
 }
 
 impl Default for ContainerdConfig {
@@ -60,6 +62,7 @@ impl Default for ContainerdConfig {
             plain_http: Vec::new(),
             dev_dir: PathBuf::from("/dev"),
             cdi_dirs: cdi::DEFAULT_DIRS.iter().map(PathBuf::from).collect(),
+            sysfs_root: PathBuf::from("/"),
         }
     }
 }

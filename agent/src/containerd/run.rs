@@ -52,6 +52,9 @@ pub struct ContainerJob {
     /// Where the node's CDI specs are (none: the plain device nodes).
     #[serde(default)]
     pub cdi_dirs: Vec<PathBuf>,
+    /// Root of the sysfs that maps EFA interfaces to their verbs devices (none: `/`).
+    #[serde(default)]
+    pub sysfs_root: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -368,7 +371,14 @@ async fn create_and_start(
     for w in warnings {
         eprintln!("agent-shim: {w}");
     }
-    let mut devices = spec::assigned_devices(&job.dev_dir, &job.devices, cdi.is_some())?;
+    let efa_verbs = if job.devices.get("efa").is_some_and(|e| !e.is_empty()) {
+        let root = job.sysfs_root.clone().unwrap_or_else(|| PathBuf::from("/"));
+        crate::inventory::EfaSysfs::new(&root).verbs_devices()
+    } else {
+        Vec::new()
+    };
+    let mut devices =
+        spec::assigned_devices(&job.dev_dir, &job.devices, cdi.is_some(), &efa_verbs)?;
     let cdi = cdi.unwrap_or_default();
     devices.extend(cdi.oci_devices()?);
     let mut env = spec::merge_env(&pulled.config, &job.env);

@@ -146,12 +146,15 @@ pub fn device_node(host: &Path, container: &str) -> Result<DeviceNode, String> {
 }
 
 /// The device nodes of an assignment: its GPUs (and the NVIDIA control nodes the node has)
-/// unless a CDI spec gives them (`gpus_from_cdi`), its Neuron devices, its EFA interfaces.
-/// `dev_dir` is where the host's nodes are.
+/// unless a CDI spec gives them (`gpus_from_cdi`), its Neuron devices, its EFA interfaces'
+/// verbs devices. `dev_dir` is where the host's nodes are; `efa_verbs` the node's EFA
+/// interfaces in discovery order with their `uverbsN` (empty where sysfs shows none, as with
+/// fake devices: EFA `i` is then `uverbsI`).
 pub fn assigned_devices(
     dev_dir: &Path,
     devices: &std::collections::BTreeMap<String, Vec<u8>>,
     gpus_from_cdi: bool,
+    efa_verbs: &[(String, Option<String>)],
 ) -> Result<Vec<DeviceNode>, String> {
     let mut out = Vec::new();
     let mut add = |host: PathBuf, container: String| -> Result<(), String> {
@@ -187,9 +190,25 @@ pub fn assigned_devices(
         )?;
     }
     for i in devices.get("efa").into_iter().flatten() {
+        let verbs = match efa_verbs.get(usize::from(*i)) {
+            _ if efa_verbs.is_empty() => format!("uverbs{i}"),
+            Some((_, Some(v))) => v.clone(),
+            Some((name, None)) => {
+                return Err(format!(
+                    "EFA interface {i} ({name}) has no verbs device in sysfs \
+                     (device/infiniband_verbs is empty)"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "EFA interface {i} is not on this node (sysfs shows {})",
+                    efa_verbs.len()
+                ))
+            }
+        };
         add(
-            dev_dir.join(format!("infiniband/uverbs{i}")),
-            format!("/dev/infiniband/uverbs{i}"),
+            dev_dir.join("infiniband").join(&verbs),
+            format!("/dev/infiniband/{verbs}"),
         )?;
     }
     Ok(out)
@@ -415,6 +434,29 @@ mod tests {
         assert_eq!(env, s(&["PATH=/img/bin", "A=pod"]));
         let env = merge_env(&ImageConfig::default(), &BTreeMap::new());
         assert!(env[0].starts_with("PATH=/usr/local/sbin"));
+    }
+
+    #[test]
+    fn efa_interfaces_get_their_own_verbs_devices() {
+        let dev = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dev.path().join("infiniband")).unwrap();
+        for v in ["uverbs0", "uverbs5"] {
+            std::os::unix::fs::symlink("/dev/null", dev.path().join("infiniband").join(v)).unwrap();
+        }
+        let efa = |i: u8| BTreeMap::from([("efa".to_string(), vec![i])]);
+        let verbs = vec![
+            ("efa_0".to_string(), Some("uverbs5".to_string())),
+            ("efa_1".to_string(), None),
+        ];
+        let d = assigned_devices(dev.path(), &efa(0), false, &verbs).unwrap();
+        assert_eq!(d[0].path, "/dev/infiniband/uverbs5");
+        let e = assigned_devices(dev.path(), &efa(1), false, &verbs).unwrap_err();
+        assert!(e.contains("efa_1") && e.contains("no verbs device"), "{e}");
+        let e = assigned_devices(dev.path(), &efa(2), false, &verbs).unwrap_err();
+        assert!(e.contains("not on this node"), "{e}");
+        // No sysfs view (fake devices): EFA i is uverbsI.
+        let d = assigned_devices(dev.path(), &efa(0), false, &[]).unwrap();
+        assert_eq!(d[0].path, "/dev/infiniband/uverbs0");
     }
 
     #[test]

@@ -200,6 +200,26 @@ impl EfaSysfs {
         }
     }
 
+    /// EFA interfaces in the order discovery numbers them, each with its user-space verbs
+    /// device (`uverbsN` under `/dev/infiniband`), which is what a container opens: EFA `i` of
+    /// a placement is `/dev/infiniband/<verbs[i]>`, whatever order the kernel numbered them in.
+    pub fn verbs_devices(&self) -> Vec<(String, Option<String>)> {
+        let Ok(all) = list_dir(&self.class_dir) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = all.into_iter().filter(|n| self.is_efa(n)).collect();
+        names.sort_by_key(|n| natural_key(n));
+        names
+            .into_iter()
+            .map(|n| {
+                let verbs = list_dir(&self.class_dir.join(&n).join("device/infiniband_verbs"))
+                    .ok()
+                    .and_then(|v| v.into_iter().find(|x| x.starts_with("uverbs")));
+                (n, verbs)
+            })
+            .collect()
+    }
+
     fn is_efa(&self, name: &str) -> bool {
         match link_name(&self.class_dir.join(name).join("device/driver")) {
             Some(driver) => driver == "efa",
@@ -322,6 +342,43 @@ mod tests {
             .unwrap();
         // The directories' count where there are some; else unknown (0).
         assert_eq!(devs.iter().map(|d| d.cores).collect::<Vec<_>>(), [2, 0]);
+    }
+
+    #[test]
+    fn each_efa_interface_has_its_own_verbs_device() {
+        let root = tempfile::tempdir().unwrap();
+        let class = root.path().join("sys/class/infiniband");
+        // EFA by driver (rdmap names, as on p5) and a non-EFA device; the kernel's verbs
+        // numbers need not follow the interfaces' order, and one has no verbs device.
+        for (dev, driver, verbs) in [
+            ("rdmap2s0", "efa", Some("uverbs3")),
+            ("rdmap10s0", "efa", Some("uverbs0")),
+            ("rdmap16s0", "efa", None),
+            ("mlx5_0", "mlx5_core", Some("uverbs1")),
+        ] {
+            let d = class.join(dev).join("device");
+            fs::create_dir_all(&d).unwrap();
+            std::os::unix::fs::symlink(format!("../../drivers/{driver}"), d.join("driver"))
+                .unwrap();
+            if let Some(v) = verbs {
+                fs::create_dir_all(d.join("infiniband_verbs").join(v)).unwrap();
+            }
+        }
+        let mut efa = EfaSysfs::new(root.path());
+        let ids: Vec<String> = efa.discover().unwrap().into_iter().map(|d| d.id).collect();
+        let v = efa.verbs_devices();
+        let got: Vec<(&str, Option<&str>)> =
+            v.iter().map(|(n, x)| (n.as_str(), x.as_deref())).collect();
+        assert_eq!(
+            got,
+            [
+                ("rdmap10s0", Some("uverbs0")),
+                ("rdmap16s0", None),
+                ("rdmap2s0", Some("uverbs3")),
+            ]
+        );
+        // The same order as discovery numbers the interfaces.
+        assert_eq!(ids, ["rdmap10s0", "rdmap16s0", "rdmap2s0"]);
     }
 
     #[test]
