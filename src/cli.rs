@@ -718,7 +718,7 @@ fn job_from_value(mut v: Value, origin: &str) -> anyhow::Result<SubmitInput> {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s),
         Some(Value::Number(n)) => Some(n.to_string()),
-        Some(o) => bail!("user: expected a numeric uid[:gid], got {o}"),
+        Some(o) => bail!("user: expected user[:group] (numbers or names, e.g. 1000:1000), got {o}"),
     };
     // A mapping of names to values; a value that is not a string is taken as written.
     let string_map = |v: Option<Value>, what: &str| -> anyhow::Result<BTreeMap<String, String>> {
@@ -2418,7 +2418,7 @@ mod tests {
             ("mounts: ['/d:/d']\n", "mounts applies to containers"),
             ("image: 'Bad Image'\n", "not an image reference"),
             ("image: x\nmounts: ['d:/d']\n", "absolute path"),
-            ("image: x\nuser: nobody\n", "numeric uid"),
+            ("image: x\nuser: 'no body'\n", "neither a number"),
         ] {
             std::fs::write(&p, format!("name: t\nteam: a\n{yaml}")).unwrap();
             let e = match read_job(&p) {

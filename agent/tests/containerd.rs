@@ -280,6 +280,36 @@ fn gpus_come_from_the_nodes_cdi_spec_with_its_mounts_variables_and_hooks() {
 }
 
 #[test]
+fn user_names_come_from_the_images_own_passwd_and_group() {
+    let Some(env) = containers::Env::start("user_names_come_from_the_images") else {
+        return;
+    };
+    let image = env.push_busybox_with_accounts("accounts", "1", "ray");
+    let id = ["sh", "-c", "echo $(id -u):$(id -g)"];
+    // The image's USER, a name in a middle layer's /etc/passwd.
+    let j = job(&env, &image, &id);
+    let (rec, log, _) = run_pod(&j);
+    assert!(rec.succeeded, "{rec:?} {log}");
+    assert_eq!(log.trim(), "1000:100");
+    // The workload's user wins: a name with a group name, and numbers (no lookup).
+    let mut j = job(&env, &image, &id);
+    j.user = Some("ray:video".into());
+    let (rec, log, _) = run_pod(&j);
+    assert_eq!(log.trim(), "1000:44", "{rec:?}");
+    j.user = Some("4242:7".into());
+    let (_, log, _) = run_pod(&j);
+    assert_eq!(log.trim(), "4242:7");
+    // A name the image does not have fails the pod, saying so.
+    j.user = Some("bob".into());
+    let (rec, _, _) = run_pod(&j);
+    assert!(!rec.succeeded);
+    assert!(
+        rec.detail.contains("ContainerCannotRun") && rec.detail.contains("no user \"bob\""),
+        "{rec:?}"
+    );
+}
+
+#[test]
 fn a_registry_that_wants_credentials_gets_them() {
     let Some(mut env) = containers::Env::start("a_registry_that_wants_credentials") else {
         return;

@@ -104,7 +104,7 @@ impl RunSpec {
             }
         }
         if let Some(u) = &self.user {
-            crate::image::parse_user(u)?;
+            crate::image::parse_user_spec(u)?;
         }
         Ok(())
     }

@@ -7,31 +7,62 @@ pub const MAX_SHM_BYTES: u64 = 1 << 40;
 /// Host paths a workload may mount at most.
 pub const MAX_MOUNTS: usize = 64;
 
-/// `uid[:gid]`, numeric (the gid defaults to the uid). A user name would need the image's
-/// `/etc/passwd`, which allot does not read.
-pub fn parse_user(user: &str) -> Result<(u32, u32), String> {
+/// A user or group as `user` gives it: a number, or a name the image's `/etc/passwd` or
+/// `/etc/group` resolves on the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Id {
+    Number(u32),
+    Name(String),
+}
+
+/// Longest user or group name accepted (Linux's `useradd` default limit is 32).
+pub const MAX_USER_NAME: usize = 32;
+
+fn parse_id(user: &str, part: &str) -> Result<Id, String> {
+    if let Ok(n) = part.parse::<u32>() {
+        return Ok(Id::Number(n));
+    }
+    let ok = !part.is_empty()
+        && part.len() <= MAX_USER_NAME
+        && !part.starts_with('-')
+        && part
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b'$'));
+    if ok {
+        Ok(Id::Name(part.to_string()))
+    } else {
+        Err(format!(
+            "user {user:?}: {part:?} is neither a number below 2^32 nor a user or group name \
+             (up to {MAX_USER_NAME} letters, digits, '_', '.', '-'; e.g. 1000:1000 or ray:users)"
+        ))
+    }
+}
+
+/// `user[:group]`, each a number or a name; the group, when not given, is the user's primary
+/// group from `/etc/passwd` for a name, and the uid itself for a number. Empty: root.
+pub fn parse_user_spec(user: &str) -> Result<(Id, Option<Id>), String> {
     let user = user.trim();
     if user.is_empty() {
-        return Ok((0, 0));
+        return Ok((Id::Number(0), Some(Id::Number(0))));
     }
     let (u, g) = match user.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (user, None),
     };
-    let num = |s: &str| {
-        s.parse::<u32>().map_err(|_| {
-            format!(
-                "user {user:?}: allot takes a numeric uid[:gid] (e.g. 1000:1000); names from the \
-                 image's /etc/passwd are not looked up"
-            )
-        })
-    };
-    let uid = num(u)?;
-    let gid = match g {
-        Some(g) => num(g)?,
-        None => uid,
-    };
-    Ok((uid, gid))
+    Ok((
+        parse_id(user, u)?,
+        g.map(|g| parse_id(user, g)).transpose()?,
+    ))
+}
+
+/// `uid[:gid]` when both are numbers (the gid defaults to the uid); names need the image's
+/// files: `None` then.
+pub fn parse_user(user: &str) -> Result<Option<(u32, u32)>, String> {
+    Ok(match parse_user_spec(user)? {
+        (Id::Number(u), None) => Some((u, u)),
+        (Id::Number(u), Some(Id::Number(g))) => Some((u, g)),
+        _ => None,
+    })
 }
 
 /// A registry user and password (or token), as a team's pull secret holds it. Its `Debug`
@@ -245,12 +276,23 @@ mod tests {
     }
 
     #[test]
-    fn users_are_numeric() {
-        assert_eq!(parse_user("").unwrap(), (0, 0));
-        assert_eq!(parse_user("1000").unwrap(), (1000, 1000));
-        assert_eq!(parse_user("1000:27").unwrap(), (1000, 27));
-        let e = parse_user("nobody").unwrap_err();
-        assert!(e.contains("numeric uid[:gid]"), "{e}");
+    fn users_are_numbers_or_names() {
+        assert_eq!(parse_user("").unwrap(), Some((0, 0)));
+        assert_eq!(parse_user("1000").unwrap(), Some((1000, 1000)));
+        assert_eq!(parse_user("1000:27").unwrap(), Some((1000, 27)));
+        assert_eq!(parse_user("nobody").unwrap(), None);
+        assert_eq!(
+            parse_user_spec("ray:users").unwrap(),
+            (Id::Name("ray".into()), Some(Id::Name("users".into())))
+        );
+        assert_eq!(
+            parse_user_spec("1000:users").unwrap(),
+            (Id::Number(1000), Some(Id::Name("users".into())))
+        );
+        for bad in ["a b", "-x", "x:", "4294967296x", &"n".repeat(33)] {
+            let e = parse_user_spec(bad).unwrap_err();
+            assert!(e.contains("neither a number"), "{bad}: {e}");
+        }
     }
 
     #[test]

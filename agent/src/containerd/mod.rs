@@ -16,6 +16,7 @@ pub use allot_common::image as reference;
 pub mod registry;
 pub mod run;
 pub mod spec;
+pub mod users;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -698,8 +698,18 @@ async fn remove_snapshot(ctd: &Containerd, snapshotter: &str, key: &str) -> Resu
     .map(|_| ())
 }
 
-/// Reads a blob from the content store (an image config: small).
-async fn read_content(ctd: &Containerd, digest: &str) -> Result<Vec<u8>, CallError> {
+/// The layers (digest, media type) of an image manifest, bottom first.
+pub(crate) fn manifest_layers(bytes: &[u8]) -> Result<Vec<(String, String)>, String> {
+    let m: Manifest =
+        serde_json::from_slice(bytes).map_err(|e| format!("the image's manifest: {e}"))?;
+    Ok(m.layers
+        .into_iter()
+        .map(|l| (l.digest, l.media_type))
+        .collect())
+}
+
+/// Reads a blob from the content store (an image config or manifest: small).
+pub(crate) async fn read_content(ctd: &Containerd, digest: &str) -> Result<Vec<u8>, CallError> {
     let mut s = ctd
         .call_streaming::<_, api::ReadContentResponse>(
             "/containerd.services.content.v1.Content/Read",

@@ -353,7 +353,13 @@ async fn create_and_start(
         .clone()
         .or_else(|| pulled.config.user.clone())
         .unwrap_or_default();
-    let (uid, gid) = spec::parse_user(&user)?;
+    // Names come from the image's /etc/passwd and /etc/group (read once per image and node).
+    let cache_dir = if job.lock_dir.as_os_str().is_empty() {
+        dir.parent().unwrap_or(dir).to_path_buf()
+    } else {
+        job.lock_dir.clone()
+    };
+    let (uid, gid) = super::users::uid_gid(ctd, &pulled.name, &user, &cache_dir).await?;
     // GPUs from the node's CDI specs where it has them, named by index as the toolkit does.
     let gpus: Vec<String> = job
         .devices

@@ -123,8 +123,6 @@ pub fn merge_env(
     out
 }
 
-pub use allot_common::image::parse_user;
-
 /// The device node at `host` (a character or block device), to appear at `container`.
 pub fn device_node(host: &Path, container: &str) -> Result<DeviceNode, String> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};

@@ -246,6 +246,46 @@ impl Env {
         self.push_layout(&layout, registry, creds, name, tag)
     }
 
+    /// A busybox image with more layers: one adding `/etc/passwd` (root, and `ray` as uid
+    /// 1000 in group `users`, 100) and `/etc/group`, one above it adding another file, and
+    /// `USER user` in its config; pushed as `REGISTRY/name:tag`.
+    pub fn push_busybox_with_accounts(&self, name: &str, tag: &str, user: &str) -> String {
+        let base = format!("{name}-base");
+        self.push_busybox(&base, tag);
+        let work = self
+            .dir
+            .path()
+            .join(format!("build-{}-{tag}", base.replace('/', "_")));
+        let image = format!("{}:{tag}", work.join("img").display());
+        let layer = |n: usize, files: &[(&str, &str)]| {
+            let bundle = work.join(format!("bundle-{n}"));
+            run(Command::new("umoci")
+                .args(["unpack", "--rootless", "--image", &image])
+                .arg(&bundle));
+            for (path, text) in files {
+                let p = bundle.join("rootfs").join(path);
+                std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
+                std::fs::write(&p, text).expect("file");
+            }
+            run(Command::new("umoci")
+                .args(["repack", "--image", &image])
+                .arg(&bundle));
+        };
+        layer(
+            1,
+            &[
+                (
+                    "etc/passwd",
+                    "root:x:0:0:root:/root:/bin/sh\nray:x:1000:100::/home/ray:/bin/sh\n",
+                ),
+                ("etc/group", "root:x:0:\nusers:x:100:ray\nvideo:x:44:ray\n"),
+            ],
+        );
+        layer(2, &[("opt/app/version", "2\n")]);
+        run(Command::new("umoci").args(["config", "--image", &image, "--config.user", user]));
+        self.push_layout(&work.join("img"), &self.registry.clone(), None, name, tag)
+    }
+
     fn push_layout(
         &self,
         layout: &Path,
