@@ -23,6 +23,7 @@ fn parse_id(user: &str, part: &str) -> Result<Id, String> {
         return Ok(Id::Number(n));
     }
     let ok = !part.is_empty()
+        && !part.bytes().all(|b| b.is_ascii_digit())
         && part.len() <= MAX_USER_NAME
         && !part.starts_with('-')
         && part
@@ -289,7 +290,7 @@ mod tests {
             parse_user_spec("1000:users").unwrap(),
             (Id::Number(1000), Some(Id::Name("users".into())))
         );
-        for bad in ["a b", "-x", "x:", "4294967296x", &"n".repeat(33)] {
+        for bad in ["a b", "-x", "x:", "4294967296", &"n".repeat(33)] {
             let e = parse_user_spec(bad).unwrap_err();
             assert!(e.contains("neither a number"), "{bad}: {e}");
         }
