@@ -48,6 +48,8 @@ ROOT_ALLOWED = {"data-dir"}
 # Root without privilege or capabilities, to reach the node's containerd socket (root's): the
 # agent where it runs workloads from images (the README says why).
 ROOT_FOR_CONTAINERD = {("overlays/hyperpod-eks", "allot-agent", "agent")}
+# The fence beside each agent that runs containers: root for containerd's socket too.
+FENCES = {("overlays/hyperpod-eks", "allot-agent", "fence"), ("overlays/hyperpod-eks", "allot-agent-neuron", "fence")}
 CERT_SECRETS = {"allot-ca", "allot-coordinator-certs", "allot-node-certs", "allot-admin-cert"}
 # Keys `allot agent` takes in its config file (its flags in snake_case).
 AGENT_CONFIG_KEYS = {
@@ -652,6 +654,12 @@ class Security(unittest.TestCase):
                             uid = sc.get("runAsUser", (spec.get("securityContext") or {}).get("runAsUser"))
                             if c["name"] in ROOT_ALLOWED:
                                 self.assertLessEqual(set(sc["capabilities"].get("add", [])), {"CHOWN", "FOWNER"})
+                            elif where in FENCES:
+                                self.assertNotIn("add", sc.get("capabilities", {}))
+                                self.assertEqual(c["args"][0], "agent-fence")
+                                self.assertTrue(sc.get("readOnlyRootFilesystem"))
+                                data = [m for m in c["volumeMounts"] if m["name"] == "data"]
+                                self.assertTrue(data and data[0].get("readOnly"), data)
                             elif where in ROOT_FOR_CONTAINERD:
                                 self.assertNotIn("add", sc.get("capabilities", {}))
                                 self.assertIn("--driver", c["args"])

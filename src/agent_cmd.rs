@@ -303,6 +303,63 @@ pub fn discover(cfg: &AgentConfig) -> anyhow::Result<serde_json::Value> {
     }))
 }
 
+/// `allot agent-fence`: stops allot's containers on this node when the agent's lease has run
+/// out and no shim is left to (see `allot_agent::containerd::fence`).
+#[derive(Debug, clap::Args)]
+pub struct FenceArgs {
+    /// The agent's config file; the fence reads data_dir, lease, containerd_socket and
+    /// containerd_namespace from it.
+    #[arg(long, env = "ALLOT_AGENT_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The agent's data directory, where it writes its lease [default: the config's].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// The agent's lease in seconds [default: the config's, else 10].
+    #[arg(long)]
+    pub lease: Option<f64>,
+    /// containerd's socket [default: /run/containerd/containerd.sock].
+    #[arg(long)]
+    pub containerd_socket: Option<PathBuf>,
+    /// The agent's containerd namespace [default: allot].
+    #[arg(long)]
+    pub containerd_namespace: Option<String>,
+}
+
+pub fn run_fence(a: FenceArgs) -> anyhow::Result<()> {
+    let f: FileConfig = crate::config::load(a.config.as_deref())?;
+    let Some(data_dir) = a.data_dir.or(f.data_dir) else {
+        bail!("--data-dir: the agent's data directory is needed (or data_dir in --config)");
+    };
+    let cfg = allot_agent::containerd::fence::FenceConfig {
+        socket: a
+            .containerd_socket
+            .or(f.containerd_socket)
+            .unwrap_or_else(|| allot_agent::containerd::DEFAULT_SOCKET.into()),
+        namespace: a
+            .containerd_namespace
+            .or(f.containerd_namespace)
+            .unwrap_or_else(|| allot_agent::containerd::DEFAULT_NAMESPACE.into()),
+        lease_file: data_dir.join("lease"),
+        lease: seconds("lease", a.lease.or(f.lease).unwrap_or(10.0))?,
+    };
+    eprintln!(
+        "agent-fence: watching {} (lease {:?}); containers in containerd namespace {:?} at {}",
+        cfg.lease_file.display(),
+        cfg.lease,
+        cfg.namespace,
+        cfg.socket.display()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(allot_agent::containerd::fence::run(
+        &cfg,
+        crate::coordinator_cmd::shutdown_signal(),
+    ));
+    Ok(())
+}
+
 pub fn run(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<()> {
     let only_discover = a.discover;
     let cfg = resolve(a, opts)?;

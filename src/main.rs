@@ -53,6 +53,9 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Stop this node's containers when its agent's lease runs out and no pod shim is left to
+    /// (beside the agent on Kubernetes, where shims die with the agent's container).
+    AgentFence(agent_cmd::FenceArgs),
     /// Create the cluster CA and issue certificates.
     Certs {
         #[command(subcommand)]
@@ -130,6 +133,13 @@ fn main() -> ExitCode {
             Err(e) => {
                 eprintln!("error: {e}");
                 ExitCode::from(2)
+            }
+        },
+        Command::AgentFence(a) => match agent_cmd::run_fence(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
             }
         },
         Command::Certs { cmd } => match certs::run(cmd) {

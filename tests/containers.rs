@@ -381,3 +381,92 @@ fn images_run_as_containers_end_to_end() {
     wait_for(30, "no task left", || tasks(&env).is_empty().then_some(()));
     drop(agent);
 }
+
+/// On Kubernetes the shims die with the agent's container; `allot agent-fence` (another
+/// container of the agent's pod) stops the containers once the lease has run out, before the
+/// cluster runs the work again, and the restarted agent reports how they ended.
+#[test]
+fn the_fence_stops_containers_whose_agent_and_shims_are_gone() {
+    let Some(env) = containers::Env::start("the_fence_stops_containers") else {
+        return;
+    };
+    let image = env.push_busybox("team-a/busybox", "1");
+    let c = Cluster::new(1, 0);
+    rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    setup_team(&c, "team-a");
+    let lease = 3.0;
+    let extra: Vec<String> = vec![
+        "--driver".into(),
+        "containerd".into(),
+        "--containerd-socket".into(),
+        env.socket.display().to_string(),
+        "--containerd-namespace".into(),
+        env.namespace.clone(),
+    ];
+    let mut agent = c.start_agent_with("ctr-1", "ml.g5.8xlarge", 1, lease, &extra);
+    let fence_log = c.dir.path().join("fence.log");
+    let mut fence = Command::new(env!("CARGO_BIN_EXE_allot"))
+        .arg("agent-fence")
+        .arg("--data-dir")
+        .arg(&agent.data)
+        .args(["--lease", &lease.to_string()])
+        .arg("--containerd-socket")
+        .arg(&env.socket)
+        .args(["--containerd-namespace", &env.namespace])
+        .stderr(std::fs::File::create(&fence_log).expect("fence log"))
+        .spawn()
+        .expect("allot agent-fence");
+    submit(
+        &c,
+        "fenced.yaml",
+        &format!(
+            "name: fenced\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ngrace: 30\n\
+             image: {image}\ncommand: [sh, -c, \"trap 'echo fenced by SIGTERM; exit 143' TERM; \
+             echo started; while true; do sleep 0.2; done\"]\n"
+        ),
+    );
+    wait_state(&c, &agent, "fenced", "Running", 60);
+    // While the agent renews its lease, the fence does nothing.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(tasks(&env).len(), 1);
+    agent.kill();
+    kill_shims();
+    let t = std::time::Instant::now();
+    assert_eq!(
+        tasks(&env).len(),
+        1,
+        "the container outlives agent and shim"
+    );
+    // Stopped within the lease, the fence's second and 4/5 of a lease: before the cluster
+    // (two leases after the last renewal) would run the work again.
+    wait_for(10, "the fence stops the container", || {
+        let out = Command::new("ctr")
+            .arg("-a")
+            .arg(&env.socket)
+            .args(["-n", &env.namespace, "tasks", "ls"])
+            .output()
+            .expect("ctr");
+        let out = String::from_utf8_lossy(&out.stdout).to_string();
+        (!out.contains("RUNNING")).then_some(())
+    });
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs_f64(lease * 2.0),
+        "stopped after {took:?}, not within two leases of {lease}s"
+    );
+    let log = std::fs::read_to_string(&fence_log).unwrap_or_default();
+    assert!(log.contains("SIGTERM"), "{log}");
+    // The restarted agent adopts the stopped container and reports it; the job ran its trap.
+    agent.start();
+    wait_for(60, "the workload leaves Running", || {
+        (state(&c, "fenced").as_deref() != Some("Running")).then_some(())
+    });
+    let o = c.cli("user-team-a", &["logs", "fenced", "--attempt", "1"]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("fenced by SIGTERM"), "{out}");
+    let _ = fence.kill();
+    let _ = fence.wait();
+    c.cli_ok("user-team-a", &["cancel", "fenced"]);
+    wait_for(30, "no task left", || tasks(&env).is_empty().then_some(()));
+    drop(agent);
+}

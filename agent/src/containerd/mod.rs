@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod cdi;
+pub mod fence;
 pub mod pull;
 pub use allot_common::image as reference;
 pub mod registry;
