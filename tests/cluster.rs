@@ -879,12 +879,12 @@ fn wait_follows_a_workload_to_the_state_asked_for() {
     let o = waiting.wait_with_output().expect("wait ends");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "workload w: Admitted\n");
-    // Cancelled, it will never finish well: --for finished exits 1 and says how it ended.
+    // Cancelled, it did not finish well: --for finished exits 1 and says how it ended.
     c.cli_ok("user-team-a", &["cancel", "w"]);
     let o = c.cli("user-team-a", &["wait", "w", "--for", "finished"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("it ended Cancelled"), "{err}");
+    assert!(err.contains("workload w: Cancelled"), "{err}");
     let o = c.cli(
         "user-team-a",
         &["wait", "w", "--for", "running", "--timeout", "soon"],

@@ -55,10 +55,12 @@ fn tasks(env: &containers::Env) -> Vec<String> {
         .collect()
 }
 
-/// Kills every pod shim of the test's agent, as a restart of the agent's container would.
-fn kill_shims() {
+/// Kills every pod shim of `agent` (by its data directory, which no other test's agent has),
+/// as a restart of the agent's container would.
+fn kill_shims(agent: &AgentProc) {
     let _ = Command::new("pkill")
-        .args(["-KILL", "-f", "agent-shim.*agent-ctr-1"])
+        .args(["-KILL", "-f"])
+        .arg(format!("agent-shim.*{}", agent.data.display()))
         .status();
     std::thread::sleep(Duration::from_millis(200));
 }
@@ -247,6 +249,25 @@ fn images_run_as_containers_end_to_end() {
         "{d}"
     );
 
+    // Its memory request is the container's limit: going over it fails the workload, and
+    // describe and explain say OOMKilled.
+    submit(
+        &c,
+        "oom.yaml",
+        &format!(
+            "name: oom\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 64Mi}}\n\
+             image: {image}\ncommand: [sh, -c, \"x=$(head -c 300000000 /dev/zero | tr '\\\\0' x); \
+             echo survived\"]\n"
+        ),
+    );
+    wait_state(&c, &agent, "oom", "Failed", 60);
+    let d = c.cli_ok("user-team-a", &["describe", "workload", "oom"]);
+    assert!(d.contains("OOMKilled"), "{d}");
+    let e = c.cli_ok("user-team-a", &["explain", "oom"]);
+    assert!(e.contains("OOMKilled"), "{e}");
+    let log = c.cli_ok("user-team-a", &["logs", "oom"]);
+    assert!(!log.contains("survived"), "{log}");
+
     // Eviction runs the job's own SIGTERM trap inside the container.
     submit(
         &c,
@@ -313,7 +334,7 @@ fn images_run_as_containers_end_to_end() {
     );
     wait_state(&c, &agent, "reshim", "Running", 60);
     agent.kill();
-    kill_shims();
+    kill_shims(&agent);
     assert_eq!(
         tasks(&env).len(),
         1,
@@ -345,7 +366,7 @@ fn images_run_as_containers_end_to_end() {
     );
     wait_state(&c, &agent, "stale", "Running", 60);
     agent.kill();
-    kill_shims();
+    kill_shims(&agent);
     let old = tasks(&env);
     assert!(old.len() == 1 && old[0].ends_with("-1-0"), "{old:?}");
     let stray = Command::new("ctr")
@@ -430,7 +451,7 @@ fn the_fence_stops_containers_whose_agent_and_shims_are_gone() {
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(tasks(&env).len(), 1);
     agent.kill();
-    kill_shims();
+    kill_shims(&agent);
     let t = std::time::Instant::now();
     assert_eq!(
         tasks(&env).len(),

@@ -263,6 +263,8 @@ fn arrays_run_with_their_index_and_history_says_when_where_and_how_each_ran() {
     });
     let logs = c.cli_ok("user-team-a", &["logs", "idx-3"]);
     assert_eq!(logs.trim(), "index=3");
+    // A pod that printed nothing has an empty log, not an error.
+    assert_eq!(c.cli_ok("user-team-a", &["logs", "fails"]), "");
 
     let rows: serde_json::Value =
         serde_json::from_str(&c.cli_ok("user-team-a", &["history", "-o", "json"])).expect("json");

@@ -1050,6 +1050,9 @@ async fn serve_logs(
                 return respond(&mut send, who, Err(e)).await;
             }
         };
+    // Every answer has a first frame: an empty log is one empty piece.
+    let mut answered = false;
+    let mut ended = false;
     loop {
         let frame = tokio::select! {
             f = wire::read_frame_bytes_limited(&mut from_agent, crate::logs::MAX_PIECE_FRAME) => f,
@@ -1057,6 +1060,10 @@ async fn serve_logs(
             _ = send.stopped() => return,
         };
         let reply: Response = match frame {
+            Ok(None) if !answered => {
+                ended = true;
+                Ok(Reply::LogChunk(Vec::new()))
+            }
             Ok(Some(b)) => match wire::decode::<LogPiece>(&b) {
                 Ok(Ok(bytes)) => Ok(Reply::LogChunk(bytes)),
                 Ok(Err(msg)) => Err(ApiError::new(
@@ -1074,7 +1081,8 @@ async fn serve_logs(
                 format!("node {node:?}'s log stream broke: {e}"),
             )),
         };
-        let last = reply.is_err();
+        let last = reply.is_err() || ended;
+        answered = true;
         let bytes = match wire::encode(&reply) {
             Ok(b) => b,
             Err(_) => return,
