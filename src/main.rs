@@ -165,6 +165,10 @@ fn main() -> ExitCode {
             }
         }
         Command::Cluster(c) => {
+            // `Key@=file://PATH` in shorthand arguments reads PATH, as the AWS CLI does.
+            allot_common::hyperpod::read_param_files_with(|s| {
+                cli::read_arg(s).map_err(|e| format!("{e:#}"))
+            });
             let opts = cli.client.clone();
             async_cmd(Box::pin(async move { cli::run(c, &opts).await }), false)
         }

@@ -72,6 +72,19 @@ fn aws_inputs_are_read_as_the_aws_cli_reads_them_and_checked_as_the_model_says()
     assert!(out.contains("t-file3"), "{out}");
     let e = quota(&c, "file4", "file:///no/such/file", None).unwrap_err();
     assert!(e.contains("cannot read /no/such/file"), "{e}");
+    // One value from a file: Key@=file://PATH, as the AWS CLI's shorthand reads it.
+    std::fs::write(dir.join("count"), "3\n").unwrap();
+    let out = quota(
+        &c,
+        "file5",
+        &format!(
+            "ComputeQuotaResources=[{{InstanceType=ml.g5.8xlarge,Count@={}}}]",
+            url("count")
+        ),
+        None,
+    )
+    .expect("Count@=file://");
+    assert!(out.contains("Count=3"), "{out}");
     std::fs::write(
         dir.join("sc.json"),
         r#"{"PriorityClasses": [{"Name": "training", "Weight": 70}], "FairShare": "Enabled"}"#,
@@ -378,6 +391,16 @@ fn a_type_the_catalog_does_not_list_is_learned_from_its_node() {
         e.contains("ml.c8a.16xlarge") && e.contains("registered by its agent"),
         "{e}"
     );
+    // A type outside the API's enum too: the error says so, citing which rule is allot's.
+    let bogus = "ComputeQuotaResources=[{InstanceType=ml.p9.96xlarge,Count=1}]";
+    let e = quota(&c, "bogus", bogus, None).unwrap_err();
+    assert!(
+        e.contains("not one of the API's ClusterInstanceType values") && e.contains("allot's rule"),
+        "{e}"
+    );
+    assert!(!quota(&c, "early", cfg, None)
+        .unwrap_err()
+        .contains("not one of"));
     let _agent = c.start_agent("c8a-1", "ml.c8a.16xlarge", 0, 3.0);
     let nodes = wait_for(30, "the node registered", || {
         let out = c.cli_ok("admin-admin", &["get", "nodes"]);

@@ -96,11 +96,38 @@ struct CatalogFile {
     instance_types: BTreeMap<String, InstanceType>,
 }
 
+/// The API's `ClusterInstanceType` enum (botocore 1.44.8), one per line.
+const API_TYPES: &str = include_str!("../data/cluster-instance-types.txt");
+
+/// Every instance type a HyperPod cluster, and so a compute quota, may name in AWS's API.
+pub fn api_instance_types() -> &'static [&'static str] {
+    static TYPES: OnceLock<Vec<&'static str>> = OnceLock::new();
+    TYPES.get_or_init(|| {
+        API_TYPES
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect()
+    })
+}
+
+/// Whether `name` is one of the API's `ClusterInstanceType` values.
+pub fn is_api_instance_type(name: &str) -> bool {
+    api_instance_types().contains(&name)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown instance type {name:?}: the catalog does not list it ({known}); a node of that type registered by its agent brings its figures")]
+#[error(
+    "unknown instance type {name:?}: {}the catalog does not list it ({known}); a node of that \
+     type registered by its agent brings its figures{}",
+    if *in_api { "" } else { "not one of the API's ClusterInstanceType values, and " },
+    if *in_api { "" } else { " (allot's rule, for clusters of its own types: AWS refuses a type outside its enum)" }
+)]
 pub struct UnknownInstanceType {
     pub name: String,
     pub known: String,
+    /// One of the API's `ClusterInstanceType` values.
+    pub in_api: bool,
 }
 
 /// The compiled-in catalog.
@@ -151,6 +178,7 @@ impl Catalog {
             UnknownInstanceType {
                 name: name.to_string(),
                 known,
+                in_api: is_api_instance_type(name),
             }
         })
     }
@@ -172,6 +200,37 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_apis_instance_types_hold_every_catalogued_one() {
+        let api = api_instance_types();
+        assert_eq!(api.len(), 209);
+        let unique: std::collections::BTreeSet<&&str> = api.iter().collect();
+        assert_eq!(unique.len(), 209);
+        for n in Catalog::builtin().names() {
+            assert!(
+                is_api_instance_type(n),
+                "{n} is catalogued but not in the API's enum"
+            );
+        }
+        // Listed by the API, not the catalog: learned from its node.
+        let e = Catalog::builtin().get("ml.c6g.large").unwrap_err();
+        assert!(e.in_api);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("registered by its agent") && !msg.contains("not one of"),
+            "{msg}"
+        );
+        // Neither: the error says so, and that accepting it later is allot's rule.
+        let e = Catalog::builtin().get("ml.p9.96xlarge").unwrap_err();
+        assert!(!e.in_api);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("not one of the API's ClusterInstanceType values"),
+            "{msg}"
+        );
+        assert!(msg.contains("allot's rule"), "{msg}");
+    }
 
     #[test]
     fn builtin_catalog_parses() {

@@ -844,6 +844,17 @@ pub fn parse_shorthand_tree(s: &str) -> Result<Vec<ShorthandField>, ShorthandErr
     p.parameter()
 }
 
+/// What reads `Key@=file://PATH` (and `fileb://`) values: the text of the file, or why not.
+pub type ParamFileReader = fn(&str) -> Result<String, String>;
+
+static PARAM_FILES: std::sync::OnceLock<ParamFileReader> = std::sync::OnceLock::new();
+
+/// Lets `Key@=file://PATH` values be read, as the AWS CLI reads them, with `reader`. The
+/// command line sets it; servers never do, so the cluster reads no file a request names.
+pub fn read_param_files_with(reader: ParamFileReader) {
+    let _ = PARAM_FILES.set(reader);
+}
+
 struct Parser<'a> {
     src: &'a str,
     pos: usize,
@@ -1235,6 +1246,42 @@ impl Parser<'_> {
         Ok(())
     }
 
+    /// `Key@=`: the `@` (consumed) that makes `file://` values the files' text.
+    fn at_sign(&mut self) -> bool {
+        if self.peek() == Some(b'@') {
+            self.pos += 1;
+            self.skip_blanks();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The value of a `Key@=`: each scalar `file://PATH` or `fileb://PATH` in it (or in its
+    /// lists) becomes that file's text; other scalars stay as written, as in the AWS CLI.
+    /// (Keys of a structure inside take their own `=` or `@=`.)
+    fn read_files(&self, node: &mut ShorthandNode) -> Result<(), ShorthandError> {
+        match &mut node.value {
+            ShorthandValue::Scalar(v) if v.starts_with("file://") || v.starts_with("fileb://") => {
+                let Some(read) = PARAM_FILES.get() else {
+                    return Err(self.err(
+                        node.pos,
+                        "Key@=file://... is read by the allot command line only",
+                    ));
+                };
+                *v = read(v).map_err(|e| self.err(node.pos, e))?;
+                Ok(())
+            }
+            ShorthandValue::List(items) => {
+                for i in items {
+                    self.read_files(i)?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// `char` must come next (after blanks when `blanks`).
     fn expect(&mut self, c: u8, blanks: bool, what: &str) -> Result<(), ShorthandError> {
         if blanks {
@@ -1301,14 +1348,12 @@ impl Parser<'_> {
             return Err(self.err(self.pos, msg));
         }
         self.skip_blanks();
-        if self.peek() == Some(b'@') {
-            return Err(self.err(
-                self.pos,
-                "Key@=file://... is not supported; give the whole argument as file://PATH instead",
-            ));
-        }
+        let files = self.at_sign();
         self.expect(b'=', true, &format!("after key \"{key}\""))?;
-        let value = self.values(&key)?;
+        let mut value = self.values(&key)?;
+        if files {
+            self.read_files(&mut value)?;
+        }
         Ok(ShorthandField {
             key,
             key_pos,
@@ -1454,12 +1499,7 @@ impl Parser<'_> {
             let key_pos = self.pos;
             let key = self.key(false)?;
             self.skip_blanks();
-            if self.peek() == Some(b'@') {
-                return Err(self.err(
-                    self.pos,
-                    "Key@=file://... is not supported; give the whole argument as file://PATH instead",
-                ));
-            }
+            let files = self.at_sign();
             if key.is_empty() && self.peek() != Some(b'=') {
                 return Err(self.err(
                     self.pos,
@@ -1470,7 +1510,10 @@ impl Parser<'_> {
                 ));
             }
             self.expect(b'=', true, &format!("after key \"{key}\""))?;
-            let value = self.explicit_value()?;
+            let mut value = self.explicit_value()?;
+            if files {
+                self.read_files(&mut value)?;
+            }
             self.skip_blanks();
             if self.peek() != Some(b'}') {
                 if self.at_eof() {
@@ -2231,6 +2274,46 @@ pub fn scheduler_config_to_shorthand(policy: &ClusterPolicy) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn key_at_equals_reads_the_value_from_a_file() {
+        let d = std::env::temp_dir().join(format!("allot-paramfile-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("type"), "ml.g5.8xlarge").unwrap();
+        std::fs::write(d.join("count"), "2\n").unwrap();
+        super::read_param_files_with(|s| {
+            let p = s
+                .strip_prefix("file://")
+                .or_else(|| s.strip_prefix("fileb://"))
+                .unwrap_or(s);
+            std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))
+        });
+        let (t, c) = (
+            d.join("type").display().to_string(),
+            d.join("count").display().to_string(),
+        );
+        let cfg = super::ComputeQuotaConfig::parse_shorthand(&format!(
+            "ComputeQuotaResources=[{{InstanceType@=file://{t},Count@=file://{c}}}],\
+             ResourceSharingConfig={{Strategy=Lend}}"
+        ))
+        .unwrap();
+        let plain = super::ComputeQuotaConfig::parse_shorthand(
+            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2}],\
+             ResourceSharingConfig={Strategy=Lend}",
+        )
+        .unwrap();
+        assert_eq!(cfg, plain);
+        // `@=` with a value that names no file keeps the value; a missing file is an error at
+        // its position; plain `=` never reads.
+        let tree = super::parse_shorthand_tree("A@=x,B=file://nowhere").unwrap();
+        assert!(matches!(&tree[0].value.value, super::ShorthandValue::Scalar(v) if v == "x"));
+        assert!(
+            matches!(&tree[1].value.value, super::ShorthandValue::Scalar(v) if v == "file://nowhere")
+        );
+        let e = super::parse_shorthand_tree("A@=file:///nonexistent/x").unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/x"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     use super::*;
     use proptest::prelude::*;
 
