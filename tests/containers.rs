@@ -90,14 +90,7 @@ fn images_run_as_containers_end_to_end() {
     let c = Cluster::new(1, 0);
     rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
     setup_team(&c, "team-a");
-    let extra: Vec<String> = vec![
-        "--driver".into(),
-        "containerd".into(),
-        "--containerd-socket".into(),
-        env.socket.display().to_string(),
-        "--containerd-namespace".into(),
-        env.namespace.clone(),
-    ];
+    let extra = env.driver_args();
     let mut agent = c.start_agent_with("ctr-1", "ml.g5.8xlarge", 2, 3.0, &extra);
     wait_for(30, "the agent registers", || {
         let o = c.cli("admin-admin", &["get", "nodes"]);
@@ -416,14 +409,7 @@ fn the_fence_stops_containers_whose_agent_and_shims_are_gone() {
     rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
     setup_team(&c, "team-a");
     let lease = 3.0;
-    let extra: Vec<String> = vec![
-        "--driver".into(),
-        "containerd".into(),
-        "--containerd-socket".into(),
-        env.socket.display().to_string(),
-        "--containerd-namespace".into(),
-        env.namespace.clone(),
-    ];
+    let extra = env.driver_args();
     let mut agent = c.start_agent_with("ctr-1", "ml.g5.8xlarge", 1, lease, &extra);
     let fence_log = c.dir.path().join("fence.log");
     let mut fence = Command::new(env!("CARGO_BIN_EXE_allot"))

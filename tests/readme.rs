@@ -343,14 +343,7 @@ fn readme_walkthrough_with_images_matches_the_product() {
         std::fs::write(k8s.join(e.file_name()), local(&text)).expect("example copy");
     }
     let home = tempfile::tempdir().expect("home");
-    let extra: Vec<String> = vec![
-        "--driver".into(),
-        "containerd".into(),
-        "--containerd-socket".into(),
-        env.socket.display().to_string(),
-        "--containerd-namespace".into(),
-        env.namespace.clone(),
-    ];
+    let extra = env.driver_args();
     let mut dev = start_dev(home.path(), &extra);
     let failure = play(home.path(), cwd.path(), &steps);
     let status = stop_dev(&mut dev);

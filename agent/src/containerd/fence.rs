@@ -19,7 +19,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{api, Containerd};
+use super::Containerd;
 use crate::shim;
 
 /// How long after the lease runs out the fence acts (a live shim acts at once).
@@ -156,18 +156,7 @@ pub async fn run(cfg: &FenceConfig, stop: impl Future<Output = ()>) {
                 "agent-fence: the node's lease ran out {} ms ago and no shim stopped {id}: {what}",
                 now - deadline
             );
-            let _ = c
-                .call::<_, api::Empty>(
-                    "/containerd.services.tasks.v1.Tasks/Kill",
-                    api::KillRequest {
-                        container_id: id.clone(),
-                        exec_id: String::new(),
-                        signal: signal as u32,
-                        all,
-                    },
-                    None,
-                )
-                .await;
+            super::run::kill(c, &id, signal, all).await;
         }
     }
 }

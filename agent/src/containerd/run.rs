@@ -495,7 +495,7 @@ async fn create_and_start(
     Ok(started.pid)
 }
 
-async fn kill(ctd: &Containerd, id: &str, signal: i32, all: bool) {
+pub(crate) async fn kill(ctd: &Containerd, id: &str, signal: i32, all: bool) {
     let _ = ctd
         .call::<_, api::Empty>(
             "/containerd.services.tasks.v1.Tasks/Kill",

@@ -278,20 +278,25 @@ fn compression(media_type: &str) -> Result<bool, String> {
     }
 }
 
-/// Reads `/etc/passwd` and `/etc/group` from the image `name`'s layers (top first).
-async fn read_accounts(ctd: &Containerd, name: &str) -> Result<(String, Accounts), String> {
-    let img = ctd
-        .call::<_, api::GetImageResponse>(
-            "/containerd.services.images.v1.Images/Get",
-            api::GetImageRequest { name: name.into() },
-            None,
-        )
-        .await
-        .map_err(|e| e.to_string())?
-        .image
-        .and_then(|i| i.target)
-        .ok_or_else(|| format!("image {name} is not in containerd"))?;
-    let manifest = super::pull::read_content(ctd, &img.digest)
+/// The digest of the manifest the image `name` points at.
+async fn manifest_digest(ctd: &Containerd, name: &str) -> Result<String, String> {
+    ctd.call::<_, api::GetImageResponse>(
+        "/containerd.services.images.v1.Images/Get",
+        api::GetImageRequest { name: name.into() },
+        None,
+    )
+    .await
+    .map_err(|e| e.to_string())?
+    .image
+    .and_then(|i| i.target)
+    .map(|t| t.digest)
+    .ok_or_else(|| format!("image {name} is not in containerd"))
+}
+
+/// Reads `/etc/passwd` and `/etc/group` from the layers of the image whose manifest is
+/// `manifest_digest` (top layer first).
+async fn read_accounts(ctd: &Containerd, manifest_digest: &str) -> Result<Accounts, String> {
+    let manifest = super::pull::read_content(ctd, manifest_digest)
         .await
         .map_err(|e| e.to_string())?;
     let layers = super::pull::manifest_layers(&manifest)?;
@@ -362,13 +367,10 @@ async fn read_accounts(ctd: &Containerd, name: &str) -> Result<(String, Accounts
         Seen::File(v) => Some(String::from_utf8_lossy(v).into_owned()),
         _ => None,
     };
-    Ok((
-        img.digest.clone(),
-        Accounts {
-            passwd: text(&found[0]),
-            group: text(&found[1]),
-        },
-    ))
+    Ok(Accounts {
+        passwd: text(&found[0]),
+        group: text(&found[1]),
+    })
 }
 
 /// `user` as (uid, gid) for a container of image `name`: numbers as they are, names from the
@@ -382,40 +384,24 @@ pub async fn uid_gid(
     if !needs_lookup(user) {
         return resolve(user, &Accounts::default());
     }
-    let target = ctd
-        .call::<_, api::GetImageResponse>(
-            "/containerd.services.images.v1.Images/Get",
-            api::GetImageRequest { name: name.into() },
-            None,
-        )
-        .await
+    let digest = manifest_digest(ctd, name).await?;
+    let cache = cache_dir
+        .join("image-accounts")
+        .join(format!("{}.json", digest.replace(':', "-")));
+    if let Some(a) = std::fs::read(&cache)
         .ok()
-        .and_then(|r| r.image)
-        .and_then(|i| i.target)
-        .map(|t| t.digest);
-    let cache = target.map(|d| {
-        cache_dir
-            .join("image-accounts")
-            .join(format!("{}.json", d.replace(':', "-")))
-    });
-    if let Some(c) = &cache {
-        if let Some(a) = std::fs::read(c)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Accounts>(&b).ok())
-        {
-            return resolve(user, &a);
-        }
+        .and_then(|b| serde_json::from_slice::<Accounts>(&b).ok())
+    {
+        return resolve(user, &a);
     }
-    let (_, accounts) = read_accounts(ctd, name).await?;
-    if let Some(c) = &cache {
-        if let Some(dir) = c.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        if let Ok(b) = serde_json::to_vec(&accounts) {
-            let tmp = c.with_extension("tmp");
-            if std::fs::write(&tmp, b).is_ok() {
-                let _ = std::fs::rename(&tmp, c);
-            }
+    let accounts = read_accounts(ctd, &digest).await?;
+    if let Some(dir) = cache.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Ok(b) = serde_json::to_vec(&accounts) {
+        let tmp = cache.with_extension("tmp");
+        if std::fs::write(&tmp, b).is_ok() {
+            let _ = std::fs::rename(&tmp, &cache);
         }
     }
     resolve(user, &accounts)

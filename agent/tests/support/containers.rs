@@ -145,6 +145,18 @@ impl Env {
         Some(env)
     }
 
+    /// The flags that point an agent (or `allot dev`) at this containerd and namespace.
+    pub fn driver_args(&self) -> Vec<String> {
+        vec![
+            "--driver".into(),
+            "containerd".into(),
+            "--containerd-socket".into(),
+            self.socket.display().to_string(),
+            "--containerd-namespace".into(),
+            self.namespace.clone(),
+        ]
+    }
+
     /// Starts a second registry that wants a user and password (htpasswd, bcrypt, as
     /// distribution requires; `htpasswd` comes from apache2-utils); returns its address.
     pub fn start_auth_registry(&mut self, user: &str, password: &str) -> String {
