@@ -125,11 +125,16 @@ impl Edits {
     }
 
     /// The device nodes as the OCI spec takes them: numbers from the spec, else from the host's
-    /// node.
-    pub fn oci_devices(&self) -> Result<Vec<DeviceNode>, String> {
+    /// node, looked up under `dev_dir` (where the agent sees the host's `/dev`: on Kubernetes
+    /// a read-only mount, since the agent's own `/dev` holds only what its runtime gave it).
+    pub fn oci_devices(&self, dev_dir: &Path) -> Result<Vec<DeviceNode>, String> {
         let mut out: Vec<DeviceNode> = Vec::new();
         for d in &self.device_nodes {
-            let host = d.host_path.as_deref().unwrap_or(&d.path);
+            let named = d.host_path.as_deref().unwrap_or(&d.path);
+            let host = match named.strip_prefix("/dev/") {
+                Some(rest) => dev_dir.join(rest),
+                None => PathBuf::from(named),
+            };
             let node = match (d.major, d.minor, d.kind.as_deref()) {
                 (Some(major), Some(minor), Some(k @ ("c" | "b" | "u"))) => DeviceNode {
                     path: d.path.clone(),
@@ -137,7 +142,7 @@ impl Edits {
                     major,
                     minor,
                 },
-                _ => device_node(Path::new(host), &d.path)
+                _ => device_node(&host, &d.path)
                     .map_err(|e| format!("CDI device node {}: {e}", d.path))?,
             };
             if !out.iter().any(|o| o.path == node.path) {
@@ -350,7 +355,7 @@ containerEdits:
             .unwrap()
             .unwrap();
         assert!(w.is_empty(), "{w:?}");
-        let devs = e.oci_devices().unwrap();
+        let devs = e.oci_devices(Path::new("/dev")).unwrap();
         let paths: Vec<&str> = devs.iter().map(|d| d.path.as_str()).collect();
         assert_eq!(paths, ["/dev/nvidiactl", "/dev/nvidia1"]);
         assert_eq!((devs[1].major, devs[1].minor), (195, 1));
@@ -381,6 +386,35 @@ containerEdits:
         ];
         apply_env(&mut env, &["NVIDIA_VISIBLE_DEVICES=void".to_string()]);
         assert_eq!(env, ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"]);
+    }
+
+    #[test]
+    fn nodes_without_numbers_are_looked_up_under_the_device_directory() {
+        // As nvidia-ctk writes them: a path only, the host's /dev seen at another directory.
+        let host_dev = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(host_dev.path().join("dri")).unwrap();
+        for n in ["nvidia1", "dri/renderD129"] {
+            std::os::unix::fs::symlink("/dev/null", host_dev.path().join(n)).unwrap();
+        }
+        let e = Edits {
+            device_nodes: vec![
+                CdiDeviceNode {
+                    path: "/dev/nvidia1".into(),
+                    ..Default::default()
+                },
+                CdiDeviceNode {
+                    path: "/dev/dri/renderD129".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let devs = e.oci_devices(host_dev.path()).unwrap();
+        assert_eq!(devs[0].path, "/dev/nvidia1");
+        assert_eq!(devs[1].path, "/dev/dri/renderD129");
+        assert_eq!((devs[1].kind, devs[1].major, devs[1].minor), ('c', 1, 3));
+        let err = e.oci_devices(&host_dev.path().join("none")).unwrap_err();
+        assert!(err.contains("/dev/nvidia1"), "{err}");
     }
 
     #[test]
@@ -422,7 +456,7 @@ containerEdits:
         let e = resolve(&[etc, run], NVIDIA_GPU, &["1".into()], &mut w)
             .unwrap()
             .unwrap();
-        let devs = e.oci_devices().unwrap();
+        let devs = e.oci_devices(Path::new("/dev")).unwrap();
         assert!(devs
             .iter()
             .any(|d| d.path == "/dev/nvidia1" && d.minor == 7));

@@ -5,10 +5,11 @@
 //! in the agent's container and die with it; until the restarted agent adopts the containers,
 //! nothing would stop them. `allot agent-fence` runs beside the agent (another container of its
 //! pod, which an agent crash does not restart) and does what the shims would: once the lease
-//! in the agent's data directory has run out (plus a second, so a live shim acts first), it
-//! sends SIGTERM to every task of allot's containers in the namespace, and SIGKILL to all their
-//! processes 4/5 of a lease later, so they are gone before the cluster, two leases after the
-//! last renewal, runs the work again. It only stops: the restarted agent adopts the stopped
+//! in the agent's data directory has run out (plus a tenth of a lease, at most a second, so a
+//! live shim acts first), it sends SIGTERM to every task of allot's containers in the
+//! namespace, and SIGKILL to all their processes when 4/5 of a lease has passed since the
+//! deadline, as the shims do, so they are gone before the cluster, two leases after the last
+//! renewal, runs the work again. It only stops: the restarted agent adopts the stopped
 //! containers and reports how they ended.
 //!
 //! The decision is [`Fence::poll`] (sans-I/O: the lease deadline and the time passed in); the
@@ -22,8 +23,8 @@ use std::time::Duration;
 use super::Containerd;
 use crate::shim;
 
-/// How long after the lease runs out the fence acts (a live shim acts at once).
-pub const SLACK_MS: i64 = 1000;
+/// How long after the lease runs out the fence acts at most (a live shim acts at once).
+pub const MAX_SLACK_MS: i64 = 1000;
 
 /// What to do to one container now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,11 +33,11 @@ pub enum Action {
     Kill,
 }
 
-/// The fence's memory: when each container was sent SIGTERM, and whether SIGKILL followed.
+/// The fence's memory: the containers sent SIGTERM, and whether SIGKILL followed.
 #[derive(Debug, Default)]
 pub struct Fence {
     lease_ms: i64,
-    termed: BTreeMap<String, (i64, bool)>,
+    termed: BTreeMap<String, bool>,
 }
 
 impl Fence {
@@ -50,7 +51,11 @@ impl Fence {
     /// Whether the lease (deadline `lease_deadline`, ms since the epoch; 0: none written) has
     /// run out at `now` for the fence.
     pub fn expired(&self, now: i64, lease_deadline: i64) -> bool {
-        now > lease_deadline.saturating_add(SLACK_MS)
+        now > lease_deadline.saturating_add(self.slack())
+    }
+
+    fn slack(&self) -> i64 {
+        (self.lease_ms / 10).min(MAX_SLACK_MS)
     }
 
     /// The actions due at `now` for the running `containers`.
@@ -66,14 +71,21 @@ impl Fence {
             return Vec::new();
         }
         self.termed.retain(|id, _| containers.contains(id));
+        // SIGKILL when 4/5 of a lease has passed since the deadline, as a shim kills: whatever
+        // the fence's own delay, everything is gone within 1.8 leases of the last renewal.
+        let kill_due = now >= lease_deadline.saturating_add(self.lease_ms * 4 / 5);
         let mut out = Vec::new();
         for id in containers {
             match self.termed.get_mut(id) {
+                None if kill_due => {
+                    self.termed.insert(id.clone(), true);
+                    out.push((id.clone(), Action::Kill));
+                }
                 None => {
-                    self.termed.insert(id.clone(), (now, false));
+                    self.termed.insert(id.clone(), false);
                     out.push((id.clone(), Action::Term));
                 }
-                Some((at, killed)) if !*killed && now - *at >= self.lease_ms * 4 / 5 => {
+                Some(killed) if !*killed && kill_due => {
                     *killed = true;
                     out.push((id.clone(), Action::Kill));
                 }
@@ -173,7 +185,7 @@ mod tests {
     fn nothing_while_the_lease_holds_then_term_then_kill() {
         let mut f = Fence::new(10_000);
         let c = ids(&["a", "b"]);
-        // Within the lease and its slack: nothing.
+        // Within the lease and its slack (a tenth of it, at most a second): nothing.
         assert!(f.poll(50_000, 50_000, &c).is_empty());
         assert!(f.poll(51_000, 50_000, &c).is_empty());
         // Past it: SIGTERM once each.
@@ -186,20 +198,34 @@ mod tests {
             ]
         );
         assert!(f.poll(52_000, 50_000, &c).is_empty());
-        // 4/5 of a lease later: SIGKILL, once.
-        let k = f.poll(59_001, 50_000, &ids(&["a"]));
+        // 4/5 of a lease after the deadline: SIGKILL, once.
+        assert!(f.poll(57_999, 50_000, &ids(&["a"])).is_empty());
+        let k = f.poll(58_000, 50_000, &ids(&["a"]));
         assert_eq!(k, [("a".to_string(), Action::Kill)]);
         assert!(f.poll(60_000, 50_000, &ids(&["a"])).is_empty());
+    }
+
+    #[test]
+    fn a_short_lease_is_killed_within_two_leases_of_the_last_renewal() {
+        // A 2 s lease renewed at 0 (deadline 2 s): SIGTERM after 0.2 s of slack, SIGKILL at
+        // 3.6 s, before the cluster's 4 s; a fence that first looks late kills at once.
+        let mut f = Fence::new(2_000);
+        let c = ids(&["a"]);
+        assert!(f.poll(2_200, 2_000, &c).is_empty());
+        assert_eq!(f.poll(2_201, 2_000, &c), [("a".into(), Action::Term)]);
+        assert_eq!(f.poll(3_600, 2_000, &c), [("a".into(), Action::Kill)]);
+        let mut late = Fence::new(2_000);
+        assert_eq!(late.poll(3_700, 2_000, &c), [("a".into(), Action::Kill)]);
     }
 
     #[test]
     fn a_renewed_lease_forgets_and_no_lease_file_counts_as_run_out() {
         let mut f = Fence::new(10_000);
         let c = ids(&["a"]);
-        assert_eq!(f.poll(70_000, 50_000, &c).len(), 1);
+        assert_eq!(f.poll(51_500, 50_000, &c).len(), 1);
         // The agent came back and renewed: nothing, and the next expiry starts over.
-        assert!(f.poll(71_000, 80_000, &c).is_empty());
-        assert_eq!(f.poll(90_000, 80_000, &c), [("a".into(), Action::Term)]);
+        assert!(f.poll(52_000, 80_000, &c).is_empty());
+        assert_eq!(f.poll(81_500, 80_000, &c), [("a".into(), Action::Term)]);
         // No lease ever written (0): a node whose agent never ran keeps nothing running.
         let mut g = Fence::new(10_000);
         assert_eq!(g.poll(5_000, 0, &c), [("a".into(), Action::Term)]);

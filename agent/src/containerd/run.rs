@@ -386,7 +386,7 @@ async fn create_and_start(
     let mut devices =
         spec::assigned_devices(&job.dev_dir, &job.devices, cdi.is_some(), &efa_verbs)?;
     let cdi = cdi.unwrap_or_default();
-    devices.extend(cdi.oci_devices()?);
+    devices.extend(cdi.oci_devices(&job.dev_dir)?);
     let mut env = spec::merge_env(&pulled.config, &job.env);
     super::cdi::apply_env(&mut env, &cdi.env);
     let cwd = job

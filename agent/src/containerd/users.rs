@@ -92,6 +92,8 @@ struct TarScan {
     /// record being read.
     into: Option<Sink>,
     long_name: Option<String>,
+    /// A PAX `size` for the next entry (files of 8 GiB and more have 0 in the header).
+    pax_size: Option<u64>,
     files: [Seen; 2],
     opaque_etc: bool,
     ended: bool,
@@ -134,10 +136,14 @@ impl TarScan {
             let end = f.iter().position(|c| *c == 0).unwrap_or(f.len());
             String::from_utf8_lossy(&f[..end]).into_owned()
         };
-        let size = octal(&h[124..136]);
         let kind = h[156];
+        let size = match self.pax_size.take() {
+            Some(s) if !matches!(kind, b'L' | b'x' | b'g') => s,
+            _ => octal(&h[124..136]),
+        };
         let mut name = field(0, 100);
-        if &h[257..262] == b"ustar" {
+        // POSIX ustar has a name prefix; GNU's "ustar  " keeps times there instead.
+        if &h[257..263] == b"ustar\0" {
             let prefix = field(345, 500);
             if !prefix.is_empty() {
                 name = format!("{prefix}/{name}");
@@ -214,6 +220,8 @@ impl TarScan {
                     if let Some((_, kv)) = rec.split_once(' ') {
                         if let Some(p) = kv.strip_prefix("path=") {
                             self.long_name = Some(p.to_string());
+                        } else if let Some(n) = kv.strip_prefix("size=") {
+                            self.pax_size = n.trim().parse().ok();
                         }
                     }
                 }
@@ -315,7 +323,8 @@ async fn read_accounts(ctd: &Containerd, manifest_digest: &str) -> Result<Accoun
             )
             .await
             .map_err(|e| e.to_string())?;
-        let mut gz = gzip.then(|| flate2::write::GzDecoder::new(TarScan::default()));
+        // Several gzip members are one layer (eStargz writes one per file).
+        let mut gz = gzip.then(|| flate2::write::MultiGzDecoder::new(TarScan::default()));
         // The tar stream's end seen: the rest (padding) is not read.
         let mut ended = false;
         loop {
@@ -461,6 +470,46 @@ mod tests {
             assert_eq!(s.files[1], Seen::File(GROUP.as_bytes().to_vec()), "{chunk}");
             assert!(s.ended);
         }
+    }
+
+    #[test]
+    fn a_pax_size_is_the_entrys_size() {
+        // A big file as Go's archive/tar writes it: size in a PAX record, 0 in the header.
+        let big = vec![b'x'; 1500];
+        let mut t = Vec::new();
+        tar_entry(&mut t, "PaxHeaders/data", b'x', b"13 size=1500\n");
+        tar_entry(&mut t, "data/model.bin", b'0', b"");
+        // tar_entry padded the empty body to nothing: append the real bytes and padding.
+        t.extend_from_slice(&big);
+        t.resize(t.len().div_ceil(512) * 512, 0);
+        tar_entry(&mut t, "etc/passwd", b'0', PASSWD.as_bytes());
+        t.extend_from_slice(&[0u8; 1024]);
+        let s = scan(&t, 100);
+        assert_eq!(s.files[0], Seen::File(PASSWD.as_bytes().to_vec()));
+    }
+
+    #[test]
+    fn several_gzip_members_are_one_layer() {
+        use flate2::write::GzEncoder;
+        let mut t = Vec::new();
+        tar_entry(&mut t, "bin/x", b'0', b"x");
+        let first = t.clone();
+        let mut second = Vec::new();
+        tar_entry(&mut second, "etc/passwd", b'0', PASSWD.as_bytes());
+        second.extend_from_slice(&[0u8; 1024]);
+        let gz = |b: &[u8]| {
+            let mut e = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(b).unwrap();
+            e.finish().unwrap()
+        };
+        let mut layer = gz(&first);
+        layer.extend(gz(&second));
+        let mut d = flate2::write::MultiGzDecoder::new(TarScan::default());
+        for c in layer.chunks(37) {
+            d.write_all(c).unwrap();
+        }
+        d.try_finish().unwrap();
+        assert_eq!(d.get_ref().files[0], Seen::File(PASSWD.as_bytes().to_vec()));
     }
 
     #[test]
