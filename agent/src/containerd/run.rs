@@ -510,6 +510,23 @@ pub(crate) async fn kill(ctd: &Containerd, id: &str, signal: i32, all: bool) {
         .await;
 }
 
+/// Waits until containerd's copy of the container's output has reached `log` (its size the same
+/// for 100 ms, at most a second): the task's exit can be reported while the last lines are
+/// still being copied, and the exit record is what tells readers the log is whole.
+async fn output_settled(log: &Path) {
+    let size = || std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    let mut last = size();
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = size();
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
 /// Waits for the task to end, stopping it when asked; records the exit and removes the container.
 async fn supervise(
     args: &ShimArgs,
@@ -586,6 +603,7 @@ async fn supervise(
     if let Err(e) = ctd.remove_container(id, &job.snapshotter).await {
         eprintln!("agent-shim: removing container {id}: {e}");
     }
+    output_settled(&dir.join(shim::LOG_FILE)).await;
     record(
         dir,
         ExitRecord {
