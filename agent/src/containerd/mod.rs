@@ -297,6 +297,22 @@ impl Containerd {
         )
     }
 
+    /// The image record named `name`, if there is one.
+    pub async fn image(&self, name: &str) -> Result<Option<api::Image>, CallError> {
+        match self
+            .call::<_, api::GetImageResponse>(
+                "/containerd.services.images.v1.Images/Get",
+                api::GetImageRequest { name: name.into() },
+                None,
+            )
+            .await
+        {
+            Ok(r) => Ok(r.image),
+            Err(e) if e.not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A container's task, if it has one.
     pub async fn task(&self, id: &str) -> Result<Option<api::Process>, CallError> {
         let req = api::TaskRequest {

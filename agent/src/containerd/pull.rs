@@ -92,6 +92,8 @@ pub struct Pulled {
     pub name: String,
     pub chain_id: String,
     pub config: ImageConfig,
+    /// The digest of the manifest its layers are listed in.
+    pub manifest_digest: String,
     /// It was already in the cache.
     pub cached: bool,
 }
@@ -257,6 +259,7 @@ pub async fn pull(
         name,
         chain_id,
         config: cfg.config.unwrap_or_default(),
+        manifest_digest: manifest.0.digest.clone(),
         cached: false,
     })
 }
@@ -737,20 +740,8 @@ pub(crate) async fn read_content(ctd: &Containerd, digest: &str) -> Result<Vec<u
 
 /// The image if it is in the cache and unpacked.
 async fn cached(ctd: &Containerd, name: &str, snapshotter: &str) -> Result<Option<Pulled>, String> {
-    let got = ctd
-        .call::<_, api::GetImageResponse>(
-            "/containerd.services.images.v1.Images/Get",
-            api::GetImageRequest { name: name.into() },
-            None,
-        )
-        .await;
-    let img = match got {
-        Ok(r) => match r.image {
-            Some(i) => i,
-            None => return Ok(None),
-        },
-        Err(e) if e.not_found() => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+    let Some(img) = ctd.image(name).await.map_err(|e| e.to_string())? else {
+        return Ok(None);
     };
     let (Some(chain), Some(config)) = (img.labels.get(CHAIN_LABEL), img.labels.get(CONFIG_LABEL))
     else {
@@ -775,27 +766,21 @@ async fn cached(ctd: &Containerd, name: &str, snapshotter: &str) -> Result<Optio
     let Ok(cfg) = serde_json::from_slice::<ConfigFile>(&bytes) else {
         return Ok(None);
     };
+    let Some(manifest_digest) = img.target.as_ref().map(|t| t.digest.clone()) else {
+        return Ok(None);
+    };
     Ok(Some(Pulled {
         name: name.into(),
         chain_id: chain.clone(),
         config: cfg.config.unwrap_or_default(),
+        manifest_digest,
         cached: true,
     }))
 }
 
 /// Marks an image used now (the cache rule drops images unused for longest).
 pub async fn touch(ctd: &Containerd, name: &str) {
-    let Ok(r) = ctd
-        .call::<_, api::GetImageResponse>(
-            "/containerd.services.images.v1.Images/Get",
-            api::GetImageRequest { name: name.into() },
-            None,
-        )
-        .await
-    else {
-        return;
-    };
-    if let Some(mut img) = r.image {
+    if let Ok(Some(mut img)) = ctd.image(name).await {
         img.labels
             .insert(USED_LABEL.into(), crate::shim::now_ms().to_string());
         let _ = ctd

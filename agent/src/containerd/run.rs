@@ -167,12 +167,7 @@ async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
     };
     // One pull of an image at a time on a node: a second pod of the same image waits for the
     // first and then finds it cached, instead of racing it for containerd's content refs.
-    let lock_dir = if job.lock_dir.as_os_str().is_empty() {
-        dir.parent().unwrap_or(dir).to_path_buf()
-    } else {
-        job.lock_dir.clone()
-    };
-    let lock_path = lock_dir.join(format!("{}.lock", super::pull::lease_of(&job.image)));
+    let lock_path = node_dir(job, dir).join(format!("{}.lock", super::pull::lease_of(&job.image)));
     let pull = async {
         let _held = tokio::task::spawn_blocking(move || lock_file(&lock_path))
             .await
@@ -340,6 +335,16 @@ fn stopped_before_start(dir: &Path, lease_expired: bool) -> i32 {
     0
 }
 
+/// The node's directory for what its pods share (pull locks, image users): the agent's data
+/// directory, or the pod directory's parent for a job written before it was recorded.
+fn node_dir(job: &ContainerJob, pod_dir: &Path) -> PathBuf {
+    if job.lock_dir.as_os_str().is_empty() {
+        pod_dir.parent().unwrap_or(pod_dir).to_path_buf()
+    } else {
+        job.lock_dir.clone()
+    }
+}
+
 async fn create_and_start(
     ctd: &Containerd,
     job: &ContainerJob,
@@ -354,12 +359,8 @@ async fn create_and_start(
         .or_else(|| pulled.config.user.clone())
         .unwrap_or_default();
     // Names come from the image's /etc/passwd and /etc/group (read once per image and node).
-    let cache_dir = if job.lock_dir.as_os_str().is_empty() {
-        dir.parent().unwrap_or(dir).to_path_buf()
-    } else {
-        job.lock_dir.clone()
-    };
-    let (uid, gid) = super::users::uid_gid(ctd, &pulled.name, &user, &cache_dir).await?;
+    let (uid, gid) =
+        super::users::uid_gid(ctd, &pulled.manifest_digest, &user, &node_dir(job, dir)).await?;
     // GPUs from the node's CDI specs where it has them, named by index as the toolkit does.
     let gpus: Vec<String> = job
         .devices
@@ -512,7 +513,8 @@ pub(crate) async fn kill(ctd: &Containerd, id: &str, signal: i32, all: bool) {
 
 /// Waits until containerd's copy of the container's output has reached `log` (its size the same
 /// for 100 ms, at most a second): the task's exit can be reported while the last lines are
-/// still being copied, and the exit record is what tells readers the log is whole.
+/// still in its pipes, which deleting the task closes, and the exit record is what tells
+/// readers the log is whole.
 async fn output_settled(log: &Path) {
     let size = || std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
@@ -600,10 +602,11 @@ async fn supervise(
     }
     let signal = code.filter(|c| *c > 128 && *c < 128 + 65).map(|c| c - 128);
     let succeeded = code == Some(0) && !stopped && !lease_expired;
+    // Deleting the task closes its pipes: what containerd has not copied yet would be lost.
+    output_settled(&dir.join(shim::LOG_FILE)).await;
     if let Err(e) = ctd.remove_container(id, &job.snapshotter).await {
         eprintln!("agent-shim: removing container {id}: {e}");
     }
-    output_settled(&dir.join(shim::LOG_FILE)).await;
     record(
         dir,
         ExitRecord {

@@ -286,21 +286,6 @@ fn compression(media_type: &str) -> Result<bool, String> {
     }
 }
 
-/// The digest of the manifest the image `name` points at.
-async fn manifest_digest(ctd: &Containerd, name: &str) -> Result<String, String> {
-    ctd.call::<_, api::GetImageResponse>(
-        "/containerd.services.images.v1.Images/Get",
-        api::GetImageRequest { name: name.into() },
-        None,
-    )
-    .await
-    .map_err(|e| e.to_string())?
-    .image
-    .and_then(|i| i.target)
-    .map(|t| t.digest)
-    .ok_or_else(|| format!("image {name} is not in containerd"))
-}
-
 /// Reads `/etc/passwd` and `/etc/group` from the layers of the image whose manifest is
 /// `manifest_digest` (top layer first).
 async fn read_accounts(ctd: &Containerd, manifest_digest: &str) -> Result<Accounts, String> {
@@ -382,18 +367,17 @@ async fn read_accounts(ctd: &Containerd, manifest_digest: &str) -> Result<Accoun
     })
 }
 
-/// `user` as (uid, gid) for a container of image `name`: numbers as they are, names from the
-/// image's files (cached under `cache_dir`).
+/// `user` as (uid, gid) for a container of the image whose manifest is `digest`: numbers as
+/// they are, names from the image's files (cached under `cache_dir`).
 pub async fn uid_gid(
     ctd: &Containerd,
-    name: &str,
+    digest: &str,
     user: &str,
     cache_dir: &Path,
 ) -> Result<(u32, u32), String> {
     if !needs_lookup(user) {
         return resolve(user, &Accounts::default());
     }
-    let digest = manifest_digest(ctd, name).await?;
     let cache = cache_dir
         .join("image-accounts")
         .join(format!("{}.json", digest.replace(':', "-")));
@@ -403,7 +387,7 @@ pub async fn uid_gid(
     {
         return resolve(user, &a);
     }
-    let accounts = read_accounts(ctd, &digest).await?;
+    let accounts = read_accounts(ctd, digest).await?;
     if let Some(dir) = cache.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
