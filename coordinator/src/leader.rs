@@ -107,7 +107,7 @@ impl CycleJob {
             self.state
                 .workloads
                 .get(id)
-                .is_some_and(|w| w.pending_status() != Some((&**r, &**m)))
+                .is_some_and(|w| !w.shows_pending(r, m))
         });
         CycleDone {
             id: self.id,

@@ -195,11 +195,19 @@ enum Cycle {
 }
 
 /// Drives `st` with `steps` events (an arrival three times in four, else a running workload
-/// finishing), one cycle after each, applied; returns each cycle's time.
-fn stream(st: &mut State, teams: usize, steps: usize, how: Cycle) -> Vec<std::time::Duration> {
+/// finishing), one cycle after each, applied; returns each cycle's time and each plan's
+/// application's (what the simulator does after every cycle; a replica applies only the
+/// pending messages that changed).
+fn stream(
+    st: &mut State,
+    teams: usize,
+    steps: usize,
+    how: Cycle,
+) -> (Vec<std::time::Duration>, Vec<std::time::Duration>) {
     let mut cache = CycleCache::default();
     let mut rng = Lcg(99);
     let mut times = Vec::with_capacity(steps);
+    let mut applies = Vec::with_capacity(steps);
     let mut running: Vec<WlId> = st
         .workloads
         .values()
@@ -222,7 +230,10 @@ fn stream(st: &mut State, teams: usize, steps: usize, how: Cycle) -> Vec<std::ti
             Cycle::Reference => schedule_reference(st, now),
         });
         times.push(started.elapsed());
-        for e in st.apply_plan(&plan, now) {
+        let started = std::time::Instant::now();
+        let events = st.apply_plan(&plan, now);
+        applies.push(started.elapsed());
+        for e in events {
             match e {
                 Event::Preempted { wl, .. } => {
                     st.complete_eviction(wl, now);
@@ -233,7 +244,7 @@ fn stream(st: &mut State, teams: usize, steps: usize, how: Cycle) -> Vec<std::ti
         }
         running.retain(|id| st.workload(*id).state == WlState::Admitted);
     }
-    times
+    (times, applies)
 }
 
 fn percentiles(label: &str, mut times: Vec<std::time::Duration>) {
@@ -243,7 +254,7 @@ fn percentiles(label: &str, mut times: Vec<std::time::Duration>) {
         times[i].as_secs_f64() * 1000.0
     };
     eprintln!(
-        "{label}: cycle p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} cycles",
+        "{label}: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} cycles",
         at(0.5),
         at(0.99),
         at(1.0),
@@ -298,18 +309,17 @@ fn contended_cases() {
             copies[copies.len() / 2].as_secs_f64() * 1000.0,
             copies.len()
         );
-        percentiles(
-            "  schedule_cached",
-            stream(&mut st.clone(), teams, steps, Cycle::Cached),
-        );
+        let (cycles, applies) = stream(&mut st.clone(), teams, steps, Cycle::Cached);
+        percentiles("  schedule_cached", cycles);
+        percentiles("  apply_plan (after schedule_cached)", applies);
         percentiles(
             "  schedule",
-            stream(&mut st.clone(), teams, steps, Cycle::Fast),
+            stream(&mut st.clone(), teams, steps, Cycle::Fast).0,
         );
         if with_reference {
             percentiles(
                 "  schedule_reference",
-                stream(&mut st.clone(), teams, steps, Cycle::Reference),
+                stream(&mut st.clone(), teams, steps, Cycle::Reference).0,
             );
         }
     }

@@ -38,7 +38,7 @@ pub fn explain_state(st: &State, id: WlId) -> Vec<String> {
         WlState::Succeeded | WlState::Failed | WlState::Cancelled => {
             let (t, msg) = wl
                 .condition("Finished")
-                .map(|c| (fmt_time(c.time), c.message.clone()))
+                .map(|c| (fmt_time(c.time), c.message.to_string()))
                 .unwrap_or_else(|| ("at an unknown time".into(), String::new()));
             return vec![format!(
                 "workload {} (team {}) is {} since {t}{}: it neither waits for nor holds quota",
@@ -373,7 +373,7 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
     // Requeued after an eviction: preempted (who, why, when) or another cause (node failure).
     if let Some(rq) = wl.condition("Requeued").filter(|c| c.status) {
         match &wl.preempted_by {
-            Some(p) if rq.reason == "Preempted" => {
+            Some(p) if &*rq.reason == "Preempted" => {
                 out.extend(preempted_line(st, wl, p, "preempted"));
             }
             _ => {

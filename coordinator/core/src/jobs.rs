@@ -547,7 +547,7 @@ impl Machine {
                     .iter()
                     .rev()
                     .find(|c| !c.message.is_empty())
-                    .map(|c| c.message.clone())
+                    .map(|c| c.message.to_string())
                     .unwrap_or_default()
             };
             rows.push(HistoryRow {

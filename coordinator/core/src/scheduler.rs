@@ -941,7 +941,10 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     let mut memo: BTreeMap<ShapeKey, (u64, Arc<str>, Arc<str>)> = BTreeMap::new();
     // Keeps this cycle's first-generation outcomes for the next (before any decision).
     let mut fresh = fresh;
-    let mut keep = |fast_memo: &FastMemo, key_parts: &KeyParts| {
+    let keep = |cache: &mut Option<&mut CycleCache>,
+                fresh: &mut Option<Option<crate::cycle_cache::Basis>>,
+                fast_memo: &FastMemo,
+                key_parts: &KeyParts| {
         if let (Some(c), Some(fresh)) = (cache.as_deref_mut(), fresh.take()) {
             c.store(
                 fresh,
@@ -996,7 +999,22 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                 message: message.clone(),
                 hold: Vec::new(),
             },
-            _ => process(&mut ctx, wl),
+            // The same texts as earlier cycles', where they say the same.
+            _ => match (process(&mut ctx, wl), cache.as_deref_mut()) {
+                (
+                    Outcome::Pending {
+                        reason,
+                        message,
+                        hold,
+                    },
+                    Some(c),
+                ) => Outcome::Pending {
+                    reason: c.intern(reason),
+                    message: c.intern(message),
+                    hold,
+                },
+                (o, _) => o,
+            },
         };
         // Inside one cycle a team either takes by preemption or loses to it, never both: chains
         // such as A takes from B while B takes from C and C from A would churn across cycles.
@@ -1043,7 +1061,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
         let decided = !matches!(&outcome, Outcome::Pending { hold, .. } if hold.is_empty());
         if decided {
             if generation == 0 {
-                keep(&fast_memo, &key_parts);
+                keep(&mut cache, &mut fresh, &fast_memo, &key_parts);
             }
             generation += 1;
             // Runs settled ahead of this decision's place in the tournament were settled on
@@ -1185,7 +1203,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
         }
     }
     tour.commit_all(&mut plan);
-    keep(&fast_memo, &key_parts);
+    keep(&mut cache, &mut fresh, &fast_memo, &key_parts);
     plan
 }
 

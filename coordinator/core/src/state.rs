@@ -156,8 +156,10 @@ impl WlState {
 pub struct Condition {
     pub kind: String,
     pub status: bool,
-    pub reason: String,
-    pub message: String,
+    /// Shared: a cycle's pending reasons and messages are shared between the workloads that
+    /// show them, so most comparisons with the next cycle's are a pointer comparison.
+    pub reason: Arc<str>,
+    pub message: Arc<str>,
     pub time: Time,
 }
 
@@ -247,16 +249,27 @@ impl Workload {
         self.conditions.iter().find(|c| c.kind == kind)
     }
     fn set_condition(&mut self, kind: &str, status: bool, reason: &str, message: &str, now: Time) {
+        self.set_condition_shared(kind, status, &reason.into(), &message.into(), now);
+    }
+    /// `set_condition` with shared texts, kept as they are (no copy).
+    fn set_condition_shared(
+        &mut self,
+        kind: &str,
+        status: bool,
+        reason: &Arc<str>,
+        message: &Arc<str>,
+        now: Time,
+    ) {
         let c = || Condition {
             kind: kind.to_string(),
             status,
-            reason: reason.to_string(),
-            message: message.to_string(),
+            reason: reason.clone(),
+            message: message.clone(),
             time: now,
         };
         match self.conditions.iter_mut().find(|c| c.kind == kind) {
             Some(old) => {
-                if old.status != status || old.reason != reason || old.message != message {
+                if old.status != status || old.reason != *reason || old.message != *message {
                     *old = c();
                 }
             }
@@ -267,7 +280,17 @@ impl Workload {
     pub fn pending_status(&self) -> Option<(&str, &str)> {
         self.condition("QuotaReserved")
             .filter(|c| !c.status)
-            .map(|c| (c.reason.as_str(), c.message.as_str()))
+            .map(|c| (&*c.reason, &*c.message))
+    }
+    /// Whether the workload is pending and shows exactly this reason and message: a pointer
+    /// comparison where they are the texts it was given (a cycle's memoised ones), else the
+    /// texts'.
+    pub fn shows_pending(&self, reason: &Arc<str>, message: &Arc<str>) -> bool {
+        let same = |a: &Arc<str>, b: &Arc<str>| Arc::ptr_eq(a, b) || a == b;
+        self.state == WlState::Pending
+            && self
+                .condition("QuotaReserved")
+                .is_some_and(|c| !c.status && same(&c.message, message) && same(&c.reason, reason))
     }
 }
 
@@ -1279,14 +1302,13 @@ impl State {
         let mut order: u32 = 0;
         for (id, reason, message) in &plan.pending {
             // Most messages repeat what the workload shows: those need no copy of it.
-            let shows = |w: &Workload| {
-                w.state != WlState::Pending || w.pending_status() == Some((&**reason, &**message))
-            };
+            let shows =
+                |w: &Workload| w.state != WlState::Pending || w.shows_pending(reason, message);
             if self.workloads.get(id).is_none_or(|w| shows(w)) {
                 continue;
             }
             if let Some(wl) = wl_mut(&mut self.workloads, id) {
-                wl.set_condition("QuotaReserved", false, reason, message, now);
+                wl.set_condition_shared("QuotaReserved", false, reason, message, now);
             }
         }
         // The plan's preemptors go first in the next cycle, in the order this cycle took them:
@@ -1437,7 +1459,7 @@ impl State {
             .find(|c| (c.kind == "Evicted" || c.kind == "Preempted") && c.status)
         {
             c.status = false;
-            c.message = format!("Previously: {}", c.message);
+            c.message = format!("Previously: {}", c.message).into();
             c.reason = "QuotaReserved".into();
             c.time = now;
         }
@@ -1596,8 +1618,7 @@ impl State {
         plan.pending.retain(|(id, reason, message)| {
             &**reason == crate::plan::WAITING_FOR_VICTIMS
                 || self.workloads.get(id).is_some_and(|w| {
-                    w.state == WlState::Pending
-                        && w.pending_status() != Some((&**reason, &**message))
+                    w.state == WlState::Pending && !w.shows_pending(reason, message)
                 })
         });
     }

@@ -118,8 +118,8 @@ pub fn workload(m: &Machine, id: WlId) -> WorkloadView {
             .map(|c| ConditionView {
                 kind: c.kind.clone(),
                 status: c.status,
-                reason: c.reason.clone(),
-                message: c.message.clone(),
+                reason: c.reason.to_string(),
+                message: c.message.to_string(),
                 time_ms: c.time,
             })
             .collect(),

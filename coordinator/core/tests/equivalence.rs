@@ -134,13 +134,17 @@ fn workload(rng: &mut Rng, i: usize, teams: usize) -> WorkloadSpec {
 }
 
 /// Runs one history; `Err` names the step where the two cycles differ.
-fn history(seed: u64) -> Result<(usize, u64), String> {
+/// Runs one seeded history; returns the plans compared, the cycles the cache reused, and the
+/// pending entries whose message the workload already showed as the very same text (shared
+/// across cycles, compared by address when applied).
+fn history(seed: u64) -> Result<(usize, u64, usize), String> {
     let mut rng = Rng(seed);
     let mut cache = CycleCache::default();
     let (mut st, teams) = cluster(&mut rng);
     let mut next = 0usize;
     let mut now = 0i64;
     let mut compared = 0usize;
+    let mut shared = 0usize;
     for step in 0..60 {
         now += 1 + rng.below(5) as i64;
         // Arrivals in bursts (submit times collide), finishes and cancels.
@@ -188,7 +192,17 @@ fn history(seed: u64) -> Result<(usize, u64), String> {
                     "seed {seed}, step {step}, cycle {cycle}: the cached cycle plans\n{cached:#?}\nthe reference plans\n{reference:#?}"
                 ));
             }
-            let events = st.apply_plan(&plan, now);
+            shared += cached
+                .pending
+                .iter()
+                .filter(|(id, _, m)| {
+                    st.workload(*id)
+                        .condition("QuotaReserved")
+                        .is_some_and(|c| std::sync::Arc::ptr_eq(&c.message, m))
+                })
+                .count();
+            // The cached plan is the one applied: its texts are shared with the next cycle's.
+            let events = st.apply_plan(&cached, now);
             for e in &events {
                 if let Event::Preempted { wl, .. } = e {
                     if rng.below(2) == 0 {
@@ -201,7 +215,7 @@ fn history(seed: u64) -> Result<(usize, u64), String> {
             }
         }
     }
-    Ok((compared, cache.reused))
+    Ok((compared, cache.reused, shared))
 }
 
 #[test]
@@ -218,12 +232,13 @@ fn fast_cycle_equals_reference() {
             (0..n).collect()
         }
     };
-    let (mut plans, mut reused) = (0, 0);
+    let (mut plans, mut reused, mut shared) = (0, 0, 0);
     for seed in seeds {
         match history(seed) {
-            Ok((n, r)) => {
+            Ok((n, r, s)) => {
                 plans += n;
                 reused += r;
+                shared += s;
             }
             Err(e) => panic!("{e}"),
         }
@@ -233,7 +248,9 @@ fn fast_cycle_equals_reference() {
         plans > 0 && reused > 0,
         "{plans} plans, {reused} cycles reused"
     );
+    // Messages said again are the same texts, so applying them compares addresses.
+    assert!(shared > 0, "no pending message was shared between cycles");
     eprintln!(
-        "{plans} plans compared; {reused} cached cycles started from the last one's outcomes"
+        "{plans} plans compared; {reused} cached cycles started from the last one's outcomes; {shared} pending messages shown already, as the same text"
     );
 }
