@@ -169,8 +169,9 @@ impl Ord for Share {
 pub fn share(st: &State, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) -> Share {
     let team = &st.teams[t.idx()];
     let cohort = &st.cohorts[team.cohort.idx()];
-    // Borrowed per resource; teams have a handful of resources, so a small vector beats a map.
-    let mut borrowed: Vec<(ResId, i64)> = Vec::with_capacity(8);
+    // Borrowed per resource; teams have a handful of resources, so a small vector beats a map
+    // (on the stack: a cycle computes shares for every team at every judgement).
+    let mut borrowed: smallvec::SmallVec<[(ResId, i64); 8]> = smallvec::SmallVec::new();
     for (fr, q) in &team.quotas {
         let (_, r) = st.names.fr_parts(*fr);
         let mut u = acct.usage(t, *fr);
@@ -185,26 +186,35 @@ pub fn share(st: &State, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) -> Share
             None => borrowed.push((r, b)),
         }
     }
-    borrowed.sort_by(|a, b| st.names.resource_name(a.0).cmp(st.names.resource_name(b.0)));
-    // The dominant resource: the largest borrowed / lendable ratio; ties keep the smaller name.
-    let mut best: Option<(i128, i128)> = None;
+    // The dominant resource: the largest borrowed / lendable ratio; ties keep the smaller
+    // name. Resources not borrowed never win over one that is (and none borrowed is zero).
+    let mut best: Option<(i128, i128, ResId)> = None;
     for (r, b) in &borrowed {
+        if *b == 0 {
+            continue;
+        }
         let lendable = cohort.lendable_by_res.get(r).copied().unwrap_or(0);
         if lendable <= 0 {
             continue;
         }
-        let cand = (i128::from(*b) * 1000, i128::from(lendable));
+        let cand = (i128::from(*b) * 1000, i128::from(lendable), *r);
         best = match best {
-            Some(cur) if cur.0 * cand.1 >= cand.0 * cur.1 => Some(cur),
-            _ => Some(cand),
+            Some(cur) => {
+                let (keep, take) = (cur.0 * cand.1, cand.0 * cur.1);
+                let smaller_name =
+                    || st.names.resource_name(cur.2) <= st.names.resource_name(cand.2);
+                if keep > take || (keep == take && smaller_name()) {
+                    Some(cur)
+                } else {
+                    Some(cand)
+                }
+            }
+            None => Some(cand),
         };
     }
-    let Some((num, den)) = best else {
+    let Some((num, den, _)) = best else {
         return Share::ZERO;
     };
-    if num == 0 {
-        return Share::ZERO;
-    }
     if team.spec.fair_share_weight == 0 {
         return Share {
             infinite: true,

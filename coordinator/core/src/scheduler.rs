@@ -244,7 +244,7 @@ fn assign_among(
                     };
                 }
                 _ => {
-                    if group_reasons.is_empty() {
+                    if !quick && group_reasons.is_empty() {
                         group_reasons.push(match wl.pinned {
                             Some(p) => format!(
                                 "instance type {} is not among the flavors for {}",
@@ -288,7 +288,7 @@ fn assign_among(
                 place.push((i, f, count));
             }
         }
-        if !ps_reasons.is_empty() && ps_mode < Mode::Fit {
+        if !quick && !ps_reasons.is_empty() && ps_mode < Mode::Fit {
             messages.push(format!(
                 "couldn't assign flavors to pod set {}: {}",
                 ps.name,
@@ -357,10 +357,12 @@ fn eval_flavor(
             .find_fr(f, *r)
             .filter(|fr| team.quota(*fr).is_some())
         else {
-            ev.reasons.push(format!(
-                "flavor {fname} has no quota for {rname} in team {}",
-                team.name()
-            ));
+            if !quick {
+                ev.reasons.push(format!(
+                    "flavor {fname} has no quota for {rname} in team {}",
+                    team.name()
+                ));
+            }
             ev.mode = Mode::NoFit;
             return ev;
         };
@@ -377,14 +379,20 @@ fn eval_flavor(
             ev.mode = Mode::NoFit;
             let borrowed_now = (usage - q.nominal).max(0);
             match q.borrowing_limit {
-                Some(bl) if q.nominal + bl <= potential => ev.reasons.push(format!(
+                Some(bl) if q.nominal + bl <= potential => {
+                    if !quick {
+                        ev.reasons.push(format!(
                     "borrowing limit for {rname} in flavor {fname} exceeded (requested {}, nominal {}, borrowing limit {}, borrowed now {})",
                     fmt(val),
                     fmt(q.nominal),
                     fmt(bl),
                     fmt(borrowed_now)
-                )),
-                _ => ev.reasons.push(if earlier > 0 {
+                ));
+                    }
+                }
+                _ => {
+                    if !quick {
+                        ev.reasons.push(if earlier > 0 {
                     format!(
                         "insufficient quota for {rname} in flavor {fname}, previously considered podsets requests ({}) + current podset request ({}) > maximum capacity ({})",
                         fmt(earlier),
@@ -399,7 +407,9 @@ fn eval_flavor(
                         fmt(q.nominal),
                         fmt(potential - team.reserved(fr))
                     )
-                }),
+                });
+                    }
+                }
             }
             return ev;
         }
@@ -408,7 +418,8 @@ fn eval_flavor(
         }
         let avail = quota::available(st, &ctx.acct, t, fr);
         if val > avail {
-            ev.reasons.push(format!(
+            if !quick {
+                ev.reasons.push(format!(
                 "insufficient unused quota for {rname} in flavor {fname}, {} more needed (requested {}, available {}; team uses {} of nominal {})",
                 fmt(val - avail),
                 fmt(val),
@@ -416,6 +427,7 @@ fn eval_flavor(
                 fmt(usage),
                 fmt(q.nominal)
             ));
+            }
             if may_preempt_for_quota(st, wl, q.nominal, val) {
                 ev.mode = ev.mode.min(Mode::Preempt);
                 ev.contested.insert(fr);
@@ -431,8 +443,10 @@ fn eval_flavor(
     if st.placement && covers_all {
         let reqs = &wl.pod_reqs[ps];
         if !ctx.acct.nodes.has_flavor(f) {
-            ev.reasons
-                .push(format!("no nodes of flavor {fname} in the cluster"));
+            if !quick {
+                ev.reasons
+                    .push(format!("no nodes of flavor {fname} in the cluster"));
+            }
             ev.mode = Mode::NoFit;
             return ev;
         }
@@ -440,13 +454,15 @@ fn eval_flavor(
             // Quota is short already: what the nodes add to the contested pairs.
             node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
         } else if let Err(fail) = ctx.acct.nodes.try_place(f, reqs, count) {
-            ev.reasons.push(format!(
+            if !quick {
+                ev.reasons.push(format!(
                 "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit; {})",
                 wl.spec.pod_sets[ps].name,
                 fail.placed,
                 fail.wanted,
                 ctx.acct.nodes.describe_room(f, reqs, &st.names)
             ));
+            }
             ev.mode = Mode::Preempt;
             node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
         } else {
