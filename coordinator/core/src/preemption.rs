@@ -549,9 +549,20 @@ fn fair_sharing_search(
             break;
         }
         while let Some(c) = by_team.get_mut(&target).and_then(|q| q.pop_front()) {
-            ctx.remove(c.id);
-            let t1 = quota::share(st, &ctx.acct, target, &[]);
+            // The target's share without the candidate, told from its usage alone: most
+            // candidates fail the strategy, and taking each off its nodes and putting it back
+            // was most of a contended search's cost.
+            let without: Vec<(FrId, i64)> = ctx
+                .admission_of(c.id)
+                .map(|a| a.usage.iter().map(|(fr, v)| (*fr, -v)).collect())
+                .unwrap_or_default();
+            let t1 = quota::share(st, &ctx.acct, target, &without);
             if passes(first, p, t0, t1) {
+                ctx.remove(c.id);
+                debug_assert_eq!(
+                    t1.cmp(&quota::share(st, &ctx.acct, target, &[])),
+                    std::cmp::Ordering::Equal
+                );
                 removed.push((c, PreemptReason::InCohortFairSharing));
                 if ctx.fits(wl, usage, place, true) {
                     fit = true;
@@ -559,7 +570,6 @@ fn fair_sharing_search(
                 }
                 continue 'outer;
             }
-            ctx.restore(c.id);
             retry.entry(target).or_default().push_back(c);
         }
     }

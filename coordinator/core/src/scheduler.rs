@@ -1374,7 +1374,7 @@ impl<'a> Tournament<'a> {
             None => entry_key(ctx, st.workload(id)),
         };
         let place = match self.placed[t.idx()] {
-            Some(p) if self.fast && p > key => p,
+            Some(p) if self.fast && !later_above(&key, &p) => p,
             _ => key,
         };
         self.heads[t.idx()] = Some((key, place, plain.map(|q| q.shape)));
@@ -1419,7 +1419,7 @@ impl<'a> Tournament<'a> {
                 break;
             };
             let key = plain_key(q, *b, *share);
-            if place.is_none_or(|p| key > p) {
+            if place.is_none_or(|p| later_above(&key, &p)) {
                 run.rises.push((run.entries.len(), key));
                 place = Some(key);
             }
@@ -1485,6 +1485,18 @@ impl<'a> Tournament<'a> {
             commit(std::mem::take(&mut run.entries), plan);
         }
     }
+}
+
+/// `later > earlier`, for the keys of two of one team's entries in one window, `later`'s
+/// taken after `earlier`'s (the tournament's place keys). The team's cursor gives its
+/// preemptors first, each with its own order in the head, then its queue in order; the queue
+/// order is the keys' tail (priority, submit time, name, id). So the (preemptor, borrows,
+/// share) head decides, and equal heads leave the later entry above: no names are compared,
+/// which with a deep backlog submitted in bursts was most of the run-ahead's cost.
+fn later_above(later: &EntryKey<'_>, earlier: &EntryKey<'_>) -> bool {
+    let above = (later.0, later.1, later.2) >= (earlier.0, earlier.1, earlier.2);
+    debug_assert_eq!(above, later > earlier, "keys {later:?} after {earlier:?}");
+    above
 }
 
 /// A plain entry's tournament key: its shape's (borrows, share) part, then its queue order.
