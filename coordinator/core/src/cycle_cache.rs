@@ -153,9 +153,10 @@ impl CycleCache {
         Some(Basis::of(st))
     }
 
-    /// The text equal to `text` given out earlier, if any; else `text`, kept to give out.
-    pub(crate) fn intern(&mut self, text: Arc<str>) -> Arc<str> {
-        let text = match self.texts.get(&text) {
+    /// The text equal to `text` that `st`'s workloads show, or that was given out earlier, if
+    /// any; else `text`, kept to give out.
+    pub(crate) fn intern(&mut self, st: &State, text: Arc<str>) -> Arc<str> {
+        let text = match st.texts.get(&text).or_else(|| self.texts.get(&text)) {
             Some(old) => old.clone(),
             None => text,
         };
@@ -190,16 +191,21 @@ mod tests {
         let mut c = CycleCache::default();
         // Each start below finds no basis (none was stored): a cycle that judges everything.
         let _ = c.start(&st);
-        let first = c.intern(Arc::from("waiting for quota"));
-        let other = c.intern(Arc::from("no room"));
+        let first = c.intern(&st, Arc::from("waiting for quota"));
+        let other = c.intern(&st, Arc::from("no room"));
         let _ = c.start(&st);
-        let again = c.intern(Arc::from("waiting for quota"));
+        let again = c.intern(&st, Arc::from("waiting for quota"));
         assert!(Arc::ptr_eq(&first, &again));
         assert!(!Arc::ptr_eq(&other, &again));
         // Texts not said in the cycle before are forgotten.
         let _ = c.start(&st);
         let _ = c.start(&st);
-        let late = c.intern(Arc::from("no room"));
+        let late = c.intern(&st, Arc::from("no room"));
         assert!(!Arc::ptr_eq(&other, &late));
+        // What the state's workloads show comes first.
+        let mut st = st;
+        let shown: Arc<str> = Arc::from("no room");
+        let _ = st.texts.share(&shown);
+        assert!(Arc::ptr_eq(&c.intern(&st, Arc::from("no room")), &shown));
     }
 }

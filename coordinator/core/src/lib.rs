@@ -17,6 +17,7 @@ pub mod preemption;
 pub mod quota;
 pub mod scheduler;
 pub mod state;
+pub mod texts;
 pub mod views;
 pub mod working;
 

@@ -1025,8 +1025,8 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                     },
                     Some(c),
                 ) => Outcome::Pending {
-                    reason: c.intern(reason),
-                    message: c.intern(message),
+                    reason: c.intern(st, reason),
+                    message: c.intern(st, message),
                     hold,
                 },
                 (o, _) => o,

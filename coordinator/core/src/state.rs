@@ -394,6 +394,9 @@ pub struct State {
     /// through one, so a scheduler cache keyed on the state counts them.
     #[serde(default)]
     pub forgotten: u64,
+    /// The pending texts workloads show, shared by content (not saved: addresses only).
+    #[serde(skip)]
+    pub texts: crate::texts::Texts,
 }
 
 impl Default for State {
@@ -440,6 +443,7 @@ impl State {
             pool_excess: Vec::new(),
             team_excess: Vec::new(),
             forgotten: 0,
+            texts: Default::default(),
         }
     }
 
@@ -1307,8 +1311,9 @@ impl State {
             if self.workloads.get(id).is_none_or(|w| shows(w)) {
                 continue;
             }
+            let (reason, message) = (self.texts.share(reason), self.texts.share(message));
             if let Some(wl) = wl_mut(&mut self.workloads, id) {
-                wl.set_condition_shared("QuotaReserved", false, reason, message, now);
+                wl.set_condition_shared("QuotaReserved", false, &reason, &message, now);
             }
         }
         // The plan's preemptors go first in the next cycle, in the order this cycle took them:
