@@ -8,8 +8,7 @@
 //! copy costs a reference count each, and an address can never be reused while it is held) and
 //! compares everything else a first generation reads by value.
 
-use std::collections::{BTreeMap, HashSet};
-use std::hash::{BuildHasherDefault, DefaultHasher};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use allot_common::{ClusterPolicy, CohortSpec, TeamSpec};
@@ -125,16 +124,7 @@ pub struct CycleCache {
     /// Cycles that could start from the last one's outcomes, and cycles run.
     pub reused: u64,
     pub cycles: u64,
-    /// The pending reasons and messages of the cycles since the last that could not start
-    /// from its predecessor's outcomes (`texts`), and since that one (`next_texts`): a text
-    /// found again is given out as the same allocation, so applying a plan compares most
-    /// messages by address (`Workload::shows_pending`) instead of byte by byte.
-    texts: HashSet<Arc<str>, BuildHasherDefault<DefaultHasher>>,
-    next_texts: HashSet<Arc<str>, BuildHasherDefault<DefaultHasher>>,
 }
-
-/// How many texts `CycleCache` keeps at most: more are not shared (it only costs comparisons).
-const MAX_TEXTS: usize = 1 << 16;
 
 impl CycleCache {
     /// The outcomes a cycle on `st` may start from, if `st` reads as the last cycle's did;
@@ -149,21 +139,7 @@ impl CycleCache {
         self.waits.clear();
         self.key_parts.clear();
         self.basis = None;
-        self.texts = std::mem::take(&mut self.next_texts);
         Some(Basis::of(st))
-    }
-
-    /// The text equal to `text` that `st`'s workloads show, or that was given out earlier, if
-    /// any; else `text`, kept to give out.
-    pub(crate) fn intern(&mut self, st: &State, text: Arc<str>) -> Arc<str> {
-        let text = match st.texts.get(&text).or_else(|| self.texts.get(&text)) {
-            Some(old) => old.clone(),
-            None => text,
-        };
-        if self.next_texts.len() < MAX_TEXTS {
-            self.next_texts.insert(text.clone());
-        }
-        text
     }
 
     /// Keeps a cycle's first-generation outcomes; `fresh` is what `start` returned.
@@ -178,34 +154,5 @@ impl CycleCache {
         }
         self.waits.extend(waits);
         self.key_parts.extend(key_parts);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_text_said_again_after_a_change_is_the_same_allocation() {
-        let st = State::new(ClusterPolicy::default());
-        let mut c = CycleCache::default();
-        // Each start below finds no basis (none was stored): a cycle that judges everything.
-        let _ = c.start(&st);
-        let first = c.intern(&st, Arc::from("waiting for quota"));
-        let other = c.intern(&st, Arc::from("no room"));
-        let _ = c.start(&st);
-        let again = c.intern(&st, Arc::from("waiting for quota"));
-        assert!(Arc::ptr_eq(&first, &again));
-        assert!(!Arc::ptr_eq(&other, &again));
-        // Texts not said in the cycle before are forgotten.
-        let _ = c.start(&st);
-        let _ = c.start(&st);
-        let late = c.intern(&st, Arc::from("no room"));
-        assert!(!Arc::ptr_eq(&other, &late));
-        // What the state's workloads show comes first.
-        let mut st = st;
-        let shown: Arc<str> = Arc::from("no room");
-        let _ = st.texts.share(&shown);
-        assert!(Arc::ptr_eq(&c.intern(&st, Arc::from("no room")), &shown));
     }
 }

@@ -66,8 +66,20 @@ struct FlavorEval {
     contested: BTreeSet<FrId>,
     placement_short: bool,
     reasons: Vec<String>,
+    /// A quick evaluation (ordering the tournament): its reasons are never read, so none are
+    /// formatted.
+    quick: bool,
     exceeds_max: bool,
     victims: Option<Vec<Victim>>,
+}
+
+impl FlavorEval {
+    /// Records why the flavor does not fit as it stands (not in a quick evaluation).
+    fn note(&mut self, reason: impl FnOnce() -> String) {
+        if !self.quick {
+            self.reasons.push(reason());
+        }
+    }
 }
 
 fn preferred(a: &FlavorEval, b: &FlavorEval, pref: FungibilityPreference) -> bool {
@@ -346,6 +358,7 @@ fn eval_flavor(
         contested: BTreeSet::new(),
         placement_short: false,
         reasons: Vec::new(),
+        quick,
         exceeds_max: false,
         victims: None,
     };
@@ -357,12 +370,12 @@ fn eval_flavor(
             .find_fr(f, *r)
             .filter(|fr| team.quota(*fr).is_some())
         else {
-            if !quick {
-                ev.reasons.push(format!(
+            ev.note(|| {
+                format!(
                     "flavor {fname} has no quota for {rname} in team {}",
                     team.name()
-                ));
-            }
+                )
+            });
             ev.mode = Mode::NoFit;
             return ev;
         };
@@ -379,20 +392,14 @@ fn eval_flavor(
             ev.mode = Mode::NoFit;
             let borrowed_now = (usage - q.nominal).max(0);
             match q.borrowing_limit {
-                Some(bl) if q.nominal + bl <= potential => {
-                    if !quick {
-                        ev.reasons.push(format!(
+                Some(bl) if q.nominal + bl <= potential => ev.note(|| format!(
                     "borrowing limit for {rname} in flavor {fname} exceeded (requested {}, nominal {}, borrowing limit {}, borrowed now {})",
                     fmt(val),
                     fmt(q.nominal),
                     fmt(bl),
                     fmt(borrowed_now)
-                ));
-                    }
-                }
-                _ => {
-                    if !quick {
-                        ev.reasons.push(if earlier > 0 {
+                )),
+                _ => ev.note(|| if earlier > 0 {
                     format!(
                         "insufficient quota for {rname} in flavor {fname}, previously considered podsets requests ({}) + current podset request ({}) > maximum capacity ({})",
                         fmt(earlier),
@@ -407,9 +414,7 @@ fn eval_flavor(
                         fmt(q.nominal),
                         fmt(potential - team.reserved(fr))
                     )
-                });
-                    }
-                }
+                }),
             }
             return ev;
         }
@@ -418,8 +423,7 @@ fn eval_flavor(
         }
         let avail = quota::available(st, &ctx.acct, t, fr);
         if val > avail {
-            if !quick {
-                ev.reasons.push(format!(
+            ev.note(|| format!(
                 "insufficient unused quota for {rname} in flavor {fname}, {} more needed (requested {}, available {}; team uses {} of nominal {})",
                 fmt(val - avail),
                 fmt(val),
@@ -427,7 +431,6 @@ fn eval_flavor(
                 fmt(usage),
                 fmt(q.nominal)
             ));
-            }
             if may_preempt_for_quota(st, wl, q.nominal, val) {
                 ev.mode = ev.mode.min(Mode::Preempt);
                 ev.contested.insert(fr);
@@ -443,10 +446,7 @@ fn eval_flavor(
     if st.placement && covers_all {
         let reqs = &wl.pod_reqs[ps];
         if !ctx.acct.nodes.has_flavor(f) {
-            if !quick {
-                ev.reasons
-                    .push(format!("no nodes of flavor {fname} in the cluster"));
-            }
+            ev.note(|| format!("no nodes of flavor {fname} in the cluster"));
             ev.mode = Mode::NoFit;
             return ev;
         }
@@ -454,15 +454,13 @@ fn eval_flavor(
             // Quota is short already: what the nodes add to the contested pairs.
             node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
         } else if let Err(fail) = ctx.acct.nodes.try_place(f, reqs, count) {
-            if !quick {
-                ev.reasons.push(format!(
+            ev.note(|| format!(
                 "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit; {})",
                 wl.spec.pod_sets[ps].name,
                 fail.placed,
                 fail.wanted,
                 ctx.acct.nodes.describe_room(f, reqs, &st.names)
             ));
-            }
             ev.mode = Mode::Preempt;
             node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
         } else {
@@ -957,10 +955,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     let mut memo: BTreeMap<ShapeKey, (u64, Arc<str>, Arc<str>)> = BTreeMap::new();
     // Keeps this cycle's first-generation outcomes for the next (before any decision).
     let mut fresh = fresh;
-    let keep = |cache: &mut Option<&mut CycleCache>,
-                fresh: &mut Option<Option<crate::cycle_cache::Basis>>,
-                fast_memo: &FastMemo,
-                key_parts: &KeyParts| {
+    let mut keep = |fast_memo: &FastMemo, key_parts: &KeyParts| {
         if let (Some(c), Some(fresh)) = (cache.as_deref_mut(), fresh.take()) {
             c.store(
                 fresh,
@@ -1015,21 +1010,18 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                 message: message.clone(),
                 hold: Vec::new(),
             },
-            // The same texts as earlier cycles', where they say the same.
-            _ => match (process(&mut ctx, wl), cache.as_deref_mut()) {
-                (
-                    Outcome::Pending {
-                        reason,
-                        message,
-                        hold,
-                    },
-                    Some(c),
-                ) => Outcome::Pending {
-                    reason: c.intern(st, reason),
-                    message: c.intern(st, message),
+            // The texts workloads already show, where they say the same (`Texts`).
+            _ => match process(&mut ctx, wl) {
+                Outcome::Pending {
+                    reason,
+                    message,
+                    hold,
+                } => Outcome::Pending {
+                    reason: st.texts.shared(reason),
+                    message: st.texts.shared(message),
                     hold,
                 },
-                (o, _) => o,
+                o => o,
             },
         };
         // Inside one cycle a team either takes by preemption or loses to it, never both: chains
@@ -1077,7 +1069,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
         let decided = !matches!(&outcome, Outcome::Pending { hold, .. } if hold.is_empty());
         if decided {
             if generation == 0 {
-                keep(&mut cache, &mut fresh, &fast_memo, &key_parts);
+                keep(&fast_memo, &key_parts);
             }
             generation += 1;
             // Runs settled ahead of this decision's place in the tournament were settled on
@@ -1219,7 +1211,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
         }
     }
     tour.commit_all(&mut plan);
-    keep(&mut cache, &mut fresh, &fast_memo, &key_parts);
+    keep(&fast_memo, &key_parts);
     plan
 }
 

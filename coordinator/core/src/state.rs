@@ -249,7 +249,11 @@ impl Workload {
         self.conditions.iter().find(|c| c.kind == kind)
     }
     fn set_condition(&mut self, kind: &str, status: bool, reason: &str, message: &str, now: Time) {
-        self.set_condition_shared(kind, status, &reason.into(), &message.into(), now);
+        let same =
+            |c: &Condition| c.status == status && &*c.reason == reason && &*c.message == message;
+        if !self.condition(kind).is_some_and(same) {
+            self.set_condition_shared(kind, status, &reason.into(), &message.into(), now);
+        }
     }
     /// `set_condition` with shared texts, kept as they are (no copy).
     fn set_condition_shared(

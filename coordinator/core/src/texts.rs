@@ -2,8 +2,8 @@
 //! are one allocation: a cycle that says what a workload already shows then gives it the very
 //! text it holds, and checking which messages changed (every cycle, for every waiting workload)
 //! compares addresses instead of bytes. A replica's plans arrive decoded from the log, each
-//! text a new allocation: applying them puts their texts here, and the next cycle's
-//! (`CycleCache::intern`) come from here.
+//! text a new allocation: applying them puts their texts here, and the next cycle's come from
+//! here (`Texts::shared`).
 //!
 //! Only addresses depend on it, never a result: it is not replicated or saved, and forgetting
 //! it costs comparisons only. Two generations of at most `GENERATION` texts each: a text
@@ -37,6 +37,12 @@ impl Texts {
         self.current.get(text).or_else(|| self.previous.get(text))
     }
 
+    /// The shared text equal to `text`, else `text` (a cycle's texts: the state is not
+    /// changed).
+    pub fn shared(&self, text: Arc<str>) -> Arc<str> {
+        self.get(&text).cloned().unwrap_or(text)
+    }
+
     /// The shared text equal to `text`, `text` itself when there was none (kept from now on).
     pub fn share(&mut self, text: &Arc<str>) -> Arc<str> {
         if let Some(t) = self.current.get(&**text) {
@@ -67,6 +73,9 @@ mod tests {
         let again = t.share(&Arc::from("waiting"));
         assert!(Arc::ptr_eq(&again, &first));
         assert!(t.get("waiting").is_some_and(|x| Arc::ptr_eq(x, &first)));
+        assert!(Arc::ptr_eq(&t.shared(Arc::from("waiting")), &first));
+        let unknown: Arc<str> = Arc::from("unknown");
+        assert!(Arc::ptr_eq(&t.shared(unknown.clone()), &unknown));
         // A copy shares the table; applying to it leaves the original as it was.
         let mut copy = t.clone();
         let _ = copy.share(&Arc::from("other"));
