@@ -470,7 +470,15 @@ fn the_fence_stops_containers_whose_agent_and_shims_are_gone() {
     });
     let o = c.cli("user-team-a", &["logs", "fenced", "--attempt", "1"]);
     let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(out.contains("fenced by SIGTERM"), "{out}");
+    if !out.contains("fenced by SIGTERM") {
+        let d = c.cli("admin-admin", &["describe", "workload", "fenced"]);
+        panic!(
+            "attempt 1's log lacks the trap's line: {out:?}, stderr {:?}\n{}\nfence log:\n{log}\nagent log:\n{}",
+            String::from_utf8_lossy(&o.stderr),
+            String::from_utf8_lossy(&d.stdout),
+            agent.log()
+        );
+    }
     let _ = fence.kill();
     let _ = fence.wait();
     c.cli_ok("user-team-a", &["cancel", "fenced"]);

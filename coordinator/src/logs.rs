@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use allot_common::api::{LogRequest, LOG_CHUNK};
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 /// Relays running at once on one coordinator.
 pub const MAX_RELAYS: usize = 64;
@@ -20,14 +21,26 @@ pub const MAX_RELAYS: usize = 64;
 pub const MAX_QUEUED_PER_NODE: usize = 16;
 /// How long a reader waits for the agent to answer.
 pub const AGENT_ANSWER: Duration = Duration::from_secs(10);
+/// How long a request handed to a poll may go unanswered before the next poll is offered it
+/// again: the poll that took it may have been a dead agent's, still open on this coordinator
+/// until its connection times out, while the restarted agent polls beside it.
+pub const REOFFER: Duration = Duration::from_secs(2);
 /// Largest frame of an agent's log stream (a piece and its framing).
 pub const MAX_PIECE_FRAME: usize = LOG_CHUNK + 64;
+
+/// A request the node's agent has not answered yet.
+struct Queued {
+    req: LogRequest,
+    /// When a poll last took it.
+    offered: Option<Instant>,
+}
 
 #[derive(Default)]
 struct Inner {
     next_id: u64,
-    /// Requests not yet picked up, by node.
-    queued: BTreeMap<String, Vec<LogRequest>>,
+    /// Requests not yet answered, by node: a request stays until the agent's stream arrives or
+    /// its reader goes.
+    queued: BTreeMap<String, Vec<Queued>>,
     /// Readers waiting for their agent's stream, by request id.
     waiting: BTreeMap<u64, oneshot::Sender<quinn::RecvStream>>,
     /// Wakes a node's long poll.
@@ -61,10 +74,43 @@ impl Drop for Pending {
     fn drop(&mut self) {
         if let Ok(mut g) = self.relay.inner.lock() {
             g.waiting.remove(&self.id);
-            for q in g.queued.values_mut() {
-                q.retain(|r| r.id != self.id);
+            g.forget(self.id);
+        }
+    }
+}
+
+impl Inner {
+    /// Drops request `id` from the queues: answered, or its reader went.
+    fn forget(&mut self, id: u64) {
+        for q in self.queued.values_mut() {
+            q.retain(|r| r.req.id != id);
+        }
+        self.queued.retain(|_, q| !q.is_empty());
+    }
+
+    /// Takes `node`'s requests that no poll holds (never offered, or offered [`REOFFER`] ago
+    /// and still unanswered), or says when the next one will be free to take again.
+    fn offer(&mut self, node: &str, now: Instant) -> Result<Vec<LogRequest>, Option<Instant>> {
+        let Some(q) = self.queued.get_mut(node) else {
+            return Err(None);
+        };
+        let mut out = Vec::new();
+        let mut next: Option<Instant> = None;
+        for r in q.iter_mut() {
+            match r.offered {
+                Some(at) if now < at + REOFFER => {
+                    next = Some(next.map_or(at + REOFFER, |n| n.min(at + REOFFER)));
+                }
+                _ => {
+                    r.offered = Some(now);
+                    out.push(r.req.clone());
+                }
             }
-            g.queued.retain(|_, q| !q.is_empty());
+        }
+        if out.is_empty() {
+            Err(next)
+        } else {
+            Ok(out)
         }
     }
 }
@@ -90,11 +136,12 @@ impl LogRelay {
         req.id = g.next_id;
         let (tx, rx) = oneshot::channel();
         g.waiting.insert(req.id, tx);
-        g.queued
-            .entry(node.to_string())
-            .or_default()
-            .push(req.clone());
-        wake_of(&mut g, node).notify_one();
+        g.queued.entry(node.to_string()).or_default().push(Queued {
+            req: req.clone(),
+            offered: None,
+        });
+        // Every poll of the node wakes: a dead agent's poll may still wait beside the live one.
+        wake_of(&mut g, node).notify_waiters();
         Ok(Pending {
             relay: self.clone(),
             id: req.id,
@@ -103,32 +150,45 @@ impl LogRelay {
         })
     }
 
-    /// The requests for `node`, waiting up to `wait` for one.
+    /// The requests for `node`, waiting up to `wait` for one. A request stays offered to the
+    /// poll that took it for [`REOFFER`]; unanswered by then, the next poll takes it again.
     pub async fn poll(&self, node: &str, wait: Duration) -> Vec<LogRequest> {
-        let notify = {
-            let Ok(mut g) = self.inner.lock() else {
+        let deadline = Instant::now() + wait;
+        loop {
+            let Some(notify) = self.inner.lock().ok().map(|mut g| wake_of(&mut g, node)) else {
                 return Vec::new();
             };
-            if let Some(q) = g.queued.remove(node) {
-                return q;
+            // Registered before the queue is read, so a request queued after the read wakes it.
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let now = Instant::now();
+            let offered = match self.inner.lock() {
+                Ok(mut g) => g.offer(node, now),
+                Err(_) => return Vec::new(),
+            };
+            let until = match offered {
+                Ok(requests) => return requests,
+                Err(next) => next.map_or(deadline, |n| n.min(deadline)),
+            };
+            if now >= deadline {
+                return Vec::new();
             }
-            wake_of(&mut g, node)
-        };
-        let _ = tokio::time::timeout(wait, notify.notified()).await;
-        let Ok(mut g) = self.inner.lock() else {
-            return Vec::new();
-        };
-        g.queued.remove(node).unwrap_or_default()
+            let _ = tokio::time::timeout_at(until, notified).await;
+        }
     }
 
     /// Hands the agent's stream for request `id` to its reader; false when no reader waits.
     pub fn deliver(&self, id: u64, stream: quinn::RecvStream) -> bool {
-        let tx = self
-            .inner
-            .lock()
-            .ok()
-            .and_then(|mut g| g.waiting.remove(&id));
+        let tx = self.answered(id);
         tx.is_some_and(|tx| tx.send(stream).is_ok())
+    }
+
+    /// The reader waiting for request `id`, which leaves the queues: its agent answered.
+    fn answered(&self, id: u64) -> Option<oneshot::Sender<quinn::RecvStream>> {
+        let mut g = self.inner.lock().ok()?;
+        g.forget(id);
+        g.waiting.remove(&id)
     }
 }
 
@@ -176,6 +236,31 @@ mod tests {
             .expect("woken")
             .unwrap();
         assert_eq!(got.len(), 1);
+    }
+
+    /// A dead agent's poll, still open on the coordinator, took the request; the restarted
+    /// agent's poll is offered it again once [`REOFFER`] has passed, and an answered request
+    /// is offered to nobody.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_a_dead_poll_took_is_offered_again() {
+        let relay = Arc::new(LogRelay::default());
+        let (dead, live) = (relay.clone(), relay.clone());
+        let dead = tokio::spawn(async move { dead.poll("n1", Duration::from_secs(5)).await });
+        tokio::task::yield_now().await;
+        let live = tokio::spawn(async move { live.poll("n1", Duration::from_secs(5)).await });
+        tokio::task::yield_now().await;
+        let p = relay.request("n1", req()).unwrap();
+        let started = Instant::now();
+        let (a, b) = (dead.await.unwrap(), live.await.unwrap());
+        // One poll took it at once; the other was offered it again after REOFFER.
+        assert_eq!((a.len(), b.len()), (1, 1));
+        assert_eq!((a[0].id, b[0].id), (p.id, p.id));
+        assert_eq!(started.elapsed(), REOFFER);
+        // Answered: gone from the queue, whatever time passes.
+        assert!(relay.answered(p.id).is_some());
+        tokio::time::advance(REOFFER * 2).await;
+        assert!(relay.poll("n1", Duration::from_millis(1)).await.is_empty());
+        assert!(relay.answered(p.id).is_none());
     }
 
     #[test]
