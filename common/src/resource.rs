@@ -82,6 +82,12 @@ impl ResourceName {
         matches!(self.0.as_str(), GPU | NEURON | EFA)
     }
 
+    /// The accelerators (GPUs, Neuron devices): what a node of an accelerated instance type is
+    /// for, unlike its EFA interfaces.
+    pub fn is_accelerator(&self) -> bool {
+        matches!(self.0.as_str(), GPU | NEURON)
+    }
+
     /// Parses a quantity given as text: `4`, `0.5`, `500m` (cpu), `16Gi`, `512Mi`, `1G` (memory).
     pub fn parse_quantity(&self, s: &str) -> Result<i64, ResourceError> {
         parse_quantity(self, s)

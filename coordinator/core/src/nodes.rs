@@ -114,6 +114,15 @@ impl Node {
     }
 }
 
+/// What a node's resource is to placement: devices get indices; a flavor's index is keyed by
+/// its accelerator, else its first device, else its first resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResKind {
+    Plain,
+    Device,
+    Accelerator,
+}
+
 /// One pod's allocation on one node: what to give back when it goes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodAlloc {
@@ -233,13 +242,18 @@ impl NodeSet {
         &mut self,
         name: &str,
         flavor: FlavorId,
-        capacity: Vec<(ResId, i64, bool)>,
+        capacity: Vec<(ResId, i64, ResKind)>,
     ) -> Result<NodeId, String> {
         if self.by_name.contains_key(name) {
             return Err(format!("node {name:?} is defined twice"));
         }
         let mut res = NodeResources::new();
-        for (r, cap, is_device) in capacity {
+        let mut accelerator = None;
+        for (r, cap, kind) in capacity {
+            let is_device = kind != ResKind::Plain;
+            if kind == ResKind::Accelerator && accelerator.is_none_or(|a| r < a) {
+                accelerator = Some(r);
+            }
             if !(0..=MAX_NODE_CAPACITY).contains(&cap) {
                 return Err(format!(
                     "node {name:?}: capacity {cap} of one resource must be between 0 and {MAX_NODE_CAPACITY}"
@@ -270,12 +284,15 @@ impl NodeSet {
         let id = NodeId(self.nodes.len() as u32);
         let fnodes = self.flavors.entry(flavor).or_default();
         if fnodes.primary.is_none() {
-            // The first device resource of the flavor's first node, else cpu (lowest id).
-            fnodes.primary = res
-                .iter()
-                .find(|r| r.free_mask.is_some())
-                .or_else(|| res.first())
-                .map(|r| r.res);
+            // Chosen from the flavor's first node: its accelerator (not its EFA interfaces,
+            // which pods rarely ask for: keyed by them, every range query read every node),
+            // else its first device resource, else its first resource.
+            fnodes.primary = accelerator.or_else(|| {
+                res.iter()
+                    .find(|r| r.free_mask.is_some())
+                    .or_else(|| res.first())
+                    .map(|r| r.res)
+            });
         }
         self.nodes.push(Arc::new(Node {
             name: Arc::from(name),
@@ -683,6 +700,11 @@ impl NodeSet {
 
     /// How many of `count` pods of `req` the schedulable nodes of `flavor` could take (at most
     /// `count`) with `released` given back; `None` when the flavor has no nodes.
+    ///
+    /// The room without any release is counted first (from the index: only nodes whose primary
+    /// resource can take a pod); then each released pod adds what its node gains. Room only
+    /// grows as pods are given back, so the count stops as soon as it reaches `count`: a
+    /// preemption bound over thousands of candidates usually reads a handful of them.
     fn pods_room<'a>(
         &self,
         flavor: FlavorId,
@@ -694,8 +716,21 @@ impl NodeSet {
         if count == 0 {
             return Some(0);
         }
-        // What each touched node would get back, per resource (a broken device stays held).
-        let mut freed: BTreeMap<NodeId, SmallVec<[(ResId, i64); 4]>> = BTreeMap::new();
+        let want = i64::from(count);
+        let per_pod_primary = f
+            .primary
+            .and_then(|p| req.iter().find(|(r, _)| *r == p).map(|(_, v)| *v))
+            .unwrap_or(0);
+        let mut total = 0i64;
+        for (_, id) in f.index.range((per_pod_primary, NodeId(0))..) {
+            total += i64::from(self.nodes[id.idx()].pods_fit(req, count));
+            if total >= want {
+                return Some(count);
+            }
+        }
+        // Per touched node: what it would get back, per resource (a broken device stays held),
+        // and the pods it takes with that back.
+        let mut touched: BTreeMap<NodeId, (SmallVec<[(ResId, i64); 4]>, i64)> = BTreeMap::new();
         for a in released {
             let Some(node) = self.nodes.get(a.node.idx()) else {
                 continue;
@@ -703,7 +738,9 @@ impl NodeSet {
             if node.flavor != flavor || !node.schedulable() {
                 continue;
             }
-            let back = freed.entry(a.node).or_default();
+            let (back, room) = touched
+                .entry(a.node)
+                .or_insert_with(|| (SmallVec::new(), i64::from(node.pods_fit(req, count))));
             for (r, v) in &a.req {
                 let mut amount = *v;
                 if let (Some(nr), Some((_, idx))) = (
@@ -720,11 +757,6 @@ impl NodeSet {
                     None => back.push((*r, amount)),
                 }
             }
-        }
-        let want = i64::from(count);
-        let mut total = 0i64;
-        for (id, back) in &freed {
-            let node = &self.nodes[id.idx()];
             let mut n = want;
             for (r, v) in req {
                 if *v <= 0 {
@@ -737,20 +769,9 @@ impl NodeSet {
                     .unwrap_or(0);
                 n = n.min((node.free(*r) + extra) / v);
             }
-            total += n.max(0);
-            if total >= want {
-                return Some(count);
-            }
-        }
-        let per_pod_primary = f
-            .primary
-            .and_then(|p| req.iter().find(|(r, _)| *r == p).map(|(_, v)| *v))
-            .unwrap_or(0);
-        for (_, id) in f.index.range((per_pod_primary, NodeId(0))..) {
-            if freed.contains_key(id) {
-                continue;
-            }
-            total += i64::from(self.nodes[id.idx()].pods_fit(req, count));
+            let n = n.max(0);
+            total += n - *room;
+            *room = n;
             if total >= want {
                 return Some(count);
             }
@@ -914,7 +935,7 @@ mod tests {
             ns.add(
                 &format!("n{k}"),
                 f,
-                vec![(g, gpus, true), (c, 32_000, false)],
+                vec![(g, gpus, ResKind::Accelerator), (c, 32_000, ResKind::Plain)],
             )
             .unwrap();
         }
@@ -1036,15 +1057,17 @@ mod tests {
     fn a_capacity_outside_the_bound_is_refused_with_the_value_and_the_bound() {
         let (mut ns, _, f, _, c) = setup(1, 8);
         for bad in [-1, MAX_NODE_CAPACITY + 1, i64::MAX] {
-            let e = ns.add("huge", f, vec![(c, bad, false)]).unwrap_err();
+            let e = ns
+                .add("huge", f, vec![(c, bad, ResKind::Plain)])
+                .unwrap_err();
             assert!(
                 e.contains(&bad.to_string()) && e.contains(&MAX_NODE_CAPACITY.to_string()),
                 "{e}"
             );
         }
-        ns.add("largest", f, vec![(c, MAX_NODE_CAPACITY, false)])
+        ns.add("largest", f, vec![(c, MAX_NODE_CAPACITY, ResKind::Plain)])
             .unwrap();
-        ns.add("second", f, vec![(c, MAX_NODE_CAPACITY, false)])
+        ns.add("second", f, vec![(c, MAX_NODE_CAPACITY, ResKind::Plain)])
             .unwrap();
         let total = ns.healthy_capacity()[&(f, c)];
         assert_eq!(total, 2 * MAX_NODE_CAPACITY + 32_000);
@@ -1087,6 +1110,43 @@ mod tests {
         let c = ns.place(f, &[(g, 4)], 1).unwrap();
         assert_eq!(c[0].devices, vec![(g, vec![0, 1, 2, 5])]);
         assert!(ns.place(f, &[(g, 3)], 1).is_err());
+    }
+
+    /// A p5 node has 8 GPUs and 32 EFA interfaces; pods ask for GPUs. Keyed by its EFA (the
+    /// first device by id), the index told nothing and every range query read every node.
+    #[test]
+    fn the_index_is_keyed_by_the_accelerator_not_the_efa_interfaces() {
+        let mut i = Interner::default();
+        let f = i.flavor("p5");
+        let efa = i.resource(&ResourceName::efa());
+        let g = i.resource(&ResourceName::gpu());
+        assert!(efa < g);
+        let mut ns = NodeSet::default();
+        for k in 0..3 {
+            ns.add(
+                &format!("n{k}"),
+                f,
+                vec![(efa, 32, ResKind::Device), (g, 8, ResKind::Accelerator)],
+            )
+            .unwrap();
+        }
+        assert_eq!(ns.flavors[&f].primary, Some(g));
+        // Most allocated by GPUs first: two GPUs go beside the six, not beside the three.
+        let a = ns.place(f, &[(g, 3)], 1).unwrap();
+        let b = ns.place(f, &[(g, 6)], 1).unwrap();
+        let c = ns.place(f, &[(g, 2)], 1).unwrap();
+        assert_ne!(a[0].node, b[0].node);
+        assert_eq!(c[0].node, b[0].node);
+        // Without an accelerator, the first device.
+        let h = i.flavor("plain");
+        let c = i.resource(&ResourceName::cpu());
+        ns.add(
+            "e",
+            h,
+            vec![(c, 4, ResKind::Plain), (efa, 2, ResKind::Device)],
+        )
+        .unwrap();
+        assert_eq!(ns.flavors[&h].primary, Some(efa));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::chunked::{NameMap, WlMap};
 use crate::ids::{CohortId, FlavorId, FrId, FrVec, Interner, NodeId, ResId, TeamId, WlId};
-use crate::nodes::PodAlloc;
+use crate::nodes::{PodAlloc, ResKind};
 pub use crate::plan::{Admission, PodSetAdmission};
 use crate::plan::{Plan, PodSetFlavors, PreemptReason};
 use crate::quota::{self, Acct};
@@ -637,9 +637,18 @@ impl State {
         capacity: &Resources,
     ) -> Result<NodeId, StateError> {
         let f = self.names.flavor(flavor);
-        let cap: Vec<(ResId, i64, bool)> = capacity
+        let cap: Vec<(ResId, i64, ResKind)> = capacity
             .iter()
-            .map(|(r, v)| (self.names.resource(r), v, r.is_device()))
+            .map(|(r, v)| {
+                let kind = if r.is_accelerator() {
+                    ResKind::Accelerator
+                } else if r.is_device() {
+                    ResKind::Device
+                } else {
+                    ResKind::Plain
+                };
+                (self.names.resource(r), v, kind)
+            })
             .collect();
         let id = self
             .acct
