@@ -123,6 +123,9 @@ pub enum ResKind {
     Accelerator,
 }
 
+/// Amounts per resource, inline for the few a pod asks for.
+type Amounts = SmallVec<[(ResId, i64); 4]>;
+
 /// One pod's allocation on one node: what to give back when it goes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodAlloc {
@@ -730,7 +733,7 @@ impl NodeSet {
         }
         // Per touched node: what it would get back, per resource (a broken device stays held),
         // and the pods it takes with that back.
-        let mut touched: BTreeMap<NodeId, (SmallVec<[(ResId, i64); 4]>, i64)> = BTreeMap::new();
+        let mut touched: BTreeMap<NodeId, (Amounts, i64)> = BTreeMap::new();
         for a in released {
             let Some(node) = self.nodes.get(a.node.idx()) else {
                 continue;
