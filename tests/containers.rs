@@ -412,7 +412,7 @@ fn the_fence_stops_containers_whose_agent_and_shims_are_gone() {
     let extra = env.driver_args();
     let mut agent = c.start_agent_with("ctr-1", "ml.g5.8xlarge", 1, lease, &extra);
     let fence_log = c.dir.path().join("fence.log");
-    let mut fence = Command::new(env!("CARGO_BIN_EXE_allot"))
+    let fence = Command::new(env!("CARGO_BIN_EXE_allot"))
         .arg("agent-fence")
         .arg("--data-dir")
         .arg(&agent.data)
@@ -422,6 +422,7 @@ fn the_fence_stops_containers_whose_agent_and_shims_are_gone() {
         .args(["--containerd-namespace", &env.namespace])
         .stderr(std::fs::File::create(&fence_log).expect("fence log"))
         .spawn()
+        .map(KillOnDrop)
         .expect("allot agent-fence");
     submit(
         &c,
@@ -479,8 +480,7 @@ fn the_fence_stops_containers_whose_agent_and_shims_are_gone() {
             agent.log()
         );
     }
-    let _ = fence.kill();
-    let _ = fence.wait();
+    drop(fence);
     c.cli_ok("user-team-a", &["cancel", "fenced"]);
     wait_for(30, "no task left", || tasks(&env).is_empty().then_some(()));
     drop(agent);

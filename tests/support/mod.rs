@@ -211,6 +211,16 @@ impl Drop for Cluster {
     }
 }
 
+/// A child process killed when the guard goes, so a failing test leaves none behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn http_get(addr: &str, path: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;

@@ -126,6 +126,83 @@ pub enum ResKind {
 /// Amounts per resource, inline for the few a pod asks for.
 type Amounts = SmallVec<[(ResId, i64); 4]>;
 
+/// The room for a number of pods of one request on one flavor's schedulable nodes, counted
+/// from what is free and raised by each pod allocation given back, without changing the node
+/// set: what `release_many`, `try_place` and `retake_many` would tell. `place` fills each node
+/// it picks as far as the pods go, so it succeeds exactly when the pods each node can take add
+/// up to the count. Room only grows as pods are given back, so a caller stops once it
+/// [`fits`](Self::fits): a preemption bound over thousands of candidates usually reads a few.
+pub struct RoomCount {
+    flavor: FlavorId,
+    req: Amounts,
+    want: i64,
+    /// Pods the nodes take, counting each node at most `want`.
+    total: i64,
+    /// Per node given something back: the amounts per resource (a broken device stays held),
+    /// and the pods it takes with them.
+    touched: BTreeMap<NodeId, (Amounts, i64)>,
+}
+
+impl RoomCount {
+    pub fn fits(&self) -> bool {
+        self.total >= self.want
+    }
+
+    /// The pods that fit, at most the count asked for.
+    pub fn room(&self) -> u32 {
+        u32::try_from(self.total.clamp(0, self.want)).unwrap_or(0)
+    }
+
+    /// Counts pod allocation `a` of `ns` (the node set the count started on) as given back.
+    pub fn release(&mut self, ns: &NodeSet, a: &PodAlloc) {
+        if self.fits() {
+            return;
+        }
+        let Some(node) = ns.nodes.get(a.node.idx()) else {
+            return;
+        };
+        if node.flavor != self.flavor || !node.schedulable() {
+            return;
+        }
+        let (req, want) = (&self.req, self.want);
+        let (back, room) = self
+            .touched
+            .entry(a.node)
+            .or_insert_with(|| (Amounts::new(), i64::from(node.pods_fit(req, want as u32))));
+        for (r, v) in &a.req {
+            let mut amount = *v;
+            if let (Some(nr), Some((_, idx))) = (
+                node.res.iter().find(|x| x.res == *r),
+                a.devices.iter().find(|(d, _)| d == r),
+            ) {
+                amount -= idx
+                    .iter()
+                    .filter(|i| **i < 64 && nr.bad_mask & (1u64 << **i) != 0)
+                    .count() as i64;
+            }
+            match back.iter_mut().find(|(x, _)| x == r) {
+                Some((_, sum)) => *sum += amount,
+                None => back.push((*r, amount)),
+            }
+        }
+        let mut n = want;
+        for (r, v) in req {
+            if *v <= 0 {
+                continue;
+            }
+            let extra = back
+                .iter()
+                .find(|(x, _)| x == r)
+                .map(|(_, a)| *a)
+                .unwrap_or(0);
+            n = n.min((node.free(*r) + extra) / v);
+        }
+        let n = n.max(0);
+        self.total += n - *room;
+        *room = n;
+    }
+}
+
 /// One pod's allocation on one node: what to give back when it goes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodAlloc {
@@ -685,11 +762,7 @@ impl NodeSet {
     }
 
     /// Whether `count` pods of `req` could be placed on `flavor` if the allocations `released`
-    /// were given back first: what `release_many`, `try_place` and `retake_many` tell, without
-    /// changing the node set. `place` fills each node it picks as far as the pods go, so it
-    /// succeeds exactly when the pods each schedulable node can take add up to `count`; the
-    /// nodes no released pod touches are read from the index (only those whose primary
-    /// resource can take a pod).
+    /// were given back first (counted, see [`RoomCount`]).
     pub fn fits_with_released<'a>(
         &self,
         flavor: FlavorId,
@@ -702,12 +775,8 @@ impl NodeSet {
     }
 
     /// How many of `count` pods of `req` the schedulable nodes of `flavor` could take (at most
-    /// `count`) with `released` given back; `None` when the flavor has no nodes.
-    ///
-    /// The room without any release is counted first (from the index: only nodes whose primary
-    /// resource can take a pod); then each released pod adds what its node gains. Room only
-    /// grows as pods are given back, so the count stops as soon as it reaches `count`: a
-    /// preemption bound over thousands of candidates usually reads a handful of them.
+    /// `count`) with `released` given back; `None` when the flavor has no nodes. Stops reading
+    /// `released` once the pods fit (see [`RoomCount`]).
     fn pods_room<'a>(
         &self,
         flavor: FlavorId,
@@ -715,71 +784,45 @@ impl NodeSet {
         count: u32,
         released: impl Iterator<Item = &'a PodAlloc>,
     ) -> Option<u32> {
-        let f = self.flavors.get(&flavor)?;
-        if count == 0 {
-            return Some(0);
+        let mut room = self.room_count(flavor, req, count)?;
+        for a in released {
+            if room.fits() {
+                break;
+            }
+            room.release(self, a);
         }
-        let want = i64::from(count);
+        Some(room.room())
+    }
+
+    /// Starts counting the room for `count` pods of `req` on the schedulable nodes of
+    /// `flavor`, from what is free now; `None` when the flavor has no nodes.
+    pub fn room_count(
+        &self,
+        flavor: FlavorId,
+        req: &[(ResId, i64)],
+        count: u32,
+    ) -> Option<RoomCount> {
+        let f = self.flavors.get(&flavor)?;
+        let mut room = RoomCount {
+            flavor,
+            req: req.iter().copied().collect(),
+            want: i64::from(count),
+            total: 0,
+            touched: BTreeMap::new(),
+        };
         let per_pod_primary = f
             .primary
             .and_then(|p| req.iter().find(|(r, _)| *r == p).map(|(_, v)| *v))
             .unwrap_or(0);
-        let mut total = 0i64;
-        for (_, id) in f.index.range((per_pod_primary, NodeId(0))..) {
-            total += i64::from(self.nodes[id.idx()].pods_fit(req, count));
-            if total >= want {
-                return Some(count);
+        if count > 0 {
+            for (_, id) in f.index.range((per_pod_primary, NodeId(0))..) {
+                room.total += i64::from(self.nodes[id.idx()].pods_fit(req, count));
+                if room.fits() {
+                    break;
+                }
             }
         }
-        // Per touched node: what it would get back, per resource (a broken device stays held),
-        // and the pods it takes with that back.
-        let mut touched: BTreeMap<NodeId, (Amounts, i64)> = BTreeMap::new();
-        for a in released {
-            let Some(node) = self.nodes.get(a.node.idx()) else {
-                continue;
-            };
-            if node.flavor != flavor || !node.schedulable() {
-                continue;
-            }
-            let (back, room) = touched
-                .entry(a.node)
-                .or_insert_with(|| (SmallVec::new(), i64::from(node.pods_fit(req, count))));
-            for (r, v) in &a.req {
-                let mut amount = *v;
-                if let (Some(nr), Some((_, idx))) = (
-                    node.res.iter().find(|x| x.res == *r),
-                    a.devices.iter().find(|(d, _)| d == r),
-                ) {
-                    amount -= idx
-                        .iter()
-                        .filter(|i| **i < 64 && nr.bad_mask & (1u64 << **i) != 0)
-                        .count() as i64;
-                }
-                match back.iter_mut().find(|(x, _)| x == r) {
-                    Some((_, sum)) => *sum += amount,
-                    None => back.push((*r, amount)),
-                }
-            }
-            let mut n = want;
-            for (r, v) in req {
-                if *v <= 0 {
-                    continue;
-                }
-                let extra = back
-                    .iter()
-                    .find(|(x, _)| x == r)
-                    .map(|(_, a)| *a)
-                    .unwrap_or(0);
-                n = n.min((node.free(*r) + extra) / v);
-            }
-            let n = n.max(0);
-            total += n - *room;
-            *room = n;
-            if total >= want {
-                return Some(count);
-            }
-        }
-        Some(total as u32)
+        Some(room)
     }
 
     /// Total and free capacity of one resource over the schedulable nodes of a flavor.

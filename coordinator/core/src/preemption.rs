@@ -9,10 +9,11 @@ use allot_common::quota::{BorrowWithinCohortPolicy, ReclaimWithinCohort, WithinT
 use allot_common::FairSharingStrategy;
 
 use crate::ids::{FlavorId, FrId, TeamId, WlId};
+use crate::nodes::RoomCount;
 use crate::plan::PreemptReason;
 use crate::quota::{self, Share};
 use crate::state::{State, WlState, Workload};
-use crate::working::Ctx;
+use crate::working::{admission_in, Ctx};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Victim {
@@ -203,24 +204,58 @@ fn order(ctx: &Ctx, own: TeamId, cands: &mut [Cand]) {
     }
 }
 
-fn collect(
+/// Whether admitted workload `id` (of the preemptor's team when `own`) is a candidate for `wl`:
+/// it holds a contested pair, is not in `never`, and the team's policy allows taking it.
+fn eligible(
     ctx: &Ctx,
     wl: &Workload,
-    usage: &[(FrId, i64)],
+    id: WlId,
+    own: bool,
     f_set: &BTreeSet<FrId>,
-    fair: bool,
-) -> Vec<Cand> {
+    never: &[WlId],
+) -> bool {
+    if !uses_any(ctx, id, f_set) || never.contains(&id) {
+        return false;
+    }
+    let policy = ctx.st.teams[wl.team.idx()].spec.preemption;
+    let c = ctx.st.workload(id);
+    if own {
+        own_allowed(policy.within_team, wl, c)
+    } else {
+        policy.reclaim_within_cohort != ReclaimWithinCohort::LowerPriority
+            || c.priority < wl.priority
+    }
+}
+
+/// The teams of the cohort whose workloads `wl` may reclaim: none when its policy never
+/// reclaims or its cohort is its own; else every other member borrowing a contested pair.
+fn reclaimable_teams<'c>(
+    ctx: &'c Ctx,
+    wl: &Workload,
+    f_set: &'c BTreeSet<FrId>,
+) -> impl Iterator<Item = TeamId> + 'c {
+    let t = wl.team;
+    let team = &ctx.st.teams[t.idx()];
+    let cohort = &ctx.st.cohorts[team.cohort.idx()];
+    let reclaims =
+        team.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::Never && !cohort.private;
+    cohort
+        .members
+        .iter()
+        .copied()
+        .filter(move |m| reclaims && *m != t && borrowing_in(ctx, *m, f_set))
+}
+
+/// The classical search's candidates, unordered (the fair-sharing search gathers its own,
+/// team by team: `Pools`).
+fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrId>) -> Vec<Cand> {
     let st = ctx.st;
     let t = wl.team;
-    let team = &st.teams[t.idx()];
-    let policy = team.spec.preemption;
+    let policy = st.teams[t.idx()].spec.preemption;
     let mut cands = Vec::new();
     let never = never_taken(ctx, wl, usage, f_set);
     for id in holders(ctx, t) {
-        if !uses_any(ctx, id, f_set) || never.contains(&id) {
-            continue;
-        }
-        if own_allowed(policy.within_team, wl, st.workload(id)) {
+        if eligible(ctx, wl, id, true, f_set, &never) {
             cands.push(Cand {
                 id,
                 team: t,
@@ -228,38 +263,27 @@ fn collect(
             });
         }
     }
-    let cohort = &st.cohorts[team.cohort.idx()];
-    if policy.reclaim_within_cohort != ReclaimWithinCohort::Never && !cohort.private {
-        let advantage = usage
-            .iter()
-            .all(|(fr, v)| !quota::borrows_with(st, &ctx.acct, t, *fr, *v));
-        let bwc = policy.borrow_within_cohort;
-        for m in &cohort.members {
-            if *m == t || !borrowing_in(ctx, *m, f_set) {
+    let advantage = usage
+        .iter()
+        .all(|(fr, v)| !quota::borrows_with(st, &ctx.acct, t, *fr, *v));
+    let bwc = policy.borrow_within_cohort;
+    for m in reclaimable_teams(ctx, wl, f_set) {
+        for id in holders(ctx, m) {
+            if !eligible(ctx, wl, id, false, f_set, &never) {
                 continue;
             }
-            for id in holders(ctx, *m) {
-                if !uses_any(ctx, id, f_set) || never.contains(&id) {
-                    continue;
-                }
-                let c = st.workload(id);
-                if policy.reclaim_within_cohort == ReclaimWithinCohort::LowerPriority
-                    && c.priority >= wl.priority
-                {
-                    continue;
-                }
-                let kind = if fair || advantage {
-                    Kind::Advantage
-                } else if bwc.policy == BorrowWithinCohortPolicy::Never
-                    || c.priority >= wl.priority
-                    || bwc.max_priority_threshold.is_some_and(|th| c.priority > th)
-                {
-                    Kind::WithoutBorrowing
-                } else {
-                    Kind::WhileBorrowing
-                };
-                cands.push(Cand { id, team: *m, kind });
-            }
+            let c = st.workload(id);
+            let kind = if advantage {
+                Kind::Advantage
+            } else if bwc.policy == BorrowWithinCohortPolicy::Never
+                || c.priority >= wl.priority
+                || bwc.max_priority_threshold.is_some_and(|th| c.priority > th)
+            {
+                Kind::WithoutBorrowing
+            } else {
+                Kind::WhileBorrowing
+            };
+            cands.push(Cand { id, team: m, kind });
         }
     }
     cands
@@ -275,71 +299,147 @@ fn fits_without_all(
     cands: &[Cand],
     allow_borrowing: bool,
 ) -> bool {
-    // Quota first, without touching the node index.
-    let st = ctx.st;
-    let quota_ok = {
-        let Ctx { acct, planned, .. } = &mut *ctx;
-        let adm = |id: WlId| match planned.get(&id) {
-            Some((_, a)) => Some(a),
-            None => st.workload(id).admission.as_ref(),
-        };
-        // Room only grows as candidates go, so the test stops at the first prefix that fits,
-        // tried after 1, 2, 4, ... candidates and after the last: a bound that holds (the usual
-        // case) reads a few of them, one that fails reads each once.
-        let mut ok = quota::fits(st, acct, wl.team, usage, allow_borrowing).is_ok();
-        let mut taken = 0;
-        while !ok && taken < cands.len() {
-            let upto = (taken * 2 + 1).min(cands.len());
-            for c in &cands[taken..upto] {
-                if let Some(a) = adm(c.id) {
-                    acct.add_all(st, c.team, &a.usage, -1);
-                }
-            }
-            taken = upto;
-            ok = quota::fits(st, acct, wl.team, usage, allow_borrowing).is_ok();
-        }
-        for c in &cands[..taken] {
-            if let Some(a) = adm(c.id) {
-                acct.add_all(st, c.team, &a.usage, 1);
-            }
-        }
-        ok
-    };
-    if !quota_ok {
-        return false;
-    }
-    if !st.placement || place.is_empty() {
-        return true;
-    }
-    // By removing every candidate from the working copy, placing, and putting them back.
-    let removing_all = |ctx: &mut Ctx| {
+    let mut bound = Bound::start(ctx, wl, usage, place, allow_borrowing);
+    bound.feed(ctx, wl, usage, cands);
+    let holds = bound.finish(ctx, wl, usage, place);
+    // Debug builds (every test) check a counted bound against placing with every candidate gone.
+    #[cfg(debug_assertions)]
+    if let [_] = place {
         let ids: Vec<WlId> = cands.iter().map(|c| c.id).collect();
         ctx.remove_many(&ids);
-        let fits = ctx.fits(wl, usage, place, allow_borrowing);
+        let placed = ctx.fits(wl, usage, place, allow_borrowing);
         ctx.restore_many(&ids);
-        fits
-    };
-    if let [(i, f, count)] = place {
-        // One pod set: counted on the nodes without changing the index.
-        let allocs = cands
-            .iter()
-            .filter_map(|c| ctx.admission_of(c.id))
-            .flat_map(|a| a.placement.iter().map(|(_, p)| p));
-        let counted = ctx
-            .acct
-            .nodes
-            .fits_with_released(*f, &wl.pod_reqs[*i], *count, allocs);
-        // Debug builds (every test) check the count against the placement it stands for.
-        #[cfg(debug_assertions)]
         assert_eq!(
-            counted,
-            removing_all(ctx),
-            "fits_with_released disagrees with placing for {}",
+            holds, placed,
+            "the bound disagrees with placing for {}",
             wl.spec.name
         );
-        return counted;
     }
-    removing_all(ctx)
+    holds
+}
+
+/// `fits_without_all` fed its candidates in parts, in any order. Quota and room only grow as
+/// candidates go, so a caller stops feeding once it [`holds`](Self::holds): a bound that holds
+/// (the usual case) reads a few candidates, one that fails reads each once.
+struct Bound {
+    allow_borrowing: bool,
+    quota_ok: bool,
+    /// Candidates whose usage is off the working accounting until `finish`.
+    taken: Vec<(TeamId, WlId)>,
+    /// Quota is tested again when `taken` reaches this (1, 2, 4, ...), and at the end.
+    next_check: usize,
+    room: Room,
+}
+
+enum Room {
+    /// No placement to test.
+    Free,
+    /// One pod set: counted on the nodes without changing them.
+    Counted(RoomCount),
+    /// The flavor has no nodes.
+    Never,
+    /// Several pod sets: placed at the end with every candidate fed gone.
+    Placed(Vec<WlId>),
+}
+
+impl Bound {
+    fn start(
+        ctx: &Ctx,
+        wl: &Workload,
+        usage: &[(FrId, i64)],
+        place: &[(usize, FlavorId, u32)],
+        allow_borrowing: bool,
+    ) -> Bound {
+        let room = match place {
+            _ if !ctx.st.placement || place.is_empty() => Room::Free,
+            [(i, f, count)] => match ctx.acct.nodes.room_count(*f, &wl.pod_reqs[*i], *count) {
+                Some(r) => Room::Counted(r),
+                None => Room::Never,
+            },
+            _ => Room::Placed(Vec::new()),
+        };
+        Bound {
+            allow_borrowing,
+            quota_ok: quota::fits(ctx.st, &ctx.acct, wl.team, usage, allow_borrowing).is_ok(),
+            taken: Vec::new(),
+            next_check: 1,
+            room,
+        }
+    }
+
+    fn holds(&self) -> bool {
+        self.quota_ok
+            && match &self.room {
+                Room::Free => true,
+                Room::Counted(r) => r.fits(),
+                Room::Never | Room::Placed(_) => false,
+            }
+    }
+
+    fn feed(&mut self, ctx: &mut Ctx, wl: &Workload, usage: &[(FrId, i64)], cands: &[Cand]) {
+        let st = ctx.st;
+        let Ctx { acct, planned, .. } = &mut *ctx;
+        for c in cands {
+            if self.holds() || matches!(self.room, Room::Never) {
+                return;
+            }
+            let Some(a) = admission_in(st, planned, c.id) else {
+                continue;
+            };
+            match &mut self.room {
+                Room::Counted(r) if !r.fits() => {
+                    for (_, p) in &a.placement {
+                        r.release(&acct.nodes, p);
+                    }
+                }
+                Room::Placed(ids) => ids.push(c.id),
+                _ => {}
+            }
+            if !self.quota_ok {
+                acct.add_all(st, c.team, &a.usage, -1);
+                self.taken.push((c.team, c.id));
+                if self.taken.len() >= self.next_check {
+                    self.next_check *= 2;
+                    self.quota_ok =
+                        quota::fits(st, acct, wl.team, usage, self.allow_borrowing).is_ok();
+                }
+            }
+        }
+    }
+
+    /// Whether the preemptor fits with every candidate fed gone; the working accounting is as
+    /// it was before `start`.
+    fn finish(
+        mut self,
+        ctx: &mut Ctx,
+        wl: &Workload,
+        usage: &[(FrId, i64)],
+        place: &[(usize, FlavorId, u32)],
+    ) -> bool {
+        let st = ctx.st;
+        if !self.quota_ok {
+            self.quota_ok =
+                quota::fits(st, &ctx.acct, wl.team, usage, self.allow_borrowing).is_ok();
+        }
+        let Ctx { acct, planned, .. } = &mut *ctx;
+        for (team, id) in &self.taken {
+            if let Some(a) = admission_in(st, planned, *id) {
+                acct.add_all(st, *team, &a.usage, 1);
+            }
+        }
+        if !self.quota_ok {
+            return false;
+        }
+        match self.room {
+            Room::Placed(ids) => {
+                ctx.remove_many(&ids);
+                let fits = ctx.fits(wl, usage, place, self.allow_borrowing);
+                ctx.restore_many(&ids);
+                fits
+            }
+            room => matches!(room, Room::Free) || matches!(room, Room::Counted(r) if r.fits()),
+        }
+    }
 }
 
 /// Puts back every victim (last one excepted) that the preemptor does not need, newest removal
@@ -383,7 +483,7 @@ fn classical(
     let st = ctx.st;
     let t = wl.team;
     let team = &st.teams[t.idx()];
-    let mut cands = collect(ctx, wl, usage, f_set, false);
+    let mut cands = collect(ctx, wl, usage, f_set);
     if cands.is_empty() {
         return None;
     }
@@ -463,6 +563,129 @@ fn fair_sharing(
     fair_sharing_search(ctx, wl, usage, place, f_set)
 }
 
+/// The fair-sharing search's candidates, team by team, gathered and ordered only when the
+/// search first looks at a team. Most searches look at a few teams of a large cohort (the one
+/// with the highest share, whose candidates fail the strategy, then one with a share below the
+/// preemptor's: hopeless), and gathering and sorting every candidate of every team was nearly
+/// all of a contended search's cost.
+struct Pools {
+    /// The preemptor's team and the members it may reclaim from (borrowing at the start), in
+    /// team id order.
+    teams: Vec<TeamId>,
+    own: TeamId,
+    never: Vec<WlId>,
+    /// Per team once gathered: its candidates and how many the search has taken; ordered once
+    /// the search takes the first.
+    gathered: BTreeMap<TeamId, (Vec<Cand>, usize, bool)>,
+    /// Per team not gathered yet: whether it has a candidate.
+    any: BTreeMap<TeamId, bool>,
+    /// Whether every candidate gone at once makes room (`fits_without_all`), told before the
+    /// search's first removal.
+    bound: Option<bool>,
+}
+
+impl Pools {
+    fn new(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrId>) -> Pools {
+        let mut teams: Vec<TeamId> = std::iter::once(wl.team)
+            .chain(reclaimable_teams(ctx, wl, f_set))
+            .collect();
+        teams.sort_unstable();
+        Pools {
+            teams,
+            own: wl.team,
+            never: never_taken(ctx, wl, usage, f_set),
+            gathered: BTreeMap::new(),
+            any: BTreeMap::new(),
+            bound: None,
+        }
+    }
+
+    /// Team `m`'s candidates as `collect` gives them (before any of them is removed).
+    fn gather(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) {
+        if self.gathered.contains_key(&m) {
+            return;
+        }
+        let own = m == self.own;
+        let kind = if own { Kind::Own } else { Kind::Advantage };
+        let cands = holders(ctx, m)
+            .filter(|id| eligible(ctx, wl, *id, own, f_set, &self.never))
+            .map(|id| Cand { id, team: m, kind })
+            .collect();
+        self.gathered.insert(m, (cands, 0, false));
+    }
+
+    /// Whether team `m` has a candidate the search has not taken. A team not gathered yet is
+    /// asked once: none of its candidates can go before it is gathered.
+    fn has_next(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) -> bool {
+        if let Some((c, next, _)) = self.gathered.get(&m) {
+            return *next < c.len();
+        }
+        let own = m == self.own;
+        let never = &self.never;
+        *self
+            .any
+            .entry(m)
+            .or_insert_with(|| holders(ctx, m).any(|id| eligible(ctx, wl, id, own, f_set, never)))
+    }
+
+    /// Takes team `m`'s next candidate in the search's order.
+    fn pop(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) -> Option<Cand> {
+        self.gather(ctx, wl, m, f_set);
+        let (cands, next, ordered) = self.gathered.get_mut(&m)?;
+        if !*ordered {
+            order(ctx, self.own, cands);
+            *ordered = true;
+        }
+        let c = cands.get(*next)?.clone();
+        *next += 1;
+        Some(c)
+    }
+
+    /// The bound over every candidate, told once, before the search removes its first.
+    fn bound_holds(
+        &mut self,
+        ctx: &mut Ctx,
+        wl: &Workload,
+        usage: &[(FrId, i64)],
+        place: &[(usize, FlavorId, u32)],
+        f_set: &BTreeSet<FrId>,
+    ) -> bool {
+        if let Some(b) = self.bound {
+            return b;
+        }
+        // Team by team, gathering only until it holds.
+        let mut bound = Bound::start(ctx, wl, usage, place, true);
+        for m in self.teams.clone() {
+            if bound.holds() {
+                break;
+            }
+            self.gather(ctx, wl, m, f_set);
+            let cands = self
+                .gathered
+                .get(&m)
+                .map(|(c, _, _)| c.clone())
+                .unwrap_or_default();
+            bound.feed(ctx, wl, usage, &cands);
+        }
+        let b = bound.finish(ctx, wl, usage, place);
+        // Debug builds (every test) check it against the bound over every candidate at once.
+        #[cfg(debug_assertions)]
+        {
+            for m in self.teams.clone() {
+                self.gather(ctx, wl, m, f_set);
+            }
+            let all: Vec<Cand> = self
+                .gathered
+                .values()
+                .flat_map(|(c, _, _)| c.iter().cloned())
+                .collect();
+            assert_eq!(b, fits_without_all(ctx, wl, usage, place, &all, true));
+        }
+        self.bound = Some(b);
+        b
+    }
+}
+
 fn fair_sharing_search(
     ctx: &mut Ctx,
     wl: &Workload,
@@ -472,15 +695,7 @@ fn fair_sharing_search(
 ) -> Option<Vec<Victim>> {
     let st = ctx.st;
     let t = wl.team;
-    let mut cands = collect(ctx, wl, usage, f_set, true);
-    if cands.is_empty() || !fits_without_all(ctx, wl, usage, place, &cands, true) {
-        return None;
-    }
-    order(ctx, t, &mut cands);
-    let mut by_team: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
-    for c in cands {
-        by_team.entry(c.team).or_default().push_back(c);
-    }
+    let mut pools = Pools::new(ctx, wl, usage, f_set);
     let strategies = &st.policy.fair_sharing_strategies;
     let first = strategies
         .first()
@@ -491,8 +706,32 @@ fn fair_sharing_search(
         FairSharingStrategy::LessThanOrEqualToFinalShare => p <= t1,
         FairSharingStrategy::LessThanInitialShare => p < t0,
     };
-    // The team with the highest share that still has candidates; ties go to the team whose next
-    // candidate ranks first (BTreeMap order of team ids keeps it deterministic).
+    // The team with the highest share that still has candidates (in the search's pools, or
+    // in the second pass's `retry`); ties go to the lowest team id.
+    let share_of = |ctx: &Ctx, tid: TeamId| {
+        if tid == t {
+            quota::share(ctx.st, &ctx.acct, t, usage)
+        } else {
+            quota::share(ctx.st, &ctx.acct, tid, &[])
+        }
+    };
+    let pick_pool = |ctx: &Ctx, pools: &mut Pools| -> Option<TeamId> {
+        let mut best: Option<(Share, TeamId)> = None;
+        for k in 0..pools.teams.len() {
+            let tid = pools.teams[k];
+            if tid != t && !borrowing_in(ctx, tid, f_set) {
+                continue;
+            }
+            if !pools.has_next(ctx, wl, tid, f_set) {
+                continue;
+            }
+            let s = share_of(ctx, tid);
+            if best.as_ref().is_none_or(|(bs, _)| s > *bs) {
+                best = Some((s, tid));
+            }
+        }
+        best.map(|(_, tid)| tid)
+    };
     let pick = |ctx: &Ctx,
                 pool: &BTreeMap<TeamId, VecDeque<Cand>>,
                 used: &BTreeSet<TeamId>|
@@ -505,11 +744,7 @@ fn fair_sharing_search(
             if *tid != t && !borrowing_in(ctx, *tid, f_set) {
                 continue;
             }
-            let s = if *tid == t {
-                quota::share(ctx.st, &ctx.acct, t, usage)
-            } else {
-                quota::share(ctx.st, &ctx.acct, *tid, &[])
-            };
+            let s = share_of(ctx, *tid);
             if best.as_ref().is_none_or(|(bs, _)| s > *bs) {
                 best = Some((s, *tid));
             }
@@ -518,15 +753,16 @@ fn fair_sharing_search(
     };
     let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
     let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
-    let none = BTreeSet::new();
     let mut fit = false;
     let mut hopeless = false;
-    'outer: while let Some(target) = pick(ctx, &by_team, &none) {
+    'outer: while let Some(target) = pick_pool(ctx, &mut pools) {
         if target == t {
-            let c = by_team
-                .get_mut(&target)
-                .and_then(|q| q.pop_front())
-                .expect("picked team has candidates");
+            if !pools.bound_holds(ctx, wl, usage, place, f_set) {
+                return None;
+            }
+            let Some(c) = pools.pop(ctx, wl, target, f_set) else {
+                break;
+            };
             ctx.remove(c.id);
             removed.push((c, PreemptReason::InClusterQueue));
             if ctx.fits(wl, usage, place, true) {
@@ -536,10 +772,12 @@ fn fair_sharing_search(
             continue;
         }
         if within_nominal_after(ctx, t, usage, f_set) {
-            let c = by_team
-                .get_mut(&target)
-                .and_then(|q| q.pop_front())
-                .expect("picked team has candidates");
+            if !pools.bound_holds(ctx, wl, usage, place, f_set) {
+                return None;
+            }
+            let Some(c) = pools.pop(ctx, wl, target, f_set) else {
+                break;
+            };
             ctx.remove(c.id);
             removed.push((c, PreemptReason::InCohortReclamation));
             if ctx.fits(wl, usage, place, true) {
@@ -557,7 +795,7 @@ fn fair_sharing_search(
             hopeless = true;
             break;
         }
-        while let Some(c) = by_team.get_mut(&target).and_then(|q| q.pop_front()) {
+        while let Some(c) = pools.pop(ctx, wl, target, f_set) {
             // The target's share without the candidate, told from its usage alone: most
             // candidates fail the strategy, and taking each off its nodes and putting it back
             // was most of a contended search's cost.
@@ -567,6 +805,9 @@ fn fair_sharing_search(
                 .unwrap_or_default();
             let t1 = quota::share(st, &ctx.acct, target, &without);
             if passes(first, p, t0, t1) {
+                if !pools.bound_holds(ctx, wl, usage, place, f_set) {
+                    return None;
+                }
                 ctx.remove(c.id);
                 debug_assert_eq!(
                     t1.cmp(&quota::share(st, &ctx.acct, target, &[])),
@@ -593,6 +834,9 @@ fn fair_sharing_search(
                     continue;
                 };
                 if passes(s2, p, t0, t0) {
+                    if !pools.bound_holds(ctx, wl, usage, place, f_set) {
+                        return None;
+                    }
                     ctx.remove(c.id);
                     removed.push((c, PreemptReason::InCohortFairSharing));
                     if ctx.fits(wl, usage, place, true) {

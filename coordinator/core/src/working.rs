@@ -22,6 +22,19 @@ pub struct Ctx<'a> {
     pub planned: BTreeMap<WlId, (TeamId, Admission)>,
 }
 
+/// `Ctx::admission_of` from the parts of a context, for a caller that changes its accounting
+/// meanwhile.
+pub fn admission_in<'s>(
+    st: &'s State,
+    planned: &'s BTreeMap<WlId, (TeamId, Admission)>,
+    id: WlId,
+) -> Option<&'s Admission> {
+    match planned.get(&id) {
+        Some((_, a)) => Some(a),
+        None => st.workload(id).admission.as_ref(),
+    }
+}
+
 impl<'a> Ctx<'a> {
     pub fn new(st: &'a State, now: Time) -> Self {
         Self::with_acct(st, now, st.acct.clone())
@@ -40,10 +53,7 @@ impl<'a> Ctx<'a> {
 
     /// The admission a candidate holds: decided in this cycle, or in the state.
     pub fn admission_of(&self, id: WlId) -> Option<&Admission> {
-        match self.planned.get(&id) {
-            Some((_, a)) => Some(a),
-            None => self.st.workload(id).admission.as_ref(),
-        }
+        admission_in(self.st, &self.planned, id)
     }
 
     /// Removes an admitted (or planned) workload's usage and pods from the working copy.
@@ -108,13 +118,7 @@ impl<'a> Ctx<'a> {
         } = self;
         let adms: Vec<(TeamId, &Admission)> = ids
             .iter()
-            .filter_map(|id| {
-                let a = match planned.get(id) {
-                    Some((_, a)) => Some(a),
-                    None => st.workload(*id).admission.as_ref(),
-                };
-                a.map(|a| (st.workload(*id).team, a))
-            })
+            .filter_map(|id| admission_in(st, planned, *id).map(|a| (st.workload(*id).team, a)))
             .collect();
         let pods = adms
             .iter()
