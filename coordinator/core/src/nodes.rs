@@ -227,6 +227,14 @@ struct FlavorNodes {
 }
 
 impl FlavorNodes {
+    /// How much of the primary resource (the index's key) one pod of `req` asks for: nodes
+    /// keyed below it take none of these pods.
+    fn per_pod_primary(&self, req: &[(ResId, i64)]) -> i64 {
+        self.primary
+            .and_then(|p| req.iter().find(|(r, _)| *r == p).map(|(_, v)| *v))
+            .unwrap_or(0)
+    }
+
     /// Counts `node` (being added to the index, `sign` 1, or leaving it, -1) in the derived sums.
     fn count(&mut self, node: &Node, sign: i32) {
         for nr in &node.res {
@@ -659,7 +667,7 @@ impl NodeSet {
     }
 
     /// Whether `count` pods of `req` could be placed on `flavor` now, and if not how many
-    /// could: counted on the nodes (see `fits_with_released`), without placing anything. Debug
+    /// could: counted on the nodes (see [`RoomCount`]), without placing anything. Debug
     /// builds (every test) also place them, give them back, and compare.
     pub fn try_place(
         &mut self,
@@ -667,7 +675,7 @@ impl NodeSet {
         req: &[(ResId, i64)],
         count: u32,
     ) -> Result<(), PlaceFailure> {
-        let counted = match self.pods_room(flavor, req, count, std::iter::empty()) {
+        let counted = match self.room_count(flavor, req, count).map(|r| r.room()) {
             Some(n) if n >= count => Ok(()),
             n => Err(PlaceFailure {
                 placed: n.unwrap_or(0),
@@ -705,10 +713,7 @@ impl NodeSet {
             });
         };
         let schedulable_nodes = fnodes.index.len();
-        let primary = fnodes.primary;
-        let per_pod_primary = primary
-            .and_then(|p| req.iter().find(|(r, _)| *r == p).map(|(_, v)| *v))
-            .unwrap_or(0);
+        let per_pod_primary = fnodes.per_pod_primary(req);
         let mut allocs: Vec<PodAlloc> = Vec::new();
         let mut remaining = count;
         while remaining > 0 {
@@ -761,39 +766,6 @@ impl NodeSet {
         Ok(allocs)
     }
 
-    /// Whether `count` pods of `req` could be placed on `flavor` if the allocations `released`
-    /// were given back first (counted, see [`RoomCount`]).
-    pub fn fits_with_released<'a>(
-        &self,
-        flavor: FlavorId,
-        req: &[(ResId, i64)],
-        count: u32,
-        released: impl Iterator<Item = &'a PodAlloc>,
-    ) -> bool {
-        self.pods_room(flavor, req, count, released)
-            .is_some_and(|n| n >= count)
-    }
-
-    /// How many of `count` pods of `req` the schedulable nodes of `flavor` could take (at most
-    /// `count`) with `released` given back; `None` when the flavor has no nodes. Stops reading
-    /// `released` once the pods fit (see [`RoomCount`]).
-    fn pods_room<'a>(
-        &self,
-        flavor: FlavorId,
-        req: &[(ResId, i64)],
-        count: u32,
-        released: impl Iterator<Item = &'a PodAlloc>,
-    ) -> Option<u32> {
-        let mut room = self.room_count(flavor, req, count)?;
-        for a in released {
-            if room.fits() {
-                break;
-            }
-            room.release(self, a);
-        }
-        Some(room.room())
-    }
-
     /// Starts counting the room for `count` pods of `req` on the schedulable nodes of
     /// `flavor`, from what is free now; `None` when the flavor has no nodes.
     pub fn room_count(
@@ -810,10 +782,7 @@ impl NodeSet {
             total: 0,
             touched: BTreeMap::new(),
         };
-        let per_pod_primary = f
-            .primary
-            .and_then(|p| req.iter().find(|(r, _)| *r == p).map(|(_, v)| *v))
-            .unwrap_or(0);
+        let per_pod_primary = f.per_pod_primary(req);
         if count > 0 {
             for (_, id) in f.index.range((per_pod_primary, NodeId(0))..) {
                 room.total += i64::from(self.nodes[id.idx()].pods_fit(req, count));
@@ -1047,7 +1016,11 @@ mod tests {
             let req = [(g, gpus), (c, 1_000)];
             for take in [0usize, 1, 2, 3, 4, 6] {
                 let released = &allocs[..take];
-                let counted = ns.fits_with_released(f, &req, count, released.iter());
+                let mut room = ns.room_count(f, &req, count).unwrap();
+                for a in released {
+                    room.release(&ns, a);
+                }
+                let counted = room.fits();
                 ns.release_many(released.iter());
                 let placed = ns.try_place(f, &req, count).is_ok();
                 ns.retake_many(released.iter());

@@ -660,12 +660,9 @@ impl Pools {
                 break;
             }
             self.gather(ctx, wl, m, f_set);
-            let cands = self
-                .gathered
-                .get(&m)
-                .map(|(c, _, _)| c.clone())
-                .unwrap_or_default();
-            bound.feed(ctx, wl, usage, &cands);
+            if let Some((cands, _, _)) = self.gathered.get(&m) {
+                bound.feed(ctx, wl, usage, cands);
+            }
         }
         let b = bound.finish(ctx, wl, usage, place);
         // Debug builds (every test) check it against the bound over every candidate at once.
