@@ -106,6 +106,20 @@ fn pulls_runs_and_reports_the_exit_code_and_output() {
     assert_eq!((rec.code, rec.succeeded), (Some(3), false), "{rec:?}");
     assert!(log.contains("hello rank 0 from pod-0"), "{log}");
     assert!(log.contains("oops"), "{log}");
+    // stdout ends first and stderr goes on: its lines still reach the log (with containerd's
+    // file:// log both streams share one descriptor, which the end of stdout closes).
+    let j = job(
+        &env,
+        &image,
+        &[
+            "sh",
+            "-c",
+            "echo first; exec 1>&-; sleep 0.3; echo late >&2",
+        ],
+    );
+    let (rec, log, _) = run_pod(&j);
+    assert!(rec.succeeded, "{rec:?}");
+    assert_eq!(log, "first\nlate\n");
     // The image's cmd runs when the workload gives none.
     let mut j = job(&env, &image, &[]);
     j.args = vec!["-c".into(), "echo from-args".into()];

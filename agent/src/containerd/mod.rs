@@ -12,6 +12,7 @@
 pub mod api;
 pub mod cdi;
 pub mod fence;
+mod output;
 pub mod pull;
 pub use allot_common::image as reference;
 pub mod registry;

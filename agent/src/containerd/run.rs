@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
+use super::output::{self, OutputEnd};
 use super::registry::Credentials;
 use super::spec::{self, BindMount, PodContainer};
 use super::{api, container_id, Containerd, POD_LABEL, RUNTIME};
@@ -200,8 +201,8 @@ async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
     // OOM kills are reported as events; listen before anything can be killed. (containerd
     // answers a subscription only with its first event, so it runs on its own task.)
     let ooms = watch_ooms(ctd.clone(), job.namespace.clone());
-    let task_pid = match create_and_start(&ctd, job, &pulled, &id, dir).await {
-        Ok(pid) => pid,
+    let (task_pid, output) = match create_and_start(&ctd, job, &pulled, &id, dir).await {
+        Ok(started) => started,
         Err(e) => {
             let _ = ctd.remove_container(&id, &job.snapshotter).await;
             return failed(dir, "ContainerCannotRun", e);
@@ -213,7 +214,7 @@ async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
     );
     status.phase = "Running".into();
     write_status(dir, &status);
-    let code = supervise(args, &ctd, job, &id, ooms).await;
+    let code = supervise(args, &ctd, job, &id, ooms, output).await;
     super::pull::touch(&ctd, &pulled.name).await;
     code
 }
@@ -223,8 +224,11 @@ async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
 async fn adopt(args: &ShimArgs, ctd: &Containerd, job: &ContainerJob, id: &str) -> i32 {
     let dir = &args.dir;
     let ooms = watch_ooms(ctd.clone(), job.namespace.clone());
+    // Watched before the task is asked for: if it runs then, its writers' closes are ahead.
+    let output = OutputEnd::watch(&dir.join(shim::LOG_FILE));
     match ctd.task(id).await {
         Ok(Some(task)) => {
+            let output = output.filter(|_| task.status == api::STATUS_RUNNING);
             if task.status == api::STATUS_RUNNING {
                 let _ = shim::write_atomic(
                     &dir.join(shim::CHILD_PID_FILE),
@@ -234,7 +238,7 @@ async fn adopt(args: &ShimArgs, ctd: &Containerd, job: &ContainerJob, id: &str) 
             let mut status = read_status(dir).unwrap_or_default();
             status.phase = "Running".into();
             write_status(dir, &status);
-            supervise(args, ctd, job, id, ooms).await
+            supervise(args, ctd, job, id, ooms, output).await
         }
         Ok(None) => {
             // Created but never started, or removed: nothing runs; clean what is left.
@@ -351,7 +355,7 @@ async fn create_and_start(
     pulled: &super::pull::Pulled,
     id: &str,
     dir: &Path,
-) -> Result<u32, String> {
+) -> Result<(u32, Option<OutputEnd>), String> {
     let args = spec::process_args(&pulled.config, &job.command, &job.args)?;
     let user = job
         .user
@@ -467,15 +471,19 @@ async fn create_and_start(
     )
     .await
     .map_err(|e| e.to_string())?;
-    let log = format!("file://{}", dir.join(shim::LOG_FILE).display());
+    let log = dir.join(shim::LOG_FILE);
+    let (stdout, stderr) = output::prepare(&log)?;
+    // containerd opens the log twice while it creates the task, and closes each copy's
+    // descriptor once its stream is drained.
+    let output = OutputEnd::watch(&log);
     ctd.call::<_, api::CreateTaskResponse>(
         "/containerd.services.tasks.v1.Tasks/Create",
         api::CreateTaskRequest {
             container_id: id.into(),
             rootfs: mounts.mounts,
             stdin: String::new(),
-            stdout: log.clone(),
-            stderr: log,
+            stdout,
+            stderr,
             terminal: false,
         },
         None,
@@ -493,7 +501,7 @@ async fn create_and_start(
         )
         .await
         .map_err(|e| e.to_string())?;
-    Ok(started.pid)
+    Ok((started.pid, output))
 }
 
 pub(crate) async fn kill(ctd: &Containerd, id: &str, signal: i32, all: bool) {
@@ -511,11 +519,22 @@ pub(crate) async fn kill(ctd: &Containerd, id: &str, signal: i32, all: bool) {
         .await;
 }
 
-/// Waits until containerd's copy of the container's output has reached `log` (its size the same
-/// for 100 ms, at most a second): the task's exit can be reported while the last lines are
-/// still in its pipes, which deleting the task closes, and the exit record is what tells
-/// readers the log is whole.
-async fn output_settled(log: &Path) {
+/// Waits until containerd's copy of the container's output has reached `log`: until one of
+/// its descriptors of the log is closed (`output`, at most 5 s after the exit; both streams
+/// end when the container's last process does, and deleting the task waits for a copy still
+/// running), or without a watch until the log's size has held for 100 ms (at most a second).
+/// The task's exit can be reported while the last lines are still in its pipes, which
+/// deleting the task closes, and the exit record is what tells readers the log is whole.
+async fn output_settled(log: &Path, output: Option<OutputEnd>) {
+    if let Some(end) = output {
+        if !end.wait(Duration::from_secs(5)).await {
+            eprintln!(
+                "agent-shim: the output had not all reached {} 5 s after the exit",
+                log.display()
+            );
+        }
+        return;
+    }
     let size = || std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
     let mut last = size();
@@ -536,6 +555,7 @@ async fn supervise(
     job: &ContainerJob,
     id: &str,
     mut ooms: mpsc::UnboundedReceiver<String>,
+    output: Option<OutputEnd>,
 ) -> i32 {
     let dir = &args.dir;
     let wait = ctd.call::<_, api::WaitResponse>(
@@ -603,7 +623,7 @@ async fn supervise(
     let signal = code.filter(|c| *c > 128 && *c < 128 + 65).map(|c| c - 128);
     let succeeded = code == Some(0) && !stopped && !lease_expired;
     // Deleting the task closes its pipes: what containerd has not copied yet would be lost.
-    output_settled(&dir.join(shim::LOG_FILE)).await;
+    output_settled(&dir.join(shim::LOG_FILE), output).await;
     if let Err(e) = ctd.remove_container(id, &job.snapshotter).await {
         eprintln!("agent-shim: removing container {id}: {e}");
     }
