@@ -4,6 +4,7 @@
 //! found it.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
 
 use allot_common::quota::{BorrowWithinCohortPolicy, ReclaimWithinCohort, WithinTeam};
 use allot_common::FairSharingStrategy;
@@ -84,21 +85,22 @@ fn uses_any(ctx: &Ctx, id: WlId, f_set: &BTreeSet<FrId>) -> bool {
         .is_some_and(|a| a.usage.iter().any(|(fr, v)| *v > 0 && f_set.contains(fr)))
 }
 
-/// A team's candidates: its admitted workloads and those admitted earlier in this cycle.
+/// A team's admissions: its admitted workloads and those admitted earlier in this cycle,
+/// removed or not.
+fn admissions_of<'c>(ctx: &'c Ctx, t: TeamId) -> impl Iterator<Item = WlId> + 'c {
+    ctx.st.teams[t.idx()].admitted.iter().copied().chain(
+        ctx.planned
+            .iter()
+            // A preemptor admitted into the room its victims left is not taken back in the
+            // same cycle: that would waste the evictions made for it.
+            .filter(move |(id, (pt, _))| *pt == t && ctx.st.workload(**id).preempting.is_none())
+            .map(|(id, _)| *id),
+    )
+}
+
+/// A team's candidates: its admissions not removed.
 fn holders<'c>(ctx: &'c Ctx, t: TeamId) -> impl Iterator<Item = WlId> + 'c {
-    ctx.st.teams[t.idx()]
-        .admitted
-        .iter()
-        .copied()
-        .chain(
-            ctx.planned
-                .iter()
-                // A preemptor admitted into the room its victims left is not taken back in the
-                // same cycle: that would waste the evictions made for it.
-                .filter(move |(id, (pt, _))| *pt == t && ctx.st.workload(**id).preempting.is_none())
-                .map(|(id, _)| *id),
-        )
-        .filter(move |id| !ctx.removed.contains(id))
+    admissions_of(ctx, t).filter(move |id| !ctx.removed.contains(id))
 }
 
 fn borrowing_in(ctx: &Ctx, t: TeamId, f_set: &BTreeSet<FrId>) -> bool {
@@ -204,17 +206,10 @@ fn order(ctx: &Ctx, own: TeamId, cands: &mut [Cand]) {
     }
 }
 
-/// Whether admitted workload `id` (of the preemptor's team when `own`) is a candidate for `wl`:
-/// it holds a contested pair, is not in `never`, and the team's policy allows taking it.
-fn eligible(
-    ctx: &Ctx,
-    wl: &Workload,
-    id: WlId,
-    own: bool,
-    f_set: &BTreeSet<FrId>,
-    never: &[WlId],
-) -> bool {
-    if !uses_any(ctx, id, f_set) || never.contains(&id) {
+/// Whether a holder `id` of a contested pair (of the preemptor's team when `own`) is a
+/// candidate for `wl`: it is not in `never`, and the team's policy allows taking it.
+fn allowed(ctx: &Ctx, wl: &Workload, id: WlId, own: bool, never: &[WlId]) -> bool {
+    if never.contains(&id) {
         return false;
     }
     let policy = ctx.st.teams[wl.team.idx()].spec.preemption;
@@ -225,6 +220,61 @@ fn eligible(
         policy.reclaim_within_cohort != ReclaimWithinCohort::LowerPriority
             || c.priority < wl.priority
     }
+}
+
+/// Team `m`'s admissions (admitted, or planned in this cycle) that use a pair of `f_set`,
+/// removed ones included: callers skip `ctx.removed`. With `sorted`, in the search's order
+/// within one team (`order`: being evicted first, lower priority, most recently admitted,
+/// name). Kept in the cycle's context until the team's admissions change: the searches of one
+/// cycle read the same teams again and again (the one with the highest share above all), each
+/// taking candidates and putting them back.
+fn users(ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>, sorted: bool) -> Rc<[WlId]> {
+    let read = || -> Vec<WlId> {
+        admissions_of(ctx, m)
+            .filter(|id| uses_any(ctx, *id, f_set))
+            .collect()
+    };
+    let sort = |ids: &[WlId]| -> Rc<[WlId]> {
+        let mut cands: Vec<Cand> = ids
+            .iter()
+            .map(|&id| Cand {
+                id,
+                team: m,
+                kind: Kind::Own,
+            })
+            .collect();
+        order(ctx, m, &mut cands);
+        cands.iter().map(|c| c.id).collect()
+    };
+    let key = (m, f_set.iter().copied().collect::<Vec<FrId>>());
+    let version = ctx.version(m);
+    let kept = match ctx.users.borrow().get(&key) {
+        Some((v, ids, in_order)) if *v == version => {
+            // Debug builds (every test) check the kept list against reading it again.
+            #[cfg(debug_assertions)]
+            {
+                let mut now = read();
+                let mut was = ids.to_vec();
+                now.sort_unstable();
+                was.sort_unstable();
+                assert_eq!(was, now, "team {m:?}'s kept admissions are stale");
+            }
+            if *in_order || !sorted {
+                return ids.clone();
+            }
+            Some(ids.clone())
+        }
+        _ => None,
+    };
+    let ids = match kept {
+        Some(ids) => sort(&ids),
+        None if sorted => sort(&read()),
+        None => read().into(),
+    };
+    ctx.users
+        .borrow_mut()
+        .insert(key, (version, ids.clone(), sorted));
+    ids
 }
 
 /// The teams of the cohort whose workloads `wl` may reclaim: none when its policy never
@@ -254,8 +304,8 @@ fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrI
     let policy = st.teams[t.idx()].spec.preemption;
     let mut cands = Vec::new();
     let never = never_taken(ctx, wl, usage, f_set);
-    for id in holders(ctx, t) {
-        if eligible(ctx, wl, id, true, f_set, &never) {
+    for &id in users(ctx, t, f_set, false).iter() {
+        if !ctx.removed.contains(&id) && allowed(ctx, wl, id, true, &never) {
             cands.push(Cand {
                 id,
                 team: t,
@@ -268,8 +318,8 @@ fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrI
         .all(|(fr, v)| !quota::borrows_with(st, &ctx.acct, t, *fr, *v));
     let bwc = policy.borrow_within_cohort;
     for m in reclaimable_teams(ctx, wl, f_set) {
-        for id in holders(ctx, m) {
-            if !eligible(ctx, wl, id, false, f_set, &never) {
+        for &id in users(ctx, m, f_set, false).iter() {
+            if ctx.removed.contains(&id) || !allowed(ctx, wl, id, false, &never) {
                 continue;
             }
             let c = st.workload(id);
@@ -574,9 +624,8 @@ struct Pools {
     teams: Vec<TeamId>,
     own: TeamId,
     never: Vec<WlId>,
-    /// Per team once gathered: its candidates and how many the search has taken; ordered once
-    /// the search takes the first.
-    gathered: BTreeMap<TeamId, (Vec<Cand>, usize, bool)>,
+    /// Per team once gathered: its candidates, in order, and how many the search has taken.
+    gathered: BTreeMap<TeamId, (Vec<Cand>, usize)>,
     /// Per team not gathered yet: whether it has a candidate.
     any: BTreeMap<TeamId, bool>,
     /// Whether every candidate gone at once makes room (`fits_without_all`), told before the
@@ -600,42 +649,41 @@ impl Pools {
         }
     }
 
-    /// Team `m`'s candidates as `collect` gives them (before any of them is removed).
+    /// Team `m`'s candidates as `collect` gives them (before any of them is removed), in the
+    /// search's order.
     fn gather(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) {
         if self.gathered.contains_key(&m) {
             return;
         }
         let own = m == self.own;
         let kind = if own { Kind::Own } else { Kind::Advantage };
-        let cands = holders(ctx, m)
-            .filter(|id| eligible(ctx, wl, *id, own, f_set, &self.never))
-            .map(|id| Cand { id, team: m, kind })
+        let cands = users(ctx, m, f_set, true)
+            .iter()
+            .filter(|id| !ctx.removed.contains(*id) && allowed(ctx, wl, **id, own, &self.never))
+            .map(|&id| Cand { id, team: m, kind })
             .collect();
-        self.gathered.insert(m, (cands, 0, false));
+        self.gathered.insert(m, (cands, 0));
     }
 
     /// Whether team `m` has a candidate the search has not taken. A team not gathered yet is
     /// asked once: none of its candidates can go before it is gathered.
     fn has_next(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) -> bool {
-        if let Some((c, next, _)) = self.gathered.get(&m) {
+        if let Some((c, next)) = self.gathered.get(&m) {
             return *next < c.len();
         }
         let own = m == self.own;
         let never = &self.never;
-        *self
-            .any
-            .entry(m)
-            .or_insert_with(|| holders(ctx, m).any(|id| eligible(ctx, wl, id, own, f_set, never)))
+        *self.any.entry(m).or_insert_with(|| {
+            users(ctx, m, f_set, false)
+                .iter()
+                .any(|id| !ctx.removed.contains(id) && allowed(ctx, wl, *id, own, never))
+        })
     }
 
     /// Takes team `m`'s next candidate in the search's order.
     fn pop(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) -> Option<Cand> {
         self.gather(ctx, wl, m, f_set);
-        let (cands, next, ordered) = self.gathered.get_mut(&m)?;
-        if !*ordered {
-            order(ctx, self.own, cands);
-            *ordered = true;
-        }
+        let (cands, next) = self.gathered.get_mut(&m)?;
         let c = cands.get(*next)?.clone();
         *next += 1;
         Some(c)
@@ -660,7 +708,7 @@ impl Pools {
                 break;
             }
             self.gather(ctx, wl, m, f_set);
-            if let Some((cands, _, _)) = self.gathered.get(&m) {
+            if let Some((cands, _)) = self.gathered.get(&m) {
                 bound.feed(ctx, wl, usage, cands);
             }
         }
@@ -674,7 +722,7 @@ impl Pools {
             let all: Vec<Cand> = self
                 .gathered
                 .values()
-                .flat_map(|(c, _, _)| c.iter().cloned())
+                .flat_map(|(c, _)| c.iter().cloned())
                 .collect();
             assert_eq!(b, fits_without_all(ctx, wl, usage, place, &all, true));
         }

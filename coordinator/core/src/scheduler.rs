@@ -690,7 +690,7 @@ fn try_assignment(ctx: &mut Ctx, wl: &Workload, a: &Assignment) -> Option<Outcom
 /// Takes back an admission planned earlier in this cycle to make room for `wl`: it leaves the
 /// plan and waits with a message that says why.
 fn withdraw(ctx: &mut Ctx, plan: &mut Plan, wl: &Workload, v: &Victim) {
-    ctx.planned.remove(&v.id);
+    ctx.unplan(v.id);
     plan.admissions.retain(|a| a.wl != v.id);
     plan.pending.push((
         v.id,
@@ -1113,7 +1113,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                     let _ = ctx.acct.nodes.take_exact(p);
                 }
                 ctx.acct.add_all(st, wl.team, &adm.usage, 1);
-                ctx.planned.insert(wl.id, (wl.team, adm.clone()));
+                ctx.plan(wl.id, wl.team, adm.clone());
                 plan.admissions.push(PlannedAdmission {
                     wl: wl.id,
                     admission: adm,

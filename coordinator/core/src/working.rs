@@ -3,7 +3,9 @@
 //! on nodes). It sits below both the scheduler, which decides, and preemption, which searches
 //! for victims: each removes and restores candidates here, and neither calls the other back.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 
 use crate::ids::{FlavorId, FrId, ResId, TeamId, WlId};
 use crate::nodes::PodAlloc;
@@ -19,8 +21,20 @@ pub struct Ctx<'a> {
     pub now: Time,
     /// Admissions decided earlier in this cycle. They are preemption candidates like admitted
     /// workloads (the most recently admitted of all); taking one withdraws it from the plan.
+    /// Changed through `plan` and `unplan` only.
     pub planned: BTreeMap<WlId, (TeamId, Admission)>,
+    /// Per team: how many times the admissions it holds (admitted, or planned in this cycle)
+    /// have changed in this cycle.
+    versions: Vec<u64>,
+    /// Per (team, contested pairs): the team's admissions that use one of the pairs, removed
+    /// or not, at the team's version (`preemption::users`); once a search needs them in order,
+    /// in the search's order. The searches of one cycle read the same teams again and again.
+    pub(crate) users: RefCell<UsersCache>,
 }
+
+/// See `Ctx::users`: per (team, pairs), the version, the workloads, and whether they are
+/// in order.
+pub(crate) type UsersCache = BTreeMap<(TeamId, Vec<FrId>), (u64, Rc<[WlId]>, bool)>;
 
 /// `Ctx::admission_of` from the parts of a context, for a caller that changes its accounting
 /// meanwhile.
@@ -48,7 +62,33 @@ impl<'a> Ctx<'a> {
             removed: BTreeSet::new(),
             now,
             planned: BTreeMap::new(),
+            versions: vec![0; st.teams.len()],
+            users: RefCell::new(BTreeMap::new()),
         }
+    }
+
+    /// How many times the admissions team `t` holds have changed in this cycle.
+    pub(crate) fn version(&self, t: TeamId) -> u64 {
+        self.versions.get(t.idx()).copied().unwrap_or(0)
+    }
+
+    fn touch(&mut self, id: WlId) {
+        let t = self.st.workload(id).team;
+        if let Some(v) = self.versions.get_mut(t.idx()) {
+            *v += 1;
+        }
+    }
+
+    /// Records an admission decided in this cycle.
+    pub fn plan(&mut self, id: WlId, team: TeamId, adm: Admission) {
+        self.planned.insert(id, (team, adm));
+        self.touch(id);
+    }
+
+    /// Takes back an admission decided in this cycle.
+    pub fn unplan(&mut self, id: WlId) {
+        self.planned.remove(&id);
+        self.touch(id);
     }
 
     /// The admission a candidate holds: decided in this cycle, or in the state.
