@@ -1139,10 +1139,45 @@ fn json_number(t: &str) -> bool {
     i == b.len()
 }
 
-/// A whole number as the AWS CLI reads a shorthand integer (Python's `int()`): blanks around,
-/// an optional sign, digits with single `_` between them.
-pub fn python_int(s: &str) -> Option<i128> {
+/// Where each run of ten Unicode decimal digits (category Nd) starts: Python's `int()` and
+/// `float()` read any of them as the ASCII digit of the same value ("٣" is 3, "１_０" is 10).
+/// Unicode 14.0, as Python 3.11's `unicodedata` has it (66 runs, 660 digits).
+const DIGIT_ZEROS: [u32; 66] = [
+    0x30, 0x660, 0x6F0, 0x7C0, 0x966, 0x9E6, 0xA66, 0xAE6, 0xB66, 0xBE6, 0xC66, 0xCE6, 0xD66,
+    0xDE6, 0xE50, 0xED0, 0xF20, 0x1040, 0x1090, 0x17E0, 0x1810, 0x1946, 0x19D0, 0x1A80, 0x1A90,
+    0x1B50, 0x1BB0, 0x1C40, 0x1C50, 0xA620, 0xA8D0, 0xA900, 0xA9D0, 0xA9F0, 0xAA50, 0xABF0, 0xFF10,
+    0x104A0, 0x10D30, 0x11066, 0x110F0, 0x11136, 0x111D0, 0x112F0, 0x11450, 0x114D0, 0x11650,
+    0x116C0, 0x11730, 0x118E0, 0x11950, 0x11C50, 0x11D50, 0x11DA0, 0x16A60, 0x16AC0, 0x16B50,
+    0x1D7CE, 0x1D7D8, 0x1D7E2, 0x1D7EC, 0x1D7F6, 0x1E140, 0x1E2F0, 0x1E950, 0x1FBF0,
+];
+
+/// `s` with the blanks around it stripped (Unicode's White_Space, as `int()` and `float()`
+/// strip them; not the ASCII separators `\x1c` to `\x1f` that `str.isspace()` also counts)
+/// and every Unicode decimal digit made ASCII; other characters are kept as they are (and
+/// refused by the callers).
+fn python_number_text(s: &str) -> std::borrow::Cow<'_, str> {
     let t = s.trim();
+    if t.is_ascii() {
+        return t.into();
+    }
+    t.chars()
+        .map(|c| {
+            let cp = c as u32;
+            let zero = DIGIT_ZEROS.partition_point(|z| *z <= cp).checked_sub(1);
+            match zero.map(|i| cp - DIGIT_ZEROS[i]) {
+                Some(d @ 0..=9) => char::from(b'0' + d as u8),
+                _ => c,
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
+/// A whole number as the AWS CLI reads a shorthand integer (Python's `int()`): blanks around,
+/// an optional sign, digits (of any script) with single `_` between them.
+pub fn python_int(s: &str) -> Option<i128> {
+    let text = python_number_text(s);
+    let t = text.as_ref();
     let (neg, body) = match t.as_bytes().first() {
         Some(b'-') => (true, &t[1..]),
         Some(b'+') => (false, &t[1..]),
@@ -1165,10 +1200,11 @@ fn python_digits(s: &str) -> bool {
 }
 
 /// A number as the AWS CLI reads a shorthand float (Python's `float()`): blanks around, a
-/// sign, digits with an optional point and exponent (`1e1`, `.5`, `5.`, `1_000`), or
-/// `inf`, `infinity` and `nan` in any case.
+/// sign, digits (of any script) with an optional point and exponent (`1e1`, `.5`, `5.`,
+/// `1_000`), or `inf`, `infinity` and `nan` in any case.
 pub fn python_float(s: &str) -> Option<f64> {
-    let t = s.trim();
+    let text = python_number_text(s);
+    let t = text.as_ref();
     let (neg, body) = match t.as_bytes().first() {
         Some(b'-') => (true, &t[1..]),
         Some(b'+') => (false, &t[1..]),
@@ -2274,6 +2310,30 @@ pub fn scheduler_config_to_shorthand(policy: &ClusterPolicy) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn digits_of_any_script_are_numbers_as_python_reads_them() {
+        assert_eq!(super::python_int("٣"), Some(3));
+        assert_eq!(super::python_int("１_０"), Some(10));
+        assert_eq!(super::python_int("\u{2003}-٣\u{85}"), Some(-3));
+        assert_eq!(super::python_int("\u{1c}7"), None);
+        assert_eq!(super::python_int("𝟗𝟘"), Some(90));
+        assert_eq!(super::python_float("१.५"), Some(1.5));
+        assert_eq!(super::python_float("۱e۲"), Some(100.0));
+        // Not decimal digits: numerals, superscripts, letters.
+        for s in ["Ⅻ", "²", "٣a", "٣_"] {
+            assert_eq!(super::python_int(s), None, "{s:?}");
+        }
+        let cfg = super::ComputeQuotaConfig::parse_shorthand(
+            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=٣}]",
+        )
+        .unwrap();
+        let plain = super::ComputeQuotaConfig::parse_shorthand(
+            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=3}]",
+        )
+        .unwrap();
+        assert_eq!(cfg, plain);
+    }
+
     #[test]
     fn key_at_equals_reads_the_value_from_a_file() {
         let d = std::env::temp_dir().join(format!("allot-paramfile-{}", std::process::id()));

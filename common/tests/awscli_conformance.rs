@@ -191,9 +191,20 @@ const NUMBERS: &[&str] = &[
     "e1",
     "1.2.3",
     "99999999999999999999",
+    // Digits of other scripts, and Python's other blanks.
+    "٣",
+    "１_０",
+    "१.५",
+    "-۱e۲",
+    "\u{2003}٣\u{3000}",
+    "\u{1c}7\u{1f}",
+    "\u{85}8",
+    "𝟗𝟘",
+    "٣a",
+    "Ⅻ",
+    "²",
+    "٣_",
 ];
-// One known difference: Python also reads digits of other scripts ("٣" is 3); allot takes
-// ASCII digits only.
 
 #[test]
 fn numbers_convert_as_python_converts_them() {
