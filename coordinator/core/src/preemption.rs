@@ -757,7 +757,7 @@ fn fair_sharing_search(
         if tid == t {
             quota::share(ctx.st, &ctx.acct, t, usage)
         } else {
-            quota::share(ctx.st, &ctx.acct, tid, &[])
+            ctx.share(tid)
         }
     };
     let pick_pool = |ctx: &Ctx, pools: &mut Pools| -> Option<TeamId> {
@@ -832,7 +832,7 @@ fn fair_sharing_search(
             continue;
         }
         let p = quota::share(st, &ctx.acct, t, usage);
-        let t0 = quota::share(st, &ctx.acct, target, &[]);
+        let t0 = ctx.share(target);
         if p > t0 {
             // The target has the highest share of all teams with candidates, and removing a
             // candidate never raises a share: every team ends at T1 <= T0 < P and starts at
@@ -844,11 +844,7 @@ fn fair_sharing_search(
             // The target's share without the candidate, told from its usage alone: most
             // candidates fail the strategy, and taking each off its nodes and putting it back
             // was most of a contended search's cost.
-            let without: Vec<(FrId, i64)> = ctx
-                .admission_of(c.id)
-                .map(|a| a.usage.iter().map(|(fr, v)| (*fr, -v)).collect())
-                .unwrap_or_default();
-            let t1 = quota::share(st, &ctx.acct, target, &without);
+            let t1 = ctx.share_without(target, c.id);
             if passes(first, p, t0, t1) {
                 if !pools.bound_holds(ctx, wl, usage, place, f_set) {
                     return None;
@@ -874,7 +870,7 @@ fn fair_sharing_search(
             while let Some(target) = pick(ctx, &retry, &used) {
                 used.insert(target);
                 let p = quota::share(st, &ctx.acct, t, usage);
-                let t0 = quota::share(st, &ctx.acct, target, &[]);
+                let t0 = ctx.share(target);
                 let Some(c) = retry.get_mut(&target).and_then(|q| q.pop_front()) else {
                     continue;
                 };
@@ -942,7 +938,7 @@ fn fair_share_hopeless(
         .members
         .iter()
         .filter(|m| **m != t && borrowing_in(ctx, **m, f_set))
-        .all(|m| p > quota::share(st, &ctx.acct, *m, &[]))
+        .all(|m| p > ctx.share(*m))
 }
 
 /// The victim's message: who took its place, why, and the numbers behind it.

@@ -18,11 +18,19 @@ pub struct Acct {
     /// Per cohort: sum over its teams of `max(0, usage - reserved)`.
     pub pool_used: Vec<FrVec>,
     pub nodes: NodeSet,
+    /// Per team: how many times its usage has changed in this copy. Not stored: a cycle's
+    /// caches of values computed from a team's usage compare it (`Ctx::share`).
+    #[serde(skip)]
+    stamps: Vec<u64>,
 }
 
 impl Acct {
     /// Adds `delta` to a team's usage of `fr`, keeping the cohort's pool usage in step.
     pub fn add_usage(&mut self, st: &State, t: TeamId, fr: FrId, delta: i64) {
+        if self.stamps.len() <= t.idx() {
+            self.stamps.resize(t.idx() + 1, 0);
+        }
+        self.stamps[t.idx()] += 1;
         let team = &st.teams[t.idx()];
         let reserved = team.reserved(fr);
         let u = &mut self.team_usage[t.idx()];
@@ -30,6 +38,11 @@ impl Acct {
         u.add(fr, delta);
         let after = (u.get(fr) - reserved).max(0);
         self.pool_used[team.cohort.idx()].add(fr, after - before);
+    }
+
+    /// How many times team `t`'s usage has changed in this copy: equal stamps, equal usage.
+    pub fn stamp(&self, t: TeamId) -> u64 {
+        self.stamps.get(t.idx()).copied().unwrap_or(0)
     }
 
     pub fn usage(&self, t: TeamId, fr: FrId) -> i64 {

@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use crate::ids::{FlavorId, FrId, ResId, TeamId, WlId};
 use crate::nodes::PodAlloc;
-use crate::quota::{self, Acct};
+use crate::quota::{self, Acct, Share};
 use crate::state::{Admission, State, Time, Workload};
 
 /// The working state of a cycle.
@@ -30,6 +30,8 @@ pub struct Ctx<'a> {
     /// or not, at the team's version (`preemption::users`); once a search needs them in order,
     /// in the search's order. The searches of one cycle read the same teams again and again.
     pub(crate) users: RefCell<UsersCache>,
+    /// Per team: its share (`quota::share` with nothing added) at its usage stamp.
+    shares: RefCell<Vec<Option<(u64, Share)>>>,
 }
 
 /// See `Ctx::users`: per (team, pairs), the version, the workloads, and whether they are
@@ -64,7 +66,35 @@ impl<'a> Ctx<'a> {
             planned: BTreeMap::new(),
             versions: vec![0; st.teams.len()],
             users: RefCell::new(BTreeMap::new()),
+            shares: RefCell::new(vec![None; st.teams.len()]),
         }
+    }
+
+    /// Team `t`'s share now (`quota::share` with nothing added), kept until its usage changes:
+    /// the fair-sharing searches of one cycle compare every team of the cohort, search after
+    /// search.
+    pub fn share(&self, t: TeamId) -> Share {
+        let stamp = self.acct.stamp(t);
+        if let Some(Some((s, share))) = self.shares.borrow().get(t.idx()) {
+            if *s == stamp {
+                debug_assert_eq!(*share, quota::share(self.st, &self.acct, t, &[]));
+                return *share;
+            }
+        }
+        let share = quota::share(self.st, &self.acct, t, &[]);
+        if let Some(slot) = self.shares.borrow_mut().get_mut(t.idx()) {
+            *slot = Some((stamp, share));
+        }
+        share
+    }
+
+    /// Team `t`'s share without its admission `id` (which it holds now).
+    pub fn share_without(&self, t: TeamId, id: WlId) -> Share {
+        let without: smallvec::SmallVec<[(FrId, i64); 8]> = self
+            .admission_of(id)
+            .map(|a| a.usage.iter().map(|(fr, v)| (*fr, -v)).collect())
+            .unwrap_or_default();
+        quota::share(self.st, &self.acct, t, &without)
     }
 
     /// How many times the admissions team `t` holds have changed in this cycle.
