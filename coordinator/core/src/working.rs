@@ -21,8 +21,8 @@ pub struct Ctx<'a> {
     pub now: Time,
     /// Admissions decided earlier in this cycle. They are preemption candidates like admitted
     /// workloads (the most recently admitted of all); taking one withdraws it from the plan.
-    /// Changed through `plan` and `unplan` only.
-    pub planned: BTreeMap<WlId, (TeamId, Admission)>,
+    /// Changed through `plan` and `unplan` only (the cycle's kept candidate lists count on it).
+    pub(crate) planned: BTreeMap<WlId, (TeamId, Admission)>,
     /// Per team: how many times the admissions it holds (admitted, or planned in this cycle)
     /// have changed in this cycle.
     versions: Vec<u64>,

@@ -1249,7 +1249,7 @@ impl<'s> Sim<'s> {
                         .map_err(|e| format!("replaying planned admissions: {e}"))?;
                 }
                 ctx.acct.add_all(st, team, &pa.admission.usage, 1);
-                ctx.planned.insert(pa.wl, (team, pa.admission.clone()));
+                ctx.plan(pa.wl, team, pa.admission.clone());
             }
             let exact = plan.admissions.is_empty();
             let a = assign(&mut ctx, wl, &counts, false);
