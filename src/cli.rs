@@ -1032,6 +1032,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             name,
             scheduler_config,
             limits,
+            description,
             out,
             ..
         } => {
@@ -1042,6 +1043,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
                         name,
                         config: scheduler_config,
                         limits: limits.input(),
+                        description,
                     })
                     .await)?,
                 out.format,
@@ -1052,6 +1054,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             target_version,
             scheduler_config,
             limits,
+            description,
             out,
             ..
         } => {
@@ -1075,6 +1078,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
                         config: scheduler_config,
                         target_version,
                         limits: limits.input(),
+                        description,
                     })
                     .await)?,
                 out.format,
@@ -1748,7 +1752,7 @@ fn scheduler_config_json(s: &allot_common::api::SchedulerConfigView) -> Value {
             })
         })
         .unwrap_or_else(|_| Value::String(s.config.clone()));
-    json!({
+    let mut v = json!({
         "ClusterSchedulerConfigArn": format!("{ARN_PREFIX}:cluster-scheduler-config/{id}"),
         "ClusterSchedulerConfigId": id,
         "Name": s.name,
@@ -1763,7 +1767,11 @@ fn scheduler_config_json(s: &allot_common::api::SchedulerConfigView) -> Value {
             "SubmitsPerSecond": s.limits.submits_per_second,
             "SubmitBurst": s.limits.submit_burst,
         },
-    })
+    });
+    if let Some(d) = &s.description {
+        v["Description"] = json!(d);
+    }
+    v
 }
 
 fn print_reply(r: Reply, format: Format) {
@@ -1805,20 +1813,26 @@ fn render(r: &Reply) -> String {
         }
         Reply::Quota(q) => render_quotas(std::slice::from_ref(q)),
         Reply::Quotas(qs) => render_quotas(qs),
-        Reply::SchedulerConfig(s) => table(
-            &["NAME", "VERSION", "SCHEDULER CONFIG", "ADMISSION LIMITS"],
-            &[vec![
-                s.name.clone(),
-                s.version.to_string(),
-                s.config.clone(),
-                format!(
-                    "max-pending-per-team={},submits-per-second={},submit-burst={}",
-                    s.limits.max_pending_per_team,
-                    s.limits.submits_per_second,
-                    s.limits.submit_burst
-                ),
-            ]],
-        ),
+        Reply::SchedulerConfig(s) => {
+            let mut out = table(
+                &["NAME", "VERSION", "SCHEDULER CONFIG", "ADMISSION LIMITS"],
+                &[vec![
+                    s.name.clone(),
+                    s.version.to_string(),
+                    s.config.clone(),
+                    format!(
+                        "max-pending-per-team={},submits-per-second={},submit-burst={}",
+                        s.limits.max_pending_per_team,
+                        s.limits.submits_per_second,
+                        s.limits.submit_burst
+                    ),
+                ]],
+            );
+            if let Some(d) = &s.description {
+                out.push_str(&format!("Description: {d}\n"));
+            }
+            out
+        }
         Reply::Submitted {
             name,
             id,

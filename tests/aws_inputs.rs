@@ -340,6 +340,8 @@ fn describe_and_list_print_the_api_shapes_and_updates_take_each_part_alone() {
             "policy",
             "--scheduler-config",
             "PriorityClasses=[{Name=training,Weight=70}],FairShare=Enabled",
+            "--description",
+            "Training first",
         ],
     );
     let s: serde_json::Value = serde_json::from_str(&c.cli_ok(
@@ -357,6 +359,7 @@ fn describe_and_list_print_the_api_shapes_and_updates_take_each_part_alone() {
         "training"
     );
     assert_eq!(s["SchedulerConfig"]["FairShare"], "Enabled");
+    assert_eq!(s["Description"], "Training first");
     c.cli_ok(
         "admin-admin",
         &[
@@ -377,6 +380,39 @@ fn describe_and_list_print_the_api_shapes_and_updates_take_each_part_alone() {
     assert_eq!(s["ClusterSchedulerConfigVersion"], 2);
     assert_eq!(s["AdmissionLimits"]["MaxPendingPerTeam"], 5);
     assert_eq!(s["SchedulerConfig"]["PriorityClasses"][0]["Weight"], 70);
+    // An update without --description keeps it; one with replaces it; the model's pattern
+    // (no control characters) holds for it as for a quota's.
+    assert_eq!(s["Description"], "Training first");
+    let update = |version: &str, description: &str| {
+        c.cli(
+            "admin-admin",
+            &[
+                "update-cluster-scheduler-config",
+                "--cluster-scheduler-config-id",
+                &sid,
+                "--target-version",
+                version,
+                "--description",
+                description,
+            ],
+        )
+    };
+    let o = update("2", "bad\u{7}bell");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("control character"),
+        "{e}"
+    );
+    assert!(update("2", "Inference first").status.success());
+    let s: serde_json::Value = serde_json::from_str(&c.cli_ok(
+        "admin-admin",
+        &["describe-cluster-scheduler-config", "-o", "json"],
+    ))
+    .expect("json");
+    assert_eq!(s["ClusterSchedulerConfigVersion"], 3);
+    assert_eq!(s["Description"], "Inference first");
+    let table = c.cli_ok("admin-admin", &["describe-cluster-scheduler-config"]);
+    assert!(table.contains("Description: Inference first"), "{table}");
 }
 
 /// Issue 25, item 3: a node whose type the catalog does not list registers with what its agent

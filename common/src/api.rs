@@ -168,6 +168,9 @@ pub struct ComputeQuotaView {
 pub struct SchedulerConfigView {
     pub name: String,
     pub config: String,
+    /// `--description`, as given.
+    #[serde(default)]
+    pub description: Option<String>,
     pub version: u64,
     pub created_ms: i64,
     pub updated_ms: i64,
@@ -478,12 +481,15 @@ pub enum Body {
         name: String,
         config: String,
         limits: AdmissionLimitsInput,
+        description: Option<String>,
     },
+    /// `description`: the replacement (`None` keeps the current one).
     UpdateSchedulerConfig {
         name: String,
         config: String,
         target_version: u64,
         limits: AdmissionLimitsInput,
+        description: Option<String>,
     },
     DescribeSchedulerConfig,
     Submit(SubmitInput),

@@ -1203,6 +1203,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             name,
             config,
             limits,
+            description,
         } => {
             admin_only(who, "create the cluster scheduler config")?;
             allot_common::names::check_entity_name("scheduler config", &name)
@@ -1211,6 +1212,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
                 name,
                 config,
                 limits,
+                description,
             })
             .await
         }
@@ -1219,6 +1221,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             config,
             target_version,
             limits,
+            description,
         } => {
             admin_only(who, "update the cluster scheduler config")?;
             sh.propose(Command::UpdateSchedulerConfig {
@@ -1226,6 +1229,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
                 config,
                 target_version,
                 limits,
+                description,
             })
             .await
         }

@@ -50,6 +50,8 @@ pub enum Command {
         config: String,
         #[serde(default)]
         limits: AdmissionLimitsInput,
+        #[serde(default)]
+        description: Option<String>,
     },
     UpdateSchedulerConfig {
         name: String,
@@ -57,6 +59,8 @@ pub enum Command {
         target_version: u64,
         #[serde(default)]
         limits: AdmissionLimitsInput,
+        #[serde(default)]
+        description: Option<String>,
     },
     Submit(SubmitInput),
     SubmitBatch(Vec<SubmitInput>),
@@ -545,6 +549,7 @@ impl Machine {
                 name,
                 config,
                 limits,
+                description,
             } => {
                 if let Some(r) = &self.scheduler_config {
                     return Err(conflict(format!(
@@ -554,6 +559,10 @@ impl Machine {
                 }
                 allot_common::names::check_entity_name("scheduler config", name)
                     .map_err(invalid)?;
+                if let Some(d) = description {
+                    allot_common::names::check_description("scheduler config", d)
+                        .map_err(invalid)?;
+                }
                 let limits = AdmissionLimits::default().with(limits).map_err(invalid)?;
                 let policy = parse_policy(config)?;
                 self.state.set_policy(policy)?;
@@ -561,6 +570,7 @@ impl Machine {
                 let view = SchedulerConfigView {
                     name: name.clone(),
                     config: config.clone(),
+                    description: description.clone(),
                     version: 1,
                     created_ms: now,
                     updated_ms: now,
@@ -574,6 +584,7 @@ impl Machine {
                 config,
                 target_version,
                 limits,
+                description,
             } => {
                 let Some(rec) = &self.scheduler_config else {
                     return Err(not_found(
@@ -592,12 +603,19 @@ impl Machine {
                         rec.view.version
                     )));
                 }
+                if let Some(d) = description {
+                    allot_common::names::check_description("scheduler config", d)
+                        .map_err(invalid)?;
+                }
                 let limits = self.limits.with(limits).map_err(invalid)?;
                 let policy = parse_policy(config)?;
                 self.state.set_policy(policy)?;
                 self.limits = limits;
                 let rec = self.scheduler_config.as_mut().expect("checked above");
                 rec.view.limits = limits;
+                if description.is_some() {
+                    rec.view.description = description.clone();
+                }
                 rec.view.config = config.clone();
                 rec.view.version += 1;
                 rec.view.updated_ms = now;
