@@ -1173,16 +1173,19 @@ fn python_number_text(s: &str) -> std::borrow::Cow<'_, str> {
         .into()
 }
 
+/// A number's text without its sign (`-` or `+`), and whether it was `-`.
+fn split_sign(t: &str) -> (bool, &str) {
+    match t.strip_prefix('-') {
+        Some(body) => (true, body),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    }
+}
+
 /// A whole number as the AWS CLI reads a shorthand integer (Python's `int()`): blanks around,
 /// an optional sign, digits (of any script) with single `_` between them.
 pub fn python_int(s: &str) -> Option<i128> {
     let text = python_number_text(s);
-    let t = text.as_ref();
-    let (neg, body) = match t.as_bytes().first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
-    };
+    let (neg, body) = split_sign(&text);
     if !python_digits(body) {
         return None;
     }
@@ -1204,12 +1207,7 @@ fn python_digits(s: &str) -> bool {
 /// `1_000`), or `inf`, `infinity` and `nan` in any case.
 pub fn python_float(s: &str) -> Option<f64> {
     let text = python_number_text(s);
-    let t = text.as_ref();
-    let (neg, body) = match t.as_bytes().first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
-    };
+    let (neg, body) = split_sign(&text);
     let lower = body.to_ascii_lowercase();
     let v = if lower == "inf" || lower == "infinity" {
         f64::INFINITY

@@ -206,10 +206,11 @@ fn order(ctx: &Ctx, own: TeamId, cands: &mut [Cand]) {
     }
 }
 
-/// Whether a holder `id` of a contested pair (of the preemptor's team when `own`) is a
-/// candidate for `wl`: it is not in `never`, and the team's policy allows taking it.
+/// Whether an admission `id` on a contested pair (of the preemptor's team when `own`) is a
+/// candidate for `wl`: it is not removed, not in `never`, and the team's policy allows taking
+/// it.
 fn allowed(ctx: &Ctx, wl: &Workload, id: WlId, own: bool, never: &[WlId]) -> bool {
-    if never.contains(&id) {
+    if ctx.removed.contains(&id) || never.contains(&id) {
         return false;
     }
     let policy = ctx.st.teams[wl.team.idx()].spec.preemption;
@@ -223,7 +224,7 @@ fn allowed(ctx: &Ctx, wl: &Workload, id: WlId, own: bool, never: &[WlId]) -> boo
 }
 
 /// Team `m`'s admissions (admitted, or planned in this cycle) that use a pair of `f_set`,
-/// removed ones included: callers skip `ctx.removed`. With `sorted`, in the search's order
+/// removed ones included (`allowed` skips those). With `sorted`, in the search's order
 /// within one team (`order`: being evicted first, lower priority, most recently admitted,
 /// name). Kept in the cycle's context until the team's admissions change: the searches of one
 /// cycle read the same teams again and again (the one with the highest share above all), each
@@ -305,7 +306,7 @@ fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrI
     let mut cands = Vec::new();
     let never = never_taken(ctx, wl, usage, f_set);
     for &id in users(ctx, t, f_set, false).iter() {
-        if !ctx.removed.contains(&id) && allowed(ctx, wl, id, true, &never) {
+        if allowed(ctx, wl, id, true, &never) {
             cands.push(Cand {
                 id,
                 team: t,
@@ -319,7 +320,7 @@ fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrI
     let bwc = policy.borrow_within_cohort;
     for m in reclaimable_teams(ctx, wl, f_set) {
         for &id in users(ctx, m, f_set, false).iter() {
-            if ctx.removed.contains(&id) || !allowed(ctx, wl, id, false, &never) {
+            if !allowed(ctx, wl, id, false, &never) {
                 continue;
             }
             let c = st.workload(id);
@@ -659,7 +660,7 @@ impl Pools {
         let kind = if own { Kind::Own } else { Kind::Advantage };
         let cands = users(ctx, m, f_set, true)
             .iter()
-            .filter(|id| !ctx.removed.contains(*id) && allowed(ctx, wl, **id, own, &self.never))
+            .filter(|id| allowed(ctx, wl, **id, own, &self.never))
             .map(|&id| Cand { id, team: m, kind })
             .collect();
         self.gathered.insert(m, (cands, 0));
@@ -676,7 +677,7 @@ impl Pools {
         *self.any.entry(m).or_insert_with(|| {
             users(ctx, m, f_set, false)
                 .iter()
-                .any(|id| !ctx.removed.contains(id) && allowed(ctx, wl, *id, own, never))
+                .any(|id| allowed(ctx, wl, *id, own, never))
         })
     }
 
