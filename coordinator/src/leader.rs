@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use allot_core::cycle_cache::CycleCache;
+use allot_core::cycle_cache::{CycleCache, Settled};
 use allot_core::machine::{Command, Entry as Cmd};
 use allot_core::quota::Acct;
 use allot_core::state::State;
@@ -154,6 +154,10 @@ pub struct Leader {
     scratch: Option<(u64, Acct)>,
     /// The scheduler's cache between cycles; out with the job while a cycle runs.
     cache: Option<CycleCache>,
+    /// From the last cycle that found every pending workload waiting: the submit fast path
+    /// behind a backlog checks it against the state (`Settled::holds`), so it stays here
+    /// while the next cycle runs.
+    settled: Option<Settled>,
 }
 
 impl Leader {
@@ -173,6 +177,7 @@ impl Leader {
             last_cycle: None,
             scratch: None,
             cache: None,
+            settled: None,
         }
     }
 
@@ -202,6 +207,7 @@ impl Leader {
                 self.plan = None;
                 self.cycle = None;
                 self.scratch = None;
+                self.settled = None;
                 RoleChange::Lost
             }
             _ => RoleChange::None,
@@ -239,6 +245,8 @@ impl Leader {
     pub fn handle_refused(&mut self, token: u64) {
         if self.plan.is_some_and(|(p, _)| p == token) {
             self.plan = None;
+            // Its pending messages were not applied: the next cycle must run to say them.
+            self.settled = None;
         }
     }
 
@@ -331,12 +339,15 @@ impl Leader {
         lost.into_iter().map(|(_, l)| l).collect()
     }
 
-    /// A submit on an idle cluster goes into the log with the plan that admits it (one commit
-    /// instead of the submit's and then the plan's). Only when nothing is in flight, so the plan
-    /// is computed on exactly the state the entry will apply to; otherwise, or when the workload
-    /// would not be admitted at once, the submit goes alone and the next cycle decides. The entry
-    /// counts as the plan in flight, so no cycle is proposed beside it. `token` is the one the
-    /// shell will propose the returned command with.
+    /// A submit goes into the log with the plan that admits it (one commit instead of the
+    /// submit's and then the plan's) on an idle cluster, and behind a backlog that the last
+    /// cycle found all waiting when that still holds (`Settled`): the workload is then decided
+    /// on the state as it is, as the next cycle would decide it first. Only when no plan or
+    /// other entry is in flight, so the plan is computed on exactly the state the entry will
+    /// apply to (a cycle may be running: its plan, computed before, is verified when it
+    /// applies); otherwise, or when the workload would not be admitted at once, the submit goes
+    /// alone and the next cycle decides. The entry counts as the plan in flight. `token` is the
+    /// one the shell will propose the returned command with.
     pub fn fast_path<D: Disk>(
         &mut self,
         rep: &Replica<D>,
@@ -349,7 +360,7 @@ impl Leader {
         let Command::Submit(input) = cmd else {
             return cmd;
         };
-        if !self.nothing_in_flight(rep) {
+        if !self.nothing_proposed(rep) {
             return Command::Submit(input);
         }
         let applied = rep.applied_index();
@@ -358,7 +369,10 @@ impl Leader {
             .take()
             .filter(|(at, _)| *at == applied)
             .map(|(_, a)| a);
-        match rep.machine.plan_submit_with(&input, wall, acct) {
+        match rep
+            .machine
+            .plan_submit_settled(&input, wall, acct, self.settled.as_ref())
+        {
             Some((id, plan)) => {
                 self.plan = Some((token, now));
                 Command::SubmitPlanned {
@@ -390,6 +404,7 @@ impl Leader {
                 return None;
             }
             self.plan = None;
+            self.settled = None;
         }
         if let Some((_, since)) = self.cycle {
             if now.saturating_sub(since) < retry {
@@ -405,6 +420,15 @@ impl Leader {
         }
         self.dirty = false;
         self.last_cycle = Some(now);
+        // The last cycle found every pending workload waiting and nothing any of them reads has
+        // changed since, nor any queue: a cycle now would find the same and change nothing.
+        if self
+            .settled
+            .as_ref()
+            .is_some_and(|s| s.holds(&rep.machine.state))
+        {
+            return None;
+        }
         let id = self.next_cycle;
         self.next_cycle += 1;
         self.cycle = Some((id, now));
@@ -436,7 +460,9 @@ impl Leader {
             messages_changed,
             cache,
         } = done;
-        // Whatever became of the cycle, its cache is good: a cycle checks it against the state.
+        // Whatever became of the cycle, its cache is good: a cycle checks it against the state
+        // (and so does the fast path, `settled`).
+        self.settled = cache.settled();
         self.cache = Some(cache);
         if !self.was_leader || self.cycle.map(|(c, _)| c) != Some(id) {
             return None;
@@ -459,26 +485,24 @@ impl Leader {
         }
     }
 
-    /// While nothing is pending, the leader keeps a copy of the accounting for the next
-    /// submit's fast path (made before waiting for input, not on the submit's path).
+    /// While nothing is pending, or the backlog is settled, the leader keeps a copy of the
+    /// accounting for the next submit's fast path (made before waiting for input, not on the
+    /// submit's path).
     pub fn prepare_scratch<D: Disk>(&mut self, rep: &Replica<D>) {
         let applied = rep.applied_index();
-        if !self.nothing_in_flight(rep)
+        if !self.nothing_proposed(rep)
             || self.scratch.as_ref().is_some_and(|(at, _)| *at == applied)
-            || rep.machine.state.has_pending()
+            || (rep.machine.state.has_pending() && self.settled.is_none())
         {
             return;
         }
         self.scratch = Some((applied, rep.machine.state.acct.clone()));
     }
 
-    /// The leader, with no plan or cycle in flight and every entry applied: a plan computed now
-    /// is computed on exactly the state the next entry applies to.
-    fn nothing_in_flight<D: Disk>(&self, rep: &Replica<D>) -> bool {
-        self.was_leader
-            && self.plan.is_none()
-            && self.cycle.is_none()
-            && rep.last_index() == rep.applied_index()
+    /// The leader, with no plan in flight and every entry applied: a plan computed now is
+    /// computed on exactly the state the next entry applies to.
+    fn nothing_proposed<D: Disk>(&self, rep: &Replica<D>) -> bool {
+        self.was_leader && self.plan.is_none() && rep.last_index() == rep.applied_index()
     }
 }
 

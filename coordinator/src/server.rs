@@ -65,7 +65,7 @@ type Query = Box<dyn FnOnce(&Machine) -> Response + Send>;
 pub(crate) enum Input {
     Raft(Message),
     Propose {
-        cmd: Command,
+        cmd: Box<Command>,
         reply: oneshot::Sender<Response>,
     },
     Read {
@@ -231,7 +231,10 @@ impl Shared {
     async fn propose(&self, cmd: Command) -> Response {
         let (tx, rx) = oneshot::channel();
         self.input
-            .send(Input::Propose { cmd, reply: tx })
+            .send(Input::Propose {
+                cmd: Box::new(cmd),
+                reply: tx,
+            })
             .map_err(|_| {
                 ApiError::new(ErrorKind::Unavailable, "the coordinator is shutting down")
             })?;
@@ -425,7 +428,7 @@ impl RaftLoop {
                 let t0 = Instant::now();
                 let cmd = self
                     .leader
-                    .fast_path(&self.rep, cmd, wall, token, self.now());
+                    .fast_path(&self.rep, *cmd, wall, token, self.now());
                 if matches!(cmd, Command::SubmitPlanned { .. }) {
                     self.metrics
                         .cycle_seconds

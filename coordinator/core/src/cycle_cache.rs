@@ -1,14 +1,21 @@
 //! What one cycle learned that the next can reuse: the outcomes of its first generation (the
-//! working state before its first decision), per workload shape, with the state they were
-//! computed from. A cycle whose state is the same apart from its queues (workloads submitted,
-//! pending ones cancelled, pending messages changed) starts from them: a submit into a full
-//! cluster then costs the new workload's shape, not every shape waiting.
+//! working state before its first decision), per workload shape, each with what it read
+//! (`Reads`), and the state they were computed from. The next cycle compares its state with
+//! that one (`Basis::touched`) and starts from every outcome whose reads nothing touched: a
+//! submit into a full cluster then costs the new workload's shape, and an admission or a
+//! completion costs the shapes that read the pairs it used, not every shape waiting.
 //!
-//! The comparison is exact: it holds the nodes and admitted workloads it saw (shared, so the
-//! copy costs a reference count each, and an address can never be reused while it is held) and
-//! compares everything else a first generation reads by value.
+//! The comparison is exact: it holds the nodes, the admitted workloads and the queues it saw
+//! (shared, so the copy costs a reference count each, and an address can never be reused
+//! while it is held), compares what changed by value, and compares everything else a first
+//! generation reads whole (a change there keeps nothing).
+//!
+//! When a cycle found every pending workload waiting, the cache also says so (`settled`): with
+//! nothing they read touched and the queues unchanged, each still waits, so a workload
+//! submitted then is decided on the state as it is, exactly as the next cycle would decide it
+//! (`scheduler::schedule_settled`, the leader's submit fast path behind a backlog).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use allot_common::{ClusterPolicy, CohortSpec, TeamSpec};
@@ -16,7 +23,8 @@ use allot_common::{ClusterPolicy, CohortSpec, TeamSpec};
 use crate::ids::{CohortId, FrId, FrVec, WlId};
 use crate::nodes::Node;
 use crate::quota::Share;
-use crate::state::{CohortRt, State, Time, Workload};
+use crate::reads::{Reads, Touched};
+use crate::state::{CohortRt, QueueKey, State, Time, Workload};
 
 /// A (team, shape) key of the fast path: the shape fingerprint, the submit time where the
 /// team's policy compares it, and whether the workload is a preemptor.
@@ -29,7 +37,8 @@ pub(crate) struct Basis {
     cohort_specs: BTreeMap<String, CohortSpec>,
     cohorts: Vec<CohortRt>,
     teams: Vec<(TeamSpec, CohortId)>,
-    admitted: Vec<(WlId, Arc<Workload>)>,
+    /// Per team.
+    admitted: Vec<Vec<(WlId, Arc<Workload>)>>,
     team_usage: Vec<FrVec>,
     pool_used: Vec<FrVec>,
     nodes: Vec<Arc<Node>>,
@@ -38,6 +47,9 @@ pub(crate) struct Basis {
     team_excess: Vec<FrVec>,
     names: (usize, usize, usize),
     forgotten: u64,
+    preemptors: BTreeSet<WlId>,
+    /// Each team's queue.
+    pending: Vec<Arc<BTreeSet<QueueKey>>>,
 }
 
 impl Basis {
@@ -55,8 +67,12 @@ impl Basis {
             admitted: st
                 .teams
                 .iter()
-                .flat_map(|t| t.admitted.iter())
-                .filter_map(|id| st.workloads.get(id).map(|w| (*id, w.clone())))
+                .map(|t| {
+                    t.admitted
+                        .iter()
+                        .filter_map(|id| st.workloads.get(id).map(|w| (*id, w.clone())))
+                        .collect()
+                })
                 .collect(),
             team_usage: st.acct.team_usage.clone(),
             pool_used: st.acct.pool_used.clone(),
@@ -66,93 +82,245 @@ impl Basis {
             team_excess: st.team_excess.clone(),
             names: st.names.sizes(),
             forgotten: st.forgotten,
+            preemptors: st.preemptors.clone(),
+            pending: st.teams.iter().map(|t| t.pending.clone()).collect(),
         }
     }
 
-    /// Whether `st` reads the same as the state this was taken from.
-    fn holds_for(&self, st: &State) -> bool {
-        let same_admitted = || {
-            let mut mine = self.admitted.iter();
-            for id in st.teams.iter().flat_map(|t| t.admitted.iter()) {
-                match (mine.next(), st.workloads.get(id)) {
-                    (Some((m, w)), Some(now)) if m == id && Arc::ptr_eq(w, now) => {}
-                    _ => return false,
-                }
-            }
-            mine.next().is_none()
-        };
-        let same_nodes = || {
-            self.nodes.len() == st.acct.nodes.nodes.len()
-                && self
-                    .nodes
-                    .iter()
-                    .zip(&st.acct.nodes.nodes)
-                    .all(|(a, b)| Arc::ptr_eq(a, b))
-        };
-        self.forgotten == st.forgotten
-            && self.placement == st.placement
-            && self.names == st.names.sizes()
-            && self.team_usage == st.acct.team_usage
-            && self.pool_used == st.acct.pool_used
-            && self.pool_excess == st.pool_excess
-            && self.team_excess == st.team_excess
-            && self.idle_capacity == st.idle_capacity
-            && self.policy == st.policy
-            && self.teams.len() == st.teams.len()
-            && self
+    /// What changed from the state this was taken from to `st`, as far as a waiting
+    /// workload's judgement reads it (see `reads`).
+    pub(crate) fn touched(&self, st: &State) -> Touched {
+        let mut t = Touched::default();
+        if self.placement != st.placement
+            || self.names != st.names.sizes()
+            || self.policy != st.policy
+            || self.teams.len() != st.teams.len()
+            || !self
                 .teams
                 .iter()
                 .zip(&st.teams)
                 .all(|((spec, c), t)| *c == t.cohort && *spec == t.spec)
-            && self.cohort_specs == st.cohort_specs
-            && self.cohorts == st.cohorts
-            && same_nodes()
-            && same_admitted()
+            || self.cohort_specs != st.cohort_specs
+            || self.cohorts != st.cohorts
+            || self.preemptors != st.preemptors
+            || self.team_usage.len() != st.acct.team_usage.len()
+            || self.pool_used.len() != st.acct.pool_used.len()
+            || self.pool_excess.len() != st.pool_excess.len()
+            || self.team_excess.len() != st.team_excess.len()
+        {
+            t.all = true;
+            return t;
+        }
+        t.forgotten = self.forgotten != st.forgotten;
+        let fr_count = st.names.fr_count();
+        let pair = |t: &mut Touched, i: usize| {
+            if i < fr_count {
+                t.pairs.insert(st.names.fr_parts(FrId(i as u32)));
+            } else {
+                t.all = true;
+            }
+        };
+        for (i, (a, b)) in self.team_usage.iter().zip(&st.acct.team_usage).enumerate() {
+            if a == b {
+                continue;
+            }
+            let team = &st.teams[i];
+            for k in 0..a.0.len().max(b.0.len()) {
+                let fr = FrId(k as u32);
+                let (x, y) = (a.get(fr), b.get(fr));
+                if x == y {
+                    continue;
+                }
+                pair(&mut t, k);
+                let nominal = team.quota(fr).map_or(0, |q| q.nominal);
+                if (x - nominal).max(0) != (y - nominal).max(0) {
+                    t.shares = true;
+                }
+            }
+        }
+        for (old, new) in [
+            (&self.pool_used, &st.acct.pool_used),
+            (&self.pool_excess, &st.pool_excess),
+            (&self.team_excess, &st.team_excess),
+        ] {
+            for (a, b) in old.iter().zip(new) {
+                if a == b {
+                    continue;
+                }
+                for k in 0..a.0.len().max(b.0.len()) {
+                    if a.get(FrId(k as u32)) != b.get(FrId(k as u32)) {
+                        pair(&mut t, k);
+                    }
+                }
+            }
+        }
+        if self.idle_capacity != st.idle_capacity {
+            let keys: BTreeSet<FrId> = self
+                .idle_capacity
+                .keys()
+                .chain(st.idle_capacity.keys())
+                .copied()
+                .collect();
+            for fr in keys {
+                if self.idle_capacity.get(&fr) != st.idle_capacity.get(&fr) {
+                    pair(&mut t, fr.idx());
+                }
+            }
+        }
+        let now = &st.acct.nodes.nodes;
+        for (i, b) in now.iter().enumerate() {
+            match self.nodes.get(i) {
+                Some(a) if Arc::ptr_eq(a, b) => {}
+                Some(a) => t.node(a, b),
+                None => t.whole_node(b),
+            }
+        }
+        if self.nodes.len() > now.len() {
+            t.all = true;
+        }
+        self.touch_admitted(st, &mut t);
+        t
+    }
+
+    /// The admitted workloads that came, went or changed: what each one's admission uses.
+    fn touch_admitted(&self, st: &State, t: &mut Touched) {
+        let touch = |t: &mut Touched, w: Option<&Arc<Workload>>| match w
+            .and_then(|w| w.admission.as_ref())
+        {
+            Some(adm) => t.admission(st, adm),
+            None => t.all = true,
+        };
+        for (old, team) in self.admitted.iter().zip(&st.teams) {
+            let mut mine = old.iter().peekable();
+            let mut theirs = team.admitted.iter().peekable();
+            loop {
+                match (mine.peek(), theirs.peek()) {
+                    (None, None) => break,
+                    (Some((a, w)), Some(b)) if a == *b => {
+                        let now = st.workloads.get(b);
+                        if !now.is_some_and(|x| Arc::ptr_eq(x, w)) {
+                            touch(t, Some(w));
+                            touch(t, now);
+                        }
+                        mine.next();
+                        theirs.next();
+                    }
+                    (Some((a, w)), b) if b.is_none_or(|b| a < *b) => {
+                        touch(t, Some(w));
+                        mine.next();
+                    }
+                    (_, Some(b)) => {
+                        touch(t, st.workloads.get(b));
+                        theirs.next();
+                    }
+                    (Some(_), None) => break,
+                }
+            }
+        }
+    }
+
+    /// Whether every team's queue is the one this was taken from.
+    fn same_queues(&self, st: &State) -> bool {
+        self.pending.len() == st.teams.len()
+            && self
+                .pending
+                .iter()
+                .zip(&st.teams)
+                .all(|(a, t)| Arc::ptr_eq(a, &t.pending) || **a == *t.pending)
     }
 }
+
+/// A plain shape found waiting: its reason and message, and what its judgement read.
+pub(crate) type Wait = (Arc<str>, Arc<str>, Arc<Reads>);
+/// The (borrows, share) part of a plain shape's tournament key, and what it read.
+pub(crate) type KeyPart = (bool, Share, Arc<Reads>);
 
 /// The first-generation outcomes of the last cycle run with this cache, and what they were
 /// computed from. Keep one per scheduler (the simulator's loop, the leader) and pass it to
 /// every cycle; any cycle may also run without it.
 #[derive(Default)]
 pub struct CycleCache {
-    basis: Option<Basis>,
-    /// Plain shapes found waiting (no capacity held): reason and message.
-    pub(crate) waits: BTreeMap<FastShape, (Arc<str>, Arc<str>)>,
-    /// The (borrows, share) part of plain shapes' tournament keys.
-    pub(crate) key_parts: BTreeMap<u128, (bool, Share)>,
-    /// Cycles that could start from the last one's outcomes, and cycles run.
+    basis: Option<Arc<Basis>>,
+    /// Plain shapes found waiting (no capacity held).
+    pub(crate) waits: BTreeMap<FastShape, Wait>,
+    pub(crate) key_parts: BTreeMap<u128, KeyPart>,
+    /// Set when the last cycle found every pending workload waiting: what all its waits read.
+    settled: Option<Arc<Reads>>,
+    /// Cycles that started from some of the last one's outcomes, and cycles run.
     pub reused: u64,
     pub cycles: u64,
 }
 
 impl CycleCache {
-    /// The outcomes a cycle on `st` may start from, if `st` reads as the last cycle's did;
-    /// otherwise none, and the cache is emptied. Returns the basis to `store` afterwards.
-    pub(crate) fn start(&mut self, st: &State) -> Option<Basis> {
+    /// Keeps the outcomes that still hold on `st` (nothing they read was touched since the
+    /// last cycle's state), drops the others, and returns the basis of `st` to `store` with
+    /// this cycle's outcomes.
+    pub(crate) fn start(&mut self, st: &State) -> Arc<Basis> {
         self.cycles += 1;
-        let hit = self.basis.as_ref().is_some_and(|b| b.holds_for(st));
-        if hit {
-            self.reused += 1;
-            return None;
+        self.settled = None;
+        let touched = self.basis.take().map(|b| b.touched(st));
+        match touched {
+            Some(t) if !t.all => {
+                if !t.is_empty() {
+                    self.waits.retain(|_, (_, _, r)| !t.hits(r));
+                    self.key_parts.retain(|_, (_, _, r)| !t.hits(r));
+                }
+                if !self.waits.is_empty() || !self.key_parts.is_empty() {
+                    self.reused += 1;
+                }
+            }
+            _ => {
+                self.waits.clear();
+                self.key_parts.clear();
+            }
         }
-        self.waits.clear();
-        self.key_parts.clear();
-        self.basis = None;
-        Some(Basis::of(st))
+        Arc::new(Basis::of(st))
     }
 
-    /// Keeps a cycle's first-generation outcomes; `fresh` is what `start` returned.
+    /// Keeps a cycle's first-generation outcomes, found on `basis` (what `start` returned).
+    /// `settled`: the cycle found every pending workload waiting.
     pub(crate) fn store(
         &mut self,
-        fresh: Option<Basis>,
-        waits: impl Iterator<Item = (FastShape, (Arc<str>, Arc<str>))>,
-        key_parts: impl Iterator<Item = (u128, (bool, Share))>,
+        basis: Arc<Basis>,
+        waits: impl Iterator<Item = (FastShape, Wait)>,
+        key_parts: impl Iterator<Item = (u128, KeyPart)>,
     ) {
-        if let Some(b) = fresh {
-            self.basis = Some(b);
-        }
+        self.basis = Some(basis);
         self.waits.extend(waits);
         self.key_parts.extend(key_parts);
+    }
+
+    /// Marks the last cycle as one that found every pending workload waiting.
+    pub(crate) fn mark_settled(&mut self) {
+        let mut all = Reads::default();
+        for (_, _, r) in self.waits.values() {
+            all.merge(r);
+        }
+        self.settled = Some(Arc::new(all));
+    }
+
+    /// When the last cycle found every pending workload waiting: the proof, to check against
+    /// a later state (`Settled::holds`).
+    pub fn settled(&self) -> Option<Settled> {
+        Some(Settled {
+            basis: self.basis.clone()?,
+            reads: self.settled.clone()?,
+        })
+    }
+}
+
+/// A cycle found every pending workload waiting, on `basis`; `reads` is what their judgements
+/// read. Cheap to clone (two shared pointers).
+#[derive(Clone)]
+pub struct Settled {
+    basis: Arc<Basis>,
+    reads: Arc<Reads>,
+}
+
+impl Settled {
+    /// Whether every workload pending in `st` waits there too: the queues are the ones the
+    /// cycle saw, and nothing their judgements read was touched since.
+    pub fn holds(&self, st: &State) -> bool {
+        self.basis.same_queues(st) && !self.basis.touched(st).hits(&self.reads)
     }
 }

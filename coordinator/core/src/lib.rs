@@ -15,6 +15,7 @@ pub mod nodes;
 pub mod plan;
 pub mod preemption;
 pub mod quota;
+pub mod reads;
 pub mod scheduler;
 pub mod state;
 pub mod texts;

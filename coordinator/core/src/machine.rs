@@ -1055,9 +1055,27 @@ impl Machine {
         now: Time,
         acct: Option<crate::quota::Acct>,
     ) -> Option<(WlId, Plan)> {
+        self.plan_submit_settled(input, now, acct, None)
+    }
+
+    /// `plan_submit_with`, and behind a backlog too when `settled` (from the last cycle's
+    /// cache) still holds: the plan that admits the workload, as the next cycle would decide it
+    /// first (`scheduler::schedule_settled`).
+    pub fn plan_submit_settled(
+        &self,
+        input: &SubmitInput,
+        now: Time,
+        acct: Option<crate::quota::Acct>,
+        settled: Option<&crate::cycle_cache::Settled>,
+    ) -> Option<(WlId, Plan)> {
         // An existing name (a retry) is refused by `prepare` like any duplicate.
         let wl = self.state.prepare(&input.spec, now).ok()??;
-        let plan = crate::scheduler::schedule_alone_with(&self.state, &wl, now, acct)?;
+        let plan = match settled {
+            Some(s) if self.state.has_pending() => {
+                crate::scheduler::schedule_settled(&self.state, &wl, now, acct, s)?
+            }
+            _ => crate::scheduler::schedule_alone_with(&self.state, &wl, now, acct)?,
+        };
         Some((wl.id, plan))
     }
 

@@ -325,6 +325,11 @@ impl NodeSet {
         self.flavors.contains_key(&f)
     }
 
+    /// The resource a flavor's nodes are ordered by in placement (`None`: no nodes).
+    pub fn primary(&self, f: FlavorId) -> Option<ResId> {
+        self.flavors.get(&f).and_then(|x| x.primary)
+    }
+
     /// Adds a node with the given capacity. Devices beyond `MAX_DEVICES` are an error.
     pub fn add(
         &mut self,

@@ -16,12 +16,13 @@ use allot_common::quota::{
     WhenCanBorrow, WhenCanPreempt,
 };
 
-use crate::cycle_cache::{CycleCache, FastShape};
+use crate::cycle_cache::{CycleCache, FastShape, Settled};
 use crate::ids::{FlavorId, FrId, ResId, TeamId, WlId};
 use crate::nodes::PodAlloc;
 use crate::plan::{Plan, PlannedAdmission, PlannedPreemption};
 use crate::preemption::{self, Victim};
 use crate::quota::{self, Acct, Share};
+use crate::reads::Reads;
 use crate::state::{Admission, PodSetAdmission, QueueKey, State, Time, Workload};
 use crate::working::Ctx;
 use crate::working::{node_shortfall, NodeShortfall};
@@ -781,6 +782,36 @@ pub fn schedule_alone_with(
     if st.has_pending() {
         return None;
     }
+    decide_first(st, wl, now, acct)
+}
+
+/// The plan `schedule` would make first right after `wl` (prepared with `State::prepare`) is
+/// submitted behind a backlog, when the last cycle run with a cache found every pending
+/// workload waiting, that still holds on `st` (`Settled::holds`), and it admits `wl`; `None`
+/// otherwise. Every entry a cycle takes before `wl` then waits and changes nothing, so `wl` is
+/// decided on the state as it is, by the same `process`; the next cycle decides what comes
+/// after it on the state with it admitted. The leader's fast path for a submit behind a settled
+/// backlog. A StrictFIFO team's newcomer waits behind its queue: `None`.
+pub fn schedule_settled(
+    st: &State,
+    wl: &Workload,
+    now: Time,
+    acct: Option<Acct>,
+    settled: &Settled,
+) -> Option<Plan> {
+    let team = &st.teams[wl.team.idx()];
+    if team.spec.queueing == QueueingStrategy::StrictFIFO && !team.pending.is_empty() {
+        return None;
+    }
+    if !settled.holds(st) {
+        return None;
+    }
+    decide_first(st, wl, now, acct)
+}
+
+/// `wl` judged on `st` as it is (on `acct`, a copy of `st.acct`, when given): the plan that
+/// admits it, or `None`.
+fn decide_first(st: &State, wl: &Workload, now: Time, acct: Option<Acct>) -> Option<Plan> {
     let mut ctx = match acct {
         Some(acct) => Ctx::with_acct(st, now, acct),
         None => Ctx::new(st, now),
@@ -932,17 +963,19 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     // one generation (the rest of the key comes from the queue entry).
     let mut key_parts: KeyParts = KeyParts::default();
     let mut fast_memo: FastMemo = FastMemo::default();
-    // The last cycle's first-generation outcomes, when the state reads as it did then.
+    // The last cycle's first-generation outcomes that nothing has touched since.
     let fresh = cache.as_deref_mut().map(|c| {
         let fresh = c.start(st);
-        if fresh.is_none() {
-            fast_memo.extend(
-                c.waits
-                    .iter()
-                    .map(|(k, (r, m))| (*k, (0, r.clone(), m.clone()))),
-            );
-            key_parts.extend(c.key_parts.iter().map(|(k, (b, sh))| (*k, (0, *b, *sh))));
-        }
+        fast_memo.extend(
+            c.waits
+                .iter()
+                .map(|(k, (r, m, reads))| (*k, (0, r.clone(), m.clone(), reads.clone()))),
+        );
+        key_parts.extend(
+            c.key_parts
+                .iter()
+                .map(|(k, (b, sh, reads))| (*k, (0, *b, *sh, reads.clone()))),
+        );
         fresh
     });
     for i in 0..st.teams.len() {
@@ -953,6 +986,8 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     let mut victim_teams: BTreeSet<TeamId> = BTreeSet::new();
     let mut preemptor_teams: BTreeSet<TeamId> = BTreeSet::new();
     let mut memo: BTreeMap<ShapeKey, (u64, Arc<str>, Arc<str>)> = BTreeMap::new();
+    // Whether a preemptor was judged (its outcome is not kept: see `CycleCache::settled`).
+    let mut preemptor_judged = false;
     // Keeps this cycle's first-generation outcomes for the next (before any decision).
     let mut fresh = fresh;
     let mut keep = |fast_memo: &FastMemo, key_parts: &KeyParts| {
@@ -961,12 +996,12 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                 fresh,
                 fast_memo
                     .iter()
-                    .filter(|((_, _, preempting), (g, _, _))| *g == 0 && !preempting)
-                    .map(|(k, (_, r, m))| (*k, (r.clone(), m.clone()))),
+                    .filter(|((_, _, preempting), (g, _, _, _))| *g == 0 && !preempting)
+                    .map(|(k, (_, r, m, reads))| (*k, (r.clone(), m.clone(), reads.clone()))),
                 key_parts
                     .iter()
-                    .filter(|(_, (g, _, _))| *g == 0)
-                    .map(|(k, (_, b, sh))| (*k, (*b, *sh))),
+                    .filter(|(_, (g, _, _, _))| *g == 0)
+                    .map(|(k, (_, b, sh, reads))| (*k, (*b, *sh, reads.clone()))),
             );
         }
     };
@@ -1001,9 +1036,10 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
             Ok(shape_key(st, wl))
         };
         let memoised = match &shape {
-            Ok(k) => memo.get(k),
-            Err(k) => fast_memo.get(k),
+            Ok(k) => memo.get(k).map(|(g, r, m)| (g, r, m)),
+            Err(k) => fast_memo.get(k).map(|(g, r, m, _)| (g, r, m)),
         };
+        preemptor_judged |= wl.preempting.is_some();
         let outcome = match memoised {
             Some((g, reason, message)) if *g == generation => Outcome::Pending {
                 reason: reason.clone(),
@@ -1050,11 +1086,15 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
         } = &outcome
         {
             if hold.is_empty() {
-                let entry = (generation, reason.clone(), message.clone());
                 match shape {
-                    Ok(k) => memo.insert(k, entry),
-                    Err(k) => fast_memo.insert(k, entry),
-                };
+                    Ok(k) => {
+                        memo.insert(k, (generation, reason.clone(), message.clone()));
+                    }
+                    Err(k) => {
+                        let reads = Arc::new(Reads::of(st, wl));
+                        fast_memo.insert(k, (generation, reason.clone(), message.clone(), reads));
+                    }
+                }
             }
         }
         if let Outcome::Preempting(victims, _) = &outcome {
@@ -1212,14 +1252,23 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     }
     tour.commit_all(&mut plan);
     keep(&fast_memo, &key_parts);
+    if let Some(c) = cache {
+        if generation == 0 && !preemptor_judged {
+            c.mark_settled();
+        }
+    }
     plan
 }
 
 /// Per plain shape, the generation its tournament-key part was computed in, and the part.
-type KeyParts = HashMap<u128, (u64, bool, Share), BuildHasherDefault<FingerprintHasher>>;
+type KeyParts =
+    HashMap<u128, (u64, bool, Share, Arc<Reads>), BuildHasherDefault<FingerprintHasher>>;
 /// Per fast shape, the generation it was found waiting in, with its reason and message.
-type FastMemo =
-    HashMap<FastShape, (u64, Arc<str>, Arc<str>), BuildHasherDefault<FingerprintHasher>>;
+type FastMemo = HashMap<
+    FastShape,
+    (u64, Arc<str>, Arc<str>, Arc<Reads>),
+    BuildHasherDefault<FingerprintHasher>,
+>;
 
 /// The hasher of the cycle's per-shape maps, whose keys start with a 128-bit SipHash
 /// fingerprint: already uniform, so it needs only folding. Looked up once per queue entry, they
@@ -1265,8 +1314,8 @@ fn memo_wait(
 ) -> Option<(&Arc<str>, &Arc<str>)> {
     fast_memo
         .get(&(shape, if time_matters { submit } else { 0 }, false))
-        .filter(|(g, _, _)| *g == generation)
-        .map(|(_, r, m)| (r, m))
+        .filter(|(g, _, _, _)| *g == generation)
+        .map(|(_, r, m, _)| (r, m))
 }
 
 /// How many entries a team's run may settle ahead of the tournament at a time: what one decision
@@ -1354,10 +1403,12 @@ impl<'a> Tournament<'a> {
         let key = match plain {
             Some(q) => {
                 let (b, share) = match key_parts.get(&q.shape) {
-                    Some((g, b, sh)) if *g == generation => (*b, *sh),
+                    Some((g, b, sh, _)) if *g == generation => (*b, *sh),
                     _ => {
-                        let k = entry_key(ctx, st.workload(id));
-                        key_parts.insert(q.shape, (generation, k.1, k.2));
+                        let wl = st.workload(id);
+                        let k = entry_key(ctx, wl);
+                        let reads = Arc::new(Reads::of(st, wl));
+                        key_parts.insert(q.shape, (generation, k.1, k.2, reads));
                         (k.1, k.2)
                     }
                 };
@@ -1406,7 +1457,9 @@ impl<'a> Tournament<'a> {
             else {
                 break;
             };
-            let Some((_, b, share)) = key_parts.get(&q.shape).filter(|(g, _, _)| *g == generation)
+            let Some((_, b, share, _)) = key_parts
+                .get(&q.shape)
+                .filter(|(g, _, _, _)| *g == generation)
             else {
                 break;
             };
