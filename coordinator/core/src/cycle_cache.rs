@@ -24,7 +24,7 @@ use crate::ids::{CohortId, FrId, FrVec, WlId};
 use crate::nodes::Node;
 use crate::quota::Share;
 use crate::reads::{Reads, Touched};
-use crate::state::{CohortRt, QueueKey, State, Time, Workload};
+use crate::state::{CohortRt, State, Time, Workload};
 
 /// A (team, shape) key of the fast path: the shape fingerprint, the submit time where the
 /// team's policy compares it, and whether the workload is a preemptor.
@@ -48,8 +48,9 @@ pub(crate) struct Basis {
     names: (usize, usize, usize),
     forgotten: u64,
     preemptors: BTreeSet<WlId>,
-    /// Each team's queue.
-    pending: Vec<Arc<BTreeSet<QueueKey>>>,
+    /// Each team's queue, as its length and sum (`TeamRt::queue_sum`): holding the queues
+    /// themselves would make the state copy each one the next time it changes.
+    pending: Vec<(usize, u128)>,
 }
 
 impl Basis {
@@ -83,7 +84,11 @@ impl Basis {
             names: st.names.sizes(),
             forgotten: st.forgotten,
             preemptors: st.preemptors.clone(),
-            pending: st.teams.iter().map(|t| t.pending.clone()).collect(),
+            pending: st
+                .teams
+                .iter()
+                .map(|t| (t.pending.len(), t.queue_sum))
+                .collect(),
         }
     }
 
@@ -226,7 +231,7 @@ impl Basis {
                 .pending
                 .iter()
                 .zip(&st.teams)
-                .all(|(a, t)| Arc::ptr_eq(a, &t.pending) || **a == *t.pending)
+                .all(|(a, t)| *a == (t.pending.len(), t.queue_sum))
     }
 }
 

@@ -1091,7 +1091,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                         memo.insert(k, (generation, reason.clone(), message.clone()));
                     }
                     Err(k) => {
-                        let reads = Arc::new(Reads::of(st, wl));
+                        let reads = tour.reads_of(k.0, wl);
                         fast_memo.insert(k, (generation, reason.clone(), message.clone(), reads));
                     }
                 }
@@ -1357,6 +1357,8 @@ struct Tournament<'a> {
     /// Each team's place key so far in this window.
     placed: Vec<Option<EntryKey<'a>>>,
     runs: Vec<Run<'a>>,
+    /// What each shape's judgement reads (see `reads`), per fingerprint, for the cycle.
+    reads: HashMap<u128, Arc<Reads>, BuildHasherDefault<FingerprintHasher>>,
 }
 
 impl<'a> Tournament<'a> {
@@ -1374,7 +1376,17 @@ impl<'a> Tournament<'a> {
             heap: BTreeSet::new(),
             placed: vec![None; n],
             runs: (0..n).map(|_| Run::default()).collect(),
+            reads: HashMap::default(),
         }
+    }
+
+    /// What judging `wl`, whose shape fingerprint is `fp`, reads.
+    fn reads_of(&mut self, fp: u128, wl: &Workload) -> Arc<Reads> {
+        let st = self.st;
+        self.reads
+            .entry(fp)
+            .or_insert_with(|| Arc::new(Reads::of(st, wl)))
+            .clone()
     }
 
     /// The least head: its key, its place key, its team and its shape fingerprint (plain
@@ -1407,7 +1419,7 @@ impl<'a> Tournament<'a> {
                     _ => {
                         let wl = st.workload(id);
                         let k = entry_key(ctx, wl);
-                        let reads = Arc::new(Reads::of(st, wl));
+                        let reads = self.reads_of(q.shape, wl);
                         key_parts.insert(q.shape, (generation, k.1, k.2, reads));
                         (k.1, k.2)
                     }

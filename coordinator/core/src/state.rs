@@ -44,9 +44,42 @@ pub struct TeamRt {
     pub pending: Arc<BTreeSet<QueueKey>>,
     /// Workloads holding quota (admitted, running or being evicted). Shared like `pending`.
     pub admitted: Arc<BTreeSet<WlId>>,
+    /// A sum over the queue's entries of a 128-bit mix of each (id, priority, submit time),
+    /// kept as entries come and go: with the length, what a scheduler cache compares to tell
+    /// whether a queue changed without holding (and so later copying) it. Not stored.
+    #[serde(skip)]
+    pub queue_sum: u128,
+}
+
+/// A queue entry's term in `TeamRt::queue_sum` (splitmix64 twice).
+fn queue_mix(k: &QueueKey) -> u128 {
+    let mix = |mut z: u64| {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let a = mix(k.id.0 ^ mix(k.neg_priority as u64) ^ mix(k.submit as u64).rotate_left(17));
+    let b = mix(a ^ k.id.0.rotate_left(32));
+    (u128::from(a) << 64) | u128::from(b)
 }
 
 impl TeamRt {
+    /// Adds an entry to the queue.
+    fn enqueue(&mut self, key: QueueKey) {
+        let term = queue_mix(&key);
+        if Arc::make_mut(&mut self.pending).insert(key) {
+            self.queue_sum = self.queue_sum.wrapping_add(term);
+        }
+    }
+
+    /// Takes an entry off the queue.
+    fn unqueue(&mut self, key: &QueueKey) {
+        if Arc::make_mut(&mut self.pending).remove(key) {
+            self.queue_sum = self.queue_sum.wrapping_sub(queue_mix(key));
+        }
+    }
+
     pub fn quota(&self, fr: FrId) -> Option<&ResourceQuota> {
         self.quota_idx.get(fr.idx()).and_then(|q| q.as_ref())
     }
@@ -599,6 +632,7 @@ impl State {
                     groups: Vec::new(),
                     pending: Arc::default(),
                     admitted: Arc::default(),
+                    queue_sum: 0,
                 });
                 self.acct.team_usage.push(FrVec::default());
                 id
@@ -856,7 +890,7 @@ impl State {
         let wl = self.new_workload(spec, team, priority, pinned, pod_reqs, now);
         let id = wl.id;
         self.next_id += 1;
-        Arc::make_mut(&mut self.teams[team.idx()].pending).insert(wl.queue_key());
+        self.teams[team.idx()].enqueue(wl.queue_key());
         self.by_name
             .insert((wl.spec.name.as_str().into(), team), id);
         self.workloads.insert(id, Arc::new(wl));
@@ -1228,7 +1262,8 @@ impl State {
     fn dequeue(&mut self, id: WlId) {
         let wl = &self.workloads[&id];
         let key = wl.queue_key();
-        Arc::make_mut(&mut self.teams[wl.team.idx()].pending).remove(&key);
+        let team = wl.team;
+        self.teams[team.idx()].unqueue(&key);
     }
 
     /// Gives back a workload's quota and node allocations.
@@ -1298,7 +1333,7 @@ impl State {
         );
         let key = wl.queue_key();
         let team = wl.team;
-        Arc::make_mut(&mut self.teams[team.idx()].pending).insert(key);
+        self.teams[team.idx()].enqueue(key);
         vec![Event::Requeued { wl: id }]
     }
 
