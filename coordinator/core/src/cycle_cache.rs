@@ -32,11 +32,10 @@ pub(crate) type FastShape = (u128, Time, bool);
 
 /// What a first generation reads apart from the pending queues.
 pub(crate) struct Basis {
-    policy: ClusterPolicy,
     placement: bool,
-    cohort_specs: BTreeMap<String, CohortSpec>,
-    cohorts: Vec<CohortRt>,
-    teams: Vec<(TeamSpec, CohortId)>,
+    /// Compared whole; shared with the next basis when it is equal (cloning every team's
+    /// spec each cycle was a measurable part of a cycle's cost).
+    config: Arc<Config>,
     /// Per team.
     admitted: Vec<Vec<(WlId, Arc<Workload>)>>,
     team_usage: Vec<FrVec>,
@@ -53,11 +52,19 @@ pub(crate) struct Basis {
     pending: Vec<(usize, u128)>,
 }
 
-impl Basis {
-    fn of(st: &State) -> Basis {
-        Basis {
+/// The policies, quotas and cohorts a basis compares whole.
+#[derive(PartialEq)]
+struct Config {
+    policy: ClusterPolicy,
+    cohort_specs: BTreeMap<String, CohortSpec>,
+    cohorts: Vec<CohortRt>,
+    teams: Vec<(TeamSpec, CohortId)>,
+}
+
+impl Config {
+    fn of(st: &State) -> Config {
+        Config {
             policy: st.policy.clone(),
-            placement: st.placement,
             cohort_specs: st.cohort_specs.clone(),
             cohorts: st.cohorts.clone(),
             teams: st
@@ -65,6 +72,28 @@ impl Basis {
                 .iter()
                 .map(|t| (t.spec.clone(), t.cohort))
                 .collect(),
+        }
+    }
+
+    fn holds_for(&self, st: &State) -> bool {
+        self.policy == st.policy
+            && self.teams.len() == st.teams.len()
+            && self
+                .teams
+                .iter()
+                .zip(&st.teams)
+                .all(|((spec, c), t)| *c == t.cohort && *spec == t.spec)
+            && self.cohort_specs == st.cohort_specs
+            && self.cohorts == st.cohorts
+    }
+}
+
+impl Basis {
+    /// The basis of `st`; `config`, when given, must hold for it (`Config::holds_for`).
+    fn of(st: &State, config: Option<Arc<Config>>) -> Basis {
+        Basis {
+            placement: st.placement,
+            config: config.unwrap_or_else(|| Arc::new(Config::of(st))),
             admitted: st
                 .teams
                 .iter()
@@ -98,15 +127,7 @@ impl Basis {
         let mut t = Touched::default();
         if self.placement != st.placement
             || self.names != st.names.sizes()
-            || self.policy != st.policy
-            || self.teams.len() != st.teams.len()
-            || !self
-                .teams
-                .iter()
-                .zip(&st.teams)
-                .all(|((spec, c), t)| *c == t.cohort && *spec == t.spec)
-            || self.cohort_specs != st.cohort_specs
-            || self.cohorts != st.cohorts
+            || !self.config.holds_for(st)
             || self.preemptors != st.preemptors
             || self.team_usage.len() != st.acct.team_usage.len()
             || self.pool_used.len() != st.acct.pool_used.len()
@@ -235,6 +256,9 @@ impl Basis {
     }
 }
 
+/// The most shapes whose reads a cache keeps (past it, it starts again).
+const MAX_READS: usize = 100_000;
+
 /// A plain shape found waiting: its reason and message, and what its judgement read.
 pub(crate) type Wait = (Arc<str>, Arc<str>, Arc<Reads>);
 /// The (borrows, share) part of a plain shape's tournament key, and what it read.
@@ -249,6 +273,9 @@ pub struct CycleCache {
     /// Plain shapes found waiting (no capacity held).
     pub(crate) waits: BTreeMap<FastShape, Wait>,
     pub(crate) key_parts: BTreeMap<u128, KeyPart>,
+    /// What each shape's judgement reads, per fingerprint: it changes only with what a basis
+    /// compares whole (and the nodes' flavors).
+    pub(crate) reads: BTreeMap<u128, Arc<Reads>>,
     /// Set when the last cycle found every pending workload waiting: what all its waits read.
     settled: Option<Arc<Reads>>,
     /// Cycles that started from some of the last one's outcomes, and cycles run.
@@ -263,9 +290,11 @@ impl CycleCache {
     pub(crate) fn start(&mut self, st: &State) -> Arc<Basis> {
         self.cycles += 1;
         self.settled = None;
-        let touched = self.basis.take().map(|b| b.touched(st));
-        match touched {
-            Some(t) if !t.all => {
+        let old = self.basis.take();
+        let touched = old.as_ref().map(|b| b.touched(st));
+        let mut config = None;
+        match (touched, old) {
+            (Some(t), Some(old)) if !t.all => {
                 if !t.is_empty() {
                     self.waits.retain(|_, (_, _, r)| !t.hits(r));
                     self.key_parts.retain(|_, (_, _, r)| !t.hits(r));
@@ -273,13 +302,18 @@ impl CycleCache {
                 if !self.waits.is_empty() || !self.key_parts.is_empty() {
                     self.reused += 1;
                 }
+                if old.nodes.len() != st.acct.nodes.nodes.len() || self.reads.len() > MAX_READS {
+                    self.reads.clear();
+                }
+                config = Some(old.config.clone());
             }
             _ => {
                 self.waits.clear();
                 self.key_parts.clear();
+                self.reads.clear();
             }
         }
-        Arc::new(Basis::of(st))
+        Arc::new(Basis::of(st, config))
     }
 
     /// Keeps a cycle's first-generation outcomes, found on `basis` (what `start` returned).

@@ -966,6 +966,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     // The last cycle's first-generation outcomes that nothing has touched since.
     let fresh = cache.as_deref_mut().map(|c| {
         let fresh = c.start(st);
+        tour.reads = std::mem::take(&mut c.reads);
         fast_memo.extend(
             c.waits
                 .iter()
@@ -1253,6 +1254,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     tour.commit_all(&mut plan);
     keep(&fast_memo, &key_parts);
     if let Some(c) = cache {
+        c.reads = std::mem::take(&mut tour.reads);
         if generation == 0 && !preemptor_judged {
             c.mark_settled();
         }
@@ -1357,8 +1359,9 @@ struct Tournament<'a> {
     /// Each team's place key so far in this window.
     placed: Vec<Option<EntryKey<'a>>>,
     runs: Vec<Run<'a>>,
-    /// What each shape's judgement reads (see `reads`), per fingerprint, for the cycle.
-    reads: HashMap<u128, Arc<Reads>, BuildHasherDefault<FingerprintHasher>>,
+    /// What each shape's judgement reads (see `reads`), per fingerprint: kept in the cache
+    /// between cycles.
+    reads: BTreeMap<u128, Arc<Reads>>,
 }
 
 impl<'a> Tournament<'a> {
@@ -1376,7 +1379,7 @@ impl<'a> Tournament<'a> {
             heap: BTreeSet::new(),
             placed: vec![None; n],
             runs: (0..n).map(|_| Run::default()).collect(),
-            reads: HashMap::default(),
+            reads: BTreeMap::new(),
         }
     }
 
