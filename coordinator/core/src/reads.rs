@@ -3,8 +3,8 @@
 //! reads was touched since (`Touched::hits`).
 //!
 //! A judgement of a workload of team T (`scheduler::process`, and the (borrows, share) part of
-//! its tournament key) reads, for each flavor T has quota in and each resource the workload
-//! requests: every team's usage of the pair (T's own, the cohort's for what it may borrow, the
+//! its tournament key) reads, for each flavor T has quota in (only the one it pins, if it pins
+//! one) and each resource the workload requests: every team's usage of the pair (T's own, the cohort's for what it may borrow, the
 //! candidates' for preemption), the nodes of the flavor for that resource (placement, and the
 //! room a victim leaves), and the flavor's primary resource (the nodes' order in placement).
 //! It also reads the flavor's set of schedulable nodes (`ANY`), and, with fair sharing, the
@@ -40,12 +40,15 @@ impl Reads {
     pub fn of(st: &State, wl: &Workload) -> Reads {
         let team = &st.teams[wl.team.idx()];
         let mut pairs: SmallVec<[(FlavorId, ResId); 8]> = SmallVec::new();
-        let mut flavors: SmallVec<[FlavorId; 4]> = team
-            .groups
-            .iter()
-            .flat_map(|g| g.flavors.iter().copied())
-            .collect();
-        flavors.extend(wl.pinned);
+        // A pinned workload is judged on its flavor only (`scheduler::assign` skips the rest).
+        let flavors: SmallVec<[FlavorId; 4]> = match wl.pinned {
+            Some(f) => std::iter::once(f).collect(),
+            None => team
+                .groups
+                .iter()
+                .flat_map(|g| g.flavors.iter().copied())
+                .collect(),
+        };
         for f in flavors {
             pairs.push((f, ANY));
             if let Some(p) = st.acct.nodes.primary(f) {

@@ -7,6 +7,7 @@
 //! submit time and name. Decisions are applied to a working copy of the accounting as they are
 //! made, so later workloads see earlier ones.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -22,10 +23,10 @@ use crate::nodes::PodAlloc;
 use crate::plan::{Plan, PlannedAdmission, PlannedPreemption};
 use crate::preemption::{self, Victim};
 use crate::quota::{self, Acct, Share};
-use crate::reads::Reads;
+use crate::reads::{Reads, Touched};
 use crate::state::{Admission, PodSetAdmission, QueueKey, State, Time, Workload};
-use crate::working::Ctx;
 use crate::working::{node_shortfall, NodeShortfall};
+use crate::working::{Changes, Ctx};
 
 /// Flavor-assignment modes, worst to best (Kueue's ranking).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -957,7 +958,9 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     let mut ctx = Ctx::new(st, now);
     let mut plan = Plan::default();
     let mut tour = Tournament::new(st, fast);
-    // Bumped whenever the working state changes; memoised "waits" are valid for one generation.
+    // Bumped at every decision (the working state changes). The reference's memoised waits hold
+    // for one generation; the fast cycle's hold until a decision touches what they read
+    // (`Found::holds`, `Changes`).
     let mut generation: u64 = 0;
     // Fast path: the (borrows, share) part of plain workloads' tournament keys per shape, for
     // one generation (the rest of the key comes from the queue entry).
@@ -967,15 +970,13 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     let fresh = cache.as_deref_mut().map(|c| {
         let fresh = c.start(st);
         tour.reads = std::mem::take(&mut c.reads);
-        fast_memo.extend(
-            c.waits
-                .iter()
-                .map(|(k, (r, m, reads))| (*k, (0, r.clone(), m.clone(), reads.clone()))),
-        );
+        fast_memo.extend(c.waits.iter().map(|(k, (r, m, reads))| {
+            (*k, Found::new(0, 0, reads.clone(), (r.clone(), m.clone())))
+        }));
         key_parts.extend(
             c.key_parts
                 .iter()
-                .map(|(k, (b, sh, reads))| (*k, (0, *b, *sh, reads.clone()))),
+                .map(|(k, (b, sh, reads))| (*k, Found::new(0, 0, reads.clone(), (*b, *sh)))),
         );
         fresh
     });
@@ -997,26 +998,27 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                 fresh,
                 fast_memo
                     .iter()
-                    .filter(|((_, _, preempting), (g, _, _, _))| *g == 0 && !preempting)
-                    .map(|(k, (_, r, m, reads))| (*k, (r.clone(), m.clone(), reads.clone()))),
+                    .filter(|((_, _, preempting), f)| f.gen == 0 && !preempting)
+                    .map(|(k, f)| (*k, (f.value.0.clone(), f.value.1.clone(), f.reads.clone()))),
                 key_parts
                     .iter()
-                    .filter(|(_, (g, _, _, _))| *g == 0)
-                    .map(|(k, (_, b, sh, reads))| (*k, (*b, *sh, reads.clone()))),
+                    .filter(|(_, f)| f.gen == 0)
+                    .map(|(k, f)| (*k, (f.value.0, f.value.1, f.reads.clone()))),
             );
         }
     };
     while let Some((key, place, t, head_fp)) = tour.pop() {
-        // A plain queue entry whose shape was found waiting in this generation is settled from
+        // A plain queue entry whose shape was found waiting, with nothing it read changed since, is settled from
         // the entry alone, without reading the workload (with a deep backlog, most are).
         if let (true, Some(fp)) = (fast, head_fp) {
             let fifo = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
             if let Some((reason, message)) =
-                memo_wait(&fast_memo, fp, key.4, time_matters(st, t), generation).filter(|_| !fifo)
+                memo_wait(&fast_memo, fp, key.4, time_matters(st, t), &ctx.changes)
+                    .filter(|_| !fifo)
             {
                 plan.considered += 1;
                 plan.pending.push((key.6, reason.clone(), message.clone()));
-                tour.run_ahead(t, generation, &fast_memo, &key_parts, &mut plan);
+                tour.run_ahead(t, &ctx.changes, &fast_memo, &key_parts, &mut plan);
                 tour.advance(&mut ctx, t, generation, &mut key_parts);
                 continue;
             }
@@ -1037,12 +1039,18 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
             Ok(shape_key(st, wl))
         };
         let memoised = match &shape {
-            Ok(k) => memo.get(k).map(|(g, r, m)| (g, r, m)),
-            Err(k) => fast_memo.get(k).map(|(g, r, m, _)| (g, r, m)),
+            Ok(k) => memo
+                .get(k)
+                .filter(|(g, _, _)| *g == generation)
+                .map(|(_, r, m)| (r, m)),
+            Err(k) => fast_memo
+                .get(k)
+                .filter(|f| f.holds(&ctx.changes))
+                .map(|f| (&f.value.0, &f.value.1)),
         };
         preemptor_judged |= wl.preempting.is_some();
         let outcome = match memoised {
-            Some((g, reason, message)) if *g == generation => Outcome::Pending {
+            Some((reason, message)) => Outcome::Pending {
                 reason: reason.clone(),
                 message: message.clone(),
                 hold: Vec::new(),
@@ -1093,7 +1101,9 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                     }
                     Err(k) => {
                         let reads = tour.reads_of(k.0, wl);
-                        fast_memo.insert(k, (generation, reason.clone(), message.clone(), reads));
+                        let found = (reason.clone(), message.clone());
+                        let clock = ctx.changes.clock;
+                        fast_memo.insert(k, Found::new(generation, clock, reads, found));
                     }
                 }
             }
@@ -1109,6 +1119,8 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
         }
         let decided = !matches!(&outcome, Outcome::Pending { hold, .. } if hold.is_empty());
         if decided {
+            let touched = touched_by(&ctx, wl, &outcome);
+            ctx.changes.record(&touched);
             if generation == 0 {
                 keep(&fast_memo, &key_parts);
             }
@@ -1244,7 +1256,7 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                 plan.pending.push((id, reason.clone(), message.clone()));
             }
         } else {
-            tour.run_ahead(t, generation, &fast_memo, &key_parts, &mut plan);
+            tour.run_ahead(t, &ctx.changes, &fast_memo, &key_parts, &mut plan);
             tour.advance(&mut ctx, t, generation, &mut key_parts);
         }
         for vt in rekey {
@@ -1262,15 +1274,46 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
     plan
 }
 
-/// Per plain shape, the generation its tournament-key part was computed in, and the part.
-type KeyParts =
-    HashMap<u128, (u64, bool, Share, Arc<Reads>), BuildHasherDefault<FingerprintHasher>>;
-/// Per fast shape, the generation it was found waiting in, with its reason and message.
-type FastMemo = HashMap<
-    FastShape,
-    (u64, Arc<str>, Arc<str>, Arc<Reads>),
-    BuildHasherDefault<FingerprintHasher>,
->;
+/// A plain shape's outcome or key part found in this cycle: in which generation (the first
+/// one's are kept for the next cycle) and at which clock (`Changes`), what the judgement read,
+/// and the last clock it was found to hold at.
+struct Found<T> {
+    gen: u64,
+    judged: u64,
+    checked: Cell<u64>,
+    reads: Arc<Reads>,
+    value: T,
+}
+
+impl<T> Found<T> {
+    fn new(gen: u64, judged: u64, reads: Arc<Reads>, value: T) -> Self {
+        Found {
+            gen,
+            judged,
+            checked: Cell::new(judged),
+            reads,
+            value,
+        }
+    }
+
+    /// Whether it still holds: nothing it read changed since it was found.
+    fn holds(&self, ch: &Changes) -> bool {
+        if self.checked.get() == ch.clock {
+            return true;
+        }
+        let ok = ch.unchanged_since(self.judged, &self.reads);
+        if ok {
+            self.checked.set(ch.clock);
+        }
+        ok
+    }
+}
+
+/// Per plain shape, its tournament-key part: (borrows, share).
+type KeyParts = HashMap<u128, Found<(bool, Share)>, BuildHasherDefault<FingerprintHasher>>;
+/// Per fast shape, its outcome when found waiting: reason and message.
+type FastMemo =
+    HashMap<FastShape, Found<(Arc<str>, Arc<str>)>, BuildHasherDefault<FingerprintHasher>>;
 
 /// The hasher of the cycle's per-shape maps, whose keys start with a 128-bit SipHash
 /// fingerprint: already uniform, so it needs only folding. Looked up once per queue entry, they
@@ -1307,17 +1350,60 @@ impl Hasher for FingerprintHasher {
 
 /// The reason and message a plain shape was found waiting with in `generation`, if it was: the
 /// submit time is part of the shape only where team policy compares it.
-fn memo_wait(
-    fast_memo: &FastMemo,
+fn memo_wait<'m>(
+    fast_memo: &'m FastMemo,
     shape: u128,
     submit: Time,
     time_matters: bool,
-    generation: u64,
-) -> Option<(&Arc<str>, &Arc<str>)> {
+    ch: &Changes,
+) -> Option<(&'m Arc<str>, &'m Arc<str>)> {
     fast_memo
         .get(&(shape, if time_matters { submit } else { 0 }, false))
-        .filter(|(g, _, _, _)| *g == generation)
-        .map(|(_, r, m, _)| (r, m))
+        .filter(|f| f.holds(ch))
+        .map(|f| (&f.value.0, &f.value.1))
+}
+
+/// What a decision changes in the working state: for an admission, what it uses; for a
+/// preemption, its victims' admissions and the preemptor's reservation (quota and nodes); for
+/// capacity held, the pairs held. Shares are taken as changed when a team's borrowing may have.
+fn touched_by(ctx: &Ctx, wl: &Workload, outcome: &Outcome) -> Touched {
+    let st = ctx.st;
+    let mut t = Touched::default();
+    match outcome {
+        Outcome::Admitted(adm) => {
+            t.admission(st, adm);
+            let team = &st.teams[wl.team.idx()];
+            t.shares = adm.usage.iter().any(|(fr, v)| {
+                let u = ctx.acct.usage(wl.team, *fr);
+                let nominal = team.quota(*fr).map_or(0, |q| q.nominal);
+                (u + v - nominal).max(0) != (u - nominal).max(0)
+            });
+        }
+        Outcome::Preempting(victims, a) => {
+            for v in victims {
+                match ctx.admission_of(v.id) {
+                    Some(adm) => t.admission(st, adm),
+                    None => t.all = true,
+                }
+            }
+            for (fr, _) in &a.usage {
+                t.pairs.insert(st.names.fr_parts(*fr));
+            }
+            for (i, f, _) in &a.place {
+                for (r, _) in &wl.pod_reqs[*i] {
+                    t.pairs.insert((*f, *r));
+                }
+            }
+            t.shares = true;
+        }
+        Outcome::Pending { hold, .. } => {
+            for (fr, _) in hold {
+                t.pairs.insert(st.names.fr_parts(*fr));
+            }
+            t.shares = true;
+        }
+    }
+    t
 }
 
 /// How many entries a team's run may settle ahead of the tournament at a time: what one decision
@@ -1325,7 +1411,7 @@ fn memo_wait(
 const RUN_AHEAD: usize = 64;
 
 /// A team's entries settled ahead of the tournament since its last turn, not yet in the plan:
-/// plain queue entries whose shape was found waiting in the current generation. Where each one
+/// plain queue entries whose shape was found waiting and still holds. Where each one
 /// falls in the tournament is its place key: the highest tournament key of the team's entries
 /// up to it in this window (the tournament merges the teams' queues, so an entry comes out
 /// right after the others' entries below its place key: see `Tournament`).
@@ -1418,12 +1504,13 @@ impl<'a> Tournament<'a> {
         let key = match plain {
             Some(q) => {
                 let (b, share) = match key_parts.get(&q.shape) {
-                    Some((g, b, sh, _)) if *g == generation => (*b, *sh),
+                    Some(f) if f.holds(&ctx.changes) => f.value,
                     _ => {
                         let wl = st.workload(id);
                         let k = entry_key(ctx, wl);
                         let reads = self.reads_of(q.shape, wl);
-                        key_parts.insert(q.shape, (generation, k.1, k.2, reads));
+                        let clock = ctx.changes.clock;
+                        key_parts.insert(q.shape, Found::new(generation, clock, reads, (k.1, k.2)));
                         (k.1, k.2)
                     }
                 };
@@ -1440,13 +1527,13 @@ impl<'a> Tournament<'a> {
     }
 
     /// Settles ahead, from the queue alone, up to `RUN_AHEAD` of team `t`'s next entries that
-    /// are plain and whose shape was found waiting in this generation (fast cycle, teams that
+    /// are plain and whose shape was found waiting and still holds (fast cycle, teams that
     /// are not StrictFIFO). The team's previous run goes into the plan first: it is placed
     /// before the team's last turn, so no later decision can come before it.
     fn run_ahead(
         &mut self,
         t: TeamId,
-        generation: u64,
+        ch: &Changes,
         fast_memo: &FastMemo,
         key_parts: &KeyParts,
         plan: &mut Plan,
@@ -1467,18 +1554,18 @@ impl<'a> Tournament<'a> {
             let Some(q) = it.peek_plain().filter(|q| q.shape != 0) else {
                 break;
             };
-            let Some((reason, message)) =
-                memo_wait(fast_memo, q.shape, q.submit, time_matters, generation)
+            let Some((reason, message)) = memo_wait(fast_memo, q.shape, q.submit, time_matters, ch)
             else {
                 break;
             };
-            let Some((_, b, share, _)) = key_parts
+            let Some(&(b, share)) = key_parts
                 .get(&q.shape)
-                .filter(|(g, _, _, _)| *g == generation)
+                .filter(|f| f.holds(ch))
+                .map(|f| &f.value)
             else {
                 break;
             };
-            let key = plain_key(q, *b, *share);
+            let key = plain_key(q, b, share);
             if place.is_none_or(|p| later_above(&key, &p)) {
                 run.rises.push((run.entries.len(), key));
                 place = Some(key);

@@ -32,6 +32,46 @@ pub struct Ctx<'a> {
     pub(crate) users: RefCell<UsersCache>,
     /// Per team: its share (`quota::share` with nothing added) at its usage stamp.
     shares: RefCell<Vec<Option<(u64, Share)>>>,
+    /// What the cycle's decisions changed, and when.
+    pub(crate) changes: Changes,
+}
+
+/// What a cycle's decisions changed, per (flavor, resource) pair, on a clock that counts
+/// decisions: an outcome judged at clock `c` still holds while nothing it reads (`Reads`)
+/// changed after `c`.
+#[derive(Default)]
+pub(crate) struct Changes {
+    pub clock: u64,
+    at: BTreeMap<(FlavorId, ResId), u64>,
+    shares_at: u64,
+    all_at: u64,
+}
+
+impl Changes {
+    /// A decision touched `t`.
+    pub fn record(&mut self, t: &crate::reads::Touched) {
+        self.clock += 1;
+        let c = self.clock;
+        if t.all {
+            self.all_at = c;
+        }
+        if t.shares {
+            self.shares_at = c;
+        }
+        for p in &t.pairs {
+            self.at.insert(*p, c);
+        }
+    }
+
+    /// Whether nothing `reads` names changed after clock `judged`.
+    pub fn unchanged_since(&self, judged: u64, reads: &crate::reads::Reads) -> bool {
+        self.all_at <= judged
+            && (!reads.shares || self.shares_at <= judged)
+            && reads
+                .pairs
+                .iter()
+                .all(|p| self.at.get(p).is_none_or(|c| *c <= judged))
+    }
 }
 
 /// See `Ctx::users`: per (team, pairs), the version, the workloads, and whether they are
@@ -67,6 +107,7 @@ impl<'a> Ctx<'a> {
             versions: vec![0; st.teams.len()],
             users: RefCell::new(BTreeMap::new()),
             shares: RefCell::new(vec![None; st.teams.len()]),
+            changes: Changes::default(),
         }
     }
 
