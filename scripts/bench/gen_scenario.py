@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes large contended scenarios for `allot simulate`.
 
-    gen_scenario.py contended OUT NODES TEAMS WORKLOADS [SEED] [--unequal] [--mixed] [--long-gangs]
+    gen_scenario.py contended OUT NODES TEAMS WORKLOADS [SEED] [--unequal] [--mixed] [--pinned] [--long-gangs]
     gen_scenario.py kueue-baseline OUT
 
 `contended` has the knobs of shared/bench/gen_contended.py and, without options, writes the same
@@ -11,6 +11,8 @@ to 3 hours. The options add what real clusters have and that generator lacks:
   --unequal     team quotas of very different sizes (weights 1:2:4:8 of the nodes)
   --mixed       three instance types (p5 8-GPU, p4d 8-GPU, g5 1-GPU nodes); jobs pin none, so
                 every team's quota spans the three flavors, in that order
+  --pinned      --mixed, with every job pinned to one type, as jobs that name their instance
+                type are: 1-GPU jobs on g5, the others on p5 or p4d by turns (the same jobs)
   --long-gangs  one job in ten is an 8-node gang running 6 to 12 hours (past the horizon)
 
 `kueue-baseline` is Kueue's scheduler performance baseline (test/performance/scheduler,
@@ -26,7 +28,8 @@ import sys
 CLASSES = [("inference", 90), ("experimentation", 80), ("training", 70), ("fine-tuning", 50)]
 
 
-def contended(out, nodes, teams, wls, seed, unequal=False, mixed=False, long_gangs=False):
+def contended(out, nodes, teams, wls, seed, unequal=False, mixed=False, long_gangs=False,
+              pinned=False):
     rng = random.Random(seed)
     horizon = 3600
     with open(out, "w") as f:
@@ -83,8 +86,15 @@ def contended(out, nodes, teams, wls, seed, unequal=False, mixed=False, long_gan
                 cpu, mem = 8, 32
             else:
                 cpu, mem = gpu * 20, gpu * 200
+            pin = ""
+            if pinned:
+                # No random draw here: the jobs are --mixed's, pinned.
+                if gpu == 1 and count == 1:
+                    pin = "instance_type: ml.g5.8xlarge, "
+                else:
+                    pin = f"instance_type: {'ml.p5.48xlarge' if i % 2 == 0 else 'ml.p4d.24xlarge'}, "
             f.write(f"  - {{name: w{i:06d}, team: team-{team:03d}, priority: {cls}, submit_at: {t}, duration: {dur}, "
-                    f"count: {count}, requests: {{gpu: {gpu}, cpu: {cpu}, memory: {mem}Gi}}}}\n")
+                    f"count: {count}, {pin}requests: {{gpu: {gpu}, cpu: {cpu}, memory: {mem}Gi}}}}\n")
         f.write(f"until: {horizon * 4}\n")
 
 
@@ -118,13 +128,15 @@ def main(argv):
     elif len(argv) >= 5 and argv[0] == "contended":
         flags = {a for a in argv[1:] if a.startswith("--")}
         pos = [a for a in argv[1:] if not a.startswith("--")]
-        unknown = flags - {"--unequal", "--mixed", "--long-gangs"}
+        unknown = flags - {"--unequal", "--mixed", "--pinned", "--long-gangs"}
         if unknown:
-            sys.exit(f"unknown option(s) {sorted(unknown)}; use --unequal, --mixed, --long-gangs")
+            sys.exit(f"unknown option(s) {sorted(unknown)}; use --unequal, --mixed, --pinned, "
+                     "--long-gangs")
         out, nodes, teams, wls = pos[0], int(pos[1]), int(pos[2]), int(pos[3])
         seed = int(pos[4]) if len(pos) > 4 else 7
-        contended(out, nodes, teams, wls, seed, "--unequal" in flags, "--mixed" in flags,
-                  "--long-gangs" in flags)
+        pinned = "--pinned" in flags
+        contended(out, nodes, teams, wls, seed, "--unequal" in flags,
+                  "--mixed" in flags or pinned, "--long-gangs" in flags, pinned)
     else:
         sys.exit(__doc__)
 
