@@ -659,6 +659,94 @@ mod tests {
     }
 
     #[test]
+    fn a_settled_backlog_runs_no_cycle_and_admits_what_fits_in_the_submits_entry() {
+        let mut rep = leading(&["node-1"]);
+        let mut leader = Leader::new(LeaderConfig::default());
+        leader.sync_role(&rep, 0);
+        let quota = allot_common::hyperpod::ComputeQuotaConfig::parse_shorthand(
+            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}]",
+        )
+        .expect("valid");
+        let job = |name: &str, res: allot_common::ResourceName, qty: i64| {
+            let mut req = allot_common::Resources::new();
+            req.add(&res, qty);
+            allot_common::api::SubmitInput {
+                spec: allot_common::WorkloadSpec::single(name, "team-a", 1, req),
+                run: None,
+                client_token: None,
+            }
+        };
+        let gpu = allot_common::ResourceName::gpu;
+        let cmds = [
+            Command::CreateComputeQuota(allot_common::api::ComputeQuotaInput {
+                name: "q".into(),
+                description: None,
+                team: "team-a".into(),
+                fair_share_weight: 1,
+                config: quota,
+                activation: allot_common::api::ActivationState::Enabled,
+            }),
+            Command::Submit(job("first", gpu(), 1)),
+            Command::Submit(job("second", gpu(), 1)),
+        ];
+        for (i, cmd) in cmds.into_iter().enumerate() {
+            rep.propose(200 + i as u64, &Cmd { now: 0, cmd })
+                .expect("proposed");
+        }
+        let mut apply = |rep: &mut Replica<MemDisk>, leader: &mut Leader| {
+            while rep.handle_ready().expect("ready") {}
+            for a in rep.take_applied() {
+                leader.handle_applied(&a);
+            }
+        };
+        apply(&mut rep, &mut leader);
+        // The first takes the node's only GPU; the second waits, and the next cycle finds
+        // every pending workload waiting.
+        let job1 = leader.poll_cycle(&rep, 1, 0).expect("a cycle");
+        leader.handle_cycle_done(&mut rep, job1.run(), 1);
+        apply(&mut rep, &mut leader);
+        let cycle = leader
+            .poll_cycle(&rep, 2, 0)
+            .expect("due: the admission applied");
+        assert_eq!(leader.handle_cycle_done(&mut rep, cycle.run(), 2), None);
+        assert!(leader.settled.is_some());
+        // Due by the interval, but nothing the waiting workload reads changed: no cycle.
+        assert!(leader.poll_cycle(&rep, 5_000, 0).is_none());
+        // A CPU-only submit fits beside it: admitted in the submit's own entry.
+        let token = leader.token();
+        let cmd = leader.fast_path(
+            &rep,
+            Command::Submit(job("cpu", allot_common::ResourceName::cpu(), 1000)),
+            0,
+            token,
+            5_001,
+        );
+        assert!(matches!(cmd, Command::SubmitPlanned { .. }), "{cmd:?}");
+        rep.propose(token, &Cmd { now: 0, cmd }).expect("proposed");
+        apply(&mut rep, &mut leader);
+        let st = &rep.machine.state;
+        let state = |n: &str| st.workload(st.find_workload(n).expect("exists")).state;
+        assert_eq!(state("cpu"), allot_core::WlState::Admitted);
+        assert_eq!(state("second"), allot_core::WlState::Pending);
+        // It touched the CPU, not the GPU the waiting one reads: still no cycle, and a GPU
+        // submit, which would wait, goes alone.
+        assert!(leader.poll_cycle(&rep, 5_002, 0).is_none());
+        let token = leader.token();
+        let cmd = leader.fast_path(
+            &rep,
+            Command::Submit(job("third", gpu(), 1)),
+            0,
+            token,
+            5_003,
+        );
+        assert!(matches!(cmd, Command::Submit(_)), "{cmd:?}");
+        rep.propose(token, &Cmd { now: 0, cmd }).expect("proposed");
+        apply(&mut rep, &mut leader);
+        // A new queue entry: the proof no longer holds, and a cycle runs.
+        assert!(leader.poll_cycle(&rep, 5_004, 0).is_some());
+    }
+
+    #[test]
     fn a_silent_node_is_failed_after_a_lease_and_its_workloads_released_after_two() {
         let mut rep = leading(&["node-1"]);
         let mut leader = Leader::new(LeaderConfig::default());
