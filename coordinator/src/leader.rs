@@ -693,7 +693,7 @@ mod tests {
             rep.propose(200 + i as u64, &Cmd { now: 0, cmd })
                 .expect("proposed");
         }
-        let mut apply = |rep: &mut Replica<MemDisk>, leader: &mut Leader| {
+        let apply = |rep: &mut Replica<MemDisk>, leader: &mut Leader| {
             while rep.handle_ready().expect("ready") {}
             for a in rep.take_applied() {
                 leader.handle_applied(&a);

@@ -5,10 +5,10 @@
 //! submit into a full cluster then costs the new workload's shape, and an admission or a
 //! completion costs the shapes that read the pairs it used, not every shape waiting.
 //!
-//! The comparison is exact: it holds the nodes, the admitted workloads and the queues it saw
-//! (shared, so the copy costs a reference count each, and an address can never be reused
-//! while it is held), compares what changed by value, and compares everything else a first
-//! generation reads whole (a change there keeps nothing).
+//! The comparison is exact: it holds the nodes and the admitted workloads it saw (shared, so
+//! the copy costs a reference count each, and an address can never be reused while it is
+//! held) and compares what changed by value; it compares each queue by its length and entry
+//! sum, and everything else a first generation reads whole (a change there keeps nothing).
 //!
 //! When a cycle found every pending workload waiting, the cache also says so (`settled`): with
 //! nothing they read touched and the queues unchanged, each still waits, so a workload
