@@ -1008,8 +1008,9 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
         }
     };
     while let Some((key, place, t, head_fp)) = tour.pop() {
-        // A plain queue entry whose shape was found waiting, with nothing it read changed since, is settled from
-        // the entry alone, without reading the workload (with a deep backlog, most are).
+        // A plain queue entry whose shape was found waiting, with nothing it read changed
+        // since, is settled from the entry alone, without reading the workload (with a deep
+        // backlog, most are).
         if let (true, Some(fp)) = (fast, head_fp) {
             let fifo = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
             if let Some((reason, message)) =
