@@ -549,6 +549,22 @@ mod tests {
         rep
     }
 
+    /// Team `team-a` with the quota of one ml.g5.8xlarge.
+    fn team_a_one_g5() -> Command {
+        let config = allot_common::hyperpod::ComputeQuotaConfig::parse_shorthand(
+            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}]",
+        )
+        .expect("valid");
+        Command::CreateComputeQuota(allot_common::api::ComputeQuotaInput {
+            name: "q".into(),
+            description: None,
+            team: "team-a".into(),
+            fair_share_weight: 1,
+            config,
+            activation: allot_common::api::ActivationState::Enabled,
+        })
+    }
+
     fn lost_nodes(rep: &Replica<MemDisk>) -> Vec<String> {
         let st = &rep.machine.state;
         rep.machine
@@ -663,10 +679,6 @@ mod tests {
         let mut rep = leading(&["node-1"]);
         let mut leader = Leader::new(LeaderConfig::default());
         leader.sync_role(&rep, 0);
-        let quota = allot_common::hyperpod::ComputeQuotaConfig::parse_shorthand(
-            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}]",
-        )
-        .expect("valid");
         let job = |name: &str, res: allot_common::ResourceName, qty: i64| {
             let mut req = allot_common::Resources::new();
             req.add(&res, qty);
@@ -678,14 +690,7 @@ mod tests {
         };
         let gpu = allot_common::ResourceName::gpu;
         let cmds = [
-            Command::CreateComputeQuota(allot_common::api::ComputeQuotaInput {
-                name: "q".into(),
-                description: None,
-                team: "team-a".into(),
-                fair_share_weight: 1,
-                config: quota,
-                activation: allot_common::api::ActivationState::Enabled,
-            }),
+            team_a_one_g5(),
             Command::Submit(job("first", gpu(), 1)),
             Command::Submit(job("second", gpu(), 1)),
         ];
@@ -754,19 +759,8 @@ mod tests {
         // A workload running on node-1.
         let mut req = allot_common::Resources::new();
         req.add(&allot_common::ResourceName::gpu(), 1);
-        let quota = allot_common::hyperpod::ComputeQuotaConfig::parse_shorthand(
-            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}]",
-        )
-        .expect("valid");
         let cmds = [
-            Command::CreateComputeQuota(allot_common::api::ComputeQuotaInput {
-                name: "q".into(),
-                description: None,
-                team: "team-a".into(),
-                fair_share_weight: 1,
-                config: quota,
-                activation: allot_common::api::ActivationState::Enabled,
-            }),
+            team_a_one_g5(),
             Command::Submit(allot_common::api::SubmitInput {
                 spec: allot_common::WorkloadSpec::single("w", "team-a", 1, req),
                 run: None,

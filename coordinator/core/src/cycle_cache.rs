@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use allot_common::{ClusterPolicy, CohortSpec, TeamSpec};
 
-use crate::ids::{CohortId, FrId, FrVec, WlId};
+use crate::ids::{CohortId, FrId, FrVec, TeamId, WlId};
 use crate::nodes::Node;
 use crate::quota::Share;
 use crate::reads::{Reads, Touched};
@@ -150,7 +150,6 @@ impl Basis {
             if a == b {
                 continue;
             }
-            let team = &st.teams[i];
             for k in 0..a.0.len().max(b.0.len()) {
                 let fr = FrId(k as u32);
                 let (x, y) = (a.get(fr), b.get(fr));
@@ -158,8 +157,7 @@ impl Basis {
                     continue;
                 }
                 pair(&mut t, k);
-                let nominal = team.quota(fr).map_or(0, |q| q.nominal);
-                if (x - nominal).max(0) != (y - nominal).max(0) {
+                if crate::reads::borrowing_moved(st, TeamId(i as u32), fr, x, y) {
                     t.shares = true;
                 }
             }

@@ -89,6 +89,19 @@ pub struct Touched {
     pub forgotten: bool,
 }
 
+/// Whether team `t`'s usage of `fr` going from `before` to `after` changes what it borrows,
+/// and so may change its share (`quota::share` counts only usage above nominal).
+pub fn borrowing_moved(
+    st: &State,
+    t: crate::ids::TeamId,
+    fr: crate::ids::FrId,
+    before: i64,
+    after: i64,
+) -> bool {
+    let nominal = st.teams[t.idx()].quota(fr).map_or(0, |q| q.nominal);
+    (before - nominal).max(0) != (after - nominal).max(0)
+}
+
 impl Touched {
     pub fn is_empty(&self) -> bool {
         !self.all && !self.shares && !self.forgotten && self.pairs.is_empty()

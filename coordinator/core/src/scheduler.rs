@@ -1373,11 +1373,9 @@ fn touched_by(ctx: &Ctx, wl: &Workload, outcome: &Outcome) -> Touched {
     match outcome {
         Outcome::Admitted(adm) => {
             t.admission(st, adm);
-            let team = &st.teams[wl.team.idx()];
             t.shares = adm.usage.iter().any(|(fr, v)| {
                 let u = ctx.acct.usage(wl.team, *fr);
-                let nominal = team.quota(*fr).map_or(0, |q| q.nominal);
-                (u + v - nominal).max(0) != (u - nominal).max(0)
+                crate::reads::borrowing_moved(st, wl.team, *fr, u, u + v)
             });
         }
         Outcome::Preempting(victims, a) => {
