@@ -30,6 +30,9 @@ pub struct Ctx<'a> {
     /// or not, at the team's version (`preemption::users`); once a search needs them in order,
     /// in the search's order. The searches of one cycle read the same teams again and again.
     pub(crate) users: RefCell<UsersCache>,
+    /// Per (team, contested pairs): the distinct usages of the team's admissions that use one
+    /// of the pairs, at the team's version (`preemption::usages`).
+    pub(crate) usages: RefCell<UsagesCache>,
     /// Per team: its share (`quota::share` with nothing added) at its usage stamp.
     shares: RefCell<Vec<Option<(u64, Share)>>>,
     /// What the cycle's decisions changed, and when.
@@ -78,6 +81,12 @@ impl Changes {
 /// in order.
 pub(crate) type UsersCache = BTreeMap<(TeamId, Vec<FrId>), (u64, Rc<[WlId]>, bool)>;
 
+/// An admission's usage, as a fair-sharing search compares it.
+pub(crate) type Usage = smallvec::SmallVec<[(FrId, i64); 8]>;
+
+/// See `Ctx::usages`: per (team, pairs), the version and the distinct usages.
+pub(crate) type UsagesCache = BTreeMap<(TeamId, Vec<FrId>), (u64, Rc<[Usage]>)>;
+
 /// `Ctx::admission_of` from the parts of a context, for a caller that changes its accounting
 /// meanwhile.
 pub fn admission_in<'s>(
@@ -106,6 +115,7 @@ impl<'a> Ctx<'a> {
             planned: BTreeMap::new(),
             versions: vec![0; st.teams.len()],
             users: RefCell::new(BTreeMap::new()),
+            usages: RefCell::new(BTreeMap::new()),
             shares: RefCell::new(vec![None; st.teams.len()]),
             changes: Changes::default(),
         }
@@ -131,7 +141,7 @@ impl<'a> Ctx<'a> {
 
     /// Team `t`'s share without its admission `id` (which it holds now).
     pub fn share_without(&self, t: TeamId, id: WlId) -> Share {
-        let without: smallvec::SmallVec<[(FrId, i64); 8]> = self
+        let without: Usage = self
             .admission_of(id)
             .map(|a| a.usage.iter().map(|(fr, v)| (*fr, -v)).collect())
             .unwrap_or_default();
