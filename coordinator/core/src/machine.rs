@@ -24,6 +24,7 @@ use allot_common::ResourceName;
 use allot_common::{Catalog, ClusterPolicy, Resources, TeamSpec};
 use serde::{Deserialize, Serialize};
 
+use crate::chunked::WlMap;
 use crate::ids::WlId;
 use crate::plan::Plan;
 use crate::state::{Event, State, StateError, Time, WlState};
@@ -256,9 +257,10 @@ pub struct Machine {
     pub state: State,
     pub quotas: BTreeMap<String, QuotaRecord>,
     pub scheduler_config: Option<SchedulerConfigRecord>,
-    /// Shared, not copied, by a copy of the machine (see `State::workloads`).
-    pub runs: BTreeMap<WlId, Arc<RunSpec>>,
-    pub tokens: BTreeMap<WlId, Arc<str>>,
+    /// Shared chunk by chunk, not copied, by a copy of the machine (see `State::workloads`):
+    /// one entry per workload, and the raft thread copies the machine for every snapshot.
+    pub runs: WlMap<Arc<RunSpec>>,
+    pub tokens: WlMap<Arc<str>>,
     pub counters: Counters,
     next_quota: u64,
     pub nodes_meta: BTreeMap<String, NodeMeta>,
@@ -363,8 +365,8 @@ impl Machine {
             state,
             quotas: BTreeMap::new(),
             scheduler_config: None,
-            runs: BTreeMap::new(),
-            tokens: BTreeMap::new(),
+            runs: WlMap::default(),
+            tokens: WlMap::default(),
             counters: Counters::default(),
             next_quota: 1,
             nodes_meta: BTreeMap::new(),
