@@ -724,6 +724,42 @@ fn fair_sharing_never_preempts_back_and_forth() {
     assert_eq!(s.events.len(), n);
 }
 
+#[test]
+fn when_no_candidate_passes_the_final_share_test_the_initial_share_test_takes_the_first() {
+    // Cohort of 8 GPUs (a 2, b 2, lender 4). b runs two 3-GPU workloads (borrowing 4: share
+    // 4/8); a runs 2 of its own, which a-new may not take (higher priority), and a-new asks 2
+    // more (a would borrow 2: share 2/8). Taking either of b's leaves b borrowing 1 (1/8 <
+    // 2/8): both fail LessThanOrEqualToFinalShare, the search passes b over without a share
+    // per candidate, and LessThanInitialShare (2/8 < 4/8) takes b's first in the search's
+    // order, the lower priority one, alone.
+    let mut s = Sim::fair_share(vec![
+        gpu_team("a", 2, None),
+        gpu_team("b", 2, None),
+        gpu_team("lender", 4, None),
+    ]);
+    s.submit(wl("b-high", "b", 5, 1, &[("gpu", "3")]))
+        .submit(wl("b-low", "b", 0, 1, &[("gpu", "3")]))
+        .submit(wl("a-base", "a", 20, 1, &[("gpu", "2")]))
+        .settle();
+    for name in ["b-high", "b-low", "a-base"] {
+        assert_eq!(s.state(name), WlState::Admitted, "{name}");
+    }
+    s.at(1)
+        .submit(wl("a-new", "a", 10, 1, &[("gpu", "2")]))
+        .settle();
+    assert_eq!(
+        s.preemptions(),
+        vec![(
+            "b-low".to_string(),
+            "a-new".to_string(),
+            PreemptReason::InCohortFairSharing
+        )]
+    );
+    assert_eq!(s.state("a-new"), WlState::Admitted);
+    assert_eq!(s.state("b-high"), WlState::Admitted);
+    assert_eq!(s.state("a-base"), WlState::Admitted);
+}
+
 // ---------------------------------------------------------------- §8 cohort-owned quota
 
 #[test]
