@@ -14,7 +14,7 @@ use crate::nodes::RoomCount;
 use crate::plan::PreemptReason;
 use crate::quota::{self, Share};
 use crate::state::{State, WlState, Workload};
-use crate::working::{admission_in, Ctx, Usage};
+use crate::working::{admission_in, taken_off, Ctx, Usage};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Victim {
@@ -292,7 +292,7 @@ fn usages(ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>) -> Rc<[Usage]> {
     let mut all: Vec<Usage> = users(ctx, m, f_set, false)
         .iter()
         .filter_map(|id| ctx.admission_of(*id))
-        .map(|a| a.usage.iter().map(|(fr, v)| (*fr, -v)).collect())
+        .map(taken_off)
         .collect();
     all.sort_unstable();
     all.dedup();
@@ -682,12 +682,9 @@ impl Pools {
         if self.gathered.contains_key(&m) {
             return;
         }
-        let own = m == self.own;
-        let kind = if own { Kind::Own } else { Kind::Advantage };
         let cands = users(ctx, m, f_set, true)
             .iter()
-            .filter(|id| allowed(ctx, wl, **id, own, &self.never))
-            .map(|&id| Cand { id, team: m, kind })
+            .filter_map(|id| self.candidate(ctx, wl, m, *id))
             .collect::<Vec<Cand>>();
         let next = if self.exhausted.contains(&m) {
             cands.len()
@@ -721,12 +718,16 @@ impl Pools {
         if let Some((cands, next)) = self.gathered.get(&m) {
             return cands.get(*next).cloned();
         }
-        let own = m == self.own;
-        let kind = if own { Kind::Own } else { Kind::Advantage };
         users(ctx, m, f_set, true)
             .iter()
-            .find(|id| allowed(ctx, wl, **id, own, &self.never))
-            .map(|&id| Cand { id, team: m, kind })
+            .find_map(|id| self.candidate(ctx, wl, m, *id))
+    }
+
+    /// Team `m`'s admission `id` as a candidate, when `allowed`.
+    fn candidate(&self, ctx: &Ctx, wl: &Workload, m: TeamId, id: WlId) -> Option<Cand> {
+        let own = m == self.own;
+        let kind = if own { Kind::Own } else { Kind::Advantage };
+        allowed(ctx, wl, id, own, &self.never).then_some(Cand { id, team: m, kind })
     }
 
     /// Takes none of team `m`'s candidates that are left.

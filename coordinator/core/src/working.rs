@@ -84,6 +84,11 @@ pub(crate) type UsersCache = BTreeMap<(TeamId, Vec<FrId>), (u64, Rc<[WlId]>, boo
 /// An admission's usage, as a fair-sharing search compares it.
 pub(crate) type Usage = smallvec::SmallVec<[(FrId, i64); 8]>;
 
+/// What taking admission `a` off adds to its team's usage: its usage, negated.
+pub(crate) fn taken_off(a: &Admission) -> Usage {
+    a.usage.iter().map(|(fr, v)| (*fr, -v)).collect()
+}
+
 /// See `Ctx::usages`: per (team, pairs), the version and the distinct usages.
 pub(crate) type UsagesCache = BTreeMap<(TeamId, Vec<FrId>), (u64, Rc<[Usage]>)>;
 
@@ -141,10 +146,7 @@ impl<'a> Ctx<'a> {
 
     /// Team `t`'s share without its admission `id` (which it holds now).
     pub fn share_without(&self, t: TeamId, id: WlId) -> Share {
-        let without: Usage = self
-            .admission_of(id)
-            .map(|a| a.usage.iter().map(|(fr, v)| (*fr, -v)).collect())
-            .unwrap_or_default();
+        let without: Usage = self.admission_of(id).map(taken_off).unwrap_or_default();
         quota::share(self.st, &self.acct, t, &without)
     }
 
