@@ -16,6 +16,32 @@ impl State {
 
 pub fn check(st: &State) -> Result<(), String> {
     st.acct.nodes.check_derived()?;
+    // Each team's shape index groups its queue as it is, with what each entry shows.
+    for t in &st.teams {
+        if !t.shapes.built {
+            continue;
+        }
+        let whole = crate::shapes::ShapeIndex::build(t.pending.iter().map(|k| {
+            let w = st.workloads.get(&k.id);
+            (k, w.and_then(|w| crate::shapes::shown(w)))
+        }));
+        if let Some(k) = t.pending.iter().find(|k| {
+            k.shape != 0
+                && st
+                    .workloads
+                    .get(&k.id)
+                    .is_none_or(|w| w.shape_fingerprint() != k.shape)
+        }) {
+            return Err(format!(
+                "team {}: queue entry {} carries a stale shape",
+                t.name(),
+                k.name
+            ));
+        }
+        t.shapes
+            .differs_from(&whole)
+            .map_err(|e| format!("team {}: shape index: {e}", t.name()))?;
+    }
     // Accounted usage equals the sum of what holders were admitted with.
     let mut usage: Vec<FrVec> = vec![FrVec::default(); st.teams.len()];
     let mut devices: BTreeMap<(NodeId, ResId, u8), String> = BTreeMap::new();
@@ -35,6 +61,12 @@ pub fn check(st: &State) -> Result<(), String> {
                 "workload {} is {} but queue membership is {queued}",
                 wl.spec.name,
                 wl.state.as_str()
+            ));
+        }
+        if queued && wl.queued_shape != 0 && wl.queued_shape != wl.shape_fingerprint() {
+            return Err(format!(
+                "workload {} changed shape while queued",
+                wl.spec.name
             ));
         }
         if !wl.state.holds_quota() {

@@ -17,6 +17,7 @@ pub mod preemption;
 pub mod quota;
 pub mod reads;
 pub mod scheduler;
+pub mod shapes;
 pub mod state;
 pub mod texts;
 pub mod views;

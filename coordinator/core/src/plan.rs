@@ -82,10 +82,14 @@ pub struct PlannedPreemption {
 pub struct Plan {
     pub admissions: Vec<PlannedAdmission>,
     pub preemptions: Vec<PlannedPreemption>,
-    /// (workload, reason, message) for every pending workload considered and not admitted.
-    /// Shared strings: workloads of one shape share one reason and message.
+    /// (workload, reason, message) for every pending workload considered and not admitted,
+    /// except where a team's every shape waits as its every entry already shows: the fast
+    /// cycle settles such a rest of a queue in one step and lists none of it (the reference
+    /// lists each; applying either does the same, see `State::plan_effect`). Shared strings:
+    /// workloads of one shape share one reason and message.
     pub pending: Vec<(WlId, Arc<str>, Arc<str>)>,
-    /// Pending workloads considered in this cycle.
+    /// Pending workloads judged or settled one by one in this cycle (not those settled in
+    /// bulk).
     pub considered: usize,
     /// For each preemptor of this plan, the flavors (per pod set, per resource) its victims
     /// were chosen for. It tries them first while it waits and once they are gone.

@@ -24,6 +24,7 @@ use crate::plan::{Plan, PlannedAdmission, PlannedPreemption};
 use crate::preemption::{self, Victim};
 use crate::quota::{self, Acct, Share};
 use crate::reads::{Reads, Touched};
+use crate::shapes::ShapeQueue;
 use crate::state::{Admission, PodSetAdmission, QueueKey, State, Time, Workload};
 use crate::working::{node_shortfall, NodeShortfall};
 use crate::working::{Changes, Ctx};
@@ -1419,6 +1420,19 @@ struct Run<'a> {
     entries: Vec<(&'a QueueKey, Arc<str>, Arc<str>)>,
     /// Where the place key rises: (index into `entries`, that entry's own tournament key).
     rises: Vec<(usize, EntryKey<'a>)>,
+    /// Instead of `entries`: the rest of the team's queue, settled in one step (see `Bulk`).
+    bulk: Option<Bulk<'a>>,
+}
+
+/// A run that is the whole rest of a team's queue, from `start`: every shape of the team was
+/// found waiting, still holds, and every entry of it already shows that wait (`ShapeIndex`), so
+/// settling them changes nothing and none is listed in the plan. A decision later in the cycle
+/// takes back the entries placed after it, found per shape (`Tournament::bulk_cut`).
+struct Bulk<'a> {
+    start: &'a QueueKey,
+    /// Each of the team's shapes with the (borrows, share) part of its entries' tournament keys
+    /// when the run was settled.
+    parts: Vec<(u128, bool, Share)>,
 }
 
 /// The cross-team tournament: each team's queue in the order a cycle takes it (`TeamCursor`),
@@ -1444,6 +1458,8 @@ struct Tournament<'a> {
     /// Each team's place key so far in this window.
     placed: Vec<Option<EntryKey<'a>>>,
     runs: Vec<Run<'a>>,
+    /// Per team, the shape that stopped its last try at a bulk run (`bulk`).
+    blockers: Vec<u128>,
     /// What each shape's judgement reads (see `reads`), per fingerprint: kept in the cache
     /// between cycles.
     reads: BTreeMap<u128, Arc<Reads>>,
@@ -1464,6 +1480,7 @@ impl<'a> Tournament<'a> {
             heap: BTreeSet::new(),
             placed: vec![None; n],
             runs: (0..n).map(|_| Run::default()).collect(),
+            blockers: vec![0; n],
             reads: BTreeMap::new(),
         }
     }
@@ -1543,6 +1560,11 @@ impl<'a> Tournament<'a> {
         }
         let run = std::mem::take(&mut self.runs[t.idx()]);
         commit(run.entries, plan);
+        if let Some(bulk) = self.bulk(t, ch, fast_memo, key_parts) {
+            self.runs[t.idx()].bulk = Some(bulk);
+            self.cursors[t.idx()] = None;
+            return;
+        }
         let Some(it) = self.cursors[t.idx()].as_mut() else {
             return;
         };
@@ -1576,28 +1598,119 @@ impl<'a> Tournament<'a> {
         self.runs[t.idx()] = run;
     }
 
+    /// The rest of team `t`'s queue as one run (`Bulk`), where it qualifies: the team is
+    /// neither StrictFIFO (checked by the caller) nor compares submit times, its next entry is
+    /// plain, and each of its shapes was found waiting and holds, with every entry showing it.
+    fn bulk(
+        &mut self,
+        t: TeamId,
+        ch: &Changes,
+        fast_memo: &FastMemo,
+        key_parts: &KeyParts,
+    ) -> Option<Bulk<'a>> {
+        let st = self.st;
+        let team = &st.teams[t.idx()];
+        if !team.shapes.built || time_matters(st, t) {
+            return None;
+        }
+        let start = self.cursors[t.idx()].as_mut()?.peek_plain()?;
+        let settled = |shape: u128, q: &ShapeQueue| {
+            let (reason, message) = memo_wait(fast_memo, shape, 0, false, ch)?;
+            let f = key_parts.get(&shape).filter(|f| f.holds(ch))?;
+            (shape != 0 && q.all_show(reason, message)).then_some((shape, f.value.0, f.value.1))
+        };
+        // The shape that stopped the team's last try first: a walked team tries again after
+        // every run, and that shape most often still stops it.
+        let blocker = self.blockers[t.idx()];
+        if let Some(q) = team.shapes.get(blocker) {
+            settled(blocker, q)?;
+        }
+        let mut parts = Vec::with_capacity(team.shapes.len());
+        for (shape, q) in team.shapes.shapes() {
+            let Some(part) = settled(shape, q) else {
+                self.blockers[t.idx()] = shape;
+                return None;
+            };
+            parts.push(part);
+        }
+        Some(Bulk { start, parts })
+    }
+
+    /// The first entry of team `t`'s bulk run placed after `at`, with its tournament key: per
+    /// shape, the first entry whose own key is above `at` (a run's place key rises exactly at
+    /// such entries: see `Tournament`), the least of them in queue order. `bound` is `at`'s
+    /// queue order as a queue key.
+    fn bulk_cut(
+        &self,
+        t: usize,
+        bulk: &Bulk<'a>,
+        at: &EntryKey<'a>,
+        bound: &QueueKey,
+    ) -> Option<(&'a QueueKey, EntryKey<'a>)> {
+        use std::cmp::Ordering;
+        use std::ops::Bound::{Excluded, Unbounded};
+        let st = self.st;
+        let at_head = (at.0, at.1, at.2);
+        let mut cut: Option<(&'a QueueKey, EntryKey<'a>)> = None;
+        for &(shape, borrows, share) in &bulk.parts {
+            let Some(q) = st.teams[t].shapes.get(shape) else {
+                continue;
+            };
+            let first = match (u32::MAX, borrows, share).cmp(&at_head) {
+                Ordering::Greater => q.keys.range(bulk.start..).next(),
+                Ordering::Equal if bound >= bulk.start => {
+                    q.keys.range((Excluded(bound), Unbounded)).next()
+                }
+                Ordering::Equal => q.keys.range(bulk.start..).next(),
+                Ordering::Less => None,
+            };
+            if let Some(k) = first.filter(|k| cut.is_none_or(|(c, _)| *k < c)) {
+                cut = Some((k, plain_key(k, borrows, share)));
+            }
+        }
+        cut
+    }
+
     /// A decision placed at `at` was made: every run's entries placed before it go into the
     /// plan, and those placed after it are taken back, their team's head again the first of
     /// them (with the key it had: it became head before the decision).
     fn take_back_after(&mut self, at: &EntryKey<'a>, plan: &mut Plan) {
         let at = *at;
+        let mut bound: Option<QueueKey> = None;
         for i in 0..self.runs.len() {
             let mut run = std::mem::take(&mut self.runs[i]);
+            if let Some(bulk) = run.bulk.take() {
+                let bound = bound.get_or_insert_with(|| QueueKey {
+                    neg_priority: at.3,
+                    submit: at.4,
+                    name: at.5.into(),
+                    id: at.6,
+                    shape: 0,
+                });
+                if let Some((first, key)) = self.bulk_cut(i, &bulk, &at, bound) {
+                    self.head_again(i, first, key);
+                }
+                continue;
+            }
             let Some(&(cut, key)) = run.rises.iter().find(|(_, k)| *k > at) else {
                 commit(run.entries, plan);
                 continue;
             };
             let back = run.entries.split_off(cut);
             commit(run.entries, plan);
-            let first = back[0].0;
-            let t = TeamId(i as u32);
-            if let Some((_, place, _)) = self.heads[i].take() {
-                self.heap.remove(&(place, t));
-            }
-            self.cursors[i] = Some(TeamCursor::after(self.st, t, first));
-            self.heads[i] = Some((key, key, Some(first.shape)));
-            self.heap.insert((key, t));
+            self.head_again(i, back[0].0, key);
         }
+    }
+
+    /// Makes `first`, taken back, team `i`'s head again, with `key`.
+    fn head_again(&mut self, i: usize, first: &'a QueueKey, key: EntryKey<'a>) {
+        let t = TeamId(i as u32);
+        if let Some((_, place, _)) = self.heads[i].take() {
+            self.heap.remove(&(place, t));
+        }
+        self.cursors[i] = Some(TeamCursor::after(self.st, t, first));
+        self.heads[i] = Some((key, key, Some(first.shape)));
+        self.heap.insert((key, t));
     }
 
     /// Recomputes team `vt`'s head key (its team lost workloads to a preemption).

@@ -20,6 +20,7 @@ use crate::nodes::{PodAlloc, ResKind};
 pub use crate::plan::{Admission, PodSetAdmission};
 use crate::plan::{Plan, PodSetFlavors, PreemptReason};
 use crate::quota::{self, Acct};
+use crate::shapes::{self, ShapeIndex};
 
 /// Milliseconds on the caller's clock.
 pub type Time = i64;
@@ -49,6 +50,9 @@ pub struct TeamRt {
     /// whether a queue changed without holding (and so later copying) it. Not stored.
     #[serde(skip)]
     pub queue_sum: u128,
+    /// The queue by shape, with what each shape's entries show (not saved; see `ShapeIndex`).
+    #[serde(skip)]
+    pub shapes: ShapeIndex,
 }
 
 /// A queue entry's term in `TeamRt::queue_sum` (splitmix64 twice).
@@ -229,6 +233,10 @@ pub struct Workload {
     /// admitted again, for `explain`).
     #[serde(default)]
     pub preempted_by: Option<PreemptedBy>,
+    /// While pending: the shape fingerprint its queue entry carries (0 in a state read back,
+    /// where it is computed again when needed).
+    #[serde(skip)]
+    pub queued_shape: u128,
 }
 
 /// Who preempted a workload, why and when.
@@ -633,6 +641,7 @@ impl State {
                     pending: Arc::default(),
                     admitted: Arc::default(),
                     queue_sum: 0,
+                    shapes: ShapeIndex::new(),
                 });
                 self.acct.team_usage.push(FrVec::default());
                 id
@@ -890,10 +899,10 @@ impl State {
         let wl = self.new_workload(spec, team, priority, pinned, pod_reqs, now);
         let id = wl.id;
         self.next_id += 1;
-        self.teams[team.idx()].enqueue(wl.queue_key());
         self.by_name
             .insert((wl.spec.name.as_str().into(), team), id);
         self.workloads.insert(id, Arc::new(wl));
+        self.enqueue(id);
         Ok((id, vec![Event::Submitted { wl: id }]))
     }
 
@@ -993,6 +1002,7 @@ impl State {
             eviction: None,
             attempt: 0,
             preempted_by: None,
+            queued_shape: 0,
         }
     }
 
@@ -1259,11 +1269,58 @@ impl State {
         Ok(events)
     }
 
+    /// Puts a pending workload in its team's queue.
+    fn enqueue(&mut self, id: WlId) {
+        let wl = &self.workloads[&id];
+        let (key, shown, t) = (wl.queue_key(), shapes::shown(wl), wl.team.idx());
+        self.shape_index(t).insert(&key, shown);
+        if let Some(w) = wl_mut(&mut self.workloads, &id) {
+            w.queued_shape = key.shape;
+        }
+        self.teams[t].enqueue(key);
+    }
+
     fn dequeue(&mut self, id: WlId) {
         let wl = &self.workloads[&id];
-        let key = wl.queue_key();
-        let team = wl.team;
-        self.teams[team.idx()].unqueue(&key);
+        let (key, shown, t) = (wl.queue_key(), shapes::shown(wl), wl.team.idx());
+        self.shape_index(t).remove(&key, shown);
+        self.teams[t].unqueue(&key);
+    }
+
+    /// Team `t`'s shape index, built first where the state was read back without it.
+    fn shape_index(&mut self, t: usize) -> &mut ShapeIndex {
+        if !self.teams[t].shapes.built {
+            let workloads = &self.workloads;
+            let team = &self.teams[t];
+            let index = ShapeIndex::build(
+                team.pending
+                    .iter()
+                    .map(|k| (k, workloads.get(&k.id).and_then(|w| shapes::shown(w)))),
+            );
+            self.teams[t].shapes = index;
+        }
+        &mut self.teams[t].shapes
+    }
+
+    /// Sets a pending workload's QuotaReserved condition to waiting with `reason` and
+    /// `message`, keeping its team's shape index.
+    fn set_waiting(&mut self, id: &WlId, reason: &Arc<str>, message: &Arc<str>, now: Time) {
+        let Some(w) = self.workloads.get(id) else {
+            return;
+        };
+        let (t, was) = (w.team.idx(), shapes::shown(w));
+        let shape = match w.queued_shape {
+            0 => w.shape_fingerprint(),
+            s => s,
+        };
+        let Some(w) = wl_mut(&mut self.workloads, id) else {
+            return;
+        };
+        w.set_condition_shared("QuotaReserved", false, reason, message, now);
+        let now_shown = shapes::shown(w);
+        if w.state == WlState::Pending {
+            self.shape_index(t).change(shape, was, now_shown);
+        }
     }
 
     /// Gives back a workload's quota and node allocations.
@@ -1331,9 +1388,7 @@ impl State {
             "requeued with its original submit time",
             now,
         );
-        let key = wl.queue_key();
-        let team = wl.team;
-        self.teams[team.idx()].enqueue(key);
+        self.enqueue(id);
         vec![Event::Requeued { wl: id }]
     }
 
@@ -1344,6 +1399,9 @@ impl State {
     /// at all.
     pub fn apply_plan(&mut self, plan: &Plan, now: Time) -> Vec<Event> {
         let mut events = Vec::new();
+        for t in 0..self.teams.len() {
+            self.shape_index(t);
+        }
         // Last cycle's preemptors lose their head start: it was for this cycle only.
         for id in std::mem::take(&mut self.preemptors) {
             if let Some(w) = wl_mut(&mut self.workloads, &id) {
@@ -1360,9 +1418,7 @@ impl State {
                 continue;
             }
             let (reason, message) = (self.texts.share(reason), self.texts.share(message));
-            if let Some(wl) = wl_mut(&mut self.workloads, id) {
-                wl.set_condition_shared("QuotaReserved", false, &reason, &message, now);
-            }
+            self.set_waiting(id, &reason, &message, now);
         }
         // The plan's preemptors go first in the next cycle, in the order this cycle took them:
         // those that chose victims now, and those still waiting for victims that are stopping
@@ -1433,9 +1489,7 @@ impl State {
             match self.admit(a.wl, &a.admission, now) {
                 Ok(ev) => events.extend(ev),
                 Err(message) => {
-                    if let Some(wl) = wl_mut(&mut self.workloads, &a.wl) {
-                        wl.set_condition("QuotaReserved", false, "Pending", &message, now);
-                    }
+                    self.set_waiting(&a.wl, &"Pending".into(), &message.as_str().into(), now);
                     events.push(Event::AdmissionRetried { wl: a.wl, message });
                 }
             }
@@ -1667,6 +1721,18 @@ impl State {
     /// cycle repeats most messages unchanged; logging each of them again made the replicated
     /// log grow with the backlog times the number of plans. Applying the result does exactly
     /// what applying the whole plan would.
+    /// What applying `plan` to this state changes, as a plan: its canonical form
+    /// (`Plan::canonical`) with only the pending messages that change something
+    /// (`retain_changed_pending`), and no count of entries considered. Two cycles whose plans
+    /// have the same effect leave the same state: the fast cycle lists no entry of a shape whose
+    /// every entry already shows its wait, where the reference lists each one.
+    pub fn plan_effect(&self, plan: &Plan) -> Plan {
+        let mut plan = plan.canonical();
+        self.retain_changed_pending(&mut plan);
+        plan.considered = 0;
+        plan
+    }
+
     pub fn retain_changed_pending(&self, plan: &mut Plan) {
         plan.pending.retain(|(id, reason, message)| {
             &**reason == crate::plan::WAITING_FOR_VICTIMS

@@ -1,0 +1,183 @@
+//! Each team's queue grouped by shape, with the pending texts each group's entries show.
+//!
+//! A cycle settles a waiting workload from its shape's outcome alone (see `scheduler`). When
+//! every entry of each of a team's shapes already shows its shape's outcome, the rest of the
+//! team's queue changes nothing if it is settled, and the cycle passes over it in one step
+//! instead of entry by entry; a decision that comes later in the cycle finds the first entry it
+//! must take back per shape, here, in a few lookups. With a deep backlog that walk was most of
+//! a cycle's cost.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::state::{QueueKey, Workload};
+
+/// What a pending workload shows as its QuotaReserved reason and message (`None`: nothing
+/// yet).
+pub type Shown = Option<(Arc<str>, Arc<str>)>;
+
+/// The pending texts `wl` shows.
+pub fn shown(wl: &Workload) -> Shown {
+    wl.condition("QuotaReserved")
+        .filter(|c| !c.status)
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+/// One shape's entries in a team's queue.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShapeQueue {
+    /// In queue order.
+    pub keys: BTreeSet<QueueKey>,
+    /// The distinct texts the entries show, each with how many show it (a few at most: a
+    /// cycle gives one shape one outcome, but arrivals show nothing yet).
+    shows: Vec<(Shown, u32)>,
+}
+
+impl ShapeQueue {
+    /// Whether every entry shows `reason` and `message` (compared by address first).
+    pub fn all_show(&self, reason: &Arc<str>, message: &Arc<str>) -> bool {
+        match self.shows.as_slice() {
+            [(Some((r, m)), n)] => {
+                *n as usize == self.keys.len()
+                    && (Arc::ptr_eq(r, reason) || r == reason)
+                    && (Arc::ptr_eq(m, message) || m == message)
+            }
+            _ => false,
+        }
+    }
+
+    fn count(&mut self, shown: Shown, add: bool) {
+        match self.shows.iter().position(|(s, _)| *s == shown) {
+            Some(i) if add => self.shows[i].1 += 1,
+            Some(i) => {
+                self.shows[i].1 -= 1;
+                if self.shows[i].1 == 0 {
+                    self.shows.swap_remove(i);
+                }
+            }
+            None if add => self.shows.push((shown, 1)),
+            // Removing what was never counted: the invariant check reports the drift.
+            None => {}
+        }
+    }
+}
+
+/// A team's queue by shape fingerprint (`QueueKey::shape`; 0, an entry written before
+/// fingerprints existed, groups the unknown). Copy-on-write, like the queue: a copy of the
+/// state shares it until one side changes a shape, which then copies that shape alone. Not
+/// saved: `built` is false in a state read back, and the first change to the state's queues
+/// builds it (`State::shape_index`); until then a cycle walks the queue.
+#[derive(Clone, Debug, Default)]
+pub struct ShapeIndex {
+    pub built: bool,
+    shapes: Arc<BTreeMap<u128, Arc<ShapeQueue>>>,
+}
+
+impl PartialEq for ShapeIndex {
+    fn eq(&self, other: &Self) -> bool {
+        self.built == other.built && self.shapes == other.shapes
+    }
+}
+
+impl ShapeIndex {
+    /// The index of an empty queue.
+    pub fn new() -> Self {
+        Self::build(std::iter::empty())
+    }
+
+    /// The index of a queue whose entries are `entries` (each with what it shows).
+    pub fn build<'a>(entries: impl IntoIterator<Item = (&'a QueueKey, Shown)>) -> Self {
+        let mut index = ShapeIndex {
+            built: true,
+            shapes: Arc::default(),
+        };
+        for (k, s) in entries {
+            index.insert(k, s);
+        }
+        index
+    }
+
+    pub fn shapes(&self) -> impl Iterator<Item = (u128, &ShapeQueue)> {
+        self.shapes.iter().map(|(s, q)| (*s, &**q))
+    }
+
+    pub fn get(&self, shape: u128) -> Option<&ShapeQueue> {
+        self.shapes.get(&shape).map(|q| &**q)
+    }
+
+    pub fn len(&self) -> usize {
+        self.shapes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.shapes.is_empty()
+    }
+
+    fn shape_mut(&mut self, shape: u128) -> &mut ShapeQueue {
+        Arc::make_mut(Arc::make_mut(&mut self.shapes).entry(shape).or_default())
+    }
+
+    pub fn insert(&mut self, key: &QueueKey, shown: Shown) {
+        if !self.built {
+            return;
+        }
+        let q = self.shape_mut(key.shape);
+        if q.keys.insert(key.clone()) {
+            q.count(shown, true);
+        }
+    }
+
+    pub fn remove(&mut self, key: &QueueKey, shown: Shown) {
+        if !self.built {
+            return;
+        }
+        let q = self.shape_mut(key.shape);
+        if q.keys.remove(key) {
+            q.count(shown, false);
+        }
+        if q.keys.is_empty() {
+            Arc::make_mut(&mut self.shapes).remove(&key.shape);
+        }
+    }
+
+    /// Where this index differs from `whole`, one built from the queue as it is: the first
+    /// shape that differs, or `Ok`. (The order of a shape's counts carries nothing.)
+    pub fn differs_from(&self, whole: &ShapeIndex) -> Result<(), String> {
+        let sorted = |q: &ShapeQueue| {
+            let mut v = q.shows.clone();
+            v.sort();
+            v
+        };
+        let shapes: BTreeSet<u128> = self
+            .shapes
+            .keys()
+            .chain(whole.shapes.keys())
+            .copied()
+            .collect();
+        for s in shapes {
+            let (a, b) = (self.get(s), whole.get(s));
+            let same = match (a, b) {
+                (Some(a), Some(b)) => a.keys == b.keys && sorted(a) == sorted(b),
+                _ => false,
+            };
+            if !same {
+                return Err(format!(
+                    "shape {s:032x}: the index holds {:?}, the queue {:?}",
+                    a.map(|q| (q.keys.len(), sorted(q))),
+                    b.map(|q| (q.keys.len(), sorted(q)))
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// An entry of `shape` now shows `now` instead of `was`.
+    pub fn change(&mut self, shape: u128, was: Shown, now: Shown) {
+        if !self.built || was == now {
+            return;
+        }
+        let q = self.shape_mut(shape);
+        q.count(was, false);
+        q.count(now, true);
+    }
+}
