@@ -254,8 +254,9 @@ fn percentiles(label: &str, mut times: Vec<std::time::Duration>) {
         times[i].as_secs_f64() * 1000.0
     };
     eprintln!(
-        "{label}: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} cycles",
+        "{label}: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} cycles",
         at(0.5),
+        at(0.9),
         at(0.99),
         at(1.0),
         times.len()

@@ -867,11 +867,24 @@ impl<'a> TeamCursor<'a> {
     /// A team's cursor that goes on after `q` (a plain entry: the team has no preemptors).
     fn after(st: &'a State, t: TeamId, q: &QueueKey) -> Self {
         use std::ops::Bound::{Excluded, Unbounded};
+        Self::from(st, t, (Excluded(q), Unbounded))
+    }
+
+    /// A team's cursor that goes on from `q` (a plain entry: the team has no preemptors).
+    fn at(st: &'a State, t: TeamId, q: &QueueKey) -> Self {
+        use std::ops::Bound::{Included, Unbounded};
+        Self::from(st, t, (Included(q), Unbounded))
+    }
+
+    fn from(
+        st: &'a State,
+        t: TeamId,
+        range: (std::ops::Bound<&QueueKey>, std::ops::Bound<&QueueKey>),
+    ) -> Self {
         TeamCursor {
             skip: false,
             first: Vec::new().into_iter(),
-            rest: Queue::After(st.teams[t.idx()].pending.range((Excluded(q), Unbounded)))
-                .peekable(),
+            rest: Queue::After(st.teams[t.idx()].pending.range(range)).peekable(),
             st,
         }
     }
@@ -929,21 +942,34 @@ impl Iterator for TeamCursor<'_> {
 /// entries that carries nothing (`Plan::canonical`; the property test
 /// `fast_cycle_equals_reference` checks it over seeded random histories).
 pub fn schedule(st: &State, now: Time) -> Plan {
-    schedule_with(st, now, true, None)
+    schedule_with(st, now, true, None, RUN_AHEAD)
 }
 
 /// `schedule`, starting from what the last cycle run with `cache` found before its first
 /// decision when the state reads the same apart from its queues (see `CycleCache`), and
 /// leaving what this one found there. The plan is `schedule`'s.
 pub fn schedule_cached(st: &State, now: Time, cache: &mut CycleCache) -> Plan {
-    schedule_with(st, now, true, Some(cache))
+    schedule_with(st, now, true, Some(cache), RUN_AHEAD)
+}
+
+/// `schedule_cached` (`schedule` without a cache) where a stretch of a queue settled in one
+/// step may be as short as `min_stretch` entries (`schedule` takes `RUN_AHEAD`: a shorter one
+/// costs less settled entry by entry). The plan is the same whatever it is: the equivalence
+/// test runs it with 1, so that its small histories exercise every kind of stretch.
+pub fn schedule_tuned(
+    st: &State,
+    now: Time,
+    cache: Option<&mut CycleCache>,
+    min_stretch: usize,
+) -> Plan {
+    schedule_with(st, now, true, cache, min_stretch.max(1))
 }
 
 /// The definition `schedule` must match: every pending workload taken one at a time through
 /// the tournament, its key computed and its shape looked up on its own. Kept for the
 /// equivalence test and the benchmarks' baseline.
 pub fn schedule_reference(st: &State, now: Time) -> Plan {
-    schedule_with(st, now, false, None)
+    schedule_with(st, now, false, None, RUN_AHEAD)
 }
 
 fn time_matters(st: &State, t: TeamId) -> bool {
@@ -951,14 +977,20 @@ fn time_matters(st: &State, t: TeamId) -> bool {
         == allot_common::quota::WithinTeam::LowerOrNewerEqualPriority
 }
 
-fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut CycleCache>) -> Plan {
+fn schedule_with(
+    st: &State,
+    now: Time,
+    fast: bool,
+    mut cache: Option<&mut CycleCache>,
+    min_stretch: usize,
+) -> Plan {
     // Nothing to decide: skip the working copy (the node set is most of a cycle's cost then).
     if !st.has_pending() {
         return Plan::default();
     }
     let mut ctx = Ctx::new(st, now);
     let mut plan = Plan::default();
-    let mut tour = Tournament::new(st, fast);
+    let mut tour = Tournament::new(st, fast, min_stretch);
     // Bumped at every decision (the working state changes). The reference's memoised waits hold
     // for one generation; the fast cycle's hold until a decision touches what they read
     // (`Found::holds`, `Changes`).
@@ -1106,6 +1138,9 @@ fn schedule_with(st: &State, now: Time, fast: bool, mut cache: Option<&mut Cycle
                         let found = (reason.clone(), message.clone());
                         let clock = ctx.changes.clock;
                         fast_memo.insert(k, Found::new(generation, clock, reads, found));
+                        if !k.2 {
+                            tour.judged[wl.team.idx()].push(k.0);
+                        }
                     }
                 }
             }
@@ -1420,19 +1455,55 @@ struct Run<'a> {
     entries: Vec<(&'a QueueKey, Arc<str>, Arc<str>)>,
     /// Where the place key rises: (index into `entries`, that entry's own tournament key).
     rises: Vec<(usize, EntryKey<'a>)>,
-    /// Instead of `entries`: the rest of the team's queue, settled in one step (see `Bulk`).
+    /// After `entries`: a stretch of the team's queue settled in one step (see `Bulk`).
     bulk: Option<Bulk<'a>>,
 }
 
-/// A run that is the whole rest of a team's queue, from `start`: every shape of the team was
-/// found waiting, still holds, and every entry of it already shows that wait (`ShapeIndex`), so
-/// settling them changes nothing and none is listed in the plan. A decision later in the cycle
+/// A run that is a stretch of a team's queue, from `start` up to `end` (or its end), in which
+/// every entry's shape was found waiting, still holds, and every entry of that shape already
+/// shows that wait (`ShapeIndex`): settling them changes nothing, so none is listed in the
+/// plan. `end` is the first entry of a shape that is not so. A decision later in the cycle
 /// takes back the entries placed after it, found per shape (`Tournament::bulk_cut`).
 struct Bulk<'a> {
     start: &'a QueueKey,
-    /// Each of the team's shapes with the (borrows, share) part of its entries' tournament keys
-    /// when the run was settled.
+    end: Option<&'a QueueKey>,
+    /// Each of the team's settled shapes with the (borrows, share) part of its entries'
+    /// tournament keys when the run was settled.
     parts: Vec<(u128, bool, Share)>,
+}
+
+/// What a team's bulk tries found, kept across them: each shape's first entry from where the
+/// last try started, once searched (a team's runs only move forward, so it stays true until
+/// that start passes it), and which shapes were found settled at the clock `clock` (a shape
+/// settled stays so at one clock; one that was not is looked at again once judged).
+#[derive(Default)]
+struct BulkState<'a> {
+    /// The team's shapes, in `ShapeIndex` order.
+    shapes: Vec<(u128, &'a ShapeQueue)>,
+    next: Vec<Option<Option<&'a QueueKey>>>,
+    clock: Option<u64>,
+    settled: Vec<Option<(u128, bool, Share)>>,
+    /// The end of the last stretch found too short to be worth a run of its own: tries from
+    /// before it are not made again (at this clock), its entries are settled one by one.
+    short_until: Option<&'a QueueKey>,
+}
+
+/// The first entry of `q` from `lo` (an entry or, excluded, a bound) that comes before
+/// `end`, if one does (one search).
+fn first_before<'a>(
+    q: &'a ShapeQueue,
+    lo: std::ops::Bound<&QueueKey>,
+    end: Option<&QueueKey>,
+) -> Option<&'a QueueKey> {
+    q.keys
+        .range((lo, std::ops::Bound::Unbounded))
+        .next()
+        .filter(|k| end.is_none_or(|e| *k < e))
+}
+
+/// The last entry of `q` before `end` that is not before `start`, if one is (one search).
+fn last_before<'a>(q: &'a ShapeQueue, start: &QueueKey, end: &QueueKey) -> Option<&'a QueueKey> {
+    q.keys.range(..end).next_back().filter(|k| *k >= start)
 }
 
 /// The cross-team tournament: each team's queue in the order a cycle takes it (`TeamCursor`),
@@ -1458,15 +1529,19 @@ struct Tournament<'a> {
     /// Each team's place key so far in this window.
     placed: Vec<Option<EntryKey<'a>>>,
     runs: Vec<Run<'a>>,
-    /// Per team, the shape that stopped its last try at a bulk run (`bulk`).
-    blockers: Vec<u128>,
+    /// The fewest entries a stretch settled in one step may have (`schedule_tuned`).
+    min_stretch: usize,
+    /// Per team, what its bulk tries found so far (`bulk`).
+    bulk_state: Vec<BulkState<'a>>,
+    /// Per team, the shapes whose outcome or key part was found since its last bulk try.
+    judged: Vec<Vec<u128>>,
     /// What each shape's judgement reads (see `reads`), per fingerprint: kept in the cache
     /// between cycles.
     reads: BTreeMap<u128, Arc<Reads>>,
 }
 
 impl<'a> Tournament<'a> {
-    fn new(st: &'a State, fast: bool) -> Self {
+    fn new(st: &'a State, fast: bool, min_stretch: usize) -> Self {
         let n = st.teams.len();
         Tournament {
             st,
@@ -1480,7 +1555,9 @@ impl<'a> Tournament<'a> {
             heap: BTreeSet::new(),
             placed: vec![None; n],
             runs: (0..n).map(|_| Run::default()).collect(),
-            blockers: vec![0; n],
+            min_stretch,
+            bulk_state: (0..n).map(|_| BulkState::default()).collect(),
+            judged: vec![Vec::new(); n],
             reads: BTreeMap::new(),
         }
     }
@@ -1527,6 +1604,7 @@ impl<'a> Tournament<'a> {
                         let reads = self.reads_of(q.shape, wl);
                         let clock = ctx.changes.clock;
                         key_parts.insert(q.shape, Found::new(generation, clock, reads, (k.1, k.2)));
+                        self.judged[t.idx()].push(q.shape);
                         (k.1, k.2)
                     }
                 };
@@ -1560,18 +1638,24 @@ impl<'a> Tournament<'a> {
         }
         let run = std::mem::take(&mut self.runs[t.idx()]);
         commit(run.entries, plan);
-        if let Some(bulk) = self.bulk(t, ch, fast_memo, key_parts) {
-            self.runs[t.idx()].bulk = Some(bulk);
-            self.cursors[t.idx()] = None;
-            return;
-        }
-        let Some(it) = self.cursors[t.idx()].as_mut() else {
-            return;
-        };
         let time_matters = time_matters(st, t);
         let mut run = Run::default();
-        let mut place = self.placed[t.idx()];
-        while run.entries.len() < RUN_AHEAD {
+        loop {
+            // At the run's start, and where it is long, the rest of a stretch in one step
+            // where it can be.
+            if run.entries.is_empty() || run.entries.len() >= self.min_stretch.min(RUN_AHEAD) {
+                if let Some(bulk) = self.bulk(t, ch, fast_memo, key_parts) {
+                    self.cursors[t.idx()] = bulk.end.map(|e| TeamCursor::at(st, t, e));
+                    run.bulk = Some(bulk);
+                    break;
+                }
+            }
+            if run.entries.len() >= RUN_AHEAD {
+                break;
+            }
+            let Some(it) = self.cursors[t.idx()].as_mut() else {
+                break;
+            };
             let Some(q) = it.peek_plain().filter(|q| q.shape != 0) else {
                 break;
             };
@@ -1587,20 +1671,20 @@ impl<'a> Tournament<'a> {
                 break;
             };
             let key = plain_key(q, b, share);
-            if place.is_none_or(|p| later_above(&key, &p)) {
+            if self.placed[t.idx()].is_none_or(|p| later_above(&key, &p)) {
                 run.rises.push((run.entries.len(), key));
-                place = Some(key);
+                self.placed[t.idx()] = Some(key);
             }
             run.entries.push((q, reason.clone(), message.clone()));
             it.next();
         }
-        self.placed[t.idx()] = place;
         self.runs[t.idx()] = run;
     }
 
-    /// The rest of team `t`'s queue as one run (`Bulk`), where it qualifies: the team is
-    /// neither StrictFIFO (checked by the caller) nor compares submit times, its next entry is
-    /// plain, and each of its shapes was found waiting and holds, with every entry showing it.
+    /// The stretch of team `t`'s queue from its next entry that can be settled in one step
+    /// (`Bulk`), where there is one: the team is neither StrictFIFO (checked by the caller)
+    /// nor compares submit times, its next entry is plain, and that entry's shape was found
+    /// waiting and holds, with every entry showing it. Sets the team's place key to the run's.
     fn bulk(
         &mut self,
         t: TeamId,
@@ -1619,21 +1703,94 @@ impl<'a> Tournament<'a> {
             let f = key_parts.get(&shape).filter(|f| f.holds(ch))?;
             (shape != 0 && q.all_show(reason, message)).then_some((shape, f.value.0, f.value.1))
         };
-        // The shape that stopped the team's last try first: a walked team tries again after
-        // every run, and that shape most often still stops it.
-        let blocker = self.blockers[t.idx()];
-        if let Some(q) = team.shapes.get(blocker) {
-            settled(blocker, q)?;
+        let judged = std::mem::take(&mut self.judged[t.idx()]);
+        let b = &mut self.bulk_state[t.idx()];
+        if b.shapes.is_empty() {
+            b.shapes = team.shapes.shapes().collect();
+            b.next = vec![None; b.shapes.len()];
+            b.settled = vec![None; b.shapes.len()];
         }
-        let mut parts = Vec::with_capacity(team.shapes.len());
-        for (shape, q) in team.shapes.shapes() {
-            let Some(part) = settled(shape, q) else {
-                self.blockers[t.idx()] = shape;
-                return None;
+        if b.clock != Some(ch.clock) {
+            for (i, &(shape, q)) in b.shapes.iter().enumerate() {
+                b.settled[i] = settled(shape, q);
+            }
+            b.clock = Some(ch.clock);
+            b.short_until = None;
+        } else {
+            for shape in judged {
+                if let Ok(i) = b.shapes.binary_search_by_key(&shape, |(s, _)| *s) {
+                    b.settled[i] = settled(shape, b.shapes[i].1);
+                }
+            }
+        }
+        if b.short_until.is_some_and(|e| start < e) {
+            return None;
+        }
+        let at = b
+            .shapes
+            .binary_search_by_key(&start.shape, |(s, _)| *s)
+            .ok()?;
+        b.settled[at]?;
+        let mut parts = Vec::with_capacity(b.shapes.len());
+        let mut end: Option<&'a QueueKey> = None;
+        for (i, &(_, q)) in b.shapes.iter().enumerate() {
+            if let Some(part) = b.settled[i] {
+                parts.push(part);
+                continue;
+            }
+            // Its first entry from `start`: the one found from an earlier start while that is
+            // not behind this one, else searched.
+            let first = match b.next[i] {
+                Some(k) if k.is_none_or(|k| k >= start) => k,
+                _ => {
+                    let k = q.keys.range(start..).next();
+                    b.next[i] = Some(k);
+                    k
+                }
             };
-            parts.push(part);
+            if let Some(k) = first.filter(|k| end.is_none_or(|e| *k < e)) {
+                end = Some(k);
+            }
         }
-        Some(Bulk { start, parts })
+        // The run's place key, needed where the team goes on after it: its highest entry key
+        // (a shape's entries share the key's head and the rest is queue order, so the last
+        // entry of the highest shape that has any), where that is not below the team's place
+        // key so far (see `later_above`).
+        if let Some(end) = end {
+            // A short stretch costs less settled one by one than its place key's searches.
+            let short = team
+                .pending
+                .range(start..end)
+                .nth(self.min_stretch - 1)
+                .is_none();
+            if short {
+                b.short_until = Some(end);
+                return None;
+            }
+            parts.sort_by_key(|p| std::cmp::Reverse((p.1, p.2)));
+            let mut top: Option<EntryKey<'a>> = None;
+            for &(shape, borrows, share) in &parts {
+                if top.is_some_and(|p| (p.1, p.2) > (borrows, share)) {
+                    break;
+                }
+                let last = team
+                    .shapes
+                    .get(shape)
+                    .and_then(|q| last_before(q, start, end));
+                if let Some(k) = last {
+                    let key = plain_key(k, borrows, share);
+                    if top.is_none_or(|p| key > p) {
+                        top = Some(key);
+                    }
+                }
+            }
+            if let Some(top) = top {
+                if self.placed[t.idx()].is_none_or(|p| later_above(&top, &p)) {
+                    self.placed[t.idx()] = Some(top);
+                }
+            }
+        }
+        Some(Bulk { start, end, parts })
     }
 
     /// The first entry of team `t`'s bulk run placed after `at`, with its tournament key: per
@@ -1648,7 +1805,7 @@ impl<'a> Tournament<'a> {
         bound: &QueueKey,
     ) -> Option<(&'a QueueKey, EntryKey<'a>)> {
         use std::cmp::Ordering;
-        use std::ops::Bound::{Excluded, Unbounded};
+        use std::ops::Bound::{Excluded, Included};
         let st = self.st;
         let at_head = (at.0, at.1, at.2);
         let mut cut: Option<(&'a QueueKey, EntryKey<'a>)> = None;
@@ -1656,14 +1813,13 @@ impl<'a> Tournament<'a> {
             let Some(q) = st.teams[t].shapes.get(shape) else {
                 continue;
             };
-            let first = match (u32::MAX, borrows, share).cmp(&at_head) {
-                Ordering::Greater => q.keys.range(bulk.start..).next(),
-                Ordering::Equal if bound >= bulk.start => {
-                    q.keys.range((Excluded(bound), Unbounded)).next()
-                }
-                Ordering::Equal => q.keys.range(bulk.start..).next(),
-                Ordering::Less => None,
+            let lo = match (u32::MAX, borrows, share).cmp(&at_head) {
+                Ordering::Greater => Included(bulk.start),
+                Ordering::Equal if bound >= bulk.start => Excluded(bound),
+                Ordering::Equal => Included(bulk.start),
+                Ordering::Less => continue,
             };
+            let first = first_before(q, lo, bulk.end);
             if let Some(k) = first.filter(|k| cut.is_none_or(|(c, _)| *k < c)) {
                 cut = Some((k, plain_key(k, borrows, share)));
             }
@@ -1679,6 +1835,14 @@ impl<'a> Tournament<'a> {
         let mut bound: Option<QueueKey> = None;
         for i in 0..self.runs.len() {
             let mut run = std::mem::take(&mut self.runs[i]);
+            // A run's entries one by one come first, then its stretch settled in one step.
+            if let Some(&(cut, key)) = run.rises.iter().find(|(_, k)| *k > at) {
+                let back = run.entries.split_off(cut);
+                commit(run.entries, plan);
+                self.head_again(i, back[0].0, key);
+                continue;
+            }
+            commit(run.entries, plan);
             if let Some(bulk) = run.bulk.take() {
                 let bound = bound.get_or_insert_with(|| QueueKey {
                     neg_priority: at.3,
@@ -1690,15 +1854,7 @@ impl<'a> Tournament<'a> {
                 if let Some((first, key)) = self.bulk_cut(i, &bulk, &at, bound) {
                     self.head_again(i, first, key);
                 }
-                continue;
             }
-            let Some(&(cut, key)) = run.rises.iter().find(|(_, k)| *k > at) else {
-                commit(run.entries, plan);
-                continue;
-            };
-            let back = run.entries.split_off(cut);
-            commit(run.entries, plan);
-            self.head_again(i, back[0].0, key);
         }
     }
 

@@ -19,7 +19,9 @@ use allot_common::{
     WorkloadSpec,
 };
 use allot_core::cycle_cache::CycleCache;
-use allot_core::scheduler::{schedule_cached, schedule_reference, schedule_settled};
+use allot_core::scheduler::{
+    schedule_cached, schedule_reference, schedule_settled, schedule_tuned,
+};
 use allot_core::state::{Event, State, WlState};
 use allot_core::{schedule, WlId};
 
@@ -180,6 +182,8 @@ fn workload(rng: &mut Rng, i: usize, teams: usize) -> WorkloadSpec {
 fn history(seed: u64) -> Result<(usize, u64, usize, usize, usize), String> {
     let mut rng = Rng(seed);
     let mut cache = CycleCache::default();
+    // A second cache, for the cached cycle that settles stretches of any length in one step.
+    let mut cache_every = CycleCache::default();
     let (mut st, teams) = cluster(&mut rng);
     let mut next = 0usize;
     let mut now = 0i64;
@@ -253,6 +257,8 @@ fn history(seed: u64) -> Result<(usize, u64, usize, usize, usize), String> {
             let plan = st.plan_effect(&schedule(&st, now));
             let cached_plan = schedule_cached(&st, now, &mut cache);
             let cached = st.plan_effect(&cached_plan);
+            let every = st.plan_effect(&schedule_tuned(&st, now, None, 1));
+            let every_cached = st.plan_effect(&schedule_tuned(&st, now, Some(&mut cache_every), 1));
             let reference_plan = schedule_reference(&st, now);
             let reference = st.plan_effect(&reference_plan);
             // Entries the cached cycle settled in bulk (see `shapes`): listed by the reference,
@@ -266,6 +272,13 @@ fn history(seed: u64) -> Result<(usize, u64, usize, usize, usize), String> {
                 return Err(format!(
                     "seed {seed}, step {step}, cycle {cycle}: the fast cycle plans\n{plan:#?}\nthe reference plans\n{reference:#?}"
                 ));
+            }
+            for (what, p) in [("fast", &every), ("cached", &every_cached)] {
+                if *p != reference {
+                    return Err(format!(
+                        "seed {seed}, step {step}, cycle {cycle}: the {what} cycle that settles every stretch in one step plans\n{p:#?}\nthe reference plans\n{reference:#?}"
+                    ));
+                }
             }
             if cached != reference {
                 return Err(format!(
