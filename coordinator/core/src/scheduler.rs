@@ -1694,7 +1694,8 @@ impl<'a> Tournament<'a> {
     ) -> Option<Bulk<'a>> {
         let st = self.st;
         let team = &st.teams[t.idx()];
-        if !team.shapes.built || time_matters(st, t) {
+        // A queue shorter than two runs costs less walked than tried.
+        if !team.shapes.built || time_matters(st, t) || team.pending.len() < 2 * self.min_stretch {
             return None;
         }
         let start = self.cursors[t.idx()].as_mut()?.peek_plain()?;
