@@ -23,7 +23,7 @@ pub fn check(st: &State) -> Result<(), String> {
         }
         let whole = crate::shapes::ShapeIndex::build(t.pending.iter().map(|k| {
             let w = st.workloads.get(&k.id);
-            (k, w.and_then(|w| crate::shapes::shown(w)))
+            (k, w.and_then(|w| w.shown()))
         }));
         if let Some(k) = t.pending.iter().find(|k| {
             k.shape != 0

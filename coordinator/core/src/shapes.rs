@@ -1,26 +1,61 @@
-//! Each team's queue grouped by shape, with the pending texts each group's entries show.
+//! A team's queue: the order of its entries (`QueueKey`), and the entries grouped by shape with
+//! the pending texts each group's entries show (`ShapeIndex`).
 //!
-//! A cycle settles a waiting workload from its shape's outcome alone (see `scheduler`). When
-//! every entry of each of a team's shapes already shows its shape's outcome, the rest of the
-//! team's queue changes nothing if it is settled, and the cycle passes over it in one step
-//! instead of entry by entry; a decision that comes later in the cycle finds the first entry it
-//! must take back per shape, here, in a few lookups. With a deep backlog that walk was most of
-//! a cycle's cost.
+//! A cycle settles a waiting workload from its shape's outcome alone (see `scheduler`). Where
+//! every entry of a shape already shows that outcome, settling them changes nothing, so the
+//! cycle passes over a stretch of such entries in one step instead of entry by entry; a
+//! decision later in the cycle finds, here, per shape, the first entry it must take back. With
+//! a deep backlog that walk was most of a cycle's cost. Below `state`, which keeps the index
+//! as entries come, go and change what they show.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::state::{QueueKey, Workload};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::WlId;
 
 /// What a pending workload shows as its QuotaReserved reason and message (`None`: nothing
-/// yet).
+/// yet; see `Workload::shown`).
 pub type Shown = Option<(Arc<str>, Arc<str>)>;
 
-/// The pending texts `wl` shows.
-pub fn shown(wl: &Workload) -> Shown {
-    wl.condition("QuotaReserved")
-        .filter(|c| !c.status)
-        .map(|c| (c.reason.clone(), c.message.clone()))
+/// Queue order inside a team: higher priority first, then submit time, name, id.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct QueueKey {
+    pub neg_priority: i64,
+    /// Its submit time (a `state::Time`).
+    pub submit: i64,
+    /// Shared, so copying a queue (every cycle the leader runs copies the state) allocates no
+    /// name.
+    pub name: Arc<str>,
+    pub id: WlId,
+    /// The workload's shape fingerprint (`Workload::shape_fingerprint`), so a cycle can tell
+    /// workloads of one shape apart from the queue alone. Not part of the order (the id is
+    /// unique); 0 in queues written before it existed, which a cycle treats as unknown.
+    #[serde(default)]
+    pub shape: u128,
+}
+
+impl PartialEq for QueueKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+impl Eq for QueueKey {}
+impl PartialOrd for QueueKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for QueueKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.neg_priority, self.submit, &self.name, self.id).cmp(&(
+            other.neg_priority,
+            other.submit,
+            &other.name,
+            other.id,
+        ))
+    }
 }
 
 /// One shape's entries in a team's queue.

@@ -20,7 +20,8 @@ use crate::nodes::{PodAlloc, ResKind};
 pub use crate::plan::{Admission, PodSetAdmission};
 use crate::plan::{Plan, PodSetFlavors, PreemptReason};
 use crate::quota::{self, Acct};
-use crate::shapes::{self, ShapeIndex};
+pub use crate::shapes::QueueKey;
+use crate::shapes::{ShapeIndex, Shown};
 
 /// Milliseconds on the caller's clock.
 pub type Time = i64;
@@ -110,44 +111,6 @@ pub struct CohortRt {
     pub pool: FrVec,
     /// `pool` summed over flavors, per resource: what the cohort can lend (fair-share divisor).
     pub lendable_by_res: BTreeMap<ResId, i64>,
-}
-
-/// Queue order inside a team: higher priority first, then submit time, name, id.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct QueueKey {
-    pub neg_priority: i64,
-    pub submit: Time,
-    /// Shared, so copying a queue (every cycle the leader runs copies the state) allocates no
-    /// name.
-    pub name: Arc<str>,
-    pub id: WlId,
-    /// The workload's shape fingerprint (`Workload::shape_fingerprint`), so a cycle can tell
-    /// workloads of one shape apart from the queue alone. Not part of the order (the id is
-    /// unique); 0 in queues written before it existed, which a cycle treats as unknown.
-    #[serde(default)]
-    pub shape: u128,
-}
-
-impl PartialEq for QueueKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == std::cmp::Ordering::Equal
-    }
-}
-impl Eq for QueueKey {}
-impl PartialOrd for QueueKey {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for QueueKey {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.neg_priority, self.submit, &self.name, self.id).cmp(&(
-            other.neg_priority,
-            other.submit,
-            &other.name,
-            other.id,
-        ))
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -320,6 +283,12 @@ impl Workload {
             }
             None => self.conditions.push(c()),
         }
+    }
+    /// The pending reason and message it shows, shared (`None` while it shows none).
+    pub fn shown(&self) -> Shown {
+        self.condition("QuotaReserved")
+            .filter(|c| !c.status)
+            .map(|c| (c.reason.clone(), c.message.clone()))
     }
     /// The pending reason and message shown to users.
     pub fn pending_status(&self) -> Option<(&str, &str)> {
@@ -1272,7 +1241,7 @@ impl State {
     /// Puts a pending workload in its team's queue.
     fn enqueue(&mut self, id: WlId) {
         let wl = &self.workloads[&id];
-        let (key, shown, t) = (wl.queue_key(), shapes::shown(wl), wl.team.idx());
+        let (key, shown, t) = (wl.queue_key(), wl.shown(), wl.team.idx());
         self.shape_index(t).insert(&key, shown);
         if let Some(w) = wl_mut(&mut self.workloads, &id) {
             w.queued_shape = key.shape;
@@ -1282,7 +1251,7 @@ impl State {
 
     fn dequeue(&mut self, id: WlId) {
         let wl = &self.workloads[&id];
-        let (key, shown, t) = (wl.queue_key(), shapes::shown(wl), wl.team.idx());
+        let (key, shown, t) = (wl.queue_key(), wl.shown(), wl.team.idx());
         self.shape_index(t).remove(&key, shown);
         self.teams[t].unqueue(&key);
     }
@@ -1295,7 +1264,7 @@ impl State {
             let index = ShapeIndex::build(
                 team.pending
                     .iter()
-                    .map(|k| (k, workloads.get(&k.id).and_then(|w| shapes::shown(w)))),
+                    .map(|k| (k, workloads.get(&k.id).and_then(|w| w.shown()))),
             );
             self.teams[t].shapes = index;
         }
@@ -1308,7 +1277,7 @@ impl State {
         let Some(w) = self.workloads.get(id) else {
             return;
         };
-        let (t, was) = (w.team.idx(), shapes::shown(w));
+        let (t, was) = (w.team.idx(), w.shown());
         let shape = match w.queued_shape {
             0 => w.shape_fingerprint(),
             s => s,
@@ -1317,7 +1286,7 @@ impl State {
             return;
         };
         w.set_condition_shared("QuotaReserved", false, reason, message, now);
-        let now_shown = shapes::shown(w);
+        let now_shown = w.shown();
         if w.state == WlState::Pending {
             self.shape_index(t).change(shape, was, now_shown);
         }
