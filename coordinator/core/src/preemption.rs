@@ -14,7 +14,7 @@ use crate::nodes::RoomCount;
 use crate::plan::PreemptReason;
 use crate::quota::{self, Share};
 use crate::state::{State, WlState, Workload};
-use crate::working::{admission_in, taken_off, Ctx, Usage};
+use crate::working::{admission_in, taken_off, Ctx, Rivals, Usage};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Victim {
@@ -1049,11 +1049,45 @@ fn fair_share_hopeless(
         return false;
     }
     let p = quota::share(st, &ctx.acct, t, usage);
-    st.cohorts[team.cohort.idx()]
-        .members
-        .iter()
-        .filter(|m| **m != t && borrowing_in(ctx, **m, f_set))
-        .all(|m| p > ctx.share(*m))
+    // Every other member borrowing a contested pair has a share below `p`: the highest of them
+    // does. The shapes of a cycle ask about the same cohort and pairs again and again, with
+    // the accounting unchanged in between: the two highest are kept until it changes.
+    let key = (team.cohort, f_set.iter().copied().collect::<Vec<_>>());
+    let changes = ctx.acct.changes();
+    let kept = ctx
+        .rivals
+        .borrow()
+        .get(&key)
+        .filter(|(c, _)| *c == changes)
+        .map(|(_, r)| *r);
+    let rivals = kept.unwrap_or_else(|| {
+        let mut top: Rivals = [None, None];
+        for &m in &st.cohorts[team.cohort.idx()].members {
+            if !borrowing_in(ctx, m, f_set) {
+                continue;
+            }
+            let s = Some((ctx.share(m), m));
+            if s > top[0] {
+                top = [s, top[0]];
+            } else if s > top[1] {
+                top[1] = s;
+            }
+        }
+        ctx.rivals.borrow_mut().insert(key, (changes, top));
+        top
+    });
+    let highest = rivals.iter().flatten().find(|(_, m)| *m != t);
+    let hopeless = highest.is_none_or(|(s, _)| p > *s);
+    debug_assert_eq!(
+        hopeless,
+        st.cohorts[team.cohort.idx()]
+            .members
+            .iter()
+            .filter(|m| **m != t && borrowing_in(ctx, **m, f_set))
+            .all(|m| p > ctx.share(*m)),
+        "the kept rivals of team {t:?} disagree with the cohort"
+    );
+    hopeless
 }
 
 /// The victim's message: who took its place, why, and the numbers behind it.

@@ -22,6 +22,9 @@ pub struct Acct {
     /// caches of values computed from a team's usage compare it (`Ctx::share`).
     #[serde(skip)]
     stamps: Vec<u64>,
+    /// How many times any team's usage has changed in this copy (`stamps` summed).
+    #[serde(skip)]
+    changes: u64,
 }
 
 impl Acct {
@@ -31,6 +34,7 @@ impl Acct {
             self.stamps.resize(t.idx() + 1, 0);
         }
         self.stamps[t.idx()] += 1;
+        self.changes += 1;
         let team = &st.teams[t.idx()];
         let reserved = team.reserved(fr);
         let u = &mut self.team_usage[t.idx()];
@@ -43,6 +47,11 @@ impl Acct {
     /// How many times team `t`'s usage has changed in this copy: equal stamps, equal usage.
     pub fn stamp(&self, t: TeamId) -> u64 {
         self.stamps.get(t.idx()).copied().unwrap_or(0)
+    }
+
+    /// How many times any team's usage has changed in this copy: equal counts, equal usage.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     pub fn usage(&self, t: TeamId, fr: FrId) -> i64 {

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
-use crate::ids::{FlavorId, FrId, ResId, TeamId, WlId};
+use crate::ids::{CohortId, FlavorId, FrId, ResId, TeamId, WlId};
 use crate::nodes::PodAlloc;
 use crate::quota::{self, Acct, Share};
 use crate::state::{Admission, State, Time, Workload};
@@ -35,6 +35,9 @@ pub struct Ctx<'a> {
     pub(crate) usages: RefCell<UsagesCache>,
     /// Per team: its share (`quota::share` with nothing added) at its usage stamp.
     shares: RefCell<Vec<Option<(u64, Share)>>>,
+    /// Per (cohort, contested pairs): the members borrowing one of the pairs with the highest
+    /// shares, at the accounting's change count (`preemption::fair_share_hopeless`).
+    pub(crate) rivals: RefCell<RivalsCache>,
     /// What the cycle's decisions changed, and when.
     pub(crate) changes: Changes,
 }
@@ -92,6 +95,14 @@ pub(crate) fn taken_off(a: &Admission) -> Usage {
 /// See `Ctx::usages`: per (team, pairs), the version and the distinct usages.
 pub(crate) type UsagesCache = BTreeMap<(TeamId, Vec<FrId>), (u64, Rc<[Usage]>)>;
 
+/// See `Ctx::rivals`: per (cohort, pairs), the accounting's change count and the two highest
+/// shares among the members borrowing one of the pairs.
+pub(crate) type RivalsCache = BTreeMap<(CohortId, Vec<FrId>), (u64, Rivals)>;
+
+/// The two highest (share, team) among a cohort's members that borrow one of some pairs,
+/// highest first.
+pub(crate) type Rivals = [Option<(Share, TeamId)>; 2];
+
 /// `Ctx::admission_of` from the parts of a context, for a caller that changes its accounting
 /// meanwhile.
 pub fn admission_in<'s>(
@@ -122,6 +133,7 @@ impl<'a> Ctx<'a> {
             users: RefCell::new(BTreeMap::new()),
             usages: RefCell::new(BTreeMap::new()),
             shares: RefCell::new(vec![None; st.teams.len()]),
+            rivals: RefCell::new(BTreeMap::new()),
             changes: Changes::default(),
         }
     }
