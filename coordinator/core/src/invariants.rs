@@ -55,7 +55,8 @@ pub fn check(st: &State) -> Result<(), String> {
                 wl.state.as_str()
             ));
         }
-        let queued = st.teams[wl.team.idx()].pending.contains(&wl.queue_key());
+        let key = wl.queue_key();
+        let queued = st.teams[wl.team.idx()].pending.contains(&key);
         if queued != (wl.state == crate::state::WlState::Pending) {
             return Err(format!(
                 "workload {} is {} but queue membership is {queued}",
@@ -63,7 +64,7 @@ pub fn check(st: &State) -> Result<(), String> {
                 wl.state.as_str()
             ));
         }
-        if queued && wl.queued_shape != 0 && wl.queued_shape != wl.shape_fingerprint() {
+        if queued && wl.queued_shape != 0 && wl.queued_shape != key.shape {
             return Err(format!(
                 "workload {} changed shape while queued",
                 wl.spec.name

@@ -83,10 +83,10 @@ pub struct Plan {
     pub admissions: Vec<PlannedAdmission>,
     pub preemptions: Vec<PlannedPreemption>,
     /// (workload, reason, message) for every pending workload considered and not admitted,
-    /// except where a team's every shape waits as its every entry already shows: the fast
-    /// cycle settles such a rest of a queue in one step and lists none of it (the reference
-    /// lists each; applying either does the same, see `State::plan_effect`). Shared strings:
-    /// workloads of one shape share one reason and message.
+    /// except those in stretches of a queue whose every shape waits as its every entry already
+    /// shows: the fast cycle settles such a stretch in one step and lists none of it (the
+    /// reference lists each; applying either does the same, see `State::plan_effect`). Shared
+    /// strings: workloads of one shape share one reason and message.
     pub pending: Vec<(WlId, Arc<str>, Arc<str>)>,
     /// Pending workloads judged or settled one by one in this cycle (not those settled in
     /// bulk).

@@ -937,9 +937,10 @@ impl Iterator for TeamCursor<'_> {
 /// queues: a workload whose shape (team, priority, pinned flavor, pod sets; see `shape_key`) was
 /// already found waiting, with nothing changed since, is settled from its queue entry alone, and
 /// a team's run of such entries is settled ahead of its turn in the cross-team tournament (a
-/// decision takes back those placed after it: see `Tournament`). It makes the plan of
-/// `schedule_reference`, which takes every workload one at a time, up to the order of pending
-/// entries that carries nothing (`Plan::canonical`; the property test
+/// decision takes back those placed after it: see `Tournament`); where every entry of those
+/// shapes already shows its wait, a stretch of them is settled in one step and not listed
+/// (`Bulk`). It makes a plan with the effect of `schedule_reference`'s, which takes every
+/// workload one at a time (`State::plan_effect`; the property test
 /// `fast_cycle_equals_reference` checks it over seeded random histories).
 pub fn schedule(st: &State, now: Time) -> Plan {
     schedule_with(st, now, true, None, RUN_AHEAD)
@@ -1400,6 +1401,24 @@ fn memo_wait<'m>(
         .map(|f| (&f.value.0, &f.value.1))
 }
 
+/// A shape's pending reason and message.
+type Wait<'m> = (&'m Arc<str>, &'m Arc<str>);
+
+/// A plain shape's wait and the (borrows, share) part of its tournament key, where both were
+/// found and still hold: what settles its entries from the queue alone.
+fn held<'m>(
+    fast_memo: &'m FastMemo,
+    key_parts: &KeyParts,
+    shape: u128,
+    submit: Time,
+    time_matters: bool,
+    ch: &Changes,
+) -> Option<(Wait<'m>, (bool, Share))> {
+    let wait = memo_wait(fast_memo, shape, submit, time_matters, ch)?;
+    let part = key_parts.get(&shape).filter(|f| f.holds(ch))?;
+    Some((wait, part.value))
+}
+
 /// What a decision changes in the working state: for an admission, what it uses; for a
 /// preemption, its victims' admissions and the preemptor's reservation (quota and nodes); for
 /// capacity held, the pairs held. Shares are taken as changed when a team's borrowing may have.
@@ -1659,14 +1678,8 @@ impl<'a> Tournament<'a> {
             let Some(q) = it.peek_plain().filter(|q| q.shape != 0) else {
                 break;
             };
-            let Some((reason, message)) = memo_wait(fast_memo, q.shape, q.submit, time_matters, ch)
-            else {
-                break;
-            };
-            let Some(&(b, share)) = key_parts
-                .get(&q.shape)
-                .filter(|f| f.holds(ch))
-                .map(|f| &f.value)
+            let Some(((reason, message), (b, share))) =
+                held(fast_memo, key_parts, q.shape, q.submit, time_matters, ch)
             else {
                 break;
             };
@@ -1700,9 +1713,8 @@ impl<'a> Tournament<'a> {
         }
         let start = self.cursors[t.idx()].as_mut()?.peek_plain()?;
         let settled = |shape: u128, q: &ShapeQueue| {
-            let (reason, message) = memo_wait(fast_memo, shape, 0, false, ch)?;
-            let f = key_parts.get(&shape).filter(|f| f.holds(ch))?;
-            (shape != 0 && q.all_show(reason, message)).then_some((shape, f.value.0, f.value.1))
+            let ((reason, message), (b, share)) = held(fast_memo, key_parts, shape, 0, false, ch)?;
+            (shape != 0 && q.all_show(reason, message)).then_some((shape, b, share))
         };
         let judged = std::mem::take(&mut self.judged[t.idx()]);
         let b = &mut self.bulk_state[t.idx()];
@@ -1753,10 +1765,6 @@ impl<'a> Tournament<'a> {
                 end = Some(k);
             }
         }
-        // The run's place key, needed where the team goes on after it: its highest entry key
-        // (a shape's entries share the key's head and the rest is queue order, so the last
-        // entry of the highest shape that has any), where that is not below the team's place
-        // key so far (see `later_above`).
         if let Some(end) = end {
             // A short stretch costs less settled one by one than its place key's searches.
             let short = team
@@ -1768,6 +1776,10 @@ impl<'a> Tournament<'a> {
                 b.short_until = Some(end);
                 return None;
             }
+            // The run's place key, needed where the team goes on after it: its highest entry
+            // key (a shape's entries share the key's head and the rest is queue order, so the
+            // last entry of the highest shape that has any), where that is not below the
+            // team's place key so far (see `later_above`).
             parts.sort_by_key(|p| std::cmp::Reverse((p.1, p.2)));
             let mut top: Option<EntryKey<'a>> = None;
             for &(shape, borrows, share) in &parts {

@@ -19,6 +19,12 @@ use crate::ids::WlId;
 /// yet; see `Workload::shown`).
 pub type Shown = Option<(Arc<str>, Arc<str>)>;
 
+/// Whether two shared texts say the same: by address first (texts said again are the same
+/// allocation), else by content.
+pub fn same_text(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
 /// Queue order inside a team: higher priority first, then submit time, name, id.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct QueueKey {
@@ -73,9 +79,7 @@ impl ShapeQueue {
     pub fn all_show(&self, reason: &Arc<str>, message: &Arc<str>) -> bool {
         match self.shows.as_slice() {
             [(Some((r, m)), n)] => {
-                *n as usize == self.keys.len()
-                    && (Arc::ptr_eq(r, reason) || r == reason)
-                    && (Arc::ptr_eq(m, message) || m == message)
+                *n as usize == self.keys.len() && same_text(r, reason) && same_text(m, message)
             }
             _ => false,
         }

@@ -21,7 +21,7 @@ pub use crate::plan::{Admission, PodSetAdmission};
 use crate::plan::{Plan, PodSetFlavors, PreemptReason};
 use crate::quota::{self, Acct};
 pub use crate::shapes::QueueKey;
-use crate::shapes::{ShapeIndex, Shown};
+use crate::shapes::{same_text, ShapeIndex, Shown};
 
 /// Milliseconds on the caller's clock.
 pub type Time = i64;
@@ -286,25 +286,25 @@ impl Workload {
     }
     /// The pending reason and message it shows, shared (`None` while it shows none).
     pub fn shown(&self) -> Shown {
-        self.condition("QuotaReserved")
-            .filter(|c| !c.status)
+        self.waiting()
             .map(|c| (c.reason.clone(), c.message.clone()))
     }
     /// The pending reason and message shown to users.
     pub fn pending_status(&self) -> Option<(&str, &str)> {
-        self.condition("QuotaReserved")
-            .filter(|c| !c.status)
-            .map(|c| (&*c.reason, &*c.message))
+        self.waiting().map(|c| (&*c.reason, &*c.message))
+    }
+    /// Its QuotaReserved condition where that says it waits.
+    fn waiting(&self) -> Option<&Condition> {
+        self.condition("QuotaReserved").filter(|c| !c.status)
     }
     /// Whether the workload is pending and shows exactly this reason and message: a pointer
     /// comparison where they are the texts it was given (a cycle's memoised ones), else the
     /// texts'.
     pub fn shows_pending(&self, reason: &Arc<str>, message: &Arc<str>) -> bool {
-        let same = |a: &Arc<str>, b: &Arc<str>| Arc::ptr_eq(a, b) || a == b;
         self.state == WlState::Pending
             && self
-                .condition("QuotaReserved")
-                .is_some_and(|c| !c.status && same(&c.message, message) && same(&c.reason, reason))
+                .waiting()
+                .is_some_and(|c| same_text(&c.message, message) && same_text(&c.reason, reason))
     }
 }
 
@@ -1684,12 +1684,6 @@ fn wl_mut<'a>(workloads: &'a mut WlMap<Arc<Workload>>, id: &WlId) -> Option<&'a 
 }
 
 impl State {
-    /// Drops the pending messages that this state already shows, keeping only those that change
-    /// something when applied: new or changed reasons and messages, and every preemptor's
-    /// `WAITING_FOR_VICTIMS` (its order among them is its head start in the next cycle). A
-    /// cycle repeats most messages unchanged; logging each of them again made the replicated
-    /// log grow with the backlog times the number of plans. Applying the result does exactly
-    /// what applying the whole plan would.
     /// What applying `plan` to this state changes, as a plan: its canonical form
     /// (`Plan::canonical`) with only the pending messages that change something
     /// (`retain_changed_pending`), and no count of entries considered. Two cycles whose plans
@@ -1702,6 +1696,12 @@ impl State {
         plan
     }
 
+    /// Drops the pending messages that this state already shows, keeping only those that change
+    /// something when applied: new or changed reasons and messages, and every preemptor's
+    /// `WAITING_FOR_VICTIMS` (its order among them is its head start in the next cycle). A
+    /// cycle repeats most messages unchanged; logging each of them again made the replicated
+    /// log grow with the backlog times the number of plans. Applying the result does exactly
+    /// what applying the whole plan would.
     pub fn retain_changed_pending(&self, plan: &mut Plan) {
         plan.pending.retain(|(id, reason, message)| {
             &**reason == crate::plan::WAITING_FOR_VICTIMS
