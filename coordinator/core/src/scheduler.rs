@@ -1053,7 +1053,13 @@ fn schedule_with(
             {
                 plan.considered += 1;
                 plan.pending.push((key.6, reason.clone(), message.clone()));
-                tour.run_ahead(t, &ctx.changes, &fast_memo, &key_parts, &mut plan);
+                let mut memos = Memos {
+                    ctx: &mut ctx,
+                    fast_memo: &mut fast_memo,
+                    key_parts: &mut key_parts,
+                    generation,
+                };
+                tour.run_ahead(t, &mut memos, &mut plan);
                 tour.advance(&mut ctx, t, generation, &mut key_parts);
                 continue;
             }
@@ -1294,7 +1300,13 @@ fn schedule_with(
                 plan.pending.push((id, reason.clone(), message.clone()));
             }
         } else {
-            tour.run_ahead(t, &ctx.changes, &fast_memo, &key_parts, &mut plan);
+            let mut memos = Memos {
+                ctx: &mut ctx,
+                fast_memo: &mut fast_memo,
+                key_parts: &mut key_parts,
+                generation,
+            };
+            tour.run_ahead(t, &mut memos, &mut plan);
             tour.advance(&mut ctx, t, generation, &mut key_parts);
         }
         for vt in rekey {
@@ -1491,20 +1503,57 @@ struct Bulk<'a> {
     parts: Vec<(u128, bool, Share)>,
 }
 
-/// What a team's bulk tries found, kept across them: each shape's first entry from where the
-/// last try started, once searched (a team's runs only move forward, so it stays true until
-/// that start passes it), and which shapes were found settled at the clock `clock` (a shape
-/// settled stays so at one clock; one that was not is looked at again once judged).
+/// What a team's bulk tries found, kept across them: each shape's first entry from where a
+/// try started, once searched, and which shapes were found settled at the clock `clock` (a
+/// shape settled stays so at one clock; one that was not is looked at again once judged).
 #[derive(Default)]
 struct BulkState<'a> {
     /// The team's shapes, in `ShapeIndex` order.
     shapes: Vec<(u128, &'a ShapeQueue)>,
-    next: Vec<Option<Option<&'a QueueKey>>>,
+    /// Per shape: from which entry it was searched, and its first entry from there.
+    next: Vec<Option<(&'a QueueKey, Option<&'a QueueKey>)>>,
     clock: Option<u64>,
     settled: Vec<Option<(u128, bool, Share)>>,
     /// The end of the last stretch found too short to be worth a run of its own: tries from
     /// before it are not made again (at this clock), its entries are settled one by one.
     short_until: Option<&'a QueueKey>,
+    /// Per shape, the clock at which it was last judged ahead of its turn (`foresee`).
+    foreseen: Vec<Option<u64>>,
+}
+
+impl<'a> BulkState<'a> {
+    /// The team's shapes, once.
+    fn init(&mut self, team: &'a crate::state::TeamRt) {
+        if self.shapes.is_empty() {
+            self.shapes = team.shapes.shapes().collect();
+            self.next = vec![None; self.shapes.len()];
+            self.settled = vec![None; self.shapes.len()];
+            self.foreseen = vec![None; self.shapes.len()];
+        }
+    }
+
+    /// Shape `i`'s first entry from `start`: the one found from an earlier start not after
+    /// this one, while it is not behind this one, else searched. (A team's runs mostly move
+    /// forward, but a decision takes a run back to where it cut it, before later tries.)
+    fn first_from(&mut self, i: usize, start: &'a QueueKey) -> Option<&'a QueueKey> {
+        match self.next[i] {
+            Some((from, k)) if from <= start && k.is_none_or(|k| k >= start) => k,
+            _ => {
+                let k = self.shapes[i].1.keys.range(start..).next();
+                self.next[i] = Some((start, k));
+                k
+            }
+        }
+    }
+}
+
+/// What a fast cycle's bulk tries read and add to: the working state, the shapes' waits and
+/// key parts found so far, and the generation they are found in.
+struct Memos<'c, 's> {
+    ctx: &'c mut Ctx<'s>,
+    fast_memo: &'c mut FastMemo,
+    key_parts: &'c mut KeyParts,
+    generation: u64,
 }
 
 /// The first entry of `q` from `lo` (an entry or, excluded, a bound) that comes before
@@ -1643,14 +1692,7 @@ impl<'a> Tournament<'a> {
     /// are plain and whose shape was found waiting and still holds (fast cycle, teams that
     /// are not StrictFIFO). The team's previous run goes into the plan first: it is placed
     /// before the team's last turn, so no later decision can come before it.
-    fn run_ahead(
-        &mut self,
-        t: TeamId,
-        ch: &Changes,
-        fast_memo: &FastMemo,
-        key_parts: &KeyParts,
-        plan: &mut Plan,
-    ) {
+    fn run_ahead(&mut self, t: TeamId, memos: &mut Memos<'_, '_>, plan: &mut Plan) {
         let st = self.st;
         if !self.fast || st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO {
             return;
@@ -1663,7 +1705,7 @@ impl<'a> Tournament<'a> {
             // At the run's start, and where it is long, the rest of a stretch in one step
             // where it can be.
             if run.entries.is_empty() || run.entries.len() >= self.min_stretch.min(RUN_AHEAD) {
-                if let Some(bulk) = self.bulk(t, ch, fast_memo, key_parts) {
+                if let Some(bulk) = self.bulk(t, memos) {
                     self.cursors[t.idx()] = bulk.end.map(|e| TeamCursor::at(st, t, e));
                     run.bulk = Some(bulk);
                     break;
@@ -1678,9 +1720,14 @@ impl<'a> Tournament<'a> {
             let Some(q) = it.peek_plain().filter(|q| q.shape != 0) else {
                 break;
             };
-            let Some(((reason, message), (b, share))) =
-                held(fast_memo, key_parts, q.shape, q.submit, time_matters, ch)
-            else {
+            let Some(((reason, message), (b, share))) = held(
+                memos.fast_memo,
+                memos.key_parts,
+                q.shape,
+                q.submit,
+                time_matters,
+                &memos.ctx.changes,
+            ) else {
                 break;
             };
             let key = plain_key(q, b, share);
@@ -1698,13 +1745,7 @@ impl<'a> Tournament<'a> {
     /// (`Bulk`), where there is one: the team is neither StrictFIFO (checked by the caller)
     /// nor compares submit times, its next entry is plain, and that entry's shape was found
     /// waiting and holds, with every entry showing it. Sets the team's place key to the run's.
-    fn bulk(
-        &mut self,
-        t: TeamId,
-        ch: &Changes,
-        fast_memo: &FastMemo,
-        key_parts: &KeyParts,
-    ) -> Option<Bulk<'a>> {
+    fn bulk(&mut self, t: TeamId, memos: &mut Memos<'_, '_>) -> Option<Bulk<'a>> {
         let st = self.st;
         let team = &st.teams[t.idx()];
         // A queue shorter than two runs costs less walked than tried.
@@ -1712,17 +1753,14 @@ impl<'a> Tournament<'a> {
             return None;
         }
         let start = self.cursors[t.idx()].as_mut()?.peek_plain()?;
+        self.foresee(t, start, memos);
+        let (ch, fast_memo, key_parts) = (&memos.ctx.changes, &*memos.fast_memo, &*memos.key_parts);
         let settled = |shape: u128, q: &ShapeQueue| {
             let ((reason, message), (b, share)) = held(fast_memo, key_parts, shape, 0, false, ch)?;
             (shape != 0 && q.all_show(reason, message)).then_some((shape, b, share))
         };
         let judged = std::mem::take(&mut self.judged[t.idx()]);
         let b = &mut self.bulk_state[t.idx()];
-        if b.shapes.is_empty() {
-            b.shapes = team.shapes.shapes().collect();
-            b.next = vec![None; b.shapes.len()];
-            b.settled = vec![None; b.shapes.len()];
-        }
         if b.clock != Some(ch.clock) {
             for (i, &(shape, q)) in b.shapes.iter().enumerate() {
                 b.settled[i] = settled(shape, q);
@@ -1746,22 +1784,15 @@ impl<'a> Tournament<'a> {
         b.settled[at]?;
         let mut parts = Vec::with_capacity(b.shapes.len());
         let mut end: Option<&'a QueueKey> = None;
-        for (i, &(_, q)) in b.shapes.iter().enumerate() {
+        for i in 0..b.shapes.len() {
             if let Some(part) = b.settled[i] {
                 parts.push(part);
                 continue;
             }
-            // Its first entry from `start`: the one found from an earlier start while that is
-            // not behind this one, else searched.
-            let first = match b.next[i] {
-                Some(k) if k.is_none_or(|k| k >= start) => k,
-                _ => {
-                    let k = q.keys.range(start..).next();
-                    b.next[i] = Some(k);
-                    k
-                }
-            };
-            if let Some(k) = first.filter(|k| end.is_none_or(|e| *k < e)) {
+            if let Some(k) = b
+                .first_from(i, start)
+                .filter(|k| end.is_none_or(|e| *k < e))
+            {
                 end = Some(k);
             }
         }
@@ -1804,6 +1835,62 @@ impl<'a> Tournament<'a> {
             }
         }
         Some(Bulk { start, end, parts })
+    }
+
+    /// Judges, ahead of its turn, each of team `t`'s shapes that has an entry from `start` on
+    /// and no wait or key part that holds, on the working state as it is now, once per shape
+    /// and clock. The tournament would judge the shape's first entry from `start` later in this
+    /// window, on this same state, or after a decision that `Found::holds` sees. So what is
+    /// found is what the cycle would find, and a stretch need not end where a shape was not
+    /// judged yet: with a deep backlog, that is where a cycle after a change walked most of
+    /// its entries one by one. An outcome other than a wait holding nothing is a decision,
+    /// taken in its turn: it is dropped, and the stretch ends at that entry.
+    fn foresee(&mut self, t: TeamId, start: &'a QueueKey, memos: &mut Memos<'_, '_>) {
+        let st = self.st;
+        self.bulk_state[t.idx()].init(&st.teams[t.idx()]);
+        let clock = memos.ctx.changes.clock;
+        for i in 0..self.bulk_state[t.idx()].shapes.len() {
+            let b = &mut self.bulk_state[t.idx()];
+            if b.foreseen[i] == Some(clock) {
+                continue;
+            }
+            let shape = b.shapes[i].0;
+            let ch = &memos.ctx.changes;
+            let wait_holds = memo_wait(memos.fast_memo, shape, 0, false, ch).is_some();
+            let part_holds = memos.key_parts.get(&shape).is_some_and(|f| f.holds(ch));
+            if shape == 0 || (wait_holds && part_holds) {
+                continue;
+            }
+            let Some(first) = b.first_from(i, start) else {
+                continue;
+            };
+            b.foreseen[i] = Some(clock);
+            let wl = st.workload(first.id);
+            if wl.preempting.is_some() {
+                continue;
+            }
+            let reads = self.reads_of(shape, wl);
+            if !part_holds {
+                let k = entry_key(memos.ctx, wl);
+                let found = Found::new(memos.generation, clock, reads.clone(), (k.1, k.2));
+                memos.key_parts.insert(shape, found);
+            }
+            if !wait_holds {
+                if let Outcome::Pending {
+                    reason,
+                    message,
+                    hold,
+                } = process(memos.ctx, wl)
+                {
+                    if hold.is_empty() {
+                        let found = (st.texts.shared(reason), st.texts.shared(message));
+                        let found = Found::new(memos.generation, clock, reads, found);
+                        memos.fast_memo.insert((shape, 0, false), found);
+                    }
+                }
+            }
+            self.judged[t.idx()].push(shape);
+        }
     }
 
     /// The first entry of team `t`'s bulk run placed after `at`, with its tournament key: per
