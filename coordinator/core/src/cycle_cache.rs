@@ -24,6 +24,7 @@ use crate::ids::{CohortId, FrId, FrVec, TeamId, WlId};
 use crate::nodes::Node;
 use crate::quota::Share;
 use crate::reads::{Reads, Touched};
+use crate::shapes::ByShape;
 use crate::state::{CohortRt, State, Time, Workload};
 
 /// A (team, shape) key of the fast path: the shape fingerprint, the submit time where the
@@ -273,7 +274,9 @@ pub struct CycleCache {
     pub(crate) key_parts: BTreeMap<u128, KeyPart>,
     /// What each shape's judgement reads, per fingerprint: it changes only with what a basis
     /// compares whole (and the nodes' flavors).
-    pub(crate) reads: BTreeMap<u128, Arc<Reads>>,
+    pub(crate) reads: ByShape<u128, Arc<Reads>>,
+    /// Each shape's request fingerprint (what its fingerprint fixes: it never goes stale).
+    pub(crate) requests: ByShape<u128, u128>,
     /// Set when the last cycle found every pending workload waiting: what all its waits read.
     settled: Option<Arc<Reads>>,
     /// Cycles that started from some of the last one's outcomes, and cycles run.
@@ -310,6 +313,9 @@ impl CycleCache {
                 self.key_parts.clear();
                 self.reads.clear();
             }
+        }
+        if self.requests.len() > MAX_READS {
+            self.requests.clear();
         }
         Arc::new(Basis::of(st, config))
     }

@@ -9,7 +9,6 @@
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use allot_common::quota::{
@@ -24,7 +23,7 @@ use crate::plan::{Plan, PlannedAdmission, PlannedPreemption};
 use crate::preemption::{self, Victim};
 use crate::quota::{self, Acct, Share};
 use crate::reads::{Reads, Touched};
-use crate::shapes::ShapeQueue;
+use crate::shapes::{ByShape, ShapeQueue};
 use crate::state::{Admission, PodSetAdmission, QueueKey, State, Time, Workload};
 use crate::working::{node_shortfall, NodeShortfall};
 use crate::working::{Changes, Ctx};
@@ -1004,6 +1003,7 @@ fn schedule_with(
     let fresh = cache.as_deref_mut().map(|c| {
         let fresh = c.start(st);
         tour.reads = std::mem::take(&mut c.reads);
+        tour.requests = std::mem::take(&mut c.requests);
         fast_memo.extend(c.waits.iter().map(|(k, (r, m, reads))| {
             (*k, Found::new(0, 0, reads.clone(), (r.clone(), m.clone())))
         }));
@@ -1317,6 +1317,7 @@ fn schedule_with(
     keep(&fast_memo, &key_parts);
     if let Some(c) = cache {
         c.reads = std::mem::take(&mut tour.reads);
+        c.requests = std::mem::take(&mut tour.requests);
         if generation == 0 && !preemptor_judged {
             c.mark_settled();
         }
@@ -1360,43 +1361,9 @@ impl<T> Found<T> {
 }
 
 /// Per plain shape, its tournament-key part: (borrows, share).
-type KeyParts = HashMap<u128, Found<(bool, Share)>, BuildHasherDefault<FingerprintHasher>>;
+type KeyParts = ByShape<u128, Found<(bool, Share)>>;
 /// Per fast shape, its outcome when found waiting: reason and message.
-type FastMemo =
-    HashMap<FastShape, Found<(Arc<str>, Arc<str>)>, BuildHasherDefault<FingerprintHasher>>;
-
-/// The hasher of the cycle's per-shape maps, whose keys start with a 128-bit SipHash
-/// fingerprint: already uniform, so it needs only folding. Looked up once per queue entry, they
-/// are the fast cycle's inner loop. Never iterated where the order could change a result (only
-/// into ordered maps).
-#[derive(Default)]
-struct FingerprintHasher(u64);
-
-impl FingerprintHasher {
-    fn mix(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for FingerprintHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.mix(u64::from(*b));
-        }
-    }
-    fn write_u128(&mut self, v: u128) {
-        self.mix(v as u64 ^ (v >> 64) as u64);
-    }
-    fn write_i64(&mut self, v: i64) {
-        self.mix(v as u64);
-    }
-    fn write_u8(&mut self, v: u8) {
-        self.mix(u64::from(v));
-    }
-}
+type FastMemo = ByShape<FastShape, Found<(Arc<str>, Arc<str>)>>;
 
 /// The reason and message a plain shape was found waiting with in `generation`, if it was: the
 /// submit time is part of the shape only where team policy compares it.
@@ -1605,7 +1572,12 @@ struct Tournament<'a> {
     judged: Vec<Vec<u128>>,
     /// What each shape's judgement reads (see `reads`), per fingerprint: kept in the cache
     /// between cycles.
-    reads: BTreeMap<u128, Arc<Reads>>,
+    reads: ByShape<u128, Arc<Reads>>,
+    /// Each shape's request fingerprint (`Workload::request_fingerprint`): kept in the cache
+    /// between cycles.
+    requests: ByShape<u128, u128>,
+    /// Per request fingerprint, the key part found in this cycle (`key_part`).
+    request_parts: ByShape<u128, Found<(bool, Share)>>,
 }
 
 impl<'a> Tournament<'a> {
@@ -1626,7 +1598,9 @@ impl<'a> Tournament<'a> {
             min_stretch,
             bulk_state: (0..n).map(|_| BulkState::default()).collect(),
             judged: vec![Vec::new(); n],
-            reads: BTreeMap::new(),
+            reads: ByShape::default(),
+            requests: ByShape::default(),
+            request_parts: HashMap::default(),
         }
     }
 
@@ -1637,6 +1611,40 @@ impl<'a> Tournament<'a> {
             .entry(fp)
             .or_insert_with(|| Arc::new(Reads::of(st, wl)))
             .clone()
+    }
+
+    /// The (borrows, share) part of the tournament key of plain shape `shape`, whose entry `wl`
+    /// is, found now and kept in `key_parts`. It reads what a flavor assignment reads of the
+    /// workload, not its priority: shapes that differ only there (a team's priority classes)
+    /// share it, found once per request while it holds.
+    fn key_part(
+        &mut self,
+        ctx: &mut Ctx,
+        shape: u128,
+        wl: &Workload,
+        generation: u64,
+        key_parts: &mut KeyParts,
+    ) -> (bool, Share) {
+        let request = *self
+            .requests
+            .entry(shape)
+            .or_insert_with(|| wl.request_fingerprint());
+        let found = match self.request_parts.get(&request) {
+            Some(f) if f.holds(&ctx.changes) => {
+                Found::new(f.gen, f.judged, f.reads.clone(), f.value)
+            }
+            _ => {
+                let k = entry_key(ctx, wl);
+                let reads = self.reads_of(shape, wl);
+                let found = Found::new(generation, ctx.changes.clock, reads, (k.1, k.2));
+                let copy = Found::new(found.gen, found.judged, found.reads.clone(), found.value);
+                self.request_parts.insert(request, copy);
+                found
+            }
+        };
+        let part = found.value;
+        key_parts.insert(shape, found);
+        part
     }
 
     /// The least head: its key, its place key, its team and its shape fingerprint (plain
@@ -1667,13 +1675,10 @@ impl<'a> Tournament<'a> {
                 let (b, share) = match key_parts.get(&q.shape) {
                     Some(f) if f.holds(&ctx.changes) => f.value,
                     _ => {
-                        let wl = st.workload(id);
-                        let k = entry_key(ctx, wl);
-                        let reads = self.reads_of(q.shape, wl);
-                        let clock = ctx.changes.clock;
-                        key_parts.insert(q.shape, Found::new(generation, clock, reads, (k.1, k.2)));
+                        let part =
+                            self.key_part(ctx, q.shape, st.workload(id), generation, key_parts);
                         self.judged[t.idx()].push(q.shape);
-                        (k.1, k.2)
+                        part
                     }
                 };
                 plain_key(q, b, share)
@@ -1861,20 +1866,20 @@ impl<'a> Tournament<'a> {
             if shape == 0 || (wait_holds && part_holds) {
                 continue;
             }
-            let Some(first) = b.first_from(i, start) else {
+            // Any entry of the shape is judged as its first from `start` is: its last is found
+            // without comparing keys on the way.
+            let Some(last) = b.shapes[i].1.keys.last().filter(|k| *k >= start) else {
                 continue;
             };
             b.foreseen[i] = Some(clock);
-            let wl = st.workload(first.id);
+            let wl = st.workload(last.id);
             if wl.preempting.is_some() {
                 continue;
             }
-            let reads = self.reads_of(shape, wl);
             if !part_holds {
-                let k = entry_key(memos.ctx, wl);
-                let found = Found::new(memos.generation, clock, reads.clone(), (k.1, k.2));
-                memos.key_parts.insert(shape, found);
+                self.key_part(memos.ctx, shape, wl, memos.generation, memos.key_parts);
             }
+            let reads = self.reads_of(shape, wl);
             if !wait_holds {
                 if let Outcome::Pending {
                     reason,

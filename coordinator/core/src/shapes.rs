@@ -8,7 +8,8 @@
 //! a deep backlog that walk was most of a cycle's cost. Below `state`, which keeps the index
 //! as entries come, go and change what they show.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,42 @@ pub type Shown = Option<(Arc<str>, Arc<str>)>;
 /// allocation), else by content.
 pub fn same_text(a: &Arc<str>, b: &Arc<str>) -> bool {
     Arc::ptr_eq(a, b) || a == b
+}
+
+/// A map keyed by shape fingerprint (or a key that starts with one).
+pub type ByShape<K, V> = HashMap<K, V, BuildHasherDefault<FingerprintHasher>>;
+
+/// The hasher of a cycle's per-shape maps (`scheduler`, `cycle_cache`), whose keys start with a 128-bit SipHash
+/// fingerprint: already uniform, so it needs only folding. Looked up once per queue entry, they
+/// are the fast cycle's inner loop. Never iterated where the order could change a result (only
+/// into ordered maps).
+#[derive(Default)]
+pub struct FingerprintHasher(u64);
+
+impl FingerprintHasher {
+    fn mix(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FingerprintHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.mix(u64::from(*b));
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.mix(v as u64 ^ (v >> 64) as u64);
+    }
+    fn write_i64(&mut self, v: i64) {
+        self.mix(v as u64);
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.mix(u64::from(v));
+    }
 }
 
 /// Queue order inside a team: higher priority first, then submit time, name, id.

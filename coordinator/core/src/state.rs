@@ -227,6 +227,14 @@ impl Workload {
     /// queue entry's copy stays true). Two workloads with the same fingerprint have the same shape (a collision
     /// among the shapes of one cluster is a 2^-128 event). Never 0.
     pub fn shape_fingerprint(&self) -> u128 {
+        self.fingerprint(true)
+    }
+    /// A 128-bit fingerprint of what a flavor assignment reads of a workload: the shape's
+    /// without its priority and the workload that evicted it. Never 0.
+    pub fn request_fingerprint(&self) -> u128 {
+        self.fingerprint(false)
+    }
+    fn fingerprint(&self, whole: bool) -> u128 {
         use std::hash::{Hash, Hasher};
         #[allow(deprecated)]
         let mut a =
@@ -236,9 +244,13 @@ impl Workload {
             std::hash::SipHasher::new_with_keys(0x9e37_79b9_7f4a_7c15, 0xbf58_476d_1ce4_e5b9);
         for h in [&mut a, &mut b] {
             self.team.hash(h);
-            self.priority.hash(h);
+            if whole {
+                self.priority.hash(h);
+            }
             self.pinned.hash(h);
-            self.preempted_by.as_ref().map(|p| p.preemptor).hash(h);
+            if whole {
+                self.preempted_by.as_ref().map(|p| p.preemptor).hash(h);
+            }
             self.spec.pod_sets.len().hash(h);
             for (p, r) in self.spec.pod_sets.iter().zip(&self.pod_reqs) {
                 p.name.hash(h);

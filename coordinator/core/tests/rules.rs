@@ -892,3 +892,26 @@ fn a_workload_never_takes_back_the_workload_that_evicted_it() {
         "{why}"
     );
 }
+
+/// Shapes that differ only in priority share one request fingerprint (a cycle finds their
+/// tournament-key part once), and anything a flavor assignment reads tells requests apart.
+#[test]
+fn request_fingerprint_ignores_priority_only() {
+    let mut sim = Sim::classical(vec![gpu_team("a", 8, None), gpu_team("b", 8, None)]);
+    sim.submit(wl("low", "a", 10, 1, &[("gpu", "2")]))
+        .submit(wl("high", "a", 90, 1, &[("gpu", "2")]))
+        .submit(wl("two-pods", "a", 10, 2, &[("gpu", "2")]))
+        .submit(wl("more-gpu", "a", 10, 1, &[("gpu", "4")]))
+        .submit(wl("other-team", "b", 10, 1, &[("gpu", "2")]));
+    let get = |name: &str| sim.st.workload(sim.st.find_workload(name).unwrap());
+    let (low, high) = (get("low"), get("high"));
+    assert_ne!(low.shape_fingerprint(), high.shape_fingerprint());
+    assert_eq!(low.request_fingerprint(), high.request_fingerprint());
+    for other in ["two-pods", "more-gpu", "other-team"] {
+        assert_ne!(
+            low.request_fingerprint(),
+            get(other).request_fingerprint(),
+            "{other}"
+        );
+    }
+}
