@@ -9,7 +9,7 @@ use std::rc::Rc;
 use allot_common::quota::{BorrowWithinCohortPolicy, ReclaimWithinCohort, WithinTeam};
 use allot_common::FairSharingStrategy;
 
-use crate::ids::{FlavorId, FrId, TeamId, WlId};
+use crate::ids::{CohortId, FlavorId, FrId, TeamId, WlId};
 use crate::nodes::RoomCount;
 use crate::plan::PreemptReason;
 use crate::quota::{self, Share};
@@ -822,49 +822,85 @@ fn fair_sharing_search(
     // The teams that may be picked (the preemptor's, and those borrowing a contested pair) by
     // share, highest first, ties to the lowest team id: `pick_pool` takes the first with a
     // candidate left. Shares and borrowing change only when a candidate is taken off, and a
-    // team without candidates left has none later, so the order is made again only after a
-    // removal and otherwise walked once (each pick looked at every team of the cohort).
+    // team without candidates left has none later, so the order is walked once between
+    // removals (each pick looked at every team of the cohort). It starts from the cohort's
+    // borrowers in order, kept for the cycle's searches while the accounting is unchanged
+    // (`ranked_borrowers`), with the preemptor's team placed at its share after admission; a
+    // removal moves only the team that lost the candidate (its share and borrowing are its
+    // own usage's).
     let mut ranked: Vec<(Share, TeamId)> = Vec::new();
     let mut ranked_after: Option<usize> = None;
     let mut cursor = 0usize;
-    let mut pick_pool = |ctx: &Ctx, pools: &mut Pools, removals: usize| -> Option<TeamId> {
-        if ranked_after != Some(removals) {
-            ranked.clear();
-            for &tid in &pools.teams {
-                if tid == t || borrowing_in(ctx, tid, f_set) {
-                    ranked.push((share_of(ctx, tid), tid));
+    let rank_in = |ranked: &mut Vec<(Share, TeamId)>, share: Share, tid: TeamId| {
+        let at = ranked.partition_point(|(s, x)| *s > share || (*s == share && *x < tid));
+        ranked.insert(at, (share, tid));
+    };
+    let mut pick_pool =
+        |ctx: &Ctx, pools: &mut Pools, removed: &[(Cand, PreemptReason)]| -> Option<TeamId> {
+            match ranked_after {
+                Some(n) if n == removed.len() => {}
+                Some(n) if n < removed.len() => {
+                    for (c, _) in &removed[n..] {
+                        let m = c.team;
+                        ranked.retain(|(_, x)| *x != m);
+                        if m == t || borrowing_in(ctx, m, f_set) {
+                            rank_in(&mut ranked, share_of(ctx, m), m);
+                        }
+                    }
+                    ranked_after = Some(removed.len());
+                    cursor = 0;
+                }
+                _ => {
+                    let cohort = st.teams[t.idx()].cohort;
+                    ranked.clear();
+                    ranked.extend(
+                        ranked_borrowers(ctx, cohort, f_set)
+                            .iter()
+                            .filter(|(_, m)| *m != t && pools.teams.binary_search(m).is_ok()),
+                    );
+                    rank_in(&mut ranked, share_of(ctx, t), t);
+                    ranked_after = Some(removed.len());
+                    cursor = 0;
                 }
             }
-            ranked.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            ranked_after = Some(removals);
-            cursor = 0;
-        }
-        let mut picked = None;
-        while let Some(&(_, tid)) = ranked.get(cursor) {
-            if pools.has_next(ctx, wl, tid, f_set) {
-                picked = Some(tid);
-                break;
+            // Debug builds (every test) check the order against ranking every team again.
+            #[cfg(debug_assertions)]
+            {
+                let mut all: Vec<(Share, TeamId)> = pools
+                    .teams
+                    .iter()
+                    .filter(|&&tid| tid == t || borrowing_in(ctx, tid, f_set))
+                    .map(|&tid| (share_of(ctx, tid), tid))
+                    .collect();
+                all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+                assert_eq!(ranked, all, "the fair-sharing search's kept order is stale");
             }
-            cursor += 1;
-        }
-        // Debug builds (every test) check the pick against a scan of every team.
-        #[cfg(debug_assertions)]
-        {
-            let mut best: Option<(Share, TeamId)> = None;
-            for tid in pools.teams.clone() {
-                if (tid == t || borrowing_in(ctx, tid, f_set))
-                    && pools.has_next(ctx, wl, tid, f_set)
-                {
-                    let s = share_of(ctx, tid);
-                    if best.as_ref().is_none_or(|(bs, _)| s > *bs) {
-                        best = Some((s, tid));
+            let mut picked = None;
+            while let Some(&(_, tid)) = ranked.get(cursor) {
+                if pools.has_next(ctx, wl, tid, f_set) {
+                    picked = Some(tid);
+                    break;
+                }
+                cursor += 1;
+            }
+            // Debug builds (every test) check the pick against a scan of every team.
+            #[cfg(debug_assertions)]
+            {
+                let mut best: Option<(Share, TeamId)> = None;
+                for tid in pools.teams.clone() {
+                    if (tid == t || borrowing_in(ctx, tid, f_set))
+                        && pools.has_next(ctx, wl, tid, f_set)
+                    {
+                        let s = share_of(ctx, tid);
+                        if best.as_ref().is_none_or(|(bs, _)| s > *bs) {
+                            best = Some((s, tid));
+                        }
                     }
                 }
+                assert_eq!(picked, best.map(|(_, tid)| tid));
             }
-            assert_eq!(picked, best.map(|(_, tid)| tid));
-        }
-        picked
-    };
+            picked
+        };
     let pick = |ctx: &Ctx,
                 pool: &BTreeMap<TeamId, VecDeque<Cand>>,
                 used: &BTreeSet<TeamId>|
@@ -888,7 +924,7 @@ fn fair_sharing_search(
     let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
     let mut fit = false;
     let mut hopeless = false;
-    'outer: while let Some(target) = pick_pool(ctx, &mut pools, removed.len()) {
+    'outer: while let Some(target) = pick_pool(ctx, &mut pools, &removed) {
         if target == t {
             if !pools.bound_holds(ctx, wl, usage, place, f_set) {
                 return None;
@@ -1050,33 +1086,9 @@ fn fair_share_hopeless(
     }
     let p = quota::share(st, &ctx.acct, t, usage);
     // Every other member borrowing a contested pair has a share below `p`: the highest of them
-    // does. The shapes of a cycle ask about the same cohort and pairs again and again, with
-    // the accounting unchanged in between: the two highest are kept until it changes.
-    let key = (team.cohort, f_set.iter().copied().collect::<Vec<_>>());
-    let changes = ctx.acct.changes();
-    let kept = ctx
-        .rivals
-        .borrow()
-        .get(&key)
-        .filter(|(c, _)| *c == changes)
-        .map(|(_, r)| *r);
-    let rivals = kept.unwrap_or_else(|| {
-        let mut top: Rivals = [None, None];
-        for &m in &st.cohorts[team.cohort.idx()].members {
-            if !borrowing_in(ctx, m, f_set) {
-                continue;
-            }
-            let s = Some((ctx.share(m), m));
-            if s > top[0] {
-                top = [s, top[0]];
-            } else if s > top[1] {
-                top[1] = s;
-            }
-        }
-        ctx.rivals.borrow_mut().insert(key, (changes, top));
-        top
-    });
-    let highest = rivals.iter().flatten().find(|(_, m)| *m != t);
+    // does.
+    let rivals = ranked_borrowers(ctx, team.cohort, f_set);
+    let highest = rivals.iter().find(|(_, m)| *m != t);
     let hopeless = highest.is_none_or(|(s, _)| p > *s);
     debug_assert_eq!(
         hopeless,
@@ -1088,6 +1100,29 @@ fn fair_share_hopeless(
         "the kept rivals of team {t:?} disagree with the cohort"
     );
     hopeless
+}
+
+/// The members of `cohort` that borrow a pair of `f_set`, by share (`Rivals`). The shapes of a
+/// cycle ask about the same cohort and pairs again and again, with the accounting unchanged in
+/// between: the order is kept until it changes.
+fn ranked_borrowers(ctx: &Ctx, cohort: CohortId, f_set: &BTreeSet<FrId>) -> Rivals {
+    let key = (cohort, f_set.iter().copied().collect::<Vec<_>>());
+    let changes = ctx.acct.changes();
+    if let Some((c, r)) = ctx.rivals.borrow().get(&key) {
+        if *c == changes {
+            return r.clone();
+        }
+    }
+    let mut all: Vec<(Share, TeamId)> = ctx.st.cohorts[cohort.idx()]
+        .members
+        .iter()
+        .filter(|&&m| borrowing_in(ctx, m, f_set))
+        .map(|&m| (ctx.share(m), m))
+        .collect();
+    all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let all: Rivals = all.into();
+    ctx.rivals.borrow_mut().insert(key, (changes, all.clone()));
+    all
 }
 
 /// The victim's message: who took its place, why, and the numbers behind it.

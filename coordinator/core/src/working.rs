@@ -35,8 +35,8 @@ pub struct Ctx<'a> {
     pub(crate) usages: RefCell<UsagesCache>,
     /// Per team: its share (`quota::share` with nothing added) at its usage stamp.
     shares: RefCell<Vec<Option<(u64, Share)>>>,
-    /// Per (cohort, contested pairs): the members borrowing one of the pairs with the highest
-    /// shares, at the accounting's change count (`preemption::fair_share_hopeless`).
+    /// Per (cohort, contested pairs): the members borrowing one of the pairs by share, at the
+    /// accounting's change count (`preemption::ranked_borrowers`).
     pub(crate) rivals: RefCell<RivalsCache>,
     /// What the cycle's decisions changed, and when.
     pub(crate) changes: Changes,
@@ -95,13 +95,13 @@ pub(crate) fn taken_off(a: &Admission) -> Usage {
 /// See `Ctx::usages`: per (team, pairs), the version and the distinct usages.
 pub(crate) type UsagesCache = BTreeMap<(TeamId, Vec<FrId>), (u64, Rc<[Usage]>)>;
 
-/// See `Ctx::rivals`: per (cohort, pairs), the accounting's change count and the two highest
-/// shares among the members borrowing one of the pairs.
+/// See `Ctx::rivals`: per (cohort, pairs), the accounting's change count and the members
+/// borrowing one of the pairs by share.
 pub(crate) type RivalsCache = BTreeMap<(CohortId, Vec<FrId>), (u64, Rivals)>;
 
-/// The two highest (share, team) among a cohort's members that borrow one of some pairs,
-/// highest first.
-pub(crate) type Rivals = [Option<(Share, TeamId)>; 2];
+/// A cohort's members that borrow one of some pairs, as (share, team): highest share first,
+/// ties to the lowest team id (the fair-sharing search's order of target teams).
+pub(crate) type Rivals = Rc<[(Share, TeamId)]>;
 
 /// `Ctx::admission_of` from the parts of a context, for a caller that changes its accounting
 /// meanwhile.
