@@ -415,50 +415,51 @@ fn describe_and_list_print_the_api_shapes_and_updates_take_each_part_alone() {
     assert!(table.contains("Description: Inference first"), "{table}");
 }
 
-/// Issue 25, item 3: a node whose type the catalog does not list registers with what its agent
-/// found (cpu and memory from the host); quotas for the type then take its figures; `get
-/// nodes` says where each figure came from.
+/// Issue 25, item 3: every type of the API's enum is catalogued; a figure no source gives
+/// (the GPUs of `ml.g7.*`) comes from the first node of the type that registers, quotas for
+/// the type then take it, and `get nodes` says where each figure came from.
 #[test]
-fn a_type_the_catalog_does_not_list_is_learned_from_its_node() {
+fn a_figure_the_catalog_lacks_is_learned_from_its_node() {
     let (c, _rt) = one_replica();
-    let cfg = "ComputeQuotaResources=[{InstanceType=ml.c8a.16xlarge,Count=1}]";
+    // Refused before these types were catalogued; taken at once now.
+    let cfg = "ComputeQuotaResources=[{InstanceType=ml.c8a.16xlarge,Count=1},{InstanceType=ml.g4dn.12xlarge,Accelerators=2}]";
+    quota(&c, "cpus", cfg, None).expect("catalogued types");
+    let cfg = "ComputeQuotaResources=[{InstanceType=ml.g7.12xlarge,Count=1}]";
     let e = quota(&c, "early", cfg, None).unwrap_err();
     assert!(
-        e.contains("ml.c8a.16xlarge") && e.contains("registered by its agent"),
+        e.contains("ml.g7.12xlarge")
+            && e.contains("no source gives its gpu count")
+            && e.contains("registered by its agent"),
         "{e}"
     );
-    // A type outside the API's enum too: the error says so, citing which rule is allot's.
+    // A type outside the API's enum: the error says so, citing which rule is allot's.
     let bogus = "ComputeQuotaResources=[{InstanceType=ml.p9.96xlarge,Count=1}]";
     let e = quota(&c, "bogus", bogus, None).unwrap_err();
     assert!(
         e.contains("not one of the API's ClusterInstanceType values") && e.contains("allot's rule"),
         "{e}"
     );
-    assert!(!quota(&c, "early", cfg, None)
-        .unwrap_err()
-        .contains("not one of"));
-    let _agent = c.start_agent("c8a-1", "ml.c8a.16xlarge", 0, 3.0);
+    let _agent = c.start_agent("g7-1", "ml.g7.12xlarge", 2, 3.0);
     let nodes = wait_for(30, "the node registered", || {
         let out = c.cli_ok("admin-admin", &["get", "nodes"]);
-        out.contains("c8a-1").then_some(out)
+        out.contains("g7-1").then_some(out)
     });
-    assert!(nodes.contains("host: cpu,memory"), "{nodes}");
-    let out = quota(&c, "late", cfg, None).expect("the type is known now");
-    assert!(out.contains("ml.c8a.16xlarge"), "{out}");
-    // Its nominal quota is the node's capacity: the host's vCPUs, not zero.
+    assert!(
+        nodes
+            .lines()
+            .any(|l| l.starts_with("g7-1") && l.contains("catalog: cpu,memory; fake: gpu")),
+        "{nodes}"
+    );
+    let out = quota(&c, "late", cfg, None).expect("the type is complete now");
+    assert!(out.contains("ml.g7.12xlarge"), "{out}");
+    // Its nominal quota is one instance: the catalog's 48 vCPUs, the node's 2 GPUs.
     let teams = c.cli_ok("admin-admin", &["get", "teams"]);
     let line = teams
         .lines()
         .find(|l| l.starts_with("t-late"))
         .expect("team t-late");
-    let node_cpu = nodes
-        .lines()
-        .find(|l| l.starts_with("c8a-1"))
-        .and_then(|l| l.split("cpu=").nth(1))
-        .and_then(|r| r.split(',').next())
-        .expect("the node's cpu");
     assert!(
-        node_cpu != "0" && line.contains(&format!("cpu={node_cpu},")),
+        line.contains("cpu=48,") && line.contains("gpu=2"),
         "{line} / {nodes}"
     );
     // A catalogued node says its figures are the catalog's.

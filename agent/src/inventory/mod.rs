@@ -35,13 +35,14 @@
 //!   instance capacity; a warning says when the host has fewer vCPUs than the catalog, or less
 //!   than 90% of its memory (the kernel reports a few percent less than the nominal size, so
 //!   an exact comparison would always warn).
-//! - A type the catalog does not list (but named as SageMaker names types, `ml.c8a.16xlarge`)
+//! - A type the catalog does not list (but named as SageMaker names types, `ml.x9.48xlarge`)
 //!   is accepted: `cpu` and `memory` are the host's, also with fake GPUs, and the coordinator
 //!   learns the type's figures from the first such node.
 //! - [`sources`] says where each figure came from; `get nodes` shows it.
 //! - `gpu`, `neuron` and `efa` are the numbers of devices discovered, healthy or not: health is
 //!   reported per device in `devices` and the coordinator decides what to do with it. A warning
-//!   says when a count differs from the catalog's.
+//!   says when a count differs from the catalog's (not for a count no source of the catalog
+//!   gives: the GPUs of `ml.g7.*`, the EFA interfaces of most CPU types).
 //! - A source that fails (NVML stops answering, sysfs unreadable) is a warning; the devices it
 //!   found last time are still reported, unhealthy, with the failure as the reason, so a node
 //!   does not silently shrink.
@@ -174,7 +175,7 @@ pub fn check_instance_type(value: &str, origin: &str) -> Result<String, String> 
             return Ok(prefixed);
         }
     }
-    // A name of the API's form the catalog does not list (`ml.c8a.16xlarge`): accepted; its
+    // A name of the API's form the catalog does not list (`ml.x9.48xlarge`): accepted; its
     // vCPUs and memory come from the host, and the coordinator learns the type from it.
     if plausible_instance_type(value) {
         return Ok(value.to_string());
@@ -339,17 +340,17 @@ pub fn capacity(
             .iter()
             .filter(|d| d.resource == res.as_str())
             .count();
-        if found > 0 {
-            cap.set(res, found as i64);
-        } else {
-            cap.0.remove(&res);
-        }
-        if found != listed as usize && it.catalogued {
+        if found != listed as usize && it.catalogued && it.sourced(&res) {
             warnings.push(format!(
                 "discovered {}, the catalog says {} has {listed}",
                 plural(found, label),
                 it.name
             ));
+        }
+        if found > 0 {
+            cap.set(res, found as i64);
+        } else {
+            cap.0.remove(&res);
         }
     }
     for d in devices.iter().filter(|d| d.resource == GPU && d.mig) {

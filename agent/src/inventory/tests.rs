@@ -95,8 +95,8 @@ fn a_name_that_is_not_an_instance_type_names_the_value_its_origin_and_valid_name
     );
     // A name of the API's form the catalog does not list is the node's own type.
     assert_eq!(
-        resolve_instance_type(Some("ml.c8a.16xlarge"), None, &no_env).unwrap(),
-        "ml.c8a.16xlarge"
+        resolve_instance_type(Some("ml.x9.48xlarge"), None, &no_env).unwrap(),
+        "ml.x9.48xlarge"
     );
 }
 
@@ -549,6 +549,35 @@ fn fake_gpus_on_a_type_without_gpus_get_a_generic_model() {
     let inv = Discovery::new(&cfg).unwrap().discover();
     assert_eq!(inv.devices[0].model, "Fake GPU");
     assert_eq!(get(&inv.capacity, "gpu"), 1);
+}
+
+/// `ml.g7.48xlarge`: vCPUs and memory are in the catalog's sources, its GPU and EFA counts
+/// are not: the devices discovered are reported without a warning that they differ.
+#[test]
+fn a_count_no_source_gives_is_what_was_discovered() {
+    let it = Catalog::builtin().get("ml.g7.48xlarge").unwrap();
+    assert!(it.catalogued && !it.sourced(&ResourceName::gpu()));
+    let host = HostFacts {
+        vcpus: 192,
+        memory_bytes: 760 << 30,
+    };
+    let mut devices = devs("gpu", 8);
+    devices.extend(devs("efa", 1));
+    let (cap, warnings) = capacity(it, &devices, Some(host), None);
+    assert_eq!(get(&cap, "cpu"), 192_000);
+    assert_eq!(get(&cap, "memory"), 768 << 30);
+    assert_eq!(get(&cap, "gpu"), 8);
+    assert_eq!(get(&cap, "efa"), 1);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    // A sourced count that differs still warns.
+    let g4dn = Catalog::builtin().get("ml.g4dn.12xlarge").unwrap();
+    let (_, warnings) = capacity(g4dn, &devs("gpu", 2), None, None);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("catalog says ml.g4dn.12xlarge has 4")),
+        "{warnings:?}"
+    );
 }
 
 #[test]

@@ -939,7 +939,8 @@ impl Machine {
     }
 
     /// A node of a type the catalog does not list is accepted when it says what it has (cpu
-    /// and memory); `Some(figures)` when it is the first of its type: call [`Self::learn`]
+    /// and memory); `Some(figures)` when it is the first of its type, or the first of a listed
+    /// type with a figure no source gives (its GPUs or EFA interfaces): call [`Self::learn`]
     /// with them once the node is in (a refused command changes nothing).
     fn check_type(
         &self,
@@ -947,8 +948,11 @@ impl Machine {
         ty: &str,
         capacity: &Resources,
     ) -> Result<Option<Resources>, ApiError> {
-        if Catalog::builtin().get(ty).is_ok() || self.learned_types.contains_key(ty) {
+        if self.learned_types.contains_key(ty) {
             return Ok(None);
+        }
+        if let Ok(listed) = Catalog::builtin().get(ty) {
+            return Ok((!listed.unsourced.is_empty()).then(|| capacity.clone()));
         }
         if capacity.get(&ResourceName::cpu()) <= 0 || capacity.get(&ResourceName::memory()) <= 0 {
             return Err(invalid(format!(

@@ -292,6 +292,24 @@ fn bad_reports_are_refused_with_the_value() {
         m.catalog().get("ml.nope.xlarge").map(|t| t.vcpu),
         Ok(Catalog::builtin().get(T).unwrap().vcpu)
     );
+    // A listed type without a GPU count in the catalog's sources takes its node's: 4 GPUs.
+    assert!(m.catalog().get_for_quota("ml.g7.24xlarge").is_err());
+    let mut r = report("n10", &[]);
+    r.instance_type = "ml.g7.24xlarge".into();
+    r.capacity = Catalog::builtin()
+        .get("ml.g7.24xlarge")
+        .unwrap()
+        .resources();
+    r.capacity.set(ResourceName::gpu(), 4);
+    r.devices.clear();
+    let (res, _) = m.apply(&Entry {
+        now: 1,
+        cmd: Command::ReportNode(r),
+    });
+    res.expect("accepted");
+    let g7 = m.catalog();
+    let g7 = g7.get_for_quota("ml.g7.24xlarge").expect("complete now");
+    assert_eq!((g7.vcpu, g7.gpu, g7.catalogued), (96, 4, true));
 }
 
 #[test]
