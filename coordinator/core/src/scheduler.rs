@@ -1842,20 +1842,26 @@ impl<'a> Tournament<'a> {
         Some(Bulk { start, end, parts })
     }
 
-    /// Judges, ahead of its turn, each of team `t`'s shapes that has an entry from `start` on
-    /// and no wait or key part that holds, on the working state as it is now, once per shape
-    /// and clock. The tournament would judge the shape's first entry from `start` later in this
-    /// window, on this same state, or after a decision that `Found::holds` sees. So what is
-    /// found is what the cycle would find, and a stretch need not end where a shape was not
-    /// judged yet: with a deep backlog, that is where a cycle after a change walked most of
-    /// its entries one by one. An outcome other than a wait holding nothing is a decision,
-    /// taken in its turn: it is dropped, and the stretch ends at that entry.
+    /// Judges, ahead of its turn, team `t`'s shapes that have an entry from `start` on and no
+    /// wait or key part that holds, on the working state as it is now, once per shape and
+    /// clock, in the order of their first entries from `start`. The tournament would judge that
+    /// entry later in this window, on this same state, or after a decision that `Found::holds`
+    /// sees. So what is found is what the cycle would find, and a stretch need not end where a
+    /// shape was not judged yet: with a deep backlog, that is where a cycle after a change
+    /// walked most of its entries one by one. An outcome other than a wait holding nothing is
+    /// a decision, taken in its turn: it is dropped, the stretch ends at that entry, and the
+    /// shapes after it are left for a later try (judged now, most would be judged again after
+    /// the decision: a deep backlog's cycle judged thousands of admissions it then dropped).
     fn foresee(&mut self, t: TeamId, start: &'a QueueKey, memos: &mut Memos<'_, '_>) {
         let st = self.st;
         self.bulk_state[t.idx()].init(&st.teams[t.idx()]);
         let clock = memos.ctx.changes.clock;
-        for i in 0..self.bulk_state[t.idx()].shapes.len() {
-            let b = &mut self.bulk_state[t.idx()];
+        // The shapes to judge, by their first entry from `start`: the stretch ends at the
+        // first that is a decision, so those after it are judged later (after the decision,
+        // which most often changes what they would be found to do).
+        let mut todo: Vec<(&'a QueueKey, usize, bool, bool)> = Vec::new();
+        let b = &mut self.bulk_state[t.idx()];
+        for i in 0..b.shapes.len() {
             if b.foreseen[i] == Some(clock) {
                 continue;
             }
@@ -1866,35 +1872,40 @@ impl<'a> Tournament<'a> {
             if shape == 0 || (wait_holds && part_holds) {
                 continue;
             }
-            // Any entry of the shape is judged as its first from `start` is: its last is found
-            // without comparing keys on the way.
-            let Some(last) = b.shapes[i].1.keys.last().filter(|k| *k >= start) else {
-                continue;
-            };
-            b.foreseen[i] = Some(clock);
-            let wl = st.workload(last.id);
+            if let Some(first) = b.first_from(i, start) {
+                todo.push((first, i, wait_holds, part_holds));
+            }
+        }
+        todo.sort_unstable_by_key(|(first, i, _, _)| (*first, *i));
+        for (first, i, wait_holds, part_holds) in todo {
+            self.bulk_state[t.idx()].foreseen[i] = Some(clock);
+            let shape = self.bulk_state[t.idx()].shapes[i].0;
+            let wl = st.workload(first.id);
             if wl.preempting.is_some() {
-                continue;
+                // Taken in its turn, where the stretch ends.
+                break;
             }
             if !part_holds {
                 self.key_part(memos.ctx, shape, wl, memos.generation, memos.key_parts);
             }
+            self.judged[t.idx()].push(shape);
+            if wait_holds {
+                continue;
+            }
             let reads = self.reads_of(shape, wl);
-            if !wait_holds {
-                if let Outcome::Pending {
+            match process(memos.ctx, wl) {
+                Outcome::Pending {
                     reason,
                     message,
                     hold,
-                } = process(memos.ctx, wl)
-                {
-                    if hold.is_empty() {
-                        let found = (st.texts.shared(reason), st.texts.shared(message));
-                        let found = Found::new(memos.generation, clock, reads, found);
-                        memos.fast_memo.insert((shape, 0, false), found);
-                    }
+                } if hold.is_empty() => {
+                    let found = (st.texts.shared(reason), st.texts.shared(message));
+                    let found = Found::new(memos.generation, clock, reads, found);
+                    memos.fast_memo.insert((shape, 0, false), found);
                 }
+                // A decision: the stretch ends at this entry.
+                _ => break,
             }
-            self.judged[t.idx()].push(shape);
         }
     }
 
