@@ -544,6 +544,35 @@ pub(crate) fn full_counts(wl: &Workload) -> Vec<u32> {
     wl.spec.pod_sets.iter().map(|p| p.count).collect()
 }
 
+/// Inside one cycle a team either takes by preemption or loses to it, never both: chains
+/// such as A takes from B while B takes from C and C from A would churn across cycles. A
+/// preemption by a team that lost workloads to one, or taking from a team that preempted, is
+/// deferred to the next cycle.
+fn deferred(
+    st: &State,
+    wl: &Workload,
+    outcome: Outcome,
+    victim_teams: &BTreeSet<TeamId>,
+    preemptor_teams: &BTreeSet<TeamId>,
+) -> Outcome {
+    match outcome {
+        Outcome::Preempting(victims, _)
+            if victim_teams.contains(&wl.team)
+                || victims.iter().any(|v| {
+                    let vt = st.workload(v.id).team;
+                    preemptor_teams.contains(&vt) && vt != wl.team
+                }) =>
+        {
+            Outcome::Pending {
+                reason: "WaitingForQuota".into(),
+                message: "preemption deferred to the next cycle: the teams involved already preempted or were preempted in this cycle".into(),
+                hold: Vec::new(),
+            }
+        }
+        o => o,
+    }
+}
+
 /// Decides one workload against the working state.
 fn process(ctx: &mut Ctx, wl: &Workload) -> Outcome {
     let full = full_counts(wl);
@@ -1058,6 +1087,8 @@ fn schedule_with(
                     fast_memo: &mut fast_memo,
                     key_parts: &mut key_parts,
                     generation,
+                    victim_teams: &victim_teams,
+                    preemptor_teams: &preemptor_teams,
                 };
                 tour.run_ahead(t, &mut memos, &mut plan);
                 tour.advance(&mut ctx, t, generation, &mut key_parts);
@@ -1110,25 +1141,7 @@ fn schedule_with(
                 o => o,
             },
         };
-        // Inside one cycle a team either takes by preemption or loses to it, never both: chains
-        // such as A takes from B while B takes from C and C from A would churn across cycles.
-        let outcome = match outcome {
-            Outcome::Preempting(victims, a)
-                if victim_teams.contains(&wl.team)
-                    || victims.iter().any(|v| {
-                        preemptor_teams.contains(&st.workload(v.id).team)
-                            && st.workload(v.id).team != wl.team
-                    }) =>
-            {
-                let _ = (victims, a);
-                Outcome::Pending {
-                    reason: "WaitingForQuota".into(),
-                    message: "preemption deferred to the next cycle: the teams involved already preempted or were preempted in this cycle".into(),
-                    hold: Vec::new(),
-                }
-            }
-            o => o,
-        };
+        let outcome = deferred(st, wl, outcome, &victim_teams, &preemptor_teams);
         if let Outcome::Pending {
             reason,
             message,
@@ -1305,6 +1318,8 @@ fn schedule_with(
                 fast_memo: &mut fast_memo,
                 key_parts: &mut key_parts,
                 generation,
+                victim_teams: &victim_teams,
+                preemptor_teams: &preemptor_teams,
             };
             tour.run_ahead(t, &mut memos, &mut plan);
             tour.advance(&mut ctx, t, generation, &mut key_parts);
@@ -1521,6 +1536,10 @@ struct Memos<'c, 's> {
     fast_memo: &'c mut FastMemo,
     key_parts: &'c mut KeyParts,
     generation: u64,
+    /// The teams that lost workloads to a preemption in this cycle, and those that preempted
+    /// (`deferred`).
+    victim_teams: &'c BTreeSet<TeamId>,
+    preemptor_teams: &'c BTreeSet<TeamId>,
 }
 
 /// The first entry of `q` from `lo` (an entry or, excluded, a bound) that comes before
@@ -1893,7 +1912,10 @@ impl<'a> Tournament<'a> {
                 continue;
             }
             let reads = self.reads_of(shape, wl);
-            match process(memos.ctx, wl) {
+            // A preemption deferred in its turn is a wait, as it would be found then (the sets
+            // `deferred` reads change only with a decision).
+            let o = process(memos.ctx, wl);
+            match deferred(st, wl, o, memos.victim_teams, memos.preemptor_teams) {
                 Outcome::Pending {
                     reason,
                     message,
