@@ -38,7 +38,8 @@ import render  # noqa: E402
 
 with open(os.path.join(REPO, "common", "data", "instance-types.json"), encoding="utf-8") as _f:
     CATALOG = json.load(_f)["instance_types"]
-GPU_TYPES = {t for t, v in CATALOG.items() if v["gpu"] > 0}
+# A null GPU count (no source gives it: ml.g7.*) is a GPU type whose node brings the count.
+GPU_TYPES = {t for t, v in CATALOG.items() if v["gpu"] is None or v["gpu"] > 0}
 NEURON_TYPES = {t for t, v in CATALOG.items() if v["neuron"] > 0}
 
 # The one container allowed to be privileged, and why (the README must say it too).

@@ -440,16 +440,8 @@ fn a_figure_the_catalog_lacks_is_learned_from_its_node() {
         "{e}"
     );
     let _agent = c.start_agent("g7-1", "ml.g7.12xlarge", 2, 3.0);
-    let nodes = wait_for(30, "the node registered", || {
-        let out = c.cli_ok("admin-admin", &["get", "nodes"]);
-        out.contains("g7-1").then_some(out)
-    });
-    assert!(
-        nodes
-            .lines()
-            .any(|l| l.starts_with("g7-1") && l.contains("catalog: cpu,memory; fake: gpu")),
-        "{nodes}"
-    );
+    let node = node_line(&c, "g7-1");
+    assert!(node.contains("catalog: cpu,memory; fake: gpu"), "{node}");
     let out = quota(&c, "late", cfg, None).expect("the type is complete now");
     assert!(out.contains("ml.g7.12xlarge"), "{out}");
     // Its nominal quota is one instance: the catalog's 48 vCPUs, the node's 2 GPUs.
@@ -460,18 +452,23 @@ fn a_figure_the_catalog_lacks_is_learned_from_its_node() {
         .expect("team t-late");
     assert!(
         line.contains("cpu=48,") && line.contains("gpu=2"),
-        "{line} / {nodes}"
+        "{line} / {node}"
     );
     // A catalogued node says its figures are the catalog's.
     let _g5 = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
-    let nodes = wait_for(30, "the g5 node", || {
-        let out = c.cli_ok("admin-admin", &["get", "nodes"]);
-        out.contains("g5-1").then_some(out)
-    });
+    let node = node_line(&c, "g5-1");
     assert!(
-        nodes
-            .lines()
-            .any(|l| l.starts_with("g5-1") && l.contains("catalog: cpu,efa,memory; fake: gpu")),
-        "{nodes}"
+        node.contains("catalog: cpu,efa,memory; fake: gpu"),
+        "{node}"
     );
+}
+
+/// Node `name`'s line of `get nodes`, once it has registered.
+fn node_line(c: &Cluster, name: &str) -> String {
+    wait_for(30, "the node registered", || {
+        let out = c.cli_ok("admin-admin", &["get", "nodes"]);
+        out.lines()
+            .find(|l| l.starts_with(name))
+            .map(str::to_string)
+    })
 }
