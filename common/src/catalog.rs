@@ -282,21 +282,15 @@ impl Catalog {
     /// unsourced EFA count is taken as none.
     pub fn get_for_quota(&self, name: &str) -> Result<&InstanceType, UnknownInstanceType> {
         let t = self.get(name)?;
-        let missing: Vec<String> = [ResourceName::gpu(), ResourceName::neuron()]
-            .iter()
-            .filter(|r| !t.sourced(r))
-            .map(|r| r.as_str().to_string())
-            .collect();
-        if missing.is_empty() {
+        // The file leaves only GPU and EFA counts unsourced (`Row`).
+        if t.sourced(&ResourceName::gpu()) {
             return Ok(t);
         }
         Err(UnknownInstanceType {
             name: name.to_string(),
             known: format!(
-                "it lists {} vCPUs and {} GiB but no source gives its {} count",
-                t.vcpu,
-                t.memory_gib,
-                missing.join(" or ")
+                "it lists {} vCPUs and {} GiB but no source gives its gpu count",
+                t.vcpu, t.memory_gib
             ),
             in_api: true,
             unsourced: true,

@@ -1911,7 +1911,6 @@ impl<'a> Tournament<'a> {
             if wait_holds {
                 continue;
             }
-            let reads = self.reads_of(shape, wl);
             // A preemption deferred in its turn is a wait, as it would be found then (the sets
             // `deferred` reads change only with a decision).
             let o = process(memos.ctx, wl);
@@ -1921,6 +1920,7 @@ impl<'a> Tournament<'a> {
                     message,
                     hold,
                 } if hold.is_empty() => {
+                    let reads = self.reads_of(shape, wl);
                     let found = (st.texts.shared(reason), st.texts.shared(message));
                     let found = Found::new(memos.generation, clock, reads, found);
                     memos.fast_memo.insert((shape, 0, false), found);
