@@ -15,6 +15,7 @@
 //! submitted then is decided on the state as it is, exactly as the next cycle would decide it
 //! (`scheduler::schedule_settled`, the leader's submit fast path behind a backlog).
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ use crate::quota::Share;
 use crate::reads::{Reads, Touched};
 use crate::shapes::ByShape;
 use crate::state::{CohortRt, State, Time, Workload};
+use crate::working::Changes;
 
 /// A (team, shape) key of the fast path: the shape fingerprint, the submit time where the
 /// team's policy compares it, and whether the workload is a preemptor.
@@ -258,10 +260,46 @@ impl Basis {
 /// The most shapes whose reads a cache keeps (past it, it starts again).
 const MAX_READS: usize = 100_000;
 
-/// A plain shape found waiting: its reason and message, and what its judgement read.
-pub(crate) type Wait = (Arc<str>, Arc<str>, Arc<Reads>);
-/// The (borrows, share) part of a plain shape's tournament key, and what it read.
-pub(crate) type KeyPart = (bool, Share, Arc<Reads>);
+/// A plain shape's outcome or key part found in a cycle: in which generation (the first
+/// one's are kept for the next cycle) and at which clock (`Changes`), what the judgement read,
+/// and the last clock it was found to hold at.
+#[derive(Clone)]
+pub(crate) struct Found<T> {
+    pub gen: u64,
+    pub judged: u64,
+    checked: Cell<u64>,
+    pub reads: Arc<Reads>,
+    pub value: T,
+}
+
+impl<T> Found<T> {
+    pub fn new(gen: u64, judged: u64, reads: Arc<Reads>, value: T) -> Self {
+        Found {
+            gen,
+            judged,
+            checked: Cell::new(judged),
+            reads,
+            value,
+        }
+    }
+
+    /// Whether it still holds: nothing it read changed since it was found.
+    pub fn holds(&self, ch: &Changes) -> bool {
+        if self.checked.get() == ch.clock {
+            return true;
+        }
+        let ok = ch.unchanged_since(self.judged, &self.reads);
+        if ok {
+            self.checked.set(ch.clock);
+        }
+        ok
+    }
+}
+
+/// Per plain shape, its tournament-key part: (borrows, share).
+pub(crate) type KeyParts = ByShape<u128, Found<(bool, Share)>>;
+/// Per fast shape, its outcome when found waiting (no capacity held): reason and message.
+pub(crate) type FastMemo = ByShape<FastShape, Found<(Arc<str>, Arc<str>)>>;
 
 /// The first-generation outcomes of the last cycle run with this cache, and what they were
 /// computed from. Keep one per scheduler (the simulator's loop, the leader) and pass it to
@@ -269,9 +307,10 @@ pub(crate) type KeyPart = (bool, Share, Arc<Reads>);
 #[derive(Default)]
 pub struct CycleCache {
     basis: Option<Arc<Basis>>,
-    /// Plain shapes found waiting (no capacity held).
-    pub(crate) waits: BTreeMap<FastShape, Wait>,
-    pub(crate) key_parts: BTreeMap<u128, KeyPart>,
+    /// Plain shapes found waiting in a first generation, and their key parts (none of a
+    /// preemptor: see `settled`).
+    waits: FastMemo,
+    key_parts: KeyParts,
     /// What each shape's judgement reads, per fingerprint: it changes only with what a basis
     /// compares whole (and the nodes' flavors).
     pub(crate) reads: ByShape<u128, Arc<Reads>>,
@@ -297,8 +336,16 @@ impl CycleCache {
         match (touched, old) {
             (Some(t), Some(old)) if !t.all => {
                 if !t.is_empty() {
-                    self.waits.retain(|_, (_, _, r)| !t.hits(r));
-                    self.key_parts.retain(|_, (_, _, r)| !t.hits(r));
+                    // Rebuilt rather than retained: a table emptied in place keeps its
+                    // tombstones, and every later cycle's lookups probe past them.
+                    self.waits = std::mem::take(&mut self.waits)
+                        .into_iter()
+                        .filter(|(_, f)| !t.hits(&f.reads))
+                        .collect();
+                    self.key_parts = std::mem::take(&mut self.key_parts)
+                        .into_iter()
+                        .filter(|(_, f)| !t.hits(&f.reads))
+                        .collect();
                 }
                 if !self.waits.is_empty() || !self.key_parts.is_empty() {
                     self.reused += 1;
@@ -320,25 +367,48 @@ impl CycleCache {
         Arc::new(Basis::of(st, config))
     }
 
-    /// Keeps a cycle's first-generation outcomes, found on `basis` (what `start` returned).
-    /// `settled`: the cycle found every pending workload waiting.
+    /// What the last cycle found that still holds (after `start`), for this cycle to go on
+    /// from: each as found at clock 0 of a first generation.
+    pub(crate) fn take_found(&mut self) -> (FastMemo, KeyParts) {
+        let (waits, parts) = (
+            std::mem::take(&mut self.waits),
+            std::mem::take(&mut self.key_parts),
+        );
+        for f in waits.values() {
+            f.checked.set(0);
+        }
+        for f in parts.values() {
+            f.checked.set(0);
+        }
+        (waits, parts)
+    }
+
+    /// Keeps a cycle's first-generation outcomes, found on `basis` (what `start` returned):
+    /// those of the first generation that are not a preemptor's.
     pub(crate) fn store(
         &mut self,
         basis: Arc<Basis>,
-        waits: impl Iterator<Item = (FastShape, Wait)>,
-        key_parts: impl Iterator<Item = (u128, KeyPart)>,
+        mut waits: FastMemo,
+        mut key_parts: KeyParts,
     ) {
         self.basis = Some(basis);
-        self.waits.extend(waits);
-        self.key_parts.extend(key_parts);
+        waits.retain(|(_, _, preempting), f| f.gen == 0 && !preempting);
+        key_parts.retain(|_, f| f.gen == 0);
+        self.waits = waits;
+        self.key_parts = key_parts;
     }
 
     /// Marks the last cycle as one that found every pending workload waiting.
     pub(crate) fn mark_settled(&mut self) {
+        // Shapes share few pairs: gathered in a set, not merged (and sorted) one by one.
         let mut all = Reads::default();
-        for (_, _, r) in self.waits.values() {
-            all.merge(r);
+        let mut pairs = BTreeSet::new();
+        for f in self.waits.values() {
+            pairs.extend(f.reads.pairs.iter().copied());
+            all.shares |= f.reads.shares;
+            all.chain |= f.reads.chain;
         }
+        all.pairs = pairs.into_iter().collect();
         self.settled = Some(Arc::new(all));
     }
 

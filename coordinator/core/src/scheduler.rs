@@ -7,7 +7,6 @@
 //! submit time and name. Decisions are applied to a working copy of the accounting as they are
 //! made, so later workloads see earlier ones.
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -16,7 +15,7 @@ use allot_common::quota::{
     WhenCanBorrow, WhenCanPreempt,
 };
 
-use crate::cycle_cache::{CycleCache, FastShape, Settled};
+use crate::cycle_cache::{CycleCache, FastMemo, Found, KeyParts, Settled};
 use crate::ids::{FlavorId, FrId, ResId, TeamId, WlId};
 use crate::nodes::PodAlloc;
 use crate::plan::{Plan, PlannedAdmission, PlannedPreemption};
@@ -1033,14 +1032,7 @@ fn schedule_with(
         let fresh = c.start(st);
         tour.reads = std::mem::take(&mut c.reads);
         tour.requests = std::mem::take(&mut c.requests);
-        fast_memo.extend(c.waits.iter().map(|(k, (r, m, reads))| {
-            (*k, Found::new(0, 0, reads.clone(), (r.clone(), m.clone())))
-        }));
-        key_parts.extend(
-            c.key_parts
-                .iter()
-                .map(|(k, (b, sh, reads))| (*k, Found::new(0, 0, reads.clone(), (*b, *sh)))),
-        );
+        (fast_memo, key_parts) = c.take_found();
         fresh
     });
     for i in 0..st.teams.len() {
@@ -1055,19 +1047,15 @@ fn schedule_with(
     let mut preemptor_judged = false;
     // Keeps this cycle's first-generation outcomes for the next (before any decision).
     let mut fresh = fresh;
-    let mut keep = |fast_memo: &FastMemo, key_parts: &KeyParts| {
+    // At the first decision, a copy (what is found later is of another generation); at the
+    // end of a cycle that made none, the maps themselves.
+    let mut keep = |fast_memo: &mut FastMemo, key_parts: &mut KeyParts, last: bool| {
         if let (Some(c), Some(fresh)) = (cache.as_deref_mut(), fresh.take()) {
-            c.store(
-                fresh,
-                fast_memo
-                    .iter()
-                    .filter(|((_, _, preempting), f)| f.gen == 0 && !preempting)
-                    .map(|(k, f)| (*k, (f.value.0.clone(), f.value.1.clone(), f.reads.clone()))),
-                key_parts
-                    .iter()
-                    .filter(|(_, f)| f.gen == 0)
-                    .map(|(k, f)| (*k, (f.value.0, f.value.1, f.reads.clone()))),
-            );
+            if last {
+                c.store(fresh, std::mem::take(fast_memo), std::mem::take(key_parts));
+            } else {
+                c.store(fresh, fast_memo.clone(), key_parts.clone());
+            }
         }
     };
     while let Some((key, place, t, head_fp)) = tour.pop() {
@@ -1179,7 +1167,7 @@ fn schedule_with(
             let touched = touched_by(&ctx, wl, &outcome);
             ctx.changes.record(&touched);
             if generation == 0 {
-                keep(&fast_memo, &key_parts);
+                keep(&mut fast_memo, &mut key_parts, false);
             }
             generation += 1;
             // Runs settled ahead of this decision's place in the tournament were settled on
@@ -1329,7 +1317,7 @@ fn schedule_with(
         }
     }
     tour.commit_all(&mut plan);
-    keep(&fast_memo, &key_parts);
+    keep(&mut fast_memo, &mut key_parts, true);
     if let Some(c) = cache {
         c.reads = std::mem::take(&mut tour.reads);
         c.requests = std::mem::take(&mut tour.requests);
@@ -1339,46 +1327,6 @@ fn schedule_with(
     }
     plan
 }
-
-/// A plain shape's outcome or key part found in this cycle: in which generation (the first
-/// one's are kept for the next cycle) and at which clock (`Changes`), what the judgement read,
-/// and the last clock it was found to hold at.
-struct Found<T> {
-    gen: u64,
-    judged: u64,
-    checked: Cell<u64>,
-    reads: Arc<Reads>,
-    value: T,
-}
-
-impl<T> Found<T> {
-    fn new(gen: u64, judged: u64, reads: Arc<Reads>, value: T) -> Self {
-        Found {
-            gen,
-            judged,
-            checked: Cell::new(judged),
-            reads,
-            value,
-        }
-    }
-
-    /// Whether it still holds: nothing it read changed since it was found.
-    fn holds(&self, ch: &Changes) -> bool {
-        if self.checked.get() == ch.clock {
-            return true;
-        }
-        let ok = ch.unchanged_since(self.judged, &self.reads);
-        if ok {
-            self.checked.set(ch.clock);
-        }
-        ok
-    }
-}
-
-/// Per plain shape, its tournament-key part: (borrows, share).
-type KeyParts = ByShape<u128, Found<(bool, Share)>>;
-/// Per fast shape, its outcome when found waiting: reason and message.
-type FastMemo = ByShape<FastShape, Found<(Arc<str>, Arc<str>)>>;
 
 /// The reason and message a plain shape was found waiting with in `generation`, if it was: the
 /// submit time is part of the shape only where team policy compares it.
