@@ -86,6 +86,9 @@ pub struct CycleDone {
     /// Whether any pending message changed.
     pub messages_changed: bool,
     pub cache: CycleCache,
+    /// The cache's proof that every pending workload waits (`CycleCache::settled`), taken
+    /// here, off the raft thread: it is a pass over every wait.
+    pub settled: Option<Settled>,
 }
 
 impl CycleJob {
@@ -114,6 +117,7 @@ impl CycleJob {
             wall: self.wall,
             plan,
             messages_changed,
+            settled: self.cache.settled(),
             cache: self.cache,
         }
     }
@@ -459,10 +463,11 @@ impl Leader {
             plan,
             messages_changed,
             cache,
+            settled,
         } = done;
         // Whatever became of the cycle, its cache is good: a cycle checks it against the state
         // (and so does the fast path, `settled`).
-        self.settled = cache.settled();
+        self.settled = settled;
         self.cache = Some(cache);
         if !self.was_leader || self.cycle.map(|(c, _)| c) != Some(id) {
             return None;

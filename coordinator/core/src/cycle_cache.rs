@@ -317,7 +317,7 @@ pub struct CycleCache {
     /// Each shape's request fingerprint (what its fingerprint fixes: it never goes stale).
     pub(crate) requests: ByShape<u128, u128>,
     /// Set when the last cycle found every pending workload waiting: what all its waits read.
-    settled: Option<Arc<Reads>>,
+    settled: bool,
     /// Cycles that started from some of the last one's outcomes, and cycles run.
     pub reused: u64,
     pub cycles: u64,
@@ -329,7 +329,7 @@ impl CycleCache {
     /// this cycle's outcomes.
     pub(crate) fn start(&mut self, st: &State) -> Arc<Basis> {
         self.cycles += 1;
-        self.settled = None;
+        self.settled = false;
         let old = self.basis.take();
         let touched = old.as_ref().map(|b| b.touched(st));
         let mut config = None;
@@ -400,6 +400,16 @@ impl CycleCache {
 
     /// Marks the last cycle as one that found every pending workload waiting.
     pub(crate) fn mark_settled(&mut self) {
+        self.settled = true;
+    }
+
+    /// When the last cycle found every pending workload waiting: the proof, to check against
+    /// a later state (`Settled::holds`). It gathers what every wait read, a pass over them:
+    /// ask once per cycle, where the cycle ran (the simulator never asks).
+    pub fn settled(&self) -> Option<Settled> {
+        if !self.settled {
+            return None;
+        }
         // Shapes share few pairs: gathered in a set, not merged (and sorted) one by one.
         let mut all = Reads::default();
         let mut pairs = BTreeSet::new();
@@ -409,15 +419,9 @@ impl CycleCache {
             all.chain |= f.reads.chain;
         }
         all.pairs = pairs.into_iter().collect();
-        self.settled = Some(Arc::new(all));
-    }
-
-    /// When the last cycle found every pending workload waiting: the proof, to check against
-    /// a later state (`Settled::holds`).
-    pub fn settled(&self) -> Option<Settled> {
         Some(Settled {
             basis: self.basis.clone()?,
-            reads: self.settled.clone()?,
+            reads: Arc::new(all),
         })
     }
 }
