@@ -502,8 +502,7 @@ mod tests {
     use super::*;
     use allot_common::quota::ResourceQuota;
     use allot_common::{
-        ClusterPolicy, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, TeamSpec,
-        WorkloadSpec,
+        ClusterPolicy, FlavorQuota, ResourceName, Resources, TeamSpec, WorkloadSpec,
     };
 
     const FLAVOR: &str = "ml.p5.48xlarge";
@@ -511,21 +510,8 @@ mod tests {
     fn submit(st: &mut State, name: &str, team: &str, gpus: i64, now: Time) {
         let mut req = Resources::new();
         req.set(ResourceName::gpu(), gpus);
-        let spec = WorkloadSpec {
-            name: name.into(),
-            team: team.into(),
-            priority: PriorityRef::Value(0),
-            instance_type: None,
-            pod_sets: vec![PodSet {
-                name: "main".into(),
-                count: 1,
-                min_count: None,
-                requests: req,
-            }],
-            labels: Default::default(),
-            array: None,
-        };
-        st.submit(spec, now).expect("valid workload");
+        st.submit(WorkloadSpec::single(name, team, 1, req), now)
+            .expect("valid workload");
     }
 
     /// One cycle with `cache`, applied.
