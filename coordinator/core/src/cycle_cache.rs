@@ -368,7 +368,8 @@ pub struct CycleCache {
     pub(crate) reads: ByShape<u128, Arc<Reads>>,
     /// Each shape's request fingerprint (what its fingerprint fixes: it never goes stale).
     pub(crate) requests: ByShape<u128, u128>,
-    /// Set when the last cycle found every pending workload waiting: what all its waits read.
+    /// Whether the last cycle found every pending workload waiting (`settled` gathers the
+    /// proof).
     settled: bool,
     /// Cycles that started from some of the last one's outcomes, and cycles run.
     pub reused: u64,
@@ -425,14 +426,18 @@ impl CycleCache {
     /// What the last cycle found that still holds (after `start`), for this cycle to go on
     /// from: each as found at clock 0 of a first generation.
     pub(crate) fn take_found(&mut self) -> (FastMemo, KeyParts) {
-        let (waits, parts) = (
+        let (mut waits, mut parts) = (
             std::mem::take(&mut self.waits),
             std::mem::take(&mut self.key_parts),
         );
-        for f in waits.values() {
+        // Each was found at clock 0 already (a first generation's); said again, so that
+        // nothing rests on the clock and the generation moving together.
+        for f in waits.values_mut() {
+            f.judged = 0;
             f.checked.set(0);
         }
-        for f in parts.values() {
+        for f in parts.values_mut() {
+            f.judged = 0;
             f.checked.set(0);
         }
         (waits, parts)
