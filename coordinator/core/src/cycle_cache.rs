@@ -23,10 +23,11 @@ use allot_common::{ClusterPolicy, CohortSpec, TeamSpec};
 
 use crate::ids::{CohortId, FrId, FrVec, TeamId, WlId};
 use crate::nodes::Node;
-use crate::quota::Share;
+use crate::plan::{Admission, PlannedAdmission};
+use crate::quota::{Acct, Share};
 use crate::reads::{Reads, Touched};
 use crate::shapes::ByShape;
-use crate::state::{CohortRt, State, Time, Workload};
+use crate::state::{CohortRt, State, Time, WlState, Workload};
 use crate::working::Changes;
 
 /// A (team, shape) key of the fast path: the shape fingerprint, the submit time where the
@@ -45,6 +46,7 @@ struct Same {
 }
 
 /// What a first generation reads apart from the pending queues.
+#[derive(Clone)]
 pub(crate) struct Basis {
     placement: bool,
     /// Compared whole; shared with the next basis when it is equal (cloning every team's
@@ -67,6 +69,14 @@ pub(crate) struct Basis {
     /// Each team's queue, as its length and sum (`TeamRt::queue_sum`): holding the queues
     /// themselves would make the state copy each one the next time it changes.
     pending: Vec<(usize, u128)>,
+    /// In a basis of a cycle's end (`CycleCache::store_after`): the admissions it planned,
+    /// held in `admitted` as their pending workloads, compared with the next state by value.
+    expected: BTreeMap<WlId, Admission>,
+    /// With `expected`: the latest admission time of the other admitted workloads (`Time::MAX`
+    /// where one has none). The planned ones were the most recent of all in their cycle, so
+    /// in the next state they must be admitted after it, all at once, to be taken in the
+    /// same order by a victim search (`preemption::order`).
+    newest: Time,
 }
 
 /// The policies, quotas and cohorts a basis compares whole.
@@ -148,7 +158,43 @@ impl Basis {
                 .iter()
                 .map(|t| (t.pending.len(), t.queue_sum))
                 .collect(),
+            expected: BTreeMap::new(),
+            newest: Time::MIN,
         }
+    }
+
+    /// This basis with `admitted` made, as they were planned on it, and `acct` the working
+    /// accounting after them (`CycleCache::store_after`); none when one of them is a
+    /// preemptor (its admission changes what a basis compares whole).
+    fn after(&self, st: &State, admitted: &[PlannedAdmission], acct: &Acct) -> Option<Basis> {
+        let newest = self
+            .admitted
+            .iter()
+            .flat_map(|l| l.iter())
+            .map(|(_, w)| w.admitted_at.unwrap_or(Time::MAX))
+            .max()
+            .unwrap_or(Time::MIN);
+        let mut b = Basis {
+            team_usage: acct.team_usage.clone(),
+            pool_used: acct.pool_used.clone(),
+            nodes: Arc::new(acct.nodes.nodes.clone()),
+            // Never the queues of a state: a basis of a cycle's end backs no settled proof.
+            pending: vec![(usize::MAX, 0); self.pending.len()],
+            expected: BTreeMap::new(),
+            newest,
+            ..self.clone()
+        };
+        for a in admitted {
+            let w = st.workloads.get(&a.wl)?;
+            if w.preempting.is_some() || w.state != WlState::Pending {
+                return None;
+            }
+            let list = Arc::make_mut(b.admitted.get_mut(w.team.idx())?);
+            let at = list.partition_point(|(id, _)| *id < a.wl);
+            list.insert(at, (a.wl, w.clone()));
+            b.expected.insert(a.wl, a.admission.clone());
+        }
+        Some(b)
     }
 
     /// What changed from the state this was taken from to `st`, as far as a waiting
@@ -256,11 +302,25 @@ impl Basis {
     /// Returns, per team, whether none did.
     fn touch_admitted(&self, st: &State, t: &mut Touched) -> Vec<bool> {
         let mut same = vec![false; st.teams.len()];
-        let touch = |t: &mut Touched, w: Option<&Arc<Workload>>| match w
-            .and_then(|w| w.admission.as_ref())
-        {
+        let touch = |t: &mut Touched, adm: Option<&Admission>| match adm {
             Some(adm) => t.admission(st, adm),
             None => t.all = true,
+        };
+        // What a held workload's admission uses: the planned one for an expected workload.
+        fn admission<'b>(
+            expected: &'b BTreeMap<WlId, Admission>,
+            id: &WlId,
+            w: &'b Workload,
+        ) -> Option<&'b Admission> {
+            expected.get(id).or(w.admission.as_ref())
+        }
+        let on_time = self.expected_on_time(st);
+        // An expected admission made as planned, by the same workload, at the time it must be.
+        let as_planned = |id: &WlId, was: &Workload, now: &Workload| {
+            on_time
+                && now.state == WlState::Admitted
+                && now.priority == was.priority
+                && self.expected.get(id) == now.admission.as_ref()
         };
         for (i, (old, team)) in self.admitted.iter().zip(&st.teams).enumerate() {
             let mut mine = old.iter().peekable();
@@ -273,20 +333,24 @@ impl Basis {
                         let now = st.workloads.get(b);
                         if !now.is_some_and(|x| Arc::ptr_eq(x, w)) {
                             unchanged = false;
-                            touch(t, Some(w));
-                            touch(t, now);
+                            let planned = self.expected.contains_key(a)
+                                && now.is_some_and(|x| as_planned(a, w, x));
+                            if !planned {
+                                touch(t, admission(&self.expected, a, w));
+                                touch(t, now.and_then(|x| x.admission.as_ref()));
+                            }
                         }
                         mine.next();
                         theirs.next();
                     }
                     (Some((a, w)), b) if b.is_none_or(|b| a < *b) => {
                         unchanged = false;
-                        touch(t, Some(w));
+                        touch(t, admission(&self.expected, a, w));
                         mine.next();
                     }
                     (_, Some(b)) => {
                         unchanged = false;
-                        touch(t, st.workloads.get(b));
+                        touch(t, st.workloads.get(b).and_then(|x| x.admission.as_ref()));
                         theirs.next();
                     }
                     (Some(_), None) => break,
@@ -296,6 +360,28 @@ impl Basis {
             same[i] = unchanged && old.len() == team.admitted.len();
         }
         same
+    }
+
+    /// Whether `st` admitted every expected workload it admits at one time, after every other
+    /// admitted workload this basis holds: then a victim search orders them among the others
+    /// as the cycle that planned them did. Where not, each expected one counts as changed.
+    fn expected_on_time(&self, st: &State) -> bool {
+        let mut at: Option<Time> = None;
+        for id in self.expected.keys() {
+            let Some(w) = st
+                .workloads
+                .get(id)
+                .filter(|w| w.state == WlState::Admitted)
+            else {
+                continue;
+            };
+            match (w.admitted_at, at) {
+                (Some(x), None) if x > self.newest => at = Some(x),
+                (Some(x), Some(y)) if x == y => {}
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// Whether every team's queue is the one this was taken from.
@@ -433,10 +519,12 @@ impl CycleCache {
         // Each was found at clock 0 already (a first generation's); said again, so that
         // nothing rests on the clock and the generation moving together.
         for f in waits.values_mut() {
+            f.gen = 0;
             f.judged = 0;
             f.checked.set(0);
         }
         for f in parts.values_mut() {
+            f.gen = 0;
             f.judged = 0;
             f.checked.set(0);
         }
@@ -454,6 +542,37 @@ impl CycleCache {
         self.basis = Some(basis);
         waits.retain(|(_, _, preempting), f| f.gen == 0 && !preempting);
         key_parts.retain(|_, f| f.gen == 0);
+        self.waits = waits;
+        self.key_parts = key_parts;
+    }
+
+    /// Keeps what holds at the end of a cycle whose decisions were all admissions of
+    /// workloads that preempt nothing (`admitted`, as planned), instead of its first
+    /// generation's outcomes (`store`, called at its first decision): the outcomes found since
+    /// its last decision, and those before that no decision touched, with the basis they hold
+    /// on, the last one with `admitted` made (`acct`: the working accounting at the end).
+    /// A cycle then starts from what the cycle before found after its admissions, instead of
+    /// judging every shape they touched again. Where the basis cannot be taken, what `store`
+    /// kept stays.
+    pub(crate) fn store_after(
+        &mut self,
+        st: &State,
+        admitted: &[PlannedAdmission],
+        acct: &Acct,
+        mut waits: FastMemo,
+        mut key_parts: KeyParts,
+        changes: &Changes,
+    ) {
+        let Some(after) = self
+            .basis
+            .as_ref()
+            .and_then(|b| b.after(st, admitted, acct))
+        else {
+            return;
+        };
+        self.basis = Some(Arc::new(after));
+        waits.retain(|(_, _, preempting), f| !preempting && f.holds(changes));
+        key_parts.retain(|_, f| f.holds(changes));
         self.waits = waits;
         self.key_parts = key_parts;
     }
@@ -583,9 +702,76 @@ mod tests {
         assert!(!Arc::ptr_eq(&second.nodes, &third.nodes));
         assert!(!Arc::ptr_eq(&second.admitted[a], &third.admitted[a]));
         assert!(Arc::ptr_eq(&second.admitted[b], &third.admitted[b]));
-        // What it holds is what the cycle saw: team a without the finished workload.
+        // The cycle admitted team a's waiting workload into the room: what it holds is the
+        // state as the cycle left it, team a without the finished workload and with that one,
+        // expected as planned.
+        let now: Vec<WlId> = st.teams[a].admitted.iter().copied().collect();
+        let new: Vec<WlId> = now
+            .iter()
+            .filter(|id| !running.contains(id))
+            .copied()
+            .collect();
+        assert_eq!(
+            new.len(),
+            1,
+            "one workload of team a admitted into the room"
+        );
         let ids: Vec<WlId> = third.admitted[a].iter().map(|(id, _)| *id).collect();
-        assert_eq!(ids, running);
+        assert_eq!(ids, now);
         assert!(!ids.contains(&done));
+        assert_eq!(third.expected.keys().copied().collect::<Vec<_>>(), new);
+        // The next state is that one: nothing the kept outcomes read counts as touched.
+        assert!(third.touched(&st).is_empty());
+    }
+
+    /// Team a (8 GPUs, one node of 8) runs `y` since time 0; `x` and `z` arrive at 0, a cycle
+    /// at 0 plans `x` (`z` waits), and the plan is applied at `applied`. Returns the state and
+    /// the cache after that cycle.
+    fn admitted_at(applied: Time) -> (State, CycleCache) {
+        let mut st = State::new(ClusterPolicy::default());
+        let spec = TeamSpec::new(
+            "a",
+            vec![FlavorQuota {
+                flavor: FLAVOR.into(),
+                resources: vec![(ResourceName::gpu(), ResourceQuota::nominal(8))],
+            }],
+        );
+        st.set_team(spec).expect("valid team");
+        let mut cap = Resources::new();
+        cap.set(ResourceName::gpu(), 8);
+        st.add_node("p5-0", FLAVOR, &cap).expect("valid node");
+        let mut cache = CycleCache::default();
+        submit(&mut st, "y", "a", 4, 0);
+        cycle(&mut st, &mut cache, 0);
+        submit(&mut st, "x", "a", 4, 0);
+        submit(&mut st, "z", "a", 4, 0);
+        let plan = crate::scheduler::schedule_cached(&st, 0, &mut cache);
+        let x = st.find_workload("x").expect("x exists");
+        assert_eq!(
+            plan.admissions.iter().map(|a| a.wl).collect::<Vec<_>>(),
+            [x]
+        );
+        st.apply_plan(&plan, applied);
+        (st, cache)
+    }
+
+    #[test]
+    fn a_cycle_that_only_admits_keeps_what_holds_after_its_admissions() {
+        // Applied later than every other admission: the state is the one the cycle left, and
+        // `z`'s wait, found after `x` was planned, is kept.
+        let (st, mut cache) = admitted_at(1);
+        let end = basis(&cache);
+        assert!(end.touched(&st).is_empty());
+        assert!(!cache.waits.is_empty());
+        let reused = cache.reused;
+        let plan = crate::scheduler::schedule_cached(&st, 1, &mut cache);
+        assert!(!plan.has_decisions());
+        assert_eq!(cache.reused, reused + 1);
+        // Applied at the time `y` was admitted: a victim search would order `x` and `y` by
+        // name, where the cycle took `x` as the most recent. What `x` uses counts as touched.
+        let (st, cache) = admitted_at(0);
+        let touched = basis(&cache).touched(&st);
+        assert!(!touched.all);
+        assert!(!touched.pairs.is_empty());
     }
 }

@@ -1045,6 +1045,9 @@ fn schedule_with(
     let mut memo: BTreeMap<ShapeKey, (u64, Arc<str>, Arc<str>)> = BTreeMap::new();
     // Whether a preemptor was judged (its outcome is not kept: see `CycleCache::settled`).
     let mut preemptor_judged = false;
+    // Whether every decision so far admitted (what the cycle found at its end then holds on
+    // the state with its plan applied: `CycleCache::store_after`).
+    let mut admits_only = true;
     // Keeps this cycle's first-generation outcomes for the next (before any decision).
     let mut fresh = fresh;
     // At the first decision, a copy (what is found later is of another generation); at the
@@ -1164,6 +1167,7 @@ fn schedule_with(
         }
         let decided = !matches!(&outcome, Outcome::Pending { hold, .. } if hold.is_empty());
         if decided {
+            admits_only &= matches!(outcome, Outcome::Admitted(_));
             let touched = touched_by(&ctx, wl, &outcome);
             ctx.changes.record(&touched);
             if generation == 0 {
@@ -1318,6 +1322,18 @@ fn schedule_with(
     }
     tour.commit_all(&mut plan);
     keep(&mut fast_memo, &mut key_parts, true);
+    if let Some(c) = cache.as_deref_mut().filter(|_| {
+        generation > 0 && admits_only && plan.preemptions.is_empty() && plan.targets.is_empty()
+    }) {
+        c.store_after(
+            st,
+            &plan.admissions,
+            &ctx.acct,
+            std::mem::take(&mut fast_memo),
+            std::mem::take(&mut key_parts),
+            &ctx.changes,
+        );
+    }
     if let Some(c) = cache {
         c.reads = std::mem::take(&mut tour.reads);
         c.requests = std::mem::take(&mut tour.requests);
