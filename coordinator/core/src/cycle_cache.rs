@@ -3,7 +3,9 @@
 //! (`Reads`), and the state they were computed from. The next cycle compares its state with
 //! that one (`Basis::touched`) and starts from every outcome whose reads nothing touched: a
 //! submit into a full cluster then costs the new workload's shape, and an admission or a
-//! completion costs the shapes that read the pairs it used, not every shape waiting.
+//! completion costs the shapes that read the pairs it used, not every shape waiting. After a
+//! cycle whose decisions were all admissions, it keeps instead what holds at that cycle's end,
+//! on the state the cycle leaves (`CycleCache::store_after`).
 //!
 //! The comparison is exact: it holds the nodes and the admitted workloads it saw (shared, so
 //! the copy costs a reference count each, and an address can never be reused while it is
