@@ -650,10 +650,10 @@ mod tests {
         cache.basis.clone().expect("a cycle ran")
     }
 
-    #[test]
-    fn a_basis_shares_what_did_not_change_since_the_last() {
+    /// Teams `teams` with 8 GPUs of nominal quota each, and `nodes` nodes of 8 GPUs.
+    fn cluster(teams: &[&str], nodes: usize) -> State {
         let mut st = State::new(ClusterPolicy::default());
-        for t in ["a", "b"] {
+        for t in teams {
             let spec = TeamSpec::new(
                 t,
                 vec![FlavorQuota {
@@ -665,10 +665,16 @@ mod tests {
         }
         let mut cap = Resources::new();
         cap.set(ResourceName::gpu(), 8);
-        for n in 0..2 {
+        for n in 0..nodes {
             st.add_node(&format!("p5-{n}"), FLAVOR, &cap)
                 .expect("valid node");
         }
+        st
+    }
+
+    #[test]
+    fn a_basis_shares_what_did_not_change_since_the_last() {
+        let mut st = cluster(&["a", "b"], 2);
         for (i, t) in ["a", "a", "b", "b"].iter().enumerate() {
             submit(&mut st, &format!("w{i}"), t, 4, 0);
         }
@@ -730,18 +736,7 @@ mod tests {
     /// at 0 plans `x` (`z` waits), and the plan is applied at `applied`. Returns the state and
     /// the cache after that cycle.
     fn admitted_at(applied: Time) -> (State, CycleCache) {
-        let mut st = State::new(ClusterPolicy::default());
-        let spec = TeamSpec::new(
-            "a",
-            vec![FlavorQuota {
-                flavor: FLAVOR.into(),
-                resources: vec![(ResourceName::gpu(), ResourceQuota::nominal(8))],
-            }],
-        );
-        st.set_team(spec).expect("valid team");
-        let mut cap = Resources::new();
-        cap.set(ResourceName::gpu(), 8);
-        st.add_node("p5-0", FLAVOR, &cap).expect("valid node");
+        let mut st = cluster(&["a"], 1);
         let mut cache = CycleCache::default();
         submit(&mut st, "y", "a", 4, 0);
         cycle(&mut st, &mut cache, 0);
