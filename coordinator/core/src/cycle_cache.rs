@@ -322,7 +322,10 @@ impl Basis {
             on_time
                 && now.state == WlState::Admitted
                 && now.priority == was.priority
-                && self.expected.get(id) == now.admission.as_ref()
+                && self
+                    .expected
+                    .get(id)
+                    .is_some_and(|e| now.admission.as_ref() == Some(e))
         };
         for (i, (old, team)) in self.admitted.iter().zip(&st.teams).enumerate() {
             let mut mine = old.iter().peekable();
@@ -335,9 +338,7 @@ impl Basis {
                         let now = st.workloads.get(b);
                         if !now.is_some_and(|x| Arc::ptr_eq(x, w)) {
                             unchanged = false;
-                            let planned = self.expected.contains_key(a)
-                                && now.is_some_and(|x| as_planned(a, w, x));
-                            if !planned {
+                            if !now.is_some_and(|x| as_planned(a, w, x)) {
                                 touch(t, admission(&self.expected, a, w));
                                 touch(t, now.and_then(|x| x.admission.as_ref()));
                             }

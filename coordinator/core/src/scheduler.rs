@@ -1322,9 +1322,10 @@ fn schedule_with(
     }
     tour.commit_all(&mut plan);
     keep(&mut fast_memo, &mut key_parts, true);
-    if let Some(c) = cache.as_deref_mut().filter(|_| {
-        generation > 0 && admits_only && plan.preemptions.is_empty() && plan.targets.is_empty()
-    }) {
+    if let Some(c) = cache
+        .as_deref_mut()
+        .filter(|_| generation > 0 && admits_only)
+    {
         c.store_after(
             st,
             &plan.admissions,
