@@ -30,6 +30,7 @@ use crate::quota::{Acct, Share};
 use crate::reads::{Reads, Touched};
 use crate::shapes::ByShape;
 use crate::state::{CohortRt, State, Time, WlState, Workload};
+use crate::witness::Witness;
 use crate::working::Changes;
 
 /// A (team, shape) key of the fast path: the shape fingerprint, the submit time where the
@@ -441,6 +442,10 @@ impl<T> Found<T> {
 pub(crate) type KeyParts = ByShape<u128, Found<(bool, Share)>>;
 /// Per fast shape, its outcome when found waiting (no capacity held): reason and message.
 pub(crate) type FastMemo = ByShape<FastShape, Found<(Arc<str>, Arc<str>)>>;
+/// Per fast shape (not a preemptor's), the last wait found for it that a `Witness` knows,
+/// with that witness: kept across cycles while the configuration holds (it is compared by
+/// value where it is used, so no change to the state makes it wrong).
+pub(crate) type Witnessed = ByShape<FastShape, (Witness, Arc<str>, Arc<str>)>;
 
 /// The first-generation outcomes of the last cycle run with this cache, and what they were
 /// computed from. Keep one per scheduler (the simulator's loop, the leader) and pass it to
@@ -457,12 +462,16 @@ pub struct CycleCache {
     pub(crate) reads: ByShape<u128, Arc<Reads>>,
     /// Each shape's request fingerprint (what its fingerprint fixes: it never goes stale).
     pub(crate) requests: ByShape<u128, u128>,
+    /// Waits known by what they read (`Witness`), for the next cycle to recognise.
+    pub(crate) witnesses: Witnessed,
     /// Whether the last cycle found every pending workload waiting (`settled` gathers the
     /// proof).
     settled: bool,
     /// Cycles that started from some of the last one's outcomes, and cycles run.
     pub reused: u64,
     pub cycles: u64,
+    /// How many waits were recognised by what they read (`Witness`) instead of judged.
+    pub recognised: u64,
 }
 
 impl CycleCache {
@@ -497,12 +506,16 @@ impl CycleCache {
                 if old.nodes.len() != st.acct.nodes.nodes.len() || self.reads.len() > MAX_READS {
                     self.reads.clear();
                 }
+                if self.witnesses.len() > MAX_READS {
+                    self.witnesses.clear();
+                }
                 config = Some(old.config.clone());
             }
             _ => {
                 self.waits.clear();
                 self.key_parts.clear();
                 self.reads.clear();
+                self.witnesses.clear();
             }
         }
         if self.requests.len() > MAX_READS {

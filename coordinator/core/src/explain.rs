@@ -863,7 +863,7 @@ fn check_flavor(
         if usage >= missing {
             d.suggest(format!("team {tname} frees {} in {fname}", n(missing)));
         }
-        if !scheduler::may_preempt_for_quota(st, wl, q.nominal, val) {
+        if !preemption::may_preempt_for_quota(st, wl, q.nominal, val) {
             no_preempt.push(format!(
                 "it requests {}, more than team {tname}'s nominal {} for {rname} in {fname}, and may then preempt only through borrow_within_cohort, which is Never",
                 n(val),

@@ -21,6 +21,7 @@ pub mod shapes;
 pub mod state;
 pub mod texts;
 pub mod views;
+pub(crate) mod witness;
 pub mod working;
 
 pub use ids::{FlavorId, FrId, NodeId, ResId, TeamId, WlId};

@@ -13,7 +13,7 @@ use crate::ids::{CohortId, FlavorId, FrId, TeamId, WlId};
 use crate::nodes::RoomCount;
 use crate::plan::PreemptReason;
 use crate::quota::{self, Share};
-use crate::state::{State, WlState, Workload};
+use crate::state::{State, Time, WlState, Workload};
 use crate::working::{admission_in, taken_off, Ctx, Rivals, Usage};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,6 +78,14 @@ pub fn find_victims(
     } else {
         classical(ctx, wl, usage, place, &f_set)
     }
+}
+
+/// Whether a team's policy allows any preemption for a request that does not fit quota.
+pub(crate) fn may_preempt_for_quota(st: &State, wl: &Workload, nominal: i64, val: i64) -> bool {
+    let p = &st.teams[wl.team.idx()].spec.preemption;
+    nominal >= val
+        || p.borrow_within_cohort.policy != BorrowWithinCohortPolicy::Never
+        || (st.policy.fair_share && p.reclaim_within_cohort != ReclaimWithinCohort::Never)
 }
 
 fn uses_any(ctx: &Ctx, id: WlId, f_set: &BTreeSet<FrId>) -> bool {
@@ -1048,6 +1056,55 @@ fn fair_sharing_search(
     None
 }
 
+/// Whether `wl`'s team holds a workload its policy lets `wl` preempt (`own_allowed`). Only
+/// the team's lowest priority among its candidates, and the latest submit time at it, can
+/// tell: kept per team until its candidates change (the shapes of a cycle ask again and
+/// again, and a team holds many).
+fn own_candidate(ctx: &Ctx, wl: &Workload) -> bool {
+    let t = wl.team;
+    let policy = ctx.st.teams[t.idx()].spec.preemption.within_team;
+    if policy == WithinTeam::Never {
+        return false;
+    }
+    let key = (ctx.version(t), ctx.removals());
+    let kept = ctx
+        .lowest
+        .borrow()
+        .get(t.idx())
+        .copied()
+        .flatten()
+        .filter(|(k, _)| *k == key)
+        .map(|(_, v)| v);
+    let lowest = kept.unwrap_or_else(|| {
+        let mut low: Option<(i32, Time)> = None;
+        for id in holders(ctx, t) {
+            let w = ctx.st.workload(id);
+            low = match low {
+                Some((p, s)) if p < w.priority || (p == w.priority && s >= w.submit_time) => {
+                    Some((p, s))
+                }
+                _ => Some((w.priority, w.submit_time)),
+            };
+        }
+        if let Some(slot) = ctx.lowest.borrow_mut().get_mut(t.idx()) {
+            *slot = Some((key, low));
+        }
+        low
+    });
+    let found = lowest.is_some_and(|(p, newest)| {
+        p < wl.priority
+            || (policy == WithinTeam::LowerOrNewerEqualPriority
+                && p == wl.priority
+                && newest > wl.submit_time)
+    });
+    debug_assert_eq!(
+        found,
+        holders(ctx, t).any(|id| own_allowed(policy, wl, ctx.st.workload(id))),
+        "the kept lowest candidate of team {t:?} disagrees with its candidates"
+    );
+    found
+}
+
 /// Whether team `t`, with `usage` admitted, stays within its nominal on every contested pair.
 fn within_nominal_after(
     ctx: &Ctx,
@@ -1068,7 +1125,7 @@ fn within_nominal_after(
 /// every team of the cohort that borrows a contested pair. Then the search picks another team
 /// first, or none; its share is below the preemptor's, so neither strategy passes (the
 /// "hopeless" case below), and no second pass runs. Exactly the search's own answer.
-fn fair_share_hopeless(
+pub(crate) fn fair_share_hopeless(
     ctx: &Ctx,
     wl: &Workload,
     usage: &[(FrId, i64)],
@@ -1077,8 +1134,7 @@ fn fair_share_hopeless(
     let st = ctx.st;
     let t = wl.team;
     let team = &st.teams[t.idx()];
-    let policy = team.spec.preemption.within_team;
-    if holders(ctx, t).any(|id| own_allowed(policy, wl, st.workload(id))) {
+    if own_candidate(ctx, wl) {
         return false;
     }
     if within_nominal_after(ctx, t, usage, f_set) {

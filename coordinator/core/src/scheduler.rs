@@ -11,11 +11,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use allot_common::quota::{
-    BorrowWithinCohortPolicy, FungibilityPreference, QueueingStrategy, ReclaimWithinCohort,
-    WhenCanBorrow, WhenCanPreempt,
+    FungibilityPreference, QueueingStrategy, ReclaimWithinCohort, WhenCanBorrow, WhenCanPreempt,
 };
 
-use crate::cycle_cache::{CycleCache, FastMemo, Found, KeyParts, Settled};
+use crate::cycle_cache::{CycleCache, FastMemo, FastShape, Found, KeyParts, Settled, Witnessed};
 use crate::ids::{FlavorId, FrId, ResId, TeamId, WlId};
 use crate::nodes::PodAlloc;
 use crate::plan::{Plan, PlannedAdmission, PlannedPreemption};
@@ -24,6 +23,7 @@ use crate::quota::{self, Acct, Share};
 use crate::reads::{Reads, Touched};
 use crate::shapes::{ByShape, ShapeQueue};
 use crate::state::{Admission, PodSetAdmission, QueueKey, State, Time, Workload};
+use crate::witness::Witness;
 use crate::working::{node_shortfall, NodeShortfall};
 use crate::working::{Changes, Ctx};
 
@@ -103,14 +103,6 @@ fn preferred(a: &FlavorEval, b: &FlavorEval, pref: FungibilityPreference) -> boo
             a.mode > b.mode
         }
     }
-}
-
-/// Whether a team's policy allows any preemption for a request that does not fit quota.
-pub(crate) fn may_preempt_for_quota(st: &State, wl: &Workload, nominal: i64, val: i64) -> bool {
-    let p = &st.teams[wl.team.idx()].spec.preemption;
-    nominal >= val
-        || p.borrow_within_cohort.policy != BorrowWithinCohortPolicy::Never
-        || (st.policy.fair_share && p.reclaim_within_cohort != ReclaimWithinCohort::Never)
 }
 
 /// Assigns flavors to every pod set at `counts` (Kueue's flavor assigner with fungibility), with
@@ -432,7 +424,7 @@ fn eval_flavor(
                 fmt(usage),
                 fmt(q.nominal)
             ));
-            if may_preempt_for_quota(st, wl, q.nominal, val) {
+            if preemption::may_preempt_for_quota(st, wl, q.nominal, val) {
                 ev.mode = ev.mode.min(Mode::Preempt);
                 ev.contested.insert(fr);
             } else {
@@ -1032,6 +1024,7 @@ fn schedule_with(
         let fresh = c.start(st);
         tour.reads = std::mem::take(&mut c.reads);
         tour.requests = std::mem::take(&mut c.requests);
+        tour.witnesses = std::mem::take(&mut c.witnesses);
         (fast_memo, key_parts) = c.take_found();
         fresh
     });
@@ -1112,24 +1105,45 @@ fn schedule_with(
                 .map(|f| (&f.value.0, &f.value.1)),
         };
         preemptor_judged |= wl.preempting.is_some();
+        // What was observed of it (`Witness`), where a wait kept for its shape was looked at.
+        let mut seen = None;
+        // Whether it is judged here (not a wait found before).
+        let mut judged = false;
         let outcome = match memoised {
             Some((reason, message)) => Outcome::Pending {
                 reason: reason.clone(),
                 message: message.clone(),
                 hold: Vec::new(),
             },
-            // The texts workloads already show, where they say the same (`Texts`).
-            _ => match process(&mut ctx, wl) {
-                Outcome::Pending {
-                    reason,
-                    message,
-                    hold,
-                } => Outcome::Pending {
-                    reason: st.texts.shared(reason),
-                    message: st.texts.shared(message),
-                    hold,
-                },
-                o => o,
+            _ => match shape
+                .as_ref()
+                .err()
+                .and_then(|k| witnessed(&tour.witnesses, &mut ctx, wl, k, &mut seen))
+            {
+                Some((reason, message)) => {
+                    tour.recognised += 1;
+                    Outcome::Pending {
+                        reason,
+                        message,
+                        hold: Vec::new(),
+                    }
+                }
+                // The texts workloads already show, where they say the same (`Texts`).
+                None => {
+                    judged = true;
+                    match process(&mut ctx, wl) {
+                        Outcome::Pending {
+                            reason,
+                            message,
+                            hold,
+                        } => Outcome::Pending {
+                            reason: st.texts.shared(reason),
+                            message: st.texts.shared(message),
+                            hold,
+                        },
+                        o => o,
+                    }
+                }
             },
         };
         let outcome = deferred(st, wl, outcome, &victim_teams, &preemptor_teams);
@@ -1145,6 +1159,9 @@ fn schedule_with(
                         memo.insert(k, (generation, reason.clone(), message.clone()));
                     }
                     Err(k) => {
+                        if judged {
+                            remember(&mut tour.witnesses, &mut ctx, wl, k, seen, reason, message);
+                        }
                         let reads = tour.reads_of(k.0, wl);
                         let found = (reason.clone(), message.clone());
                         let clock = ctx.changes.clock;
@@ -1338,11 +1355,66 @@ fn schedule_with(
     if let Some(c) = cache {
         c.reads = std::mem::take(&mut tour.reads);
         c.requests = std::mem::take(&mut tour.requests);
+        c.witnesses = std::mem::take(&mut tour.witnesses);
+        c.recognised += tour.recognised;
         if generation == 0 && !preemptor_judged {
             c.mark_settled();
         }
     }
     plan
+}
+
+/// The wait last found for fast shape `k` (not a preemptor's), where what judging its entry
+/// `wl` reads now is what it read then (`Witness`): what `process` would find again. `seen`
+/// gets what was observed, when something was kept to compare it with.
+fn witnessed(
+    witnesses: &Witnessed,
+    ctx: &mut Ctx,
+    wl: &Workload,
+    k: &FastShape,
+    seen: &mut Option<Option<Witness>>,
+) -> Option<(Arc<str>, Arc<str>)> {
+    let (w, reason, message) = witnesses.get(k).filter(|_| !k.2)?;
+    let now = seen.insert(Witness::observe(ctx, wl));
+    if now.as_ref() != Some(w) {
+        return None;
+    }
+    // Debug builds (every test) check it against the judgement it stands for.
+    #[cfg(debug_assertions)]
+    {
+        let judged = process(ctx, wl);
+        assert!(
+            matches!(&judged, Outcome::Pending { reason: r, message: m, hold }
+                if r == reason && m == message && hold.is_empty()),
+            "a witnessed wait of {} is not what judging it finds: {reason}: {message}",
+            wl.spec.name
+        );
+    }
+    Some((reason.clone(), message.clone()))
+}
+
+/// Keeps the wait just found for fast shape `k` with its `Witness`, where it has one (`seen`,
+/// when it was observed before the judgement; the state is the same).
+fn remember(
+    witnesses: &mut Witnessed,
+    ctx: &mut Ctx,
+    wl: &Workload,
+    k: FastShape,
+    seen: Option<Option<Witness>>,
+    reason: &Arc<str>,
+    message: &Arc<str>,
+) {
+    if k.2 {
+        return;
+    }
+    match seen.unwrap_or_else(|| Witness::observe(ctx, wl)) {
+        Some(w) => {
+            witnesses.insert(k, (w, reason.clone(), message.clone()));
+        }
+        None => {
+            witnesses.remove(&k);
+        }
+    }
 }
 
 /// The reason and message a plain shape was found waiting with in `generation`, if it was: the
@@ -1486,7 +1558,12 @@ impl<'a> BulkState<'a> {
         match self.next[i] {
             Some((from, k)) if from <= start && k.is_none_or(|k| k >= start) => k,
             _ => {
-                let k = self.shapes[i].1.keys.range(start..).next();
+                // From the team's head, as most tries start, it is the shape's first entry.
+                let keys = &self.shapes[i].1.keys;
+                let k = match keys.first() {
+                    Some(first) if first >= start => Some(first),
+                    _ => keys.range(start..).next(),
+                };
                 self.next[i] = Some((start, k));
                 k
             }
@@ -1560,6 +1637,10 @@ struct Tournament<'a> {
     /// Each shape's request fingerprint (`Workload::request_fingerprint`): kept in the cache
     /// between cycles.
     requests: ByShape<u128, u128>,
+    /// Waits known by what they read (`Witness`): kept in the cache between cycles.
+    witnesses: Witnessed,
+    /// How many waits were recognised so in this cycle.
+    recognised: u64,
     /// Per request fingerprint, the key part found in this cycle (`key_part`).
     request_parts: ByShape<u128, Found<(bool, Share)>>,
 }
@@ -1585,6 +1666,8 @@ impl<'a> Tournament<'a> {
             reads: ByShape::default(),
             requests: ByShape::default(),
             request_parts: HashMap::default(),
+            witnesses: Witnessed::default(),
+            recognised: 0,
         }
     }
 
@@ -1618,9 +1701,18 @@ impl<'a> Tournament<'a> {
                 Found::new(f.gen, f.judged, f.reads.clone(), f.value)
             }
             _ => {
-                let k = entry_key(ctx, wl);
+                let part = crate::witness::key_part(ctx, wl).unwrap_or_else(|| {
+                    let k = entry_key(ctx, wl);
+                    (k.1, k.2)
+                });
+                // Debug builds (every test) check the short-cut against the assignment.
+                #[cfg(debug_assertions)]
+                {
+                    let k = entry_key(ctx, wl);
+                    assert_eq!(part, (k.1, k.2), "key part of {}", wl.spec.name);
+                }
                 let reads = self.reads_of(shape, wl);
-                let found = Found::new(generation, ctx.changes.clock, reads, (k.1, k.2));
+                let found = Found::new(generation, ctx.changes.clock, reads, part);
                 let copy = Found::new(found.gen, found.judged, found.reads.clone(), found.value);
                 self.request_parts.insert(request, copy);
                 found
@@ -1876,6 +1968,15 @@ impl<'a> Tournament<'a> {
             if wait_holds {
                 continue;
             }
+            let k = (shape, 0, false);
+            let mut seen = None;
+            if let Some(found) = witnessed(&self.witnesses, memos.ctx, wl, &k, &mut seen) {
+                self.recognised += 1;
+                let reads = self.reads_of(shape, wl);
+                let found = Found::new(memos.generation, clock, reads, found);
+                memos.fast_memo.insert(k, found);
+                continue;
+            }
             // A preemption deferred in its turn is a wait, as it would be found then (the sets
             // `deferred` reads change only with a decision).
             let o = process(memos.ctx, wl);
@@ -1887,8 +1988,17 @@ impl<'a> Tournament<'a> {
                 } if hold.is_empty() => {
                     let reads = self.reads_of(shape, wl);
                     let found = (st.texts.shared(reason), st.texts.shared(message));
+                    remember(
+                        &mut self.witnesses,
+                        memos.ctx,
+                        wl,
+                        k,
+                        seen,
+                        &found.0,
+                        &found.1,
+                    );
                     let found = Found::new(memos.generation, clock, reads, found);
-                    memos.fast_memo.insert((shape, 0, false), found);
+                    memos.fast_memo.insert(k, found);
                 }
                 // A decision: the stretch ends at this entry.
                 _ => break,

@@ -40,7 +40,15 @@ pub struct Ctx<'a> {
     pub(crate) rivals: RefCell<RivalsCache>,
     /// What the cycle's decisions changed, and when.
     pub(crate) changes: Changes,
+    /// How many times `removed` has changed.
+    removals: u64,
+    /// Per team: the lowest priority among its candidates, with the latest submit time at
+    /// that priority, at its version and `removals` (`preemption::own_candidate`).
+    pub(crate) lowest: RefCell<Vec<Option<LowestHolder>>>,
 }
+
+/// See `Ctx::lowest`: ((version, removals), (priority, submit time)).
+pub(crate) type LowestHolder = ((u64, u64), Option<(i32, Time)>);
 
 /// What a cycle's decisions changed, per (flavor, resource) pair, on a clock that counts
 /// decisions: an outcome judged at clock `c` still holds while nothing it reads (`Reads`)
@@ -135,6 +143,8 @@ impl<'a> Ctx<'a> {
             shares: RefCell::new(vec![None; st.teams.len()]),
             rivals: RefCell::new(BTreeMap::new()),
             changes: Changes::default(),
+            removals: 0,
+            lowest: RefCell::new(vec![None; st.teams.len()]),
         }
     }
 
@@ -165,6 +175,11 @@ impl<'a> Ctx<'a> {
     /// How many times the admissions team `t` holds have changed in this cycle.
     pub(crate) fn version(&self, t: TeamId) -> u64 {
         self.versions.get(t.idx()).copied().unwrap_or(0)
+    }
+
+    /// How many times the workloads removed from the working state have changed.
+    pub(crate) fn removals(&self) -> u64 {
+        self.removals
     }
 
     fn touch(&mut self, id: WlId) {
@@ -201,6 +216,7 @@ impl<'a> Ctx<'a> {
             self.acct.add_all(self.st, team, &adm.usage, -1);
         }
         self.removed.insert(id);
+        self.removals += 1;
     }
 
     /// Undoes `remove`.
@@ -214,6 +230,7 @@ impl<'a> Ctx<'a> {
             self.acct.add_all(self.st, team, &adm.usage, 1);
         }
         self.removed.remove(&id);
+        self.removals += 1;
     }
 
     /// Counts a victim, removed by `remove`, as holding its room again for the rest of the
@@ -231,12 +248,14 @@ impl<'a> Ctx<'a> {
             self.acct.add_all(st, wl.team, &adm.usage, 1);
         }
         self.removed.insert(id);
+        self.removals += 1;
     }
 
     /// Removes many candidates at once (one index update per touched node).
     pub fn remove_many(&mut self, ids: &[WlId]) {
         self.batch(ids, -1);
         self.removed.extend(ids.iter().copied());
+        self.removals += 1;
     }
 
     /// Undoes `remove_many`.
@@ -245,6 +264,7 @@ impl<'a> Ctx<'a> {
         for id in ids {
             self.removed.remove(id);
         }
+        self.removals += 1;
     }
 
     fn batch(&mut self, ids: &[WlId], sign: i64) {
@@ -325,6 +345,7 @@ impl<'a> Ctx<'a> {
 }
 
 /// What a flavor's nodes add to the pairs contested for `count` pods of `reqs`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum NodeShortfall {
     /// The pods can be placed there.
     Room,

@@ -1,0 +1,188 @@
+//! A wait known again by the values its judgement read, not judged anew.
+//!
+//! `Reads` names the pairs a judgement reads, and a decision that touches one of them makes
+//! every wait that reads it be judged again. In a full cohort that is every wait: a completion
+//! and the admission that takes the room it left both touch the pair every waiting shape of
+//! the cohort reads, though most of those shapes then read the same values as before (the
+//! same usage, nothing more they may take, no victim to be had).
+//!
+//! `Witness` covers the commonest wait of a contended cluster: a workload of one pod set,
+//! offered one flavor by one resource group, short of quota on some pair where its team's
+//! policy allows preemption, under fair sharing, whose victim search is hopeless before it
+//! starts (`preemption::fair_share_hopeless`). Beyond what a cycle cache compares whole
+//! (policies, quotas, cohorts, the workload's shape), that judgement (`scheduler::process`)
+//! reads the flavor, and on each requested pair its team's usage and what it may still take:
+//! the flavor assignment notes the shortfalls with those numbers, any capacity held comes from
+//! them, and the search is skipped. The nodes only add pairs to what the search would contest,
+//! and the search is skipped only where the hopeless test says so on them. So a witness keeps
+//! the flavor and those numbers, and `observe` tells them, and the test, again on the state as
+//! it is, at a small part of a judgement's cost: where they are equal, so is the judgement.
+
+use std::collections::BTreeSet;
+
+use smallvec::SmallVec;
+
+use crate::ids::{FlavorId, FrId};
+use crate::preemption;
+use crate::quota::{self, Share};
+use crate::state::Workload;
+use crate::working::{node_shortfall, Ctx};
+
+/// What a wait of the kind above read (see the module's comment).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Witness {
+    flavor: FlavorId,
+    /// Per requested pair, in request order: the team's usage and what it may take now
+    /// (`quota::available`).
+    pairs: SmallVec<[(FrId, i64, i64); 4]>,
+}
+
+/// A workload's one pod set as the flavor assignment sees it when it is of the kind above:
+/// its one flavor, and per requested pair the request, the team's usage and what it may take.
+struct Short {
+    flavor: FlavorId,
+    count: u32,
+    /// (pair, request, usage, available), in request order.
+    pairs: SmallVec<[(FrId, i64, i64, i64); 4]>,
+    /// The pairs short of quota.
+    contested: BTreeSet<FrId>,
+}
+
+impl Short {
+    /// `wl` on the working state, where it has one pod set offered one flavor, within what its
+    /// team could ever use on every pair, and short of quota on some pair its team's policy
+    /// may preempt for (`eval_flavor` then finds `Mode::Preempt` from quota alone, whatever
+    /// the nodes hold).
+    fn of(ctx: &Ctx, wl: &Workload) -> Option<Short> {
+        let st = ctx.st;
+        let [ps] = wl.spec.pod_sets.as_slice() else {
+            return None;
+        };
+        let reqs = wl.pod_reqs.first()?;
+        if reqs.is_empty() {
+            return None;
+        }
+        let t = wl.team;
+        let team = &st.teams[t.idx()];
+        // One resource group covers every requested resource, and offers this workload one
+        // flavor: the assignment has nothing to choose.
+        let mut groups = team
+            .groups
+            .iter()
+            .filter(|g| reqs.iter().any(|(r, _)| g.resources.contains(r)));
+        let g = groups.next()?;
+        if groups.next().is_some() || !reqs.iter().all(|(r, _)| g.resources.contains(r)) {
+            return None;
+        }
+        let mut offered = g
+            .flavors
+            .iter()
+            .filter(|f| wl.pinned.is_none_or(|p| p == **f));
+        let f = *offered.next()?;
+        if offered.next().is_some() {
+            return None;
+        }
+        let mut pairs = SmallVec::new();
+        let mut contested = BTreeSet::new();
+        for (r, per_pod) in reqs {
+            let fr = st.names.find_fr(f, *r)?;
+            let q = team.quota(fr)?;
+            let val = per_pod * i64::from(ps.count);
+            if val > quota::potential_available(st, t, fr) {
+                return None;
+            }
+            let avail = quota::available(st, &ctx.acct, t, fr);
+            if val > avail {
+                if !preemption::may_preempt_for_quota(st, wl, q.nominal, val) {
+                    return None;
+                }
+                contested.insert(fr);
+            }
+            pairs.push((fr, val, ctx.acct.usage(t, fr), avail));
+        }
+        if contested.is_empty() {
+            return None;
+        }
+        if st.placement && !ctx.acct.nodes.has_flavor(f) {
+            return None;
+        }
+        Some(Short {
+            flavor: f,
+            count: ps.count,
+            pairs,
+            contested,
+        })
+    }
+
+    /// What the workload would use.
+    fn usage(&self) -> Vec<(FrId, i64)> {
+        self.pairs.iter().map(|(fr, v, _, _)| (*fr, *v)).collect()
+    }
+}
+
+impl Witness {
+    /// What judging `wl` on the working state reads, when that judgement is a wait of this
+    /// kind; `None` when it is not, or may not be.
+    pub(crate) fn observe(ctx: &mut Ctx, wl: &Workload) -> Option<Witness> {
+        let st = ctx.st;
+        if !st.policy.fair_share {
+            return None;
+        }
+        let mut short = Short::of(ctx, wl)?;
+        // No partial admission to try (`process` tries smaller counts only above min_count).
+        if wl.spec.pod_sets[0]
+            .min_count
+            .is_some_and(|m| m != short.count)
+        {
+            return None;
+        }
+        // The pairs the victim search would contest: the quota shortfalls, and what the
+        // flavor's nodes lack (`eval_flavor`, then `preemption::find_victims`).
+        let f = short.flavor;
+        let usage = short.usage();
+        if st.placement {
+            let mut flavors = BTreeSet::new();
+            node_shortfall(st, &mut ctx.acct.nodes, f, &wl.pod_reqs[0], short.count).contest(
+                f,
+                &mut short.contested,
+                &mut flavors,
+            );
+            if flavors.contains(&f) {
+                short.contested.extend(usage.iter().map(|(fr, _)| *fr));
+            }
+        }
+        // Told on the state as it is at every observation, so not kept in the witness.
+        if !preemption::fair_share_hopeless(ctx, wl, &usage, &short.contested) {
+            return None;
+        }
+        Some(Witness {
+            flavor: f,
+            pairs: short
+                .pairs
+                .iter()
+                .map(|(fr, _, u, a)| (*fr, *u, *a))
+                .collect(),
+        })
+    }
+}
+
+/// The (borrows, share) part of `wl`'s tournament key (`scheduler::entry_key`), where it is
+/// short of quota as `Short` says: the quick flavor assignment then takes its one flavor
+/// whatever the nodes hold, assumes preemption brings it within what it may use, and counts
+/// it as borrowing where its request alone is above nominal. `None` where it is not so.
+pub(crate) fn key_part(ctx: &Ctx, wl: &Workload) -> Option<(bool, Share)> {
+    let st = ctx.st;
+    let short = Short::of(ctx, wl)?;
+    let team = &st.teams[wl.team.idx()];
+    let borrows = short
+        .pairs
+        .iter()
+        .any(|(fr, v, _, _)| *v > team.quota(*fr).map_or(0, |q| q.nominal));
+    let usage: Vec<(FrId, i64)> = short.usage().into_iter().filter(|(_, v)| *v > 0).collect();
+    let share = if st.policy.fair_share {
+        quota::share(st, &ctx.acct, wl.team, &usage)
+    } else {
+        Share::ZERO
+    };
+    Some((borrows, share))
+}
