@@ -555,7 +555,14 @@ fn final_json(sim: &Sim, t: Time) -> Value {
             wl.pending_status().filter(|_| wl.state == WlState::Pending)
         {
             v["reason"] = json!(reason);
-            v["message"] = json!(message);
+            // With the numbers it depends on at the end of the run.
+            v["message"] = json!(allot_core::explain::shown_message(
+                st,
+                wl,
+                "QuotaReserved",
+                false,
+                message
+            ));
         }
         wls.insert(wl.spec.name.clone(), v);
     }

@@ -65,3 +65,33 @@ fn a_tiny_file_asking_for_a_hundred_million_nodes_is_refused_at_once() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_waiting_workloads_final_message_says_why_and_the_numbers_at_the_end() {
+    // 16 GPUs on two nodes; team a runs 12 of them, then b (8) waits: 4 more needed.
+    let text = "version: 1\nnodes:\n  - {name_prefix: p5-, count: 2, instance_type: ml.p5.48xlarge}\n\
+        teams:\n  - {name: a, compute_quota: \"ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,Count=2}]\"}\n\
+        workloads:\n\
+          - {name: r, team: a, submit_at: 0, duration: 600, count: 3, requests: {gpu: 4}}\n\
+          - {name: b, team: a, submit_at: 1, duration: 60, count: 1, requests: {gpu: 8}}\n\
+        until: 10\n";
+    let out = simulate("why.yaml", text);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "simulate failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json output");
+    let b = &v["final"]["workloads"]["b"];
+    assert_eq!(b["state"], "Pending", "{b}");
+    let m = b["message"].as_str().unwrap_or_default();
+    // Recorded by the cycle: which pair is short, with the request and the nominal.
+    assert!(
+        m.contains(
+            "insufficient unused quota for gpu in flavor ml.p5.48xlarge (requested 8, nominal 16)"
+        ),
+        "{m}"
+    );
+    // Derived when read, at the end of the run.
+    assert!(
+        m.contains("Now: gpu in flavor ml.p5.48xlarge: 4 more needed (available 4; team uses 12 of nominal 16)"),
+        "{m}"
+    );
+}

@@ -445,7 +445,15 @@ pub(crate) type FastMemo = ByShape<FastShape, Found<(Arc<str>, Arc<str>)>>;
 /// Per fast shape (not a preemptor's), the last wait found for it that a `Witness` knows,
 /// with that witness: kept across cycles while the configuration holds (it is compared by
 /// value where it is used, so no change to the state makes it wrong).
-pub(crate) type Witnessed = ByShape<FastShape, (Witness, Arc<str>, Arc<str>)>;
+pub(crate) type Witnessed = ByShape<FastShape, Known>;
+
+/// A wait (reason and message) with the `Witness` that recognises it, and what its judgement
+/// reads (`Reads`, for the `Found` it makes again).
+pub(crate) struct Known {
+    pub witness: Witness,
+    pub wait: (Arc<str>, Arc<str>),
+    pub reads: Arc<Reads>,
+}
 
 /// The first-generation outcomes of the last cycle run with this cache, and what they were
 /// computed from. Keep one per scheduler (the simulator's loop, the leader) and pass it to
@@ -489,16 +497,21 @@ impl CycleCache {
             (Some((t, teams)), Some(old)) if !t.all => {
                 same = teams;
                 if !t.is_empty() {
-                    // Rebuilt rather than retained: a table emptied in place keeps its
-                    // tombstones, and every later cycle's lookups probe past them.
-                    self.waits = std::mem::take(&mut self.waits)
-                        .into_iter()
+                    // Emptied and refilled rather than retained: a table emptied in place
+                    // keeps its tombstones, and every later cycle's lookups probe past them.
+                    // Its room is kept: the cycle finds most of what was dropped again.
+                    let waits: Vec<_> = self
+                        .waits
+                        .drain()
                         .filter(|(_, f)| !t.hits(&f.reads))
                         .collect();
-                    self.key_parts = std::mem::take(&mut self.key_parts)
-                        .into_iter()
+                    self.waits.extend(waits);
+                    let parts: Vec<_> = self
+                        .key_parts
+                        .drain()
                         .filter(|(_, f)| !t.hits(&f.reads))
                         .collect();
+                    self.key_parts.extend(parts);
                 }
                 if !self.waits.is_empty() || !self.key_parts.is_empty() {
                     self.reused += 1;

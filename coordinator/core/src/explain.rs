@@ -24,6 +24,96 @@ use crate::scheduler::{self, Mode};
 use crate::state::{PreemptedBy, State, Time, WlState, Workload};
 use crate::working::{self, Ctx};
 
+/// The numbers a pending workload's last decision depends on, as they are now: per flavor
+/// the team may use for it, each requested pair short of quota (how much more is needed, what
+/// is available, what the team uses of its nominal), or where quota is not short, the room
+/// left on the flavor's nodes. A cycle records why a workload waits (which pair is short, that
+/// nodes have no room); these numbers change with every admission and completion in the
+/// cohort, so they are derived when the workload is read instead of recorded: recorded, each
+/// change rewrote the message of every workload waiting so, in the plan and the replicated
+/// log. `None` where the workload is not pending after a decision.
+pub fn now_note(st: &State, wl: &Workload) -> Option<String> {
+    if wl.state != WlState::Pending || wl.pending_status().is_none() {
+        return None;
+    }
+    numbers_now(st, wl)
+}
+
+/// `now_note` for any workload, whether or not a decision was recorded for it.
+fn numbers_now(st: &State, wl: &Workload) -> Option<String> {
+    let t = wl.team;
+    let team = &st.teams[t.idx()];
+    let mut flavors: Vec<FlavorId> = Vec::new();
+    for g in &team.groups {
+        if wl
+            .pod_reqs
+            .iter()
+            .flatten()
+            .any(|(r, _)| g.resources.contains(r))
+        {
+            for f in &g.flavors {
+                if wl.pinned.is_none_or(|p| p == *f) && !flavors.contains(f) {
+                    flavors.push(*f);
+                }
+            }
+        }
+    }
+    let mut parts = Vec::new();
+    for f in flavors {
+        let fname = st.names.flavor_name(f);
+        // The whole workload's request per pair of this flavor (pod sets together).
+        let mut want: BTreeMap<FrId, i64> = BTreeMap::new();
+        for (ps, reqs) in wl.spec.pod_sets.iter().zip(&wl.pod_reqs) {
+            for (r, per_pod) in reqs {
+                if let Some(fr) = st
+                    .names
+                    .find_fr(f, *r)
+                    .filter(|fr| team.quota(*fr).is_some())
+                {
+                    *want.entry(fr).or_insert(0) += per_pod * i64::from(ps.count);
+                }
+            }
+        }
+        let mut short = false;
+        for (fr, val) in &want {
+            let avail = quota::available(st, &st.acct, t, *fr);
+            if *val <= avail {
+                continue;
+            }
+            short = true;
+            let (_, r) = st.names.fr_parts(*fr);
+            let fmt = |v: i64| st.names.format_qty(r, v);
+            let nominal = team.quota(*fr).map_or(0, |q| q.nominal);
+            parts.push(format!(
+                "{} in flavor {fname}: {} more needed (available {}; team uses {} of nominal {})",
+                st.names.resource_name(r),
+                fmt(val - avail),
+                fmt(avail),
+                fmt(st.acct.usage(t, *fr)),
+                fmt(nominal)
+            ));
+        }
+        if !short && st.placement && !want.is_empty() {
+            let reqs: Vec<(ResId, i64)> = wl.pod_reqs.iter().flatten().copied().collect();
+            parts.push(format!(
+                "nodes of flavor {fname}: {}",
+                st.acct.nodes.describe_room(f, &reqs, &st.names)
+            ));
+        }
+    }
+    (!parts.is_empty()).then(|| format!("now: {}", parts.join("; ")))
+}
+
+/// The message a workload's condition shows when read: as recorded, and for the decision a
+/// pending workload waits on, with the numbers it depends on as they are now (`now_note`).
+pub fn shown_message(st: &State, wl: &Workload, kind: &str, status: bool, message: &str) -> String {
+    match now_note(st, wl).filter(|_| kind == "QuotaReserved" && !status) {
+        Some(note) if message.is_empty() => note,
+        Some(note) => format!("{message}. {}{}", note[..1].to_uppercase(), &note[1..]),
+        None => message.to_string(),
+    }
+}
+
 /// Lines explaining workload `id`, most important first.
 pub fn explain(m: &Machine, id: WlId) -> Vec<String> {
     explain_state(&m.state, id)
@@ -468,7 +558,15 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
             let w = st.workload(*id);
             let a = scheduler::assign(&mut ctx, w, &full_of(w), false);
             if a.mode != Mode::Fit {
-                blocker = Some((w, a.messages.join("; ")));
+                let mut why = a.messages.join("; ");
+                if let Some(now) = numbers_now(st, w) {
+                    why = if why.is_empty() {
+                        now
+                    } else {
+                        format!("{why}; {now}")
+                    };
+                }
+                blocker = Some((w, why));
                 break;
             }
         }

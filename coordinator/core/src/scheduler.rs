@@ -14,7 +14,9 @@ use allot_common::quota::{
     FungibilityPreference, QueueingStrategy, ReclaimWithinCohort, WhenCanBorrow, WhenCanPreempt,
 };
 
-use crate::cycle_cache::{CycleCache, FastMemo, FastShape, Found, KeyParts, Settled, Witnessed};
+use crate::cycle_cache::{
+    CycleCache, FastMemo, FastShape, Found, KeyParts, Known, Settled, Witnessed,
+};
 use crate::ids::{FlavorId, FrId, ResId, TeamId, WlId};
 use crate::nodes::PodAlloc;
 use crate::plan::{Plan, PlannedAdmission, PlannedPreemption};
@@ -416,14 +418,17 @@ fn eval_flavor(
         }
         let avail = quota::available(st, &ctx.acct, t, fr);
         if val > avail {
-            ev.note(|| format!(
-                "insufficient unused quota for {rname} in flavor {fname}, {} more needed (requested {}, available {}; team uses {} of nominal {})",
-                fmt(val - avail),
-                fmt(val),
-                fmt(avail),
-                fmt(usage),
-                fmt(q.nominal)
-            ));
+            // What is still available, and so how much more is needed, changes with every
+            // admission and completion in the cohort: said when the workload is read
+            // (`explain::now_note`), not recorded (each change would rewrite the message of
+            // every workload waiting so, in a plan and in the replicated log).
+            ev.note(|| {
+                format!(
+                    "insufficient unused quota for {rname} in flavor {fname} (requested {}, nominal {})",
+                    fmt(val),
+                    fmt(q.nominal)
+                )
+            });
             if preemption::may_preempt_for_quota(st, wl, q.nominal, val) {
                 ev.mode = ev.mode.min(Mode::Preempt);
                 ev.contested.insert(fr);
@@ -447,13 +452,13 @@ fn eval_flavor(
             // Quota is short already: what the nodes add to the contested pairs.
             node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
         } else if let Err(fail) = ctx.acct.nodes.try_place(f, reqs, count) {
-            ev.note(|| format!(
-                "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit; {})",
-                wl.spec.pod_sets[ps].name,
-                fail.placed,
-                fail.wanted,
-                ctx.acct.nodes.describe_room(f, reqs, &st.names)
-            ));
+            // The room left on the flavor's nodes is said when the workload is read, as above.
+            ev.note(|| {
+                format!(
+                    "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit)",
+                    wl.spec.pod_sets[ps].name, fail.placed, fail.wanted
+                )
+            });
             ev.mode = Mode::Preempt;
             node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
         } else {
@@ -1109,6 +1114,8 @@ fn schedule_with(
         let mut seen = None;
         // Whether it is judged here (not a wait found before).
         let mut judged = false;
+        // What its judgement reads, where its wait was recognised (`witnessed`).
+        let mut known_reads = None;
         let outcome = match memoised {
             Some((reason, message)) => Outcome::Pending {
                 reason: reason.clone(),
@@ -1120,11 +1127,12 @@ fn schedule_with(
                 .err()
                 .and_then(|k| witnessed(&tour.witnesses, &mut ctx, wl, k, &mut seen))
             {
-                Some((reason, message)) => {
+                Some(known) => {
                     tour.recognised += 1;
+                    known_reads = Some(known.reads.clone());
                     Outcome::Pending {
-                        reason,
-                        message,
+                        reason: known.wait.0.clone(),
+                        message: known.wait.1.clone(),
                         hold: Vec::new(),
                     }
                 }
@@ -1159,11 +1167,11 @@ fn schedule_with(
                         memo.insert(k, (generation, reason.clone(), message.clone()));
                     }
                     Err(k) => {
-                        if judged {
-                            remember(&mut tour.witnesses, &mut ctx, wl, k, seen, reason, message);
-                        }
-                        let reads = tour.reads_of(k.0, wl);
+                        let reads = known_reads.unwrap_or_else(|| tour.reads_of(k.0, wl));
                         let found = (reason.clone(), message.clone());
+                        if judged {
+                            remember(&mut tour.witnesses, &mut ctx, wl, k, seen, &found, &reads);
+                        }
                         let clock = ctx.changes.clock;
                         fast_memo.insert(k, Found::new(generation, clock, reads, found));
                         if !k.2 {
@@ -1367,22 +1375,23 @@ fn schedule_with(
 /// The wait last found for fast shape `k` (not a preemptor's), where what judging its entry
 /// `wl` reads now is what it read then (`Witness`): what `process` would find again. `seen`
 /// gets what was observed, when something was kept to compare it with.
-fn witnessed(
-    witnesses: &Witnessed,
+fn witnessed<'w>(
+    witnesses: &'w Witnessed,
     ctx: &mut Ctx,
     wl: &Workload,
     k: &FastShape,
     seen: &mut Option<Option<Witness>>,
-) -> Option<(Arc<str>, Arc<str>)> {
-    let (w, reason, message) = witnesses.get(k).filter(|_| !k.2)?;
+) -> Option<&'w Known> {
+    let known = witnesses.get(k).filter(|_| !k.2)?;
     let now = seen.insert(Witness::observe(ctx, wl));
-    if now.as_ref() != Some(w) {
+    if now.as_ref() != Some(&known.witness) {
         return None;
     }
     // Debug builds (every test) check it against the judgement it stands for.
     #[cfg(debug_assertions)]
     {
         let judged = process(ctx, wl);
+        let (reason, message) = &known.wait;
         assert!(
             matches!(&judged, Outcome::Pending { reason: r, message: m, hold }
                 if r == reason && m == message && hold.is_empty()),
@@ -1390,7 +1399,7 @@ fn witnessed(
             wl.spec.name
         );
     }
-    Some((reason.clone(), message.clone()))
+    Some(known)
 }
 
 /// Keeps the wait just found for fast shape `k` with its `Witness`, where it has one (`seen`,
@@ -1401,15 +1410,20 @@ fn remember(
     wl: &Workload,
     k: FastShape,
     seen: Option<Option<Witness>>,
-    reason: &Arc<str>,
-    message: &Arc<str>,
+    wait: &(Arc<str>, Arc<str>),
+    reads: &Arc<Reads>,
 ) {
     if k.2 {
         return;
     }
     match seen.unwrap_or_else(|| Witness::observe(ctx, wl)) {
-        Some(w) => {
-            witnesses.insert(k, (w, reason.clone(), message.clone()));
+        Some(witness) => {
+            let known = Known {
+                witness,
+                wait: wait.clone(),
+                reads: reads.clone(),
+            };
+            witnesses.insert(k, known);
         }
         None => {
             witnesses.remove(&k);
@@ -1970,10 +1984,14 @@ impl<'a> Tournament<'a> {
             }
             let k = (shape, 0, false);
             let mut seen = None;
-            if let Some(found) = witnessed(&self.witnesses, memos.ctx, wl, &k, &mut seen) {
+            if let Some(known) = witnessed(&self.witnesses, memos.ctx, wl, &k, &mut seen) {
                 self.recognised += 1;
-                let reads = self.reads_of(shape, wl);
-                let found = Found::new(memos.generation, clock, reads, found);
+                let found = Found::new(
+                    memos.generation,
+                    clock,
+                    known.reads.clone(),
+                    known.wait.clone(),
+                );
                 memos.fast_memo.insert(k, found);
                 continue;
             }
@@ -1988,15 +2006,7 @@ impl<'a> Tournament<'a> {
                 } if hold.is_empty() => {
                     let reads = self.reads_of(shape, wl);
                     let found = (st.texts.shared(reason), st.texts.shared(message));
-                    remember(
-                        &mut self.witnesses,
-                        memos.ctx,
-                        wl,
-                        k,
-                        seen,
-                        &found.0,
-                        &found.1,
-                    );
+                    remember(&mut self.witnesses, memos.ctx, wl, k, seen, &found, &reads);
                     let found = Found::new(memos.generation, clock, reads, found);
                     memos.fast_memo.insert(k, found);
                 }

@@ -119,7 +119,7 @@ pub fn workload(m: &Machine, id: WlId) -> WorkloadView {
                 kind: c.kind.clone(),
                 status: c.status,
                 reason: c.reason.to_string(),
-                message: c.message.to_string(),
+                message: crate::explain::shown_message(st, w, &c.kind, c.status, &c.message),
                 time_ms: c.time,
             })
             .collect(),

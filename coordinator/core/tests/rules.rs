@@ -84,10 +84,21 @@ fn lending_limit_example_pool_of_four() {
     s.submit(wl("b-3", "lend-b", 0, 1, &[("cpu", "3")]))
         .settle();
     assert_eq!(s.state("b-3"), WlState::Pending);
+    // The decision says which pair is short; how much more is needed is said when read.
     assert!(
-        s.message("b-3").contains("1 more needed"),
+        s.message("b-3").contains(&format!(
+            "insufficient unused quota for cpu in flavor {F} (requested 3, nominal 2)"
+        )),
         "{}",
         s.message("b-3")
+    );
+    let b3 = s.st.workload(s.st.find_workload("b-3").unwrap());
+    let now = allot_core::explain::now_note(&s.st, b3).unwrap_or_default();
+    assert!(
+        now.contains(&format!(
+            "cpu in flavor {F}: 1 more needed (available 2; team uses 2 of nominal 2)"
+        )),
+        "{now}"
     );
     s.submit(wl("b-2b", "lend-b", 0, 1, &[("cpu", "2")]))
         .settle();
@@ -135,9 +146,13 @@ fn quota_without_room_waits_with_a_message() {
     assert_eq!(s.state("b1"), WlState::Pending);
     let m = s.message("b1");
     assert!(
-        m.contains("no room") && m.contains("gpu free 0 of 2"),
+        m.contains("no room") && m.contains("(0 of 1 pods fit)"),
         "{m}"
     );
+    // The room left is said when read.
+    let b1 = s.st.workload(s.st.find_workload("b1").unwrap());
+    let now = allot_core::explain::now_note(&s.st, b1).unwrap_or_default();
+    assert!(now.contains("gpu free 0 of 2"), "{now}");
     assert!(s
         .st
         .warnings
