@@ -1573,10 +1573,10 @@ impl<'a> BulkState<'a> {
             Some((from, k)) if from <= start && k.is_none_or(|k| k >= start) => k,
             _ => {
                 // From the team's head, as most tries start, it is the shape's first entry.
-                let keys = &self.shapes[i].1.keys;
-                let k = match keys.first() {
+                let q = self.shapes[i].1;
+                let k = match q.first() {
                     Some(first) if first >= start => Some(first),
-                    _ => keys.range(start..).next(),
+                    _ => q.keys.range(start..).next(),
                 };
                 self.next[i] = Some((start, k));
                 k

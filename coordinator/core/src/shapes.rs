@@ -109,9 +109,18 @@ pub struct ShapeQueue {
     /// The distinct texts the entries show, each with how many show it (a few at most: a
     /// cycle gives one shape one outcome, but arrivals show nothing yet).
     shows: Vec<(Shown, u32)>,
+    /// The first of `keys`, kept beside the counts: a cycle asks every shape for it, and
+    /// finding it in the tree cost a few cache misses each.
+    first: Option<QueueKey>,
 }
 
 impl ShapeQueue {
+    /// The shape's first entry in queue order.
+    pub fn first(&self) -> Option<&QueueKey> {
+        debug_assert_eq!(self.first.as_ref(), self.keys.first());
+        self.first.as_ref()
+    }
+
     /// Whether every entry shows `reason` and `message` (compared by address first).
     pub fn all_show(&self, reason: &Arc<str>, message: &Arc<str>) -> bool {
         match self.shows.as_slice() {
@@ -200,6 +209,9 @@ impl ShapeIndex {
         let q = self.shape_mut(key.shape);
         if q.keys.insert(key.clone()) {
             q.count(shown, true);
+            if q.first.as_ref().is_none_or(|f| key < f) {
+                q.first = Some(key.clone());
+            }
         }
     }
 
@@ -210,6 +222,9 @@ impl ShapeIndex {
         let q = self.shape_mut(key.shape);
         if q.keys.remove(key) {
             q.count(shown, false);
+            if q.first.as_ref() == Some(key) {
+                q.first = q.keys.first().cloned();
+            }
         }
         if q.keys.is_empty() {
             Arc::make_mut(&mut self.shapes).remove(&key.shape);
