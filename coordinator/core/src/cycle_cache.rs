@@ -518,6 +518,8 @@ impl CycleCache {
                 }
                 if old.nodes.len() != st.acct.nodes.nodes.len() || self.reads.len() > MAX_READS {
                     self.reads.clear();
+                    // They hold their waits' reads too.
+                    self.witnesses.clear();
                 }
                 if self.witnesses.len() > MAX_READS {
                     self.witnesses.clear();

@@ -31,12 +31,16 @@ use crate::working::{self, Ctx};
 /// nodes have no room); these numbers change with every admission and completion in the
 /// cohort, so they are derived when the workload is read instead of recorded: recorded, each
 /// change rewrote the message of every workload waiting so, in the plan and the replicated
-/// log. `None` where the workload is not pending after a decision.
+/// log. `None` where the workload does not wait for quota or room (`WaitingForQuota`):
+/// where it never fits (`ExceedsMaxQuota`, `NoMatchingFlavor`), or was just evicted and not
+/// looked at again yet.
 pub fn now_note(st: &State, wl: &Workload) -> Option<String> {
-    if wl.state != WlState::Pending || wl.pending_status().is_none() {
-        return None;
+    match wl.pending_status() {
+        Some((reason, _)) if wl.state == WlState::Pending && reason == "WaitingForQuota" => {
+            numbers_now(st, wl)
+        }
+        _ => None,
     }
-    numbers_now(st, wl)
 }
 
 /// `now_note` for any workload, whether or not a decision was recorded for it.
@@ -94,7 +98,11 @@ fn numbers_now(st: &State, wl: &Workload) -> Option<String> {
             ));
         }
         if !short && st.placement && !want.is_empty() {
-            let reqs: Vec<(ResId, i64)> = wl.pod_reqs.iter().flatten().copied().collect();
+            // The flavor's requested resources, once each.
+            let reqs: Vec<(ResId, i64)> = want
+                .iter()
+                .map(|(fr, v)| (st.names.fr_parts(*fr).1, *v))
+                .collect();
             parts.push(format!(
                 "nodes of flavor {fname}: {}",
                 st.acct.nodes.describe_room(f, &reqs, &st.names)
@@ -108,8 +116,15 @@ fn numbers_now(st: &State, wl: &Workload) -> Option<String> {
 /// pending workload waits on, with the numbers it depends on as they are now (`now_note`).
 pub fn shown_message(st: &State, wl: &Workload, kind: &str, status: bool, message: &str) -> String {
     match now_note(st, wl).filter(|_| kind == "QuotaReserved" && !status) {
-        Some(note) if message.is_empty() => note,
-        Some(note) => format!("{message}. {}{}", note[..1].to_uppercase(), &note[1..]),
+        Some(note) => {
+            // "Now: ...", after the message where there is one.
+            let note = format!("N{}", note.strip_prefix('n').unwrap_or(&note));
+            if message.is_empty() {
+                note
+            } else {
+                format!("{message}. {note}")
+            }
+        }
         None => message.to_string(),
     }
 }

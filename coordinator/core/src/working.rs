@@ -17,7 +17,9 @@ pub struct Ctx<'a> {
     pub st: &'a State,
     pub acct: Acct,
     /// Workloads removed from `acct` (victims) in this cycle or in a running search.
-    pub removed: BTreeSet<WlId>,
+    /// Changed through `remove`, `restore`, `hold` and their batch forms only (they count
+    /// each change: `removals`).
+    pub(crate) removed: BTreeSet<WlId>,
     pub now: Time,
     /// Admissions decided earlier in this cycle. They are preemption candidates like admitted
     /// workloads (the most recently admitted of all); taking one withdraws it from the plan.
