@@ -399,6 +399,14 @@ impl Basis {
     }
 }
 
+/// Drops from `found` what `t` touched. The table is emptied and refilled rather than
+/// retained: one emptied in place keeps its tombstones, and every later cycle's lookups probe
+/// past them. Its room is kept: the cycle finds most of what was dropped again.
+fn drop_touched<K: std::hash::Hash + Eq, T>(found: &mut ByShape<K, Found<T>>, t: &Touched) {
+    let kept: Vec<_> = found.drain().filter(|(_, f)| !t.hits(&f.reads)).collect();
+    found.extend(kept);
+}
+
 /// The most shapes whose reads a cache keeps (past it, it starts again).
 const MAX_READS: usize = 100_000;
 
@@ -497,21 +505,8 @@ impl CycleCache {
             (Some((t, teams)), Some(old)) if !t.all => {
                 same = teams;
                 if !t.is_empty() {
-                    // Emptied and refilled rather than retained: a table emptied in place
-                    // keeps its tombstones, and every later cycle's lookups probe past them.
-                    // Its room is kept: the cycle finds most of what was dropped again.
-                    let waits: Vec<_> = self
-                        .waits
-                        .drain()
-                        .filter(|(_, f)| !t.hits(&f.reads))
-                        .collect();
-                    self.waits.extend(waits);
-                    let parts: Vec<_> = self
-                        .key_parts
-                        .drain()
-                        .filter(|(_, f)| !t.hits(&f.reads))
-                        .collect();
-                    self.key_parts.extend(parts);
+                    drop_touched(&mut self.waits, &t);
+                    drop_touched(&mut self.key_parts, &t);
                 }
                 if !self.waits.is_empty() || !self.key_parts.is_empty() {
                     self.reused += 1;

@@ -43,7 +43,8 @@ pub fn now_note(st: &State, wl: &Workload) -> Option<String> {
     }
 }
 
-/// `now_note` for any workload, whether or not a decision was recorded for it.
+/// `now_note` for any workload, whether or not a decision was recorded for it: the parts,
+/// `; `-separated.
 fn numbers_now(st: &State, wl: &Workload) -> Option<String> {
     let t = wl.team;
     let team = &st.teams[t.idx()];
@@ -109,22 +110,15 @@ fn numbers_now(st: &State, wl: &Workload) -> Option<String> {
             ));
         }
     }
-    (!parts.is_empty()).then(|| format!("now: {}", parts.join("; ")))
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// The message a workload's condition shows when read: as recorded, and for the decision a
 /// pending workload waits on, with the numbers it depends on as they are now (`now_note`).
 pub fn shown_message(st: &State, wl: &Workload, kind: &str, status: bool, message: &str) -> String {
     match now_note(st, wl).filter(|_| kind == "QuotaReserved" && !status) {
-        Some(note) => {
-            // "Now: ...", after the message where there is one.
-            let note = format!("N{}", note.strip_prefix('n').unwrap_or(&note));
-            if message.is_empty() {
-                note
-            } else {
-                format!("{message}. {note}")
-            }
-        }
+        Some(note) if message.is_empty() => format!("Now: {note}"),
+        Some(note) => format!("{message}. Now: {note}"),
         None => message.to_string(),
     }
 }
@@ -576,9 +570,9 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
                 let mut why = a.messages.join("; ");
                 if let Some(now) = numbers_now(st, w) {
                     why = if why.is_empty() {
-                        now
+                        format!("now: {now}")
                     } else {
-                        format!("{why}; {now}")
+                        format!("{why}; now: {now}")
                     };
                 }
                 blocker = Some((w, why));

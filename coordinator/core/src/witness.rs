@@ -178,7 +178,12 @@ pub(crate) fn key_part(ctx: &Ctx, wl: &Workload) -> Option<(bool, Share)> {
         .pairs
         .iter()
         .any(|(fr, v, _, _)| *v > team.quota(*fr).map_or(0, |q| q.nominal));
-    let usage: Vec<(FrId, i64)> = short.usage().into_iter().filter(|(_, v)| *v > 0).collect();
+    let usage: Vec<(FrId, i64)> = short
+        .pairs
+        .iter()
+        .filter(|(_, v, _, _)| *v > 0)
+        .map(|(fr, v, _, _)| (*fr, *v))
+        .collect();
     let share = if st.policy.fair_share {
         quota::share(st, &ctx.acct, wl.team, &usage)
     } else {
