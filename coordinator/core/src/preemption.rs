@@ -1060,7 +1060,7 @@ fn fair_sharing_search(
 /// the team's lowest priority among its candidates, and the latest submit time at it, can
 /// tell: kept per team until its candidates change (the shapes of a cycle ask again and
 /// again, and a team holds many).
-fn own_candidate(ctx: &Ctx, wl: &Workload) -> bool {
+pub(crate) fn own_candidate(ctx: &Ctx, wl: &Workload) -> bool {
     let t = wl.team;
     let policy = ctx.st.teams[t.idx()].spec.preemption.within_team;
     if policy == WithinTeam::Never {
@@ -1131,12 +1131,20 @@ pub(crate) fn fair_share_hopeless(
     usage: &[(FrId, i64)],
     f_set: &BTreeSet<FrId>,
 ) -> bool {
+    !own_candidate(ctx, wl) && cohort_hopeless(ctx, wl.team, usage, f_set)
+}
+
+/// The part of `fair_share_hopeless` that reads only the preemptor's team and request, not
+/// its priority or submit time: team `t`, with `usage` admitted, goes above its nominal on a
+/// pair of `f_set`, and its share then is above that of every other member borrowing one.
+pub(crate) fn cohort_hopeless(
+    ctx: &Ctx,
+    t: TeamId,
+    usage: &[(FrId, i64)],
+    f_set: &BTreeSet<FrId>,
+) -> bool {
     let st = ctx.st;
-    let t = wl.team;
     let team = &st.teams[t.idx()];
-    if own_candidate(ctx, wl) {
-        return false;
-    }
     if within_nominal_after(ctx, t, usage, f_set) {
         return false;
     }

@@ -25,7 +25,7 @@ use crate::quota::{self, Acct, Share};
 use crate::reads::{Reads, Touched};
 use crate::shapes::{ByShape, ShapeQueue};
 use crate::state::{Admission, PodSetAdmission, QueueKey, State, Time, Workload};
-use crate::witness::Witness;
+use crate::witness::{Observer, Witness};
 use crate::working::{node_shortfall, NodeShortfall};
 use crate::working::{Changes, Ctx};
 
@@ -1125,8 +1125,11 @@ fn schedule_with(
             _ => match shape
                 .as_ref()
                 .err()
-                .and_then(|k| witnessed(&tour.witnesses, &mut ctx, wl, k, &mut seen))
-            {
+                .map(|k| (k, tour.request_of(k.0, wl)))
+                .and_then(|(k, request)| {
+                    let (witnesses, observer) = (&tour.witnesses, &mut tour.observer);
+                    witnessed(witnesses, observer, &mut ctx, (wl, request), k, &mut seen)
+                }) {
                 Some(known) => {
                     tour.recognised += 1;
                     known_reads = Some(known.reads.clone());
@@ -1170,7 +1173,15 @@ fn schedule_with(
                         let reads = known_reads.unwrap_or_else(|| tour.reads_of(k.0, wl));
                         let found = (reason.clone(), message.clone());
                         if judged {
-                            remember(&mut tour.witnesses, &mut ctx, wl, k, seen, &found, &reads);
+                            let request = tour.request_of(k.0, wl);
+                            remember(
+                                (&mut tour.witnesses, &mut tour.observer),
+                                &mut ctx,
+                                (wl, request),
+                                k,
+                                seen,
+                                (&found, &reads),
+                            );
                         }
                         let clock = ctx.changes.clock;
                         fast_memo.insert(k, Found::new(generation, clock, reads, found));
@@ -1377,13 +1388,14 @@ fn schedule_with(
 /// gets what was observed, when something was kept to compare it with.
 fn witnessed<'w>(
     witnesses: &'w Witnessed,
+    observer: &mut Observer,
     ctx: &mut Ctx,
-    wl: &Workload,
+    (wl, request): (&Workload, u128),
     k: &FastShape,
     seen: &mut Option<Option<Witness>>,
 ) -> Option<&'w Known> {
     let known = witnesses.get(k).filter(|_| !k.2)?;
-    let now = seen.insert(Witness::observe(ctx, wl));
+    let now = seen.insert(observer.observe(ctx, wl, request));
     if now.as_ref() != Some(&known.witness) {
         return None;
     }
@@ -1405,18 +1417,17 @@ fn witnessed<'w>(
 /// Keeps the wait just found for fast shape `k` with its `Witness`, where it has one (`seen`,
 /// when it was observed before the judgement; the state is the same).
 fn remember(
-    witnesses: &mut Witnessed,
+    (witnesses, observer): (&mut Witnessed, &mut Observer),
     ctx: &mut Ctx,
-    wl: &Workload,
+    (wl, request): (&Workload, u128),
     k: FastShape,
     seen: Option<Option<Witness>>,
-    wait: &(Arc<str>, Arc<str>),
-    reads: &Arc<Reads>,
+    (wait, reads): (&(Arc<str>, Arc<str>), &Arc<Reads>),
 ) {
     if k.2 {
         return;
     }
-    match seen.unwrap_or_else(|| Witness::observe(ctx, wl)) {
+    match seen.unwrap_or_else(|| observer.observe(ctx, wl, request)) {
         Some(witness) => {
             let known = Known {
                 witness,
@@ -1653,6 +1664,8 @@ struct Tournament<'a> {
     requests: ByShape<u128, u128>,
     /// Waits known by what they read (`Witness`): kept in the cache between cycles.
     witnesses: Witnessed,
+    /// What this cycle observed of requests (`Observer`).
+    observer: Observer,
     /// How many waits were recognised so in this cycle.
     recognised: u64,
     /// Per request fingerprint, the key part found in this cycle (`key_part`).
@@ -1681,8 +1694,17 @@ impl<'a> Tournament<'a> {
             requests: ByShape::default(),
             request_parts: HashMap::default(),
             witnesses: Witnessed::default(),
+            observer: Observer::default(),
             recognised: 0,
         }
+    }
+
+    /// The request fingerprint of shape `shape`, whose entry `wl` is.
+    fn request_of(&mut self, shape: u128, wl: &Workload) -> u128 {
+        *self
+            .requests
+            .entry(shape)
+            .or_insert_with(|| wl.request_fingerprint())
     }
 
     /// What judging `wl`, whose shape fingerprint is `fp`, reads.
@@ -1706,10 +1728,7 @@ impl<'a> Tournament<'a> {
         generation: u64,
         key_parts: &mut KeyParts,
     ) -> (bool, Share) {
-        let request = *self
-            .requests
-            .entry(shape)
-            .or_insert_with(|| wl.request_fingerprint());
+        let request = self.request_of(shape, wl);
         let found = match self.request_parts.get(&request) {
             Some(f) if f.holds(&ctx.changes) => {
                 Found::new(f.gen, f.judged, f.reads.clone(), f.value)
@@ -1989,7 +2008,11 @@ impl<'a> Tournament<'a> {
             }
             let k = (shape, 0, false);
             let mut seen = None;
-            if let Some(known) = witnessed(&self.witnesses, memos.ctx, wl, &k, &mut seen) {
+            let request = self.request_of(shape, wl);
+            let (witnesses, observer) = (&self.witnesses, &mut self.observer);
+            if let Some(known) =
+                witnessed(witnesses, observer, memos.ctx, (wl, request), &k, &mut seen)
+            {
                 self.recognised += 1;
                 let found = Found::new(
                     memos.generation,
@@ -2011,7 +2034,14 @@ impl<'a> Tournament<'a> {
                 } if hold.is_empty() => {
                     let reads = self.reads_of(shape, wl);
                     let found = (st.texts.shared(reason), st.texts.shared(message));
-                    remember(&mut self.witnesses, memos.ctx, wl, k, seen, &found, &reads);
+                    remember(
+                        (&mut self.witnesses, &mut self.observer),
+                        memos.ctx,
+                        (wl, request),
+                        k,
+                        seen,
+                        (&found, &reads),
+                    );
                     let found = Found::new(memos.generation, clock, reads, found);
                     memos.fast_memo.insert(k, found);
                 }

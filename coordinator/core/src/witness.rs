@@ -11,12 +11,17 @@
 //! policy allows preemption, under fair sharing, whose victim search is hopeless before it
 //! starts (`preemption::fair_share_hopeless`). Beyond what a cycle cache compares whole
 //! (policies, quotas, cohorts, the workload's shape), that judgement (`scheduler::process`)
-//! reads the flavor, and on each requested pair its team's usage and what it may still take:
-//! the flavor assignment notes the shortfalls with those numbers, any capacity held comes from
-//! them, and the search is skipped. The nodes only add pairs to what the search would contest,
-//! and the search is skipped only where the hopeless test says so on them. So a witness keeps
-//! the flavor and those numbers, and `observe` tells them, and the test, again on the state as
-//! it is, at a small part of a judgement's cost: where they are equal, so is the judgement.
+//! reads the flavor, and on each requested pair its team's usage and whether the request is
+//! above what the team may still take: the flavor assignment notes the short pairs (with the
+//! request and the nominal, not with what is available: `explain::now_note` adds that when the
+//! workload is read), whether it borrows and any capacity held come from the usage, and the
+//! search is skipped. How much the team may take beyond that is never read: in a full cohort it
+//! moves with every completion (one GPU left free makes it 1 where it was 0), and a witness
+//! that kept it was judged again for every shape of the cohort though none of them changed.
+//! The nodes only add pairs to what the search would contest, and the search is skipped only
+//! where the hopeless test says so on them. So a witness keeps the flavor, the usage and the
+//! short pairs, and `Observer::observe` tells them, and the test, again on the state as it is,
+//! at a small part of a judgement's cost: where they are equal, so is the judgement.
 
 use std::collections::BTreeSet;
 
@@ -25,6 +30,7 @@ use smallvec::SmallVec;
 use crate::ids::{FlavorId, FrId};
 use crate::preemption;
 use crate::quota::{self, Share};
+use crate::shapes::ByShape;
 use crate::state::Workload;
 use crate::working::{node_shortfall, Ctx};
 
@@ -32,9 +38,9 @@ use crate::working::{node_shortfall, Ctx};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Witness {
     flavor: FlavorId,
-    /// Per requested pair, in request order: the team's usage and what it may take now
-    /// (`quota::available`).
-    pairs: SmallVec<[(FrId, i64, i64); 4]>,
+    /// Per requested pair, in request order: the team's usage, and whether the request is
+    /// above what the team may take now (`quota::available`).
+    pairs: SmallVec<[(FrId, i64, bool); 4]>,
 }
 
 /// A workload's one pod set as the flavor assignment sees it when it is of the kind above:
@@ -42,8 +48,9 @@ pub(crate) struct Witness {
 struct Short {
     flavor: FlavorId,
     count: u32,
-    /// (pair, request, usage, available), in request order.
-    pairs: SmallVec<[(FrId, i64, i64, i64); 4]>,
+    /// (pair, request, usage, whether the request is above what the team may take), in
+    /// request order.
+    pairs: SmallVec<[(FrId, i64, i64, bool); 4]>,
     /// The pairs short of quota.
     contested: BTreeSet<FrId>,
 }
@@ -91,14 +98,14 @@ impl Short {
             if val > quota::potential_available(st, t, fr) {
                 return None;
             }
-            let avail = quota::available(st, &ctx.acct, t, fr);
-            if val > avail {
+            let short = val > quota::available(st, &ctx.acct, t, fr);
+            if short {
                 if !preemption::may_preempt_for_quota(st, wl, q.nominal, val) {
                     return None;
                 }
                 contested.insert(fr);
             }
-            pairs.push((fr, val, ctx.acct.usage(t, fr), avail));
+            pairs.push((fr, val, ctx.acct.usage(t, fr), short));
         }
         if contested.is_empty() {
             return None;
@@ -121,9 +128,10 @@ impl Short {
 }
 
 impl Witness {
-    /// What judging `wl` on the working state reads, when that judgement is a wait of this
-    /// kind; `None` when it is not, or may not be.
-    pub(crate) fn observe(ctx: &mut Ctx, wl: &Workload) -> Option<Witness> {
+    /// All of `Observer::observe` but whether the team has a workload it may preempt within itself: the
+    /// part that reads of the workload only its team and request (what its request fingerprint
+    /// fixes), not its priority or submit time.
+    fn of_request(ctx: &mut Ctx, wl: &Workload) -> Option<Witness> {
         let st = ctx.st;
         if !st.policy.fair_share {
             return None;
@@ -151,8 +159,9 @@ impl Witness {
                 short.contested.extend(usage.iter().map(|(fr, _)| *fr));
             }
         }
-        // Told on the state as it is at every observation, so not kept in the witness.
-        if !preemption::fair_share_hopeless(ctx, wl, &usage, &short.contested) {
+        // Told on the state as it is at every observation, so not kept in the witness (with
+        // the team's own candidates: `preemption::fair_share_hopeless`).
+        if !preemption::cohort_hopeless(ctx, wl.team, &usage, &short.contested) {
             return None;
         }
         Some(Witness {
@@ -160,9 +169,48 @@ impl Witness {
             pairs: short
                 .pairs
                 .iter()
-                .map(|(fr, _, u, a)| (*fr, *u, *a))
+                .map(|(fr, _, u, short)| (*fr, *u, *short))
                 .collect(),
         })
+    }
+}
+
+/// Observes waits for a cycle, with the part that reads only the workload's request found
+/// once per request and working state: a team's shapes that differ only in priority (its
+/// classes) read it alike, and a cycle after a completion observes every shape of the cohort.
+#[derive(Default)]
+pub(crate) struct Observer {
+    /// Per request fingerprint: the working state's counts when it was found, and the part.
+    by_request: ByShape<u128, (Stamp, Option<Witness>)>,
+}
+
+/// Counts of what changes the working state (decisions, usage, candidates taken off): equal
+/// counts, the same state. Both live only as long as a cycle's working state.
+type Stamp = (u64, u64, u64);
+
+impl Observer {
+    /// What judging `wl` on the working state reads, when that judgement is a wait of this
+    /// kind; `None` when it is not, or may not be. `request` is `wl`'s request fingerprint.
+    pub(crate) fn observe(
+        &mut self,
+        ctx: &mut Ctx,
+        wl: &Workload,
+        request: u128,
+    ) -> Option<Witness> {
+        let stamp = (ctx.changes.clock, ctx.acct.changes(), ctx.removals());
+        let part = match self.by_request.get(&request) {
+            Some((at, part)) if *at == stamp => {
+                // Debug builds (every test) check the kept part against observing it again.
+                debug_assert_eq!(*part, Witness::of_request(ctx, wl), "{}", wl.spec.name);
+                part.clone()
+            }
+            _ => {
+                let part = Witness::of_request(ctx, wl);
+                self.by_request.insert(request, (stamp, part.clone()));
+                part
+            }
+        };
+        part.filter(|_| !preemption::own_candidate(ctx, wl))
     }
 }
 
