@@ -283,7 +283,7 @@ fn contended_cases() {
         &[
             (1_000, 100, 10_000, 200, true),
             (1_000, 100, 100_000, 200, false),
-            (10_000, 100, 100_000, 100, false),
+            (10_000, 100, 100_000, 200, false),
         ]
     };
     for &(nodes, teams, pending, steps, with_reference) in cases {
