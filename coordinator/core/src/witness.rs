@@ -44,7 +44,8 @@ pub(crate) struct Witness {
 }
 
 /// A workload's one pod set as the flavor assignment sees it when it is of the kind above:
-/// its one flavor, and per requested pair the request, the team's usage and what it may take.
+/// its one flavor, and per requested pair the request, the team's usage and whether the
+/// request is above what the team may take.
 struct Short {
     flavor: FlavorId,
     count: u32,
@@ -128,9 +129,9 @@ impl Short {
 }
 
 impl Witness {
-    /// All of `Observer::observe` but whether the team has a workload it may preempt within itself: the
-    /// part that reads of the workload only its team and request (what its request fingerprint
-    /// fixes), not its priority or submit time.
+    /// All of `Observer::observe` but whether the team has a workload it may preempt within
+    /// itself: the part that reads of the workload only its team and request (what its request
+    /// fingerprint fixes), not its priority or submit time.
     fn of_request(ctx: &mut Ctx, wl: &Workload) -> Option<Witness> {
         let st = ctx.st;
         if !st.policy.fair_share {
