@@ -8,6 +8,7 @@
 //!
 //! Threads the raft thread starts (the snapshot encoder, tokio's blocking pool) go back to the
 //! normal policy (`SCHED_RESET_ON_FORK`): only the thread on the commit path is raised. The
+//! snapshot encoder then lowers itself (`make_background`). The
 //! kernel's real-time throttling (by default at most 0.95 s of every second) bounds what a busy
 //! raft thread can take from the rest of the host.
 
@@ -87,6 +88,31 @@ pub fn make_realtime() -> Result<(), String> {
     Err("only supported on Linux".to_string())
 }
 
+/// The niceness of background work (`make_background`): the lowest priority there is.
+pub const BACKGROUND_NICE: libc::c_int = 19;
+
+/// Lowers the calling thread to the lowest priority of the normal policy (nice 19), for work
+/// that must not take the CPU from the request path: encoding a snapshot of a deep backlog
+/// (tens of MB, tens of milliseconds of CPU) competed with the threads that answer clients
+/// and delayed their commits. It still gets the CPU the host leaves idle, and a little under
+/// load (the kernel never starves a runnable thread). Any user may lower a thread's priority;
+/// on Linux niceness is per thread, so only the caller is lowered.
+#[cfg(target_os = "linux")]
+pub fn make_background() -> Result<(), String> {
+    // SAFETY: no pointers; who 0 is the calling thread.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BACKGROUND_NICE) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().to_string())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn make_background() -> Result<(), String> {
+    Err("only supported on Linux".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,5 +175,21 @@ mod tests {
             "a thread started by the raft thread: {said}"
         );
         assert_eq!(current_policy(), libc::SCHED_OTHER, "the test's own thread");
+    }
+
+    /// Lowering a thread lowers that thread only: the thread that started it keeps its
+    /// niceness.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn background_lowers_only_the_calling_thread() {
+        // SAFETY: no pointers; who 0 is the calling thread.
+        let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let before = nice();
+        let (done, lowered) = std::thread::spawn(move || (make_background(), nice()))
+            .join()
+            .unwrap();
+        assert_eq!(done, Ok(()));
+        assert_eq!(lowered, BACKGROUND_NICE);
+        assert_eq!(nice(), before, "the test's own thread");
     }
 }

@@ -493,6 +493,9 @@ impl RaftLoop {
         let spawned = std::thread::Builder::new()
             .name(format!("snapshot-{}", self.rep.id()))
             .spawn(move || {
+                if let Err(e) = crate::priority::make_background() {
+                    tracing::debug!("the snapshot encoder keeps the normal priority: {e}");
+                }
                 let t0 = Instant::now();
                 let data = encode_machine(&job.machine);
                 let encode = t0.elapsed();
