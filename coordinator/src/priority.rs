@@ -8,9 +8,9 @@
 //!
 //! Threads the raft thread starts (the snapshot encoder, tokio's blocking pool) go back to the
 //! normal policy (`SCHED_RESET_ON_FORK`): only the thread on the commit path is raised. The
-//! snapshot encoder then lowers itself (`make_background`). The
-//! kernel's real-time throttling (by default at most 0.95 s of every second) bounds what a busy
-//! raft thread can take from the rest of the host.
+//! snapshot encoder then lowers itself (`make_background`). The kernel's real-time throttling
+//! (by default at most 0.95 s of every second) bounds what a busy raft thread can take from
+//! the rest of the host.
 
 use std::fmt;
 use std::str::FromStr;
@@ -75,7 +75,14 @@ pub fn make_realtime() -> Result<(), String> {
     let param = libc::sched_param { sched_priority: 1 };
     // SAFETY: `param` is a valid sched_param for the duration of the call; pid 0 is the calling
     // thread.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | SCHED_RESET_ON_FORK, &param) };
+    os_status(unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_FIFO | SCHED_RESET_ON_FORK, &param)
+    })
+}
+
+/// A libc call's return code as a result: 0 is success, anything else the OS error it left.
+#[cfg(target_os = "linux")]
+fn os_status(rc: libc::c_int) -> Result<(), String> {
     if rc == 0 {
         Ok(())
     } else {
@@ -100,12 +107,7 @@ pub const BACKGROUND_NICE: libc::c_int = 19;
 #[cfg(target_os = "linux")]
 pub fn make_background() -> Result<(), String> {
     // SAFETY: no pointers; who 0 is the calling thread.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BACKGROUND_NICE) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error().to_string())
-    }
+    os_status(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BACKGROUND_NICE) })
 }
 
 #[cfg(not(target_os = "linux"))]
