@@ -115,6 +115,22 @@ pub fn make_background() -> Result<(), String> {
     Err("only supported on Linux".to_string())
 }
 
+/// Starts `work` on a new thread named `name` that first lowers itself (`make_background`): for
+/// what the raft thread hands off so that commits do not wait for it (encoding a snapshot,
+/// freeing the log entries a snapshot compacted, removing older snapshots' files). When no
+/// thread can be started the error is returned and `work` is dropped unrun.
+pub fn in_background(
+    name: String,
+    work: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name(name).spawn(move || {
+        if let Err(e) = make_background() {
+            tracing::debug!("a background thread keeps the normal priority: {e}");
+        }
+        work()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

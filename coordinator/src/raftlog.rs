@@ -125,11 +125,16 @@ impl LogCache {
         self.snapshot = s.clone();
     }
     /// Records a snapshot taken locally; entries stay until compacted.
-    pub fn record(&mut self, s: &Snapshot) {
-        self.snapshot = s.clone();
+    /// Records a snapshot taken locally and returns the one it replaces.
+    pub fn record(&mut self, s: &Snapshot) -> Snapshot {
+        std::mem::replace(&mut self.snapshot, s.clone())
     }
-    pub fn compact(&mut self, to: u64) {
-        self.entries.retain(|e| e.index >= to);
+    /// Drops the entries before `to` and returns them, for the caller to free where it
+    /// suits: ten thousand entries took milliseconds to free.
+    pub fn compact(&mut self, to: u64) -> Vec<Entry> {
+        let n = self.entries.partition_point(|e| e.index < to);
+        let kept = self.entries.split_off(n);
+        std::mem::replace(&mut self.entries, kept)
     }
 }
 
@@ -477,6 +482,45 @@ pub struct RedbDisk {
     /// What the journal holds that redb does not yet, in the order it was written.
     pending: Vec<Record>,
     snapshots: SnapshotStore,
+    /// Removing the files of snapshots a fold replaced, on a thread of its own: unlinking a
+    /// file of tens of MB held the raft thread for up to 10 ms.
+    removing: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What a run of journal records leaves once each has replaced the log from its first entry
+/// on: folding writes this in one pass, not each record in turn (a per-record range delete
+/// over ten thousand records held the raft thread for milliseconds).
+struct Net<'a> {
+    /// The lowest index any record replaced the log from: the stored log is cut there.
+    cut: Option<u64>,
+    /// The entries the records leave from `cut` on, in index order, without those below the
+    /// fold's compaction point.
+    entries: Vec<&'a Entry>,
+    /// The last hard state written.
+    hard_state: Option<&'a HardState>,
+}
+
+impl<'a> Net<'a> {
+    fn of(records: &'a [Record], dropped: u64) -> Self {
+        let mut net = Net {
+            cut: None,
+            entries: Vec::new(),
+            hard_state: None,
+        };
+        for r in records {
+            if let Some(first) = r.entries.first() {
+                net.cut = Some(net.cut.map_or(first.index, |c| c.min(first.index)));
+                let kept = net.entries.partition_point(|e| e.index < first.index);
+                net.entries.truncate(kept);
+                net.entries
+                    .extend(r.entries.iter().filter(|e| e.index >= dropped));
+            }
+            if let Some(hs) = &r.hard_state {
+                net.hard_state = Some(hs);
+            }
+        }
+        net
+    }
 }
 
 impl RedbDisk {
@@ -520,6 +564,7 @@ impl RedbDisk {
             journal,
             pending,
             snapshots: SnapshotStore::for_db(path),
+            removing: None,
         };
         // Files of snapshots that were never recorded (a crash before their batch) or that a
         // later one replaced: nothing refers to them.
@@ -538,6 +583,27 @@ impl RedbDisk {
     /// Where snapshot data can be written from another thread (`Batch::local_file`).
     pub fn snapshot_store(&self) -> SnapshotStore {
         self.snapshots.clone()
+    }
+
+    /// Removes the files of snapshots before `index`, except `keep`, on a background thread
+    /// (here, if none can be started).
+    fn remove_older_later(&mut self, index: u64, keep: Option<String>) {
+        self.wait_for_removals();
+        let files = self.snapshots.clone();
+        let name = format!("{}-files", self.snapshots.stem);
+        let k = keep.clone();
+        match crate::priority::in_background(name, move || files.remove_older(index, k.as_deref()))
+        {
+            Ok(h) => self.removing = Some(h),
+            Err(_) => self.snapshots.remove_older(index, keep.as_deref()),
+        }
+    }
+
+    /// Waits until the files of replaced snapshots are removed.
+    pub fn wait_for_removals(&mut self) {
+        if let Some(h) = self.removing.take() {
+            let _ = h.join();
+        }
     }
 
     /// The file the latest snapshot's data is in, if it has one.
@@ -563,17 +629,21 @@ impl RedbDisk {
         {
             let mut log = tx.open_table(LOG).map_err(|e| self.io(e))?;
             let mut meta = tx.open_table(META).map_err(|e| self.io(e))?;
-            // Entries that `extra` compacts away are only truncated at: a snapshot folds some
-            // ten thousand records, and writing the entries it then deletes was most of its
-            // cost.
+            // Entries that `extra` compacts away are never written: a snapshot folds some ten
+            // thousand records, and writing the entries it then deletes was most of its cost.
             let dropped = extra.and_then(|b| b.compact_to).unwrap_or(0);
-            for r in &self.pending {
-                let b = Batch {
-                    hard_state: r.hard_state.as_ref(),
-                    entries: &r.entries,
-                    ..Default::default()
-                };
-                self.apply_from(&mut log, &mut meta, &b, dropped)?;
+            let net = Net::of(&self.pending, dropped);
+            if let Some(from) = net.cut {
+                log.retain_in(from.max(dropped).., |_, _| false)
+                    .map_err(|e| self.io(e))?;
+            }
+            for e in &net.entries {
+                log.insert(e.index, encode(*e)?.as_slice())
+                    .map_err(|e| self.io(e))?;
+            }
+            if let Some(hs) = net.hard_state {
+                meta.insert("hard_state", encode(hs)?.as_slice())
+                    .map_err(|e| self.io(e))?;
             }
             if let Some(b) = extra {
                 self.apply(&mut log, &mut meta, b)?;
@@ -582,12 +652,17 @@ impl RedbDisk {
                 .map_err(|e| self.io(e))?;
         }
         tx.commit().map_err(|e| self.io(e))?;
-        self.pending.clear();
+        let folded = std::mem::take(&mut self.pending);
+        if folded.len() > 1 {
+            // Freeing ten thousand records held the raft thread for milliseconds.
+            let name = format!("{}-folded", self.snapshots.stem);
+            let _ = crate::priority::in_background(name, move || drop(folded));
+        }
         self.journal.next_generation();
         if let Some(s) = extra.and_then(|b| b.install.or(b.local)) {
             // Files of earlier snapshots; a later one may be being written beside them.
-            let keep = extra.and_then(|b| b.local_file).map(|f| f.name.as_str());
-            self.snapshots.remove_older(s.get_metadata().index, keep);
+            let keep = extra.and_then(|b| b.local_file).map(|f| f.name.clone());
+            self.remove_older_later(s.get_metadata().index, keep);
         }
         Ok(())
     }
@@ -597,18 +672,6 @@ impl RedbDisk {
         log: &mut redb::Table<u64, &[u8]>,
         meta: &mut redb::Table<&str, &[u8]>,
         b: &Batch<'_>,
-    ) -> Result<(), DiskError> {
-        self.apply_from(log, meta, b, 0)
-    }
-
-    /// `apply`, writing only the batch's entries from index `keep_from` on (the log is still
-    /// truncated where the batch's first entry starts).
-    fn apply_from(
-        &self,
-        log: &mut redb::Table<u64, &[u8]>,
-        meta: &mut redb::Table<&str, &[u8]>,
-        b: &Batch<'_>,
-        keep_from: u64,
     ) -> Result<(), DiskError> {
         if let Some(s) = b.install.or(b.local) {
             if b.install.is_some() {
@@ -638,7 +701,7 @@ impl RedbDisk {
         if let Some(first) = b.entries.first() {
             log.retain_in(first.index.., |_, _| false)
                 .map_err(|e| self.io(e))?;
-            for e in b.entries.iter().filter(|e| e.index >= keep_from) {
+            for e in b.entries {
                 log.insert(e.index, encode(e)?.as_slice())
                     .map_err(|e| self.io(e))?;
             }
@@ -651,6 +714,12 @@ impl RedbDisk {
             log.retain_in(..to, |_, _| false).map_err(|e| self.io(e))?;
         }
         Ok(())
+    }
+}
+
+impl Drop for RedbDisk {
+    fn drop(&mut self) {
+        self.wait_for_removals();
     }
 }
 
@@ -743,5 +812,52 @@ impl Disk for RedbDisk {
         }
         // Snapshots, and whatever does not fit in the journal, go to redb with it.
         self.fold(Some(b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(first: u64, n: u64, term: u64, commit: Option<u64>) -> Record {
+        Record {
+            hard_state: commit.map(|commit| HardState {
+                term,
+                commit,
+                ..Default::default()
+            }),
+            entries: (first..first + n)
+                .map(|index| Entry {
+                    index,
+                    term,
+                    ..Default::default()
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn records_net_of_each_other_as_if_written_in_turn() {
+        // 1..=6 at term 1, 4..=6 replaced at term 2, 7..=8 appended, then 5.. replaced again.
+        let records = [
+            record(1, 6, 1, None),
+            record(4, 3, 2, Some(3)),
+            record(7, 2, 2, None),
+            record(5, 2, 3, Some(6)),
+        ];
+        let net = Net::of(&records, 0);
+        assert_eq!(net.cut, Some(1));
+        let got: Vec<(u64, u64)> = net.entries.iter().map(|e| (e.index, e.term)).collect();
+        assert_eq!(got, vec![(1, 1), (2, 1), (3, 1), (4, 2), (5, 3), (6, 3)]);
+        assert_eq!(net.hard_state.map(|h| h.commit), Some(6));
+        // With the fold compacting up to 5, nothing before it is written; the cut stays.
+        let net = Net::of(&records, 5);
+        assert_eq!(net.cut, Some(1));
+        let got: Vec<u64> = net.entries.iter().map(|e| e.index).collect();
+        assert_eq!(got, vec![5, 6]);
+        // Records without entries cut nothing.
+        let empty = [record(1, 0, 1, Some(0))];
+        let net = Net::of(&empty, 0);
+        assert_eq!((net.cut, net.entries.len()), (None, 0));
     }
 }

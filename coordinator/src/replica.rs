@@ -657,8 +657,12 @@ impl<D: Disk> Replica<D> {
             compact_to: Some(compact_to),
         })?;
         let store = self.raw.mut_store();
-        store.record(&snap);
-        store.compact(compact_to);
+        let replaced = store.record(&snap);
+        let compacted = store.compact(compact_to);
+        // Freeing the replaced snapshot (tens of MB) and ten thousand entries held this
+        // thread for milliseconds.
+        let name = format!("compacted-{}", self.cfg.id);
+        let _ = crate::priority::in_background(name, move || drop((replaced, compacted)));
         self.last_snapshot = index;
         self.snapshot_base = self.snapshot_base.max(index);
         Ok(())

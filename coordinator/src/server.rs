@@ -490,25 +490,24 @@ impl RaftLoop {
         let encode_machine = self.rep.codec().encode_machine;
         let files = self.rep.disk().snapshot_store();
         let (index, term) = (job.index, job.term);
-        let spawned = std::thread::Builder::new()
-            .name(format!("snapshot-{}", self.rep.id()))
-            .spawn(move || {
-                if let Err(e) = crate::priority::make_background() {
-                    tracing::debug!("the snapshot encoder keeps the normal priority: {e}");
-                }
+        let spawned = crate::priority::in_background(
+            format!("snapshot-{}", self.rep.id()),
+            move || {
                 let t0 = Instant::now();
                 let data = encode_machine(&job.machine);
                 let encode = t0.elapsed();
                 drop(job);
                 let t1 = Instant::now();
                 let file = match &data {
-                    Ok(d) => match files.write(index, d) {
-                        Ok(f) => Some(f),
-                        Err(e) => {
-                            tracing::warn!("{e}; the snapshot at {index} goes into the log's database instead");
-                            None
+                    Ok(d) => {
+                        match files.write(index, d) {
+                            Ok(f) => Some(f),
+                            Err(e) => {
+                                tracing::warn!("{e}; the snapshot at {index} goes into the log's database instead");
+                                None
+                            }
                         }
-                    },
+                    }
                     Err(_) => None,
                 };
                 let _ = done.send(Input::SnapshotEncoded(SnapshotDone {
@@ -518,7 +517,8 @@ impl RaftLoop {
                     file,
                     took: [copy, encode, t1.elapsed()],
                 }));
-            });
+            },
+        );
         if let Err(e) = spawned {
             tracing::warn!("could not start a thread to encode the snapshot at {index}: {e}");
             self.rep.snapshot_failed(index);

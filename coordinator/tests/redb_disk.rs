@@ -130,6 +130,9 @@ fn run(seed: u64, journal_bytes: u64, steps: usize) {
             15..=16 if last > first => {
                 let at = first + rng.below(last - first);
                 s = snapshot(at, term, &mut rng);
+                // The server only writes files above the latest snapshot; this model also
+                // goes below it, so it lets the removal of replaced files finish first.
+                disk.wait_for_removals();
                 file = match rng.below(2) {
                     0 => Some(
                         disk.snapshot_store()
@@ -342,6 +345,8 @@ fn snapshot_files_nothing_refers_to_are_removed() {
         ..Default::default()
     })
     .expect("snapshot");
+    // The replaced files go on a background thread.
+    disk.wait_for_removals();
     assert_eq!(snapshot_files(dir.path()), vec![f.name.clone()]);
     assert!(f.name.starts_with("raft.snapshot-00000000000000000006-"));
     s.mut_metadata().index = 7;
@@ -352,6 +357,85 @@ fn snapshot_files_nothing_refers_to_are_removed() {
         ..Default::default()
     })
     .expect("snapshot in redb");
+    disk.wait_for_removals();
     assert!(snapshot_files(dir.path()).is_empty());
     assert_eq!(&disk.load().expect("load").snapshot.data[..], b"seven");
+}
+
+/// A fold writes the journal's records net of each other: a record that replaced the log's
+/// tail with a shorter one leaves nothing of the old tail behind, in redb as in the journal.
+#[test]
+fn a_fold_keeps_only_what_the_last_overwrite_left() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("raft.redb");
+    let entries = |from: u64, to: u64, term: u64| -> Vec<Entry> {
+        (from..=to)
+            .map(|index| Entry {
+                index,
+                term,
+                data: vec![index as u8; 8].into(),
+                ..Default::default()
+            })
+            .collect()
+    };
+    let mut disk = RedbDisk::open(&path).expect("open");
+    let mut model = MemDisk::new(false);
+    let mut rng = Rng(5);
+    let mut write = |disk: &mut RedbDisk, b: &Batch<'_>| {
+        disk.write(b).expect("write");
+        model.write(b).expect("model write");
+    };
+    // 1..=10 folded into redb with a first snapshot, then 8.. replaced by one entry and 4..
+    // by two, in the journal; a second snapshot folds them.
+    let first = entries(1, 10, 1);
+    write(
+        &mut disk,
+        &Batch {
+            entries: &first,
+            ..Default::default()
+        },
+    );
+    let s2 = snapshot(2, 1, &mut rng);
+    write(
+        &mut disk,
+        &Batch {
+            local: Some(&s2),
+            compact_to: Some(2),
+            ..Default::default()
+        },
+    );
+    let (over_8, over_4) = (entries(8, 8, 2), entries(4, 5, 3));
+    write(
+        &mut disk,
+        &Batch {
+            entries: &over_8,
+            ..Default::default()
+        },
+    );
+    write(
+        &mut disk,
+        &Batch {
+            entries: &over_4,
+            ..Default::default()
+        },
+    );
+    let s3 = snapshot(3, 1, &mut rng);
+    write(
+        &mut disk,
+        &Batch {
+            local: Some(&s3),
+            compact_to: Some(3),
+            ..Default::default()
+        },
+    );
+    drop(disk);
+    let loaded = RedbDisk::open(&path).expect("reopen").load().expect("load");
+    let got: Vec<(u64, u64)> = loaded.entries.iter().map(|e| (e.index, e.term)).collect();
+    assert_eq!(got, vec![(3, 1), (4, 3), (5, 3)]);
+    same(
+        "the disk after the fold",
+        5,
+        &loaded,
+        &model.load().expect("model"),
+    );
 }
