@@ -427,11 +427,10 @@ pub fn run_with_progress(
             .set_team(spec)
             .map_err(|e| err(&path, e.to_string()))?;
     }
-    for (name, flavor, cap) in scenario::nodes(sc.nodes.as_deref().unwrap_or(&[]))? {
-        sim.state
-            .add_node(&name, &flavor, &cap)
-            .map_err(|e| err("nodes", e.to_string()))?;
-    }
+    let nodes = scenario::nodes(sc.nodes.as_deref().unwrap_or(&[]))?;
+    sim.state
+        .add_nodes(nodes.iter().map(|(n, f, c)| (n.as_str(), f.as_str(), c)))
+        .map_err(|e| err("nodes", e.to_string()))?;
     let until = sc
         .until
         .map(|u| scenario::seconds_to_ms("until", u))

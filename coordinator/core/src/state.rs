@@ -660,6 +660,45 @@ impl State {
         flavor: &str,
         capacity: &Resources,
     ) -> Result<NodeId, StateError> {
+        let id = self.add_node_unbuilt(name, flavor, capacity)?;
+        self.rebuild();
+        Ok(id)
+    }
+
+    /// Adds nodes as `add_node` does, with what derives from capacity recomputed once at the
+    /// end, not after each (that took 200 µs a node with 100 teams). Stops at the first
+    /// error; the nodes before it stay added.
+    pub fn add_nodes<'n>(
+        &mut self,
+        nodes: impl IntoIterator<Item = (&'n str, &'n str, &'n Resources)>,
+    ) -> Result<Vec<NodeId>, StateError> {
+        let mut ids = Vec::new();
+        let mut failed = None;
+        for (name, flavor, capacity) in nodes {
+            match self.add_node_unbuilt(name, flavor, capacity) {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if !ids.is_empty() {
+            self.rebuild();
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(ids),
+        }
+    }
+
+    /// `add_node` without the rebuild the caller owes.
+    fn add_node_unbuilt(
+        &mut self,
+        name: &str,
+        flavor: &str,
+        capacity: &Resources,
+    ) -> Result<NodeId, StateError> {
         let f = self.names.flavor(flavor);
         let cap: Vec<(ResId, i64, ResKind)> = capacity
             .iter()
@@ -680,7 +719,6 @@ impl State {
             .add(name, f, cap)
             .map_err(StateError::Invalid)?;
         self.placement = true;
-        self.rebuild();
         Ok(id)
     }
 
