@@ -24,7 +24,7 @@ use std::sync::Arc;
 use allot_common::{ClusterPolicy, CohortSpec, TeamSpec};
 
 use crate::ids::{CohortId, FrId, FrVec, TeamId, WlId};
-use crate::nodes::Node;
+use crate::nodes::NodeVec;
 use crate::plan::{Admission, PlannedAdmission};
 use crate::quota::{Acct, Share};
 use crate::reads::{Reads, Touched};
@@ -62,7 +62,7 @@ pub(crate) struct Basis {
     team_usage: Vec<FrVec>,
     pool_used: Vec<FrVec>,
     /// Shared with the last basis when every node is the one it held (as `admitted`).
-    nodes: Arc<Vec<Arc<Node>>>,
+    nodes: NodeVec,
     idle_capacity: BTreeMap<FrId, i64>,
     pool_excess: Vec<FrVec>,
     team_excess: Vec<FrVec>,
@@ -148,7 +148,7 @@ impl Basis {
             pool_used: st.acct.pool_used.clone(),
             nodes: match same {
                 Some((old, same)) if same.nodes => old.nodes.clone(),
-                _ => Arc::new(st.acct.nodes.nodes.clone()),
+                _ => st.acct.nodes.nodes.clone(),
             },
             idle_capacity: st.idle_capacity.clone(),
             pool_excess: st.pool_excess.clone(),
@@ -180,7 +180,7 @@ impl Basis {
         let mut b = Basis {
             team_usage: acct.team_usage.clone(),
             pool_used: acct.pool_used.clone(),
-            nodes: Arc::new(acct.nodes.nodes.clone()),
+            nodes: acct.nodes.nodes.clone(),
             // Never the queues of a state: a basis of a cycle's end backs no settled proof.
             pending: vec![(usize::MAX, 0); self.pending.len()],
             expected: BTreeMap::new(),
@@ -278,9 +278,8 @@ impl Basis {
         }
         let now = &st.acct.nodes.nodes;
         let mut nodes_same = self.nodes.len() == now.len();
-        for (i, b) in now.iter().enumerate() {
-            match self.nodes.get(i) {
-                Some(a) if Arc::ptr_eq(a, b) => {}
+        for (a, b) in now.changed_since(&self.nodes) {
+            match a {
                 Some(a) => {
                     nodes_same = false;
                     t.node(a, b)
@@ -714,7 +713,7 @@ mod tests {
         submit(&mut st, "later-b", "b", 4, 1);
         cycle(&mut st, &mut cache, 1);
         let second = basis(&cache);
-        assert!(Arc::ptr_eq(&first.nodes, &second.nodes));
+        assert!(first.nodes.shares_all(&second.nodes));
         for (x, y) in first.admitted.iter().zip(&second.admitted) {
             assert!(Arc::ptr_eq(x, y));
         }
@@ -731,7 +730,9 @@ mod tests {
         cycle(&mut st, &mut cache, 2);
         let third = basis(&cache);
         let b = 1 - a;
-        assert!(!Arc::ptr_eq(&second.nodes, &third.nodes));
+        assert!(!second.nodes.shares_all(&third.nodes));
+        // Only the finished workload's node changed.
+        assert_eq!(third.nodes.changed_since(&second.nodes).count(), 1);
         assert!(!Arc::ptr_eq(&second.admitted[a], &third.admitted[a]));
         assert!(Arc::ptr_eq(&second.admitted[b], &third.admitted[b]));
         // The cycle admitted team a's waiting workload into the room: what it holds is the
