@@ -385,49 +385,26 @@ fn a_fold_keeps_only_what_the_last_overwrite_left() {
         disk.write(b).expect("write");
         model.write(b).expect("model write");
     };
+    fn append(entries: &[Entry]) -> Batch<'_> {
+        Batch {
+            entries,
+            ..Default::default()
+        }
+    }
+    fn snapshot_at(s: &Snapshot) -> Batch<'_> {
+        Batch {
+            local: Some(s),
+            compact_to: Some(s.get_metadata().index),
+            ..Default::default()
+        }
+    }
     // 1..=10 folded into redb with a first snapshot, then 8.. replaced by one entry and 4..
     // by two, in the journal; a second snapshot folds them.
-    let first = entries(1, 10, 1);
-    write(
-        &mut disk,
-        &Batch {
-            entries: &first,
-            ..Default::default()
-        },
-    );
-    let s2 = snapshot(2, 1, &mut rng);
-    write(
-        &mut disk,
-        &Batch {
-            local: Some(&s2),
-            compact_to: Some(2),
-            ..Default::default()
-        },
-    );
-    let (over_8, over_4) = (entries(8, 8, 2), entries(4, 5, 3));
-    write(
-        &mut disk,
-        &Batch {
-            entries: &over_8,
-            ..Default::default()
-        },
-    );
-    write(
-        &mut disk,
-        &Batch {
-            entries: &over_4,
-            ..Default::default()
-        },
-    );
-    let s3 = snapshot(3, 1, &mut rng);
-    write(
-        &mut disk,
-        &Batch {
-            local: Some(&s3),
-            compact_to: Some(3),
-            ..Default::default()
-        },
-    );
+    write(&mut disk, &append(&entries(1, 10, 1)));
+    write(&mut disk, &snapshot_at(&snapshot(2, 1, &mut rng)));
+    write(&mut disk, &append(&entries(8, 8, 2)));
+    write(&mut disk, &append(&entries(4, 5, 3)));
+    write(&mut disk, &snapshot_at(&snapshot(3, 1, &mut rng)));
     drop(disk);
     let loaded = RedbDisk::open(&path).expect("reopen").load().expect("load");
     let got: Vec<(u64, u64)> = loaded.entries.iter().map(|e| (e.index, e.term)).collect();
