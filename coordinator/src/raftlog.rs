@@ -124,8 +124,8 @@ impl LogCache {
         }
         self.snapshot = s.clone();
     }
-    /// Records a snapshot taken locally; entries stay until compacted.
-    /// Records a snapshot taken locally and returns the one it replaces.
+    /// Records a snapshot taken locally and returns the one it replaces; entries stay until
+    /// compacted.
     pub fn record(&mut self, s: &Snapshot) -> Snapshot {
         std::mem::replace(&mut self.snapshot, s.clone())
     }
