@@ -147,17 +147,19 @@ impl NodeVec {
         &'a self,
         before: &'a NodeVec,
     ) -> impl Iterator<Item = (Option<&'a Arc<Node>>, &'a Arc<Node>)> + 'a {
-        self.chunks.iter().enumerate().flat_map(move |(k, c)| {
-            let old = before.chunks.get(k).filter(|o| !Arc::ptr_eq(o, c));
-            let skip = before.chunks.get(k).is_some() && old.is_none();
-            c.iter()
-                .enumerate()
-                .filter(move |_| !skip)
-                .filter_map(move |(i, n)| match old.and_then(|o| o.get(i)) {
-                    Some(a) if Arc::ptr_eq(a, n) => None,
-                    a => Some((a, n)),
-                })
-        })
+        self.chunks
+            .iter()
+            .enumerate()
+            .filter(move |(k, c)| !before.chunks.get(*k).is_some_and(|o| Arc::ptr_eq(o, c)))
+            .flat_map(move |(k, c)| {
+                let old = before.chunks.get(k);
+                c.iter()
+                    .enumerate()
+                    .filter_map(move |(i, n)| match old.and_then(|o| o.get(i)) {
+                        Some(a) if Arc::ptr_eq(a, n) => None,
+                        a => Some((a, n)),
+                    })
+            })
     }
 }
 
