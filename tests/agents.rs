@@ -225,6 +225,9 @@ fn agent_and_coordinator_restarts_keep_pods_and_a_lost_agent_is_replaced() {
         "{}",
         agents[idx].log()
     );
+    // The cluster knows it runs, even if the agent was killed before its report went out
+    // (the agent's successor reports the pods it adopts).
+    assert_eq!(state_of(&c, "long"), "Running");
 
     // A coordinator restart (SIGKILL) within the lease leaves it running.
     c.kill(0);

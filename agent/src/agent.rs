@@ -23,7 +23,7 @@ use allot_common::tls::{Identity, TlsFiles};
 use tokio::sync::{mpsc, watch};
 
 use crate::containerd::{self, ContainerdConfig};
-use crate::executor::{key_of, ExecConfig, Executor, PodKey, PodPhase};
+use crate::executor::{key_of, ExecConfig, Executor, Pod, PodKey, PodPhase};
 use crate::inventory::{Discovery, InventoryConfig, NodeInventory};
 use crate::metrics::AgentMetrics;
 use crate::shim;
@@ -251,6 +251,9 @@ impl Agent {
             self.metrics.clone(),
         ));
         tokio::spawn(report_task(cfg.node.clone(), report_client, out_rx, ack_tx));
+        for r in started_before(&self.exec.pods, &self.awaiting_start) {
+            let _ = out_tx.send(r);
+        }
         if let Some(addr) = cfg.http {
             crate::http::serve(addr, self.metrics.clone()).await?;
         }
@@ -632,6 +635,17 @@ async fn sync_task(
     }
 }
 
+/// Pods an earlier agent started that still run here. The cluster may never have heard they
+/// started (that agent died before its report went out, and the workload would stay Admitted
+/// for good), so they are reported again; a start the cluster already heard changes nothing.
+/// Container pods still being created are reported once their container runs.
+fn started_before(pods: &BTreeMap<PodKey, Pod>, awaiting: &BTreeSet<PodKey>) -> Vec<Report> {
+    pods.iter()
+        .filter(|(k, p)| matches!(p.phase, PodPhase::Running) && !awaiting.contains(k))
+        .map(|(k, p)| Report::Started(*k, p.spec.workload.clone(), vec![p.spec.rank]))
+        .collect()
+}
+
 /// Sends pod reports until the cluster acknowledges them.
 async fn report_task(
     node: String,
@@ -706,6 +720,65 @@ async fn report_task(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The agent killed between starting a pod and reporting it: its successor reports every
+    /// pod it finds running, except a container still being created, and nothing that ended.
+    #[test]
+    fn a_restarted_agent_reports_the_pods_it_found_running() {
+        use crate::shim::ExitRecord;
+        use allot_common::api::{PodAssignment, RunSpec};
+        let spec = |workload: &str, workload_id: u64, rank: u32| PodAssignment {
+            workload: workload.into(),
+            workload_id,
+            attempt: 2,
+            team: "team-a".into(),
+            rank,
+            local_rank: rank,
+            world_size: 2,
+            pod_set: "main".into(),
+            devices: BTreeMap::new(),
+            requests: Default::default(),
+            master_addr: "127.0.0.1".into(),
+            master_port: 29500,
+            run: RunSpec::default(),
+            stop: None,
+            registry_credentials: None,
+        };
+        let exit = ExitRecord {
+            code: Some(0),
+            signal: None,
+            succeeded: true,
+            lease_expired: false,
+            stopped: false,
+            lost: false,
+            detail: String::new(),
+            ended_ms: 0,
+        };
+        let mut pods = BTreeMap::new();
+        for (w, id, rank, phase) in [
+            ("running", 1, 0, PodPhase::Running),
+            ("running", 1, 1, PodPhase::Running),
+            ("creating", 2, 0, PodPhase::Running),
+            ("stopping", 3, 0, PodPhase::Stopping),
+            ("ended", 4, 0, PodPhase::Exited(exit)),
+            ("lost", 5, 0, PodPhase::Lost("gone".into())),
+        ] {
+            let s = spec(w, id, rank);
+            pods.insert(key_of(&s), Pod::found(s, phase));
+        }
+        let awaiting = BTreeSet::from([(2, 2, 0)]);
+        let told: Vec<String> = started_before(&pods, &awaiting)
+            .into_iter()
+            .map(|r| format!("{r:?}"))
+            .collect();
+        assert_eq!(
+            told,
+            [
+                r#"Started((1, 2, 0), "running", [0])"#,
+                r#"Started((1, 2, 1), "running", [1])"#
+            ]
+        );
+    }
 
     #[test]
     fn vanished_devices_stay_reported_unhealthy() {

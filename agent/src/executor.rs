@@ -48,6 +48,19 @@ pub struct Pod {
 }
 
 impl Pod {
+    /// A pod as an agent finds it on disk after a restart, for tests.
+    #[cfg(test)]
+    pub(crate) fn found(spec: PodAssignment, phase: PodPhase) -> Pod {
+        Pod {
+            dir: PathBuf::from(format!("/nonexistent/{}-{}", spec.workload, spec.rank)),
+            spec,
+            shim_pid: 0,
+            child: None,
+            phase,
+            reported: false,
+        }
+    }
+
     pub fn holds_devices(&self) -> bool {
         matches!(self.phase, PodPhase::Running | PodPhase::Stopping)
     }
