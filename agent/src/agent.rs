@@ -726,23 +726,13 @@ mod tests {
     #[test]
     fn a_restarted_agent_reports_the_pods_it_found_running() {
         use crate::shim::ExitRecord;
-        use allot_common::api::{PodAssignment, RunSpec};
+        use allot_common::api::PodAssignment;
         let spec = |workload: &str, workload_id: u64, rank: u32| PodAssignment {
             workload: workload.into(),
             workload_id,
             attempt: 2,
-            team: "team-a".into(),
             rank,
-            local_rank: rank,
-            world_size: 2,
-            pod_set: "main".into(),
-            devices: BTreeMap::new(),
-            requests: Default::default(),
-            master_addr: "127.0.0.1".into(),
-            master_port: 29500,
-            run: RunSpec::default(),
-            stop: None,
-            registry_credentials: None,
+            ..crate::executor::test_assignment(1000)
         };
         let exit = ExitRecord {
             code: Some(0),

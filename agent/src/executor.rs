@@ -721,34 +721,36 @@ fn shim_alive(pid: u32, dir: &Path) -> bool {
     }
 }
 
+/// A one-pod assignment asking `cpu` millicores and 1 GiB, for tests here and in the agent.
+#[cfg(test)]
+pub(crate) fn test_assignment(cpu: i64) -> PodAssignment {
+    use allot_common::api::RunSpec;
+    use allot_common::{ResourceName, Resources};
+    let mut requests = Resources::default();
+    requests.set(ResourceName::cpu(), cpu);
+    requests.set(ResourceName::memory(), 1 << 30);
+    PodAssignment {
+        workload: "w".into(),
+        workload_id: 7,
+        attempt: 1,
+        team: "team-a".into(),
+        rank: 0,
+        local_rank: 0,
+        world_size: 1,
+        pod_set: "main".into(),
+        devices: BTreeMap::new(),
+        requests,
+        master_addr: "127.0.0.1".into(),
+        master_port: 29500,
+        run: RunSpec::default(),
+        stop: None,
+        registry_credentials: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allot_common::api::RunSpec;
-    use allot_common::{ResourceName, Resources};
-
-    fn assignment(cpu: i64) -> PodAssignment {
-        let mut requests = Resources::default();
-        requests.set(ResourceName::cpu(), cpu);
-        requests.set(ResourceName::memory(), 1 << 30);
-        PodAssignment {
-            workload: "w".into(),
-            workload_id: 7,
-            attempt: 1,
-            team: "team-a".into(),
-            rank: 0,
-            local_rank: 0,
-            world_size: 1,
-            pod_set: "main".into(),
-            devices: BTreeMap::new(),
-            requests,
-            master_addr: "127.0.0.1".into(),
-            master_port: 29500,
-            run: RunSpec::default(),
-            stop: None,
-            registry_credentials: None,
-        }
-    }
 
     fn executor(dir: &Path, cores: u32) -> Executor {
         Executor::open(ExecConfig {
@@ -766,15 +768,15 @@ mod tests {
     #[test]
     fn cpu_limits_that_overflow_refuse_the_pod() {
         assert_eq!(
-            cgroup_limits(&assignment(1500)).unwrap(),
+            cgroup_limits(&test_assignment(1500)).unwrap(),
             [
                 ("cpu.max", "150000 100000".to_string()),
                 ("memory.max", (1u64 << 30).to_string())
             ]
         );
         let max = i64::MAX / 100;
-        assert!(cgroup_limits(&assignment(max)).is_ok());
-        let e = cgroup_limits(&assignment(max + 1)).unwrap_err();
+        assert!(cgroup_limits(&test_assignment(max)).is_ok());
+        let e = cgroup_limits(&test_assignment(max + 1)).unwrap_err();
         assert!(
             e.contains(&format!("{} millicores", max + 1)) && e.contains(&format!("at most {max}")),
             "{e}"
@@ -782,7 +784,7 @@ mod tests {
         // start() refuses it before writing anything or running the shim.
         let dir = tempfile::tempdir().unwrap();
         let mut ex = executor(dir.path(), 0);
-        let e = ex.start(&assignment(i64::MAX)).unwrap_err();
+        let e = ex.start(&test_assignment(i64::MAX)).unwrap_err();
         assert!(e.contains(&i64::MAX.to_string()), "{e}");
         assert!(ex.pods.is_empty());
         assert_eq!(fs::read_dir(ex.pods_dir()).unwrap().count(), 0);
@@ -791,7 +793,7 @@ mod tests {
     #[test]
     fn neuron_core_numbers_cannot_overflow() {
         let dir = tempfile::tempdir().unwrap();
-        let mut a = assignment(1000);
+        let mut a = test_assignment(1000);
         a.devices.insert("neuron".into(), vec![1, 255]);
         let env = executor(dir.path(), 2).environment(&a);
         assert_eq!(env["NEURON_RT_VISIBLE_CORES"], "2,3,510,511");
