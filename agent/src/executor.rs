@@ -2,10 +2,12 @@
 //! made visible only to it, and a directory per pod that outlives the agent.
 //!
 //! A pod is named by (workload id, attempt, rank): `pods/<id>-<attempt>-<rank>/` holds
-//! `spec.json` (the assignment it was started for), `shim.pid`, `child.pid`, `output.log`, and
-//! once it ends `exit.json`, then `reported` when the coordinator has acknowledged the exit.
-//! A restarted agent rebuilds its table from these directories: a live shim is adopted, a pod
-//! that ended is reported, a pod whose shim is gone without a record is reported lost.
+//! `spec.json` (the assignment it was started for), `shim.lock` (the claim its shim holds while
+//! it lives), `shim.pid`, `child.pid`, `output.log`, and once it ends `exit.json`, then
+//! `reported` when the coordinator has acknowledged the exit. A restarted agent rebuilds its
+//! table from these directories: a pod whose claim is held is adopted, a pod that ended is
+//! reported, a pod nothing runs is recorded lost (so a shim started just before the earlier
+//! agent died cannot start it late) and reported.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -144,42 +146,8 @@ impl Executor {
                 tracing::warn!("{}: unreadable spec.json; ignored", dir.display());
                 continue;
             };
-            let shim_pid: u32 = fs::read_to_string(dir.join("shim.pid"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0);
             let reported = dir.join("reported").exists();
-            let mut child = None;
-            let mut shim_pid = shim_pid;
-            if read_exit(&dir).is_none() && !shim_alive(shim_pid, &dir) && spec.run.image.is_some()
-            {
-                if let Some((pid, c)) = self.readopt(&spec, &dir) {
-                    tracing::info!(
-                        "{} rank {} (attempt {}): its shim is gone; shim {pid} adopts its container",
-                        spec.workload,
-                        spec.rank,
-                        spec.attempt
-                    );
-                    shim_pid = pid;
-                    child = Some(c);
-                }
-            }
-            let phase = match read_exit(&dir) {
-                Some(r) => PodPhase::Exited(r),
-                None if child.is_some() => PodPhase::Running,
-                None if shim_alive(shim_pid, &dir) => {
-                    tracing::info!(
-                        "found {} rank {} (attempt {}) still running under shim {shim_pid}",
-                        spec.workload,
-                        spec.rank,
-                        spec.attempt
-                    );
-                    PodPhase::Running
-                }
-                None => PodPhase::Lost(
-                    "its process was gone when the agent restarted, with no exit recorded".into(),
-                ),
-            };
+            let (phase, shim_pid, child) = self.found(&spec, &dir);
             let key = key_of(&spec);
             self.pods.insert(
                 key,
@@ -194,6 +162,70 @@ impl Executor {
             );
         }
         Ok(())
+    }
+
+    /// What became of a pod an earlier agent started: it ended (its record), a shim still runs
+    /// it (its claim is held), or nothing does. A shim the earlier agent spawned just before it
+    /// died may not have taken the claim yet: the pod is then recorded lost while this agent
+    /// holds the claim, and that shim, finding the record, does not start it.
+    fn found(&mut self, spec: &PodAssignment, dir: &Path) -> (PodPhase, u32, Option<Child>) {
+        if let Some(r) = read_exit(dir) {
+            return (PodPhase::Exited(r), 0, None);
+        }
+        let what = format!(
+            "{} rank {} (attempt {})",
+            spec.workload, spec.rank, spec.attempt
+        );
+        let claim = match shim::try_claim(dir) {
+            Ok(Some(claim)) => claim,
+            Ok(None) => {
+                let pid = wait_for_shim_pid(dir);
+                tracing::info!("found {what} still running under shim {pid}");
+                return (PodPhase::Running, pid, None);
+            }
+            Err(e) => {
+                // Without a claim to ask, a live shim is trusted by its pid alone.
+                tracing::warn!("{}: {e}", dir.join(shim::CLAIM_FILE).display());
+                return match shim_pid_of(dir) {
+                    Some(pid) => (PodPhase::Running, pid, None),
+                    None => (PodPhase::Lost(GONE_AT_RESTART.into()), 0, None),
+                };
+            }
+        };
+        // A shim of an earlier version runs without a claim.
+        if let Some(pid) = shim_pid_of(dir) {
+            tracing::info!("found {what} still running under shim {pid}");
+            return (PodPhase::Running, pid, None);
+        }
+        // It may have ended between the first look and the claim.
+        if let Some(r) = read_exit(dir) {
+            return (PodPhase::Exited(r), 0, None);
+        }
+        if spec.run.image.is_some() && self.cfg.containerd.is_some() {
+            // Its container may still run: a new shim adopts it, and takes the claim.
+            drop(claim);
+            if let Some((pid, c)) = self.readopt(spec, dir) {
+                tracing::info!("{what}: its shim is gone; shim {pid} adopts its container");
+                return (PodPhase::Running, pid, Some(c));
+            }
+            return (PodPhase::Lost(GONE_AT_RESTART.into()), 0, None);
+        }
+        let r = ExitRecord {
+            code: None,
+            signal: None,
+            succeeded: false,
+            lease_expired: false,
+            stopped: false,
+            lost: true,
+            detail: GONE_AT_RESTART.into(),
+            ended_ms: shim::now_ms(),
+        };
+        let bytes = serde_json::to_vec_pretty(&r).unwrap_or_default();
+        if let Err(e) = shim::write_atomic(&dir.join(shim::EXIT_FILE), &bytes) {
+            tracing::warn!("{what}: recording it lost: {e}");
+        }
+        drop(claim);
+        (PodPhase::Exited(r), 0, None)
     }
 
     /// The environment a pod's program sees: its devices, its rank in the gang, its identity.
@@ -292,7 +324,6 @@ impl Executor {
         };
         let child = self.spawn_shim(a, &args, "w")?;
         let pid = child.id();
-        let _ = shim::write_atomic(&dir.join("shim.pid"), pid.to_string().as_bytes());
         tracing::info!(
             "started {} rank {} (attempt {}) with devices {:?}",
             a.workload,
@@ -348,7 +379,8 @@ impl Executor {
         let child = cmd
             .spawn()
             .map_err(|e| format!("starting the shim {}: {e}", self.cfg.shim_program.display()))?;
-        let _ = shim::write_atomic(&dir.join("shim.pid"), child.id().to_string().as_bytes());
+        // The shim writes its pid itself once it holds the pod's claim: one writer, and a pid
+        // on disk always belongs to a shim that got that far.
         Ok(child)
     }
 
@@ -459,6 +491,9 @@ impl Executor {
                     p.spec.rank,
                     p.spec.attempt
                 );
+                if p.shim_pid == 0 {
+                    p.shim_pid = shim_pid_of(&p.dir).unwrap_or(0);
+                }
                 if p.shim_pid != 0 {
                     // SAFETY: kill(2) on the shim's pid; no memory is touched.
                     unsafe {
@@ -484,6 +519,13 @@ impl Executor {
             if let Some(r) = read_exit(&p.dir) {
                 p.phase = PodPhase::Exited(r);
                 ended.push(*k);
+            } else if shim_done && shim::claim_held(&p.dir) {
+                // Our shim is gone but another runs the pod (one an earlier agent started, which
+                // won the claim over ours): follow that one.
+                if let Some(mut c) = p.child.take() {
+                    let _ = c.wait();
+                }
+                p.shim_pid = shim_pid_of(&p.dir).unwrap_or(0);
             } else if shim_done {
                 // The shim ended without a record: it was killed.
                 p.phase = PodPhase::Lost("its shim was killed before the pod ended".into());
@@ -695,6 +737,32 @@ fn make_cgroup(
     Ok(dir)
 }
 
+/// Why a pod that nothing runs any more after an agent restart is reported lost.
+const GONE_AT_RESTART: &str =
+    "its process was gone when the agent restarted, with no exit recorded";
+
+/// The pid in `dir`'s `shim.pid`, when it is a live shim of that pod.
+fn shim_pid_of(dir: &Path) -> Option<u32> {
+    let pid = fs::read_to_string(dir.join(shim::SHIM_PID_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    shim_alive(pid, dir).then_some(pid)
+}
+
+/// The pid of the shim that holds `dir`'s claim; it writes it right after taking the claim, so
+/// the wait is short. 0 if it never shows (the pid is looked up again when it is needed).
+fn wait_for_shim_pid(dir: &Path) -> u32 {
+    for _ in 0..50 {
+        if let Some(pid) = shim_pid_of(dir) {
+            return pid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    0
+}
+
 fn read_exit(dir: &Path) -> Option<ExitRecord> {
     let b = fs::read(dir.join(shim::EXIT_FILE)).ok()?;
     serde_json::from_slice(&b).ok()
@@ -788,6 +856,81 @@ mod tests {
         assert!(e.contains(&i64::MAX.to_string()), "{e}");
         assert!(ex.pods.is_empty());
         assert_eq!(fs::read_dir(ex.pods_dir()).unwrap().count(), 0);
+    }
+
+    /// A pod directory as `start` leaves it before its shim runs.
+    fn pod_dir(data: &Path) -> (PathBuf, PodKey) {
+        let a = test_assignment(1000);
+        let dir = data.join("pods").join("7-1-0");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("spec.json"), serde_json::to_vec(&a).unwrap()).unwrap();
+        (dir, key_of(&a))
+    }
+
+    #[test]
+    fn a_pod_whose_claim_is_held_is_adopted_even_before_its_shim_wrote_its_pid() {
+        let data = tempfile::tempdir().unwrap();
+        let (dir, key) = pod_dir(data.path());
+        // A shim that holds the claim and has not written its pid yet (the earlier agent died
+        // right after starting it): a process whose command line names it a shim of this pod.
+        let claim = shim::try_claim(&dir).unwrap().expect("free");
+        let mut fake = Command::new("sh")
+            .args(["-c", "sleep 30; true", "agent-shim"])
+            .arg(&dir)
+            .spawn()
+            .unwrap();
+        let pid = fake.id();
+        let late = dir.join(shim::SHIM_PID_FILE);
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            shim::write_atomic(&late, pid.to_string().as_bytes()).unwrap();
+        });
+        let mut ex = executor(data.path(), 0);
+        writer.join().unwrap();
+        let p = &ex.pods[&key];
+        assert!(matches!(p.phase, PodPhase::Running), "{:?}", p.phase);
+        assert_eq!(p.shim_pid, pid);
+        assert!(!dir.join(shim::EXIT_FILE).exists());
+        assert!(ex.poll().is_empty());
+        // Once the shim is gone and its claim with it, the pod ended without a record.
+        fake.kill().unwrap();
+        fake.wait().unwrap();
+        assert!(ex.poll().is_empty(), "the claim is still held");
+        drop(claim);
+        assert_eq!(ex.poll(), vec![key]);
+        assert!(ex.pods[&key].exit().unwrap().lost);
+    }
+
+    #[test]
+    fn a_pod_nothing_runs_is_recorded_lost_and_a_late_shim_does_not_start_it() {
+        let data = tempfile::tempdir().unwrap();
+        let (dir, key) = pod_dir(data.path());
+        let ex = executor(data.path(), 0);
+        let exit = ex.pods[&key].exit().expect("ended");
+        assert!(exit.lost && !exit.succeeded, "{exit:?}");
+        assert!(
+            exit.detail.contains("gone when the agent restarted"),
+            "{exit:?}"
+        );
+        assert!(read_exit(&dir).is_some_and(|r| r.lost));
+        // The shim the earlier agent started just before it died gets there now.
+        let marker = dir.join("ran");
+        let args = ShimArgs {
+            dir: dir.clone(),
+            lease_file: data.path().join("lease"),
+            lease_ms: 0,
+            grace_ms: 1000,
+            cgroup: None,
+            workdir: None,
+            container: false,
+            adopt: false,
+            program: vec!["touch".into(), marker.display().to_string()],
+        };
+        assert_eq!(shim::run(&args), shim::EXIT_CLAIMED);
+        assert!(!marker.exists(), "the late shim started the pod");
+        // A second agent restart finds the same record.
+        let exit2 = executor(data.path(), 0).pods[&key].exit().expect("ended");
+        assert_eq!(exit2, exit);
     }
 
     #[test]

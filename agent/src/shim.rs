@@ -41,6 +41,65 @@ pub struct ExitRecord {
 pub const EXIT_FILE: &str = "exit.json";
 pub const CHILD_PID_FILE: &str = "child.pid";
 pub const LOG_FILE: &str = "output.log";
+/// The shim's pid, written by the agent when it starts the shim and by the shim itself once it
+/// holds the pod's claim.
+pub const SHIM_PID_FILE: &str = "shim.pid";
+/// The pod's claim: a shim holds an exclusive lock on this file for as long as it lives, so
+/// "a shim runs this pod" is one question the kernel answers, whatever was or was not written.
+pub const CLAIM_FILE: &str = "shim.lock";
+/// How long a starting shim waits for a claim the agent holds for a moment (while it checks a
+/// pod after a restart); another shim never lets go that soon.
+const CLAIM_WAIT: Duration = Duration::from_secs(1);
+/// The shim's exit code when another shim already runs the pod.
+pub const EXIT_CLAIMED: i32 = 3;
+
+/// Tries to take `dir`'s claim: `Ok(Some(lock))` holds it until dropped, `Ok(None)` means another
+/// process holds it.
+pub fn try_claim(dir: &Path) -> std::io::Result<Option<fs::File>> {
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(CLAIM_FILE))?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(f)),
+        Err(fs::TryLockError::WouldBlock) => Ok(None),
+        Err(fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// Whether a live shim holds `dir`'s claim. Checking takes the lock for a moment when it is
+/// free, which a starting shim waits out.
+pub fn claim_held(dir: &Path) -> bool {
+    matches!(try_claim(dir), Ok(None))
+}
+
+/// The shim takes its pod's claim before anything else, waiting a moment for an agent that is
+/// checking it; `Err` says why it must not run the pod.
+fn claim_pod(dir: &Path) -> Result<fs::File, String> {
+    let deadline = Instant::now() + CLAIM_WAIT;
+    loop {
+        match try_claim(dir) {
+            Ok(Some(f)) => {
+                if dir.join(EXIT_FILE).exists() {
+                    // The agent found the pod without a shim after a restart and recorded it
+                    // lost; it runs again elsewhere, so it must not start here now.
+                    return Err("the pod was already recorded as ended; not starting it".into());
+                }
+                let _ = write_atomic(
+                    &dir.join(SHIM_PID_FILE),
+                    std::process::id().to_string().as_bytes(),
+                );
+                return Ok(f);
+            }
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => return Err("another shim runs this pod".into()),
+            Err(e) => return Err(format!("could not take the pod's claim: {e}")),
+        }
+    }
+}
 
 /// What the agent passes on the shim's command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,6 +263,14 @@ pub fn run(args: &ShimArgs) -> i32 {
         libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_term as *const () as libc::sighandler_t);
     }
+    // Held until the shim exits: while it is, the pod's directory says a shim runs the pod.
+    let _claim = match claim_pod(&args.dir) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("agent-shim: {}: {e}", args.dir.display());
+            return EXIT_CLAIMED;
+        }
+    };
     if args.container {
         return crate::containerd::run::run(args);
     }
@@ -376,9 +443,44 @@ mod tests {
             (Some(3), false, false)
         );
         assert_eq!(fs::read_to_string(d.path().join(LOG_FILE)).unwrap(), "hi\n");
+        // A directory holds one run: a record there means the pod ended.
+        assert_eq!(run(&a), EXIT_CLAIMED);
+        fs::remove_file(d.path().join(EXIT_FILE)).unwrap();
         a.program = vec!["true".into()];
         run(&a);
         assert!(exit_of(d.path()).succeeded);
+    }
+
+    #[test]
+    fn a_shim_runs_its_pod_only_while_it_holds_the_claim() {
+        let (d, lease) = shim_dir();
+        fs::write(&lease, (now_ms() + 60_000).to_string()).unwrap();
+        let marker = d.path().join("ran");
+        let a = ShimArgs {
+            dir: d.path().into(),
+            lease_file: lease,
+            lease_ms: 10_000,
+            grace_ms: 1000,
+            cgroup: None,
+            workdir: None,
+            container: false,
+            adopt: false,
+            program: vec!["touch".into(), marker.display().to_string()],
+        };
+        // Another shim holds the pod: this one waits a moment, then leaves it alone.
+        let other = try_claim(d.path()).unwrap().expect("free");
+        assert!(try_claim(d.path()).unwrap().is_none());
+        assert_eq!(run(&a), EXIT_CLAIMED);
+        assert!(!marker.exists() && !d.path().join(EXIT_FILE).exists());
+        drop(other);
+        assert_eq!(run(&a), 0);
+        assert!(marker.exists());
+        assert_eq!(
+            fs::read_to_string(d.path().join(SHIM_PID_FILE)).unwrap(),
+            std::process::id().to_string()
+        );
+        // Its claim went with it.
+        assert!(!claim_held(d.path()));
     }
 
     #[test]
