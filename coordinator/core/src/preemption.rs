@@ -814,8 +814,13 @@ fn fair_sharing_search(
         .copied()
         .unwrap_or(FairSharingStrategy::LessThanOrEqualToFinalShare);
     let second = strategies.get(1).copied();
+    // The final-share test is strict: at `P == T1` the eviction leaves the two teams where they
+    // were, so the victim, requeued, may pass the same test against the preemptor, and a
+    // cohort of equal teams (whose dominant resource the workloads do not move) preempts
+    // round and round. An eviction that lands exactly level still passes the initial-share
+    // test (`P < T0`), one per team, in the second pass.
     let passes = |s: FairSharingStrategy, p: Share, t0: Share, t1: Share| match s {
-        FairSharingStrategy::LessThanOrEqualToFinalShare => p <= t1,
+        FairSharingStrategy::LessThanOrEqualToFinalShare => p < t1,
         FairSharingStrategy::LessThanInitialShare => p < t0,
     };
     // The team with the highest share that still has candidates (in the search's pools, or
@@ -965,10 +970,10 @@ fn fair_sharing_search(
         }
         let p = quota::share(st, &ctx.acct, t, usage);
         let t0 = ctx.share(target);
-        if p > t0 {
+        if p >= t0 {
             // The target has the highest share of all teams with candidates, and removing a
-            // candidate never raises a share: every team ends at T1 <= T0 < P and starts at
-            // T0 < P, so neither strategy can pass anywhere. Kueue's loops would find nothing.
+            // candidate never raises a share: every team ends at T1 <= T0 <= P and starts at
+            // T0 <= P, so neither strategy can pass anywhere. Kueue's loops would find nothing.
             hopeless = true;
             break;
         }
@@ -1121,9 +1126,9 @@ fn within_nominal_after(
 /// Whether the fair-sharing search below must end without victims, told before collecting
 /// and sorting candidates (each search walked every admitted workload of the borrowing teams,
 /// most of a contended cycle's cost): the preemptor's team has no workload it may preempt, the
-/// preemptor would borrow after admission, and its share after admission is above the share of
-/// every team of the cohort that borrows a contested pair. Then the search picks another team
-/// first, or none; its share is below the preemptor's, so neither strategy passes (the
+/// preemptor would borrow after admission, and its share after admission is at or above the share
+/// of every team of the cohort that borrows a contested pair. Then the search picks another team
+/// first, or none; its share is not above the preemptor's, so neither strategy passes (the
 /// "hopeless" case below), and no second pass runs. Exactly the search's own answer.
 pub(crate) fn fair_share_hopeless(
     ctx: &Ctx,
@@ -1136,7 +1141,7 @@ pub(crate) fn fair_share_hopeless(
 
 /// The part of `fair_share_hopeless` that reads only the preemptor's team and request, not
 /// its priority or submit time: team `t`, with `usage` admitted, goes above its nominal on a
-/// pair of `f_set`, and its share then is above that of every other member borrowing one.
+/// pair of `f_set`, and its share then is at or above that of every other member borrowing one.
 pub(crate) fn cohort_hopeless(
     ctx: &Ctx,
     t: TeamId,
@@ -1149,18 +1154,18 @@ pub(crate) fn cohort_hopeless(
         return false;
     }
     let p = quota::share(st, &ctx.acct, t, usage);
-    // Every other member borrowing a contested pair has a share below `p`: the highest of them
-    // does.
+    // Every other member borrowing a contested pair has a share not above `p`: the highest of
+    // them has.
     let rivals = ranked_borrowers(ctx, team.cohort, f_set);
     let highest = rivals.iter().find(|(_, m)| *m != t);
-    let hopeless = highest.is_none_or(|(s, _)| p > *s);
+    let hopeless = highest.is_none_or(|(s, _)| p >= *s);
     debug_assert_eq!(
         hopeless,
         st.cohorts[team.cohort.idx()]
             .members
             .iter()
             .filter(|m| **m != t && borrowing_in(ctx, **m, f_set))
-            .all(|m| p > ctx.share(*m)),
+            .all(|m| p >= ctx.share(*m)),
         "the kept rivals of team {t:?} disagree with the cohort"
     );
     hopeless

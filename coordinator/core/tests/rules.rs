@@ -740,6 +740,51 @@ fn fair_sharing_never_preempts_back_and_forth() {
 }
 
 #[test]
+fn level_shares_do_not_preempt_round_and_round() {
+    // x and y each borrow 20 of the cohort's 44 cpu (share 454), more than either borrows of
+    // its 8 GPUs, so one GPU more or less moves neither share. y runs 5 GPUs (2 borrowed:
+    // 250), x its 3; x asks a fourth. Taking one of y's leaves y at 454 and puts x at 454:
+    // level. Were that enough, the victim would take one of x's back on the same test, that
+    // one one of y's, and so on without end (only the last evictor is out of bounds for each).
+    // At level shares nobody is evicted; x4 waits and says so.
+    let sizes: [(&str, i64, i64); 3] = [("x", 3, 2), ("y", 3, 2), ("lender", 2, 40)];
+    let teams = sizes
+        .iter()
+        .map(|(n, g, c)| {
+            team(
+                n,
+                &[(
+                    F,
+                    &[
+                        ("gpu", rq(*g, None, None)),
+                        ("cpu", rq(*c * 1000, None, None)),
+                    ],
+                )],
+            )
+        })
+        .collect();
+    let mut s = Sim::fair_share(teams);
+    s.submit(wl("x-cpu", "x", 0, 1, &[("cpu", "22")]))
+        .submit(wl("y-cpu", "y", 0, 1, &[("cpu", "22")]));
+    for i in 1..=3 {
+        s.submit(wl(&format!("x{i}"), "x", 0, 1, &[("gpu", "1")]));
+    }
+    for i in 1..=5 {
+        s.submit(wl(&format!("y{i}"), "y", 0, 1, &[("gpu", "1")]));
+    }
+    s.settle();
+    let share = |s: &Sim, t: &str| quota::share(&s.st, &s.st.acct, s.tid(t), &[]);
+    assert_eq!(share(&s, "x"), share(&s, "y"));
+    assert_eq!(share(&s, "x").value().round(), 455.0);
+    s.at(1)
+        .submit(wl("x4", "x", 0, 1, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(s.preemptions(), vec![]);
+    assert_eq!(s.state("x4"), WlState::Pending);
+    assert!(s.message("x4").contains("gpu"), "{}", s.message("x4"));
+}
+
+#[test]
 fn when_no_candidate_passes_the_final_share_test_the_initial_share_test_takes_the_first() {
     // Cohort of 8 GPUs (a 2, b 2, lender 4). b runs two 3-GPU workloads (borrowing 4: share
     // 4/8); a runs 2 of its own, which a-new may not take (higher priority), and a-new asks 2
