@@ -971,10 +971,11 @@ fn fair_sharing_search(
         let p = quota::share(st, &ctx.acct, t, usage);
         let t0 = ctx.share(target);
         if p >= t0 {
-            // The target has the highest share of all teams with candidates, and removing a
-            // candidate never raises a share: every team ends at T1 <= T0 <= P and starts at
-            // T0 <= P, so neither strategy can pass anywhere. Kueue's loops would find nothing.
-            hopeless = true;
+            // The target has the highest share of all teams with candidates left, and removing
+            // a candidate never raises a share: each of them ends at T1 <= T0 <= P and starts at
+            // T0 <= P, so neither strategy can pass on them. Only the teams already passed over
+            // (in `retry`, with T0 above P) may still pass the second one.
+            hopeless = retry.values().all(|q| q.is_empty());
             break;
         }
         // Every candidate fails the first strategy when taking off even the usage that leaves

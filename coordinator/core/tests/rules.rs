@@ -820,6 +820,40 @@ fn when_no_candidate_passes_the_final_share_test_the_initial_share_test_takes_th
     assert_eq!(s.state("a-base"), WlState::Admitted);
 }
 
+#[test]
+fn a_team_passed_over_still_gets_the_initial_share_test_when_the_rest_are_below() {
+    // As above, with a third borrower below the preemptor: b (borrowing 3 of 10: 300) fails
+    // the final-share test on every candidate; c (borrowing 1: 100) is below a-new's 200, so
+    // no team left can pass either test. The second pass still looks at b, passed over, and
+    // LessThanInitialShare (200 < 300) takes b's first candidate.
+    let mut s = Sim::fair_share(vec![
+        gpu_team("a", 2, None),
+        gpu_team("b", 2, None),
+        gpu_team("c", 2, None),
+        gpu_team("lender", 4, None),
+    ]);
+    s.submit(wl("b-high", "b", 5, 1, &[("gpu", "3")]))
+        .submit(wl("b-low", "b", 0, 1, &[("gpu", "2")]))
+        .submit(wl("c1", "c", 0, 1, &[("gpu", "3")]))
+        .submit(wl("a-base", "a", 20, 1, &[("gpu", "2")]))
+        .settle();
+    for name in ["b-high", "b-low", "c1", "a-base"] {
+        assert_eq!(s.state(name), WlState::Admitted, "{name}");
+    }
+    s.at(1)
+        .submit(wl("a-new", "a", 10, 1, &[("gpu", "2")]))
+        .settle();
+    assert_eq!(
+        s.preemptions(),
+        vec![(
+            "b-low".to_string(),
+            "a-new".to_string(),
+            PreemptReason::InCohortFairSharing
+        )]
+    );
+    assert_eq!(s.state("a-new"), WlState::Admitted);
+}
+
 // ---------------------------------------------------------------- §8 cohort-owned quota
 
 #[test]
