@@ -50,8 +50,35 @@ impl Cand {
 }
 
 /// Finds the victims that let `wl` fit with `usage` and `place`. `Some(vec![])` means it fits
-/// already; `None` means no set of allowed victims makes room.
+/// already; `None` means no set of allowed victims makes room, or none is needed once this
+/// cycle's victims have left (`Ctx::fits_once_victims_leave` says which).
+///
+/// The search runs on the usage as it will be when `wl` can be admitted, with this cycle's
+/// victims gone and their preemptors in (`Ctx::once_victims_leave`); their room on the nodes
+/// stays theirs, as it does until they stop.
 pub fn find_victims(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    place: &[(usize, FlavorId, u32)],
+    contested: &BTreeSet<FrId>,
+    contested_flavors: &BTreeSet<FlavorId>,
+) -> Option<Vec<Victim>> {
+    ctx.fits_once_victims_leave = false;
+    if ctx.fits(wl, usage, place, true) {
+        return Some(Vec::new());
+    }
+    let found =
+        ctx.once_victims_leave(|ctx| search(ctx, wl, usage, place, contested, contested_flavors));
+    if found.as_ref().is_some_and(|v| v.is_empty()) {
+        // Room comes free for it without a victim of its own: it waits for the others'.
+        ctx.fits_once_victims_leave = true;
+        return None;
+    }
+    found
+}
+
+fn search(
     ctx: &mut Ctx,
     wl: &Workload,
     usage: &[(FrId, i64)],

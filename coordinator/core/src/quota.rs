@@ -25,6 +25,10 @@ pub struct Acct {
     /// How many times any team's usage has changed in this copy (`stamps` summed).
     #[serde(skip)]
     changes: u64,
+    /// Whether the usage is shifted to what it will be once this cycle's victims have left
+    /// (`Ctx::once_victims_leave`). A shift changes no stamp: the view is told apart by it.
+    #[serde(skip)]
+    victims_gone: bool,
 }
 
 impl Acct {
@@ -44,14 +48,41 @@ impl Acct {
         self.pool_used[team.cohort.idx()].add(fr, after - before);
     }
 
-    /// How many times team `t`'s usage has changed in this copy: equal stamps, equal usage.
+    /// How many times team `t`'s usage has changed in this copy, and in which view: equal
+    /// stamps, equal usage.
     pub fn stamp(&self, t: TeamId) -> u64 {
-        self.stamps.get(t.idx()).copied().unwrap_or(0)
+        self.stamps.get(t.idx()).copied().unwrap_or(0) * 2 + u64::from(self.victims_gone)
     }
 
-    /// How many times any team's usage has changed in this copy: equal counts, equal usage.
+    /// How many times any team's usage has changed in this copy, and in which view: equal
+    /// counts, equal usage.
     pub fn changes(&self) -> u64 {
-        self.changes
+        self.changes * 2 + u64::from(self.victims_gone)
+    }
+
+    /// Shifts the usage to the view where `leaving` (per team, what victims still hold) is
+    /// gone, or back. What a victim holds is fixed by its team's stamp (it is held and counted
+    /// in one change), so a stamp and the view tell the usage.
+    pub(crate) fn shift_view(
+        &mut self,
+        st: &State,
+        leaving: &BTreeMap<TeamId, Vec<(FrId, i64)>>,
+        victims_gone: bool,
+    ) {
+        debug_assert_ne!(self.victims_gone, victims_gone, "shifted twice");
+        self.victims_gone = victims_gone;
+        let sign = if victims_gone { -1 } else { 1 };
+        for (t, held) in leaving {
+            let team = &st.teams[t.idx()];
+            for &(fr, v) in held {
+                let reserved = team.reserved(fr);
+                let u = &mut self.team_usage[t.idx()];
+                let before = (u.get(fr) - reserved).max(0);
+                u.add(fr, sign * v);
+                let after = (u.get(fr) - reserved).max(0);
+                self.pool_used[team.cohort.idx()].add(fr, after - before);
+            }
+        }
     }
 
     pub fn usage(&self, t: TeamId, fr: FrId) -> i64 {

@@ -518,12 +518,20 @@ fn eval_flavor(
             }
             Some(_) => ev.mode = Mode::Fit,
             None => {
+                if ctx.fits_once_victims_leave {
+                    ev.note(|| WAITS_FOR_LEAVERS.to_string());
+                }
                 ev.mode = Mode::NoCandidates;
             }
         }
     }
     ev
 }
+
+/// Why a workload waits that fits once the workloads preempted in its cycle (for others) have
+/// stopped: it takes no victim of its own.
+const WAITS_FOR_LEAVERS: &str =
+    "it fits once the workloads preempted for others in this cycle have stopped";
 
 /// What happened to one workload in the cycle.
 enum Outcome {
@@ -638,7 +646,7 @@ fn process(ctx: &mut Ctx, wl: &Workload) -> Outcome {
     } else {
         a.messages.join("; ")
     };
-    if a.mode == Mode::NoCandidates {
+    if a.mode == Mode::NoCandidates && !a.messages.iter().any(|m| m.contains(WAITS_FOR_LEAVERS)) {
         message
             .push_str(". No workload may be preempted for it under the team's preemption policy");
     }

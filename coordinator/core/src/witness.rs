@@ -161,8 +161,19 @@ impl Witness {
             }
         }
         // Told on the state as it is at every observation, so not kept in the witness (with
-        // the team's own candidates: `preemption::fair_share_hopeless`).
-        if !preemption::cohort_hopeless(ctx, wl.team, &usage, &short.contested) {
+        // the team's own candidates: `preemption::fair_share_hopeless`), and as the search
+        // tells it: where this cycle's victims have left, and only if it does not fit there
+        // (it would wait for them, not be hopeless).
+        let place = if st.placement {
+            vec![(0, f, short.count)]
+        } else {
+            Vec::new()
+        };
+        let hopeless = ctx.once_victims_leave(|ctx| {
+            !(ctx.has_leavers() && ctx.fits(wl, &usage, &place, true))
+                && preemption::cohort_hopeless(ctx, wl.team, &usage, &short.contested)
+        });
+        if !hopeless {
             return None;
         }
         Some(Witness {

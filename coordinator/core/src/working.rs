@@ -47,6 +47,13 @@ pub struct Ctx<'a> {
     /// Per team: the lowest priority among its candidates, with the latest submit time at
     /// that priority, at its version and `removals` (`preemption::own_candidate`).
     pub(crate) lowest: RefCell<Vec<Option<LowestHolder>>>,
+    /// Per team: the usage its victims of this cycle still hold (`hold`), which they give up
+    /// once their evictions complete. Victim searches run where it is gone
+    /// (`once_victims_leave`).
+    leaving: BTreeMap<TeamId, Vec<(FrId, i64)>>,
+    /// Whether the last `preemption::find_victims` found no victim needed once this cycle's
+    /// victims have left (it said `None` because the workload waits for them).
+    pub(crate) fits_once_victims_leave: bool,
 }
 
 /// See `Ctx::lowest`: ((version, removals), (priority, submit time)).
@@ -147,6 +154,8 @@ impl<'a> Ctx<'a> {
             changes: Changes::default(),
             removals: 0,
             lowest: RefCell::new(vec![None; st.teams.len()]),
+            leaving: BTreeMap::new(),
+            fits_once_victims_leave: false,
         }
     }
 
@@ -221,6 +230,32 @@ impl<'a> Ctx<'a> {
         self.removals += 1;
     }
 
+    /// Runs `f` on the usage as it will be once this cycle's victims have left (those that
+    /// `hold` their room), with the usage of the preemptors that wait for them reserved.
+    ///
+    /// A victim holds its quota until its eviction completes, so an admission planned now must
+    /// fit with it still there. A victim search plans for later: its preemptor is admitted
+    /// only once its own victims are gone, and by then so are the others. Searching with both
+    /// the earlier victims and their preemptors counted overstates what the cohort uses by
+    /// every earlier preemptor's request: each later search then took more victims to make up
+    /// for it (one GPU's preemptor took eighteen one-GPU victims), and those victims were
+    /// requeued to preempt in turn. Kueue likewise checks a preemptor against its cycle's
+    /// usage with every victim chosen so far taken off.
+    pub fn once_victims_leave<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        if self.leaving.is_empty() {
+            return f(self);
+        }
+        self.acct.shift_view(self.st, &self.leaving, true);
+        let r = f(self);
+        self.acct.shift_view(self.st, &self.leaving, false);
+        r
+    }
+
+    /// Whether victims of this cycle hold usage they will give up (`once_victims_leave`).
+    pub(crate) fn has_leavers(&self) -> bool {
+        !self.leaving.is_empty()
+    }
+
     /// Undoes `remove`.
     pub fn restore(&mut self, id: WlId) {
         let team = self.st.workload(id).team;
@@ -248,6 +283,13 @@ impl<'a> Ctx<'a> {
                 self.acct.nodes.retake_free_part(p);
             }
             self.acct.add_all(st, wl.team, &adm.usage, 1);
+            let held = self.leaving.entry(wl.team).or_default();
+            for &(fr, v) in &adm.usage {
+                match held.iter_mut().find(|(x, _)| *x == fr) {
+                    Some((_, h)) => *h += v,
+                    None => held.push((fr, v)),
+                }
+            }
         }
         self.removed.insert(id);
         self.removals += 1;

@@ -506,6 +506,81 @@ fn minimal_victim_set_keeps_unneeded_low_priority() {
     assert_eq!(s.state("low"), WlState::Admitted);
 }
 
+/// The preemptors of one cycle are searched for as if the cycle's earlier victims had left:
+/// they will have by the time any of them is admitted. Counting those victims and their
+/// preemptors both made each later search take victims for the earlier preemptors too.
+#[test]
+fn preemptors_of_one_cycle_take_only_the_victims_each_needs() {
+    let mut s = Sim::classical(vec![
+        gpu_team("a", 2, None),
+        gpu_team("b", 2, None),
+        gpu_team("c", 2, None),
+    ]);
+    for i in 0..6 {
+        s.submit(wl(&format!("c{i}"), "c", 0, 1, &[("gpu", "1")]));
+    }
+    s.settle();
+    s.at(1)
+        .submit(wl("a-one", "a", 0, 1, &[("gpu", "1")]))
+        .submit(wl("b-one", "b", 0, 1, &[("gpu", "1")]));
+    let plan = schedule(&s.st, 1);
+    let mut by: Vec<String> = plan
+        .preemptions
+        .iter()
+        .map(|p| s.st.workload(p.preemptor).spec.name.clone())
+        .collect();
+    by.sort();
+    assert_eq!(by, ["a-one", "b-one"], "one victim each: {plan:?}");
+    s.settle();
+    assert_eq!(s.preemptions().len(), 2);
+    let fr = s.fr("gpu");
+    assert_eq!(s.st.acct.usage(s.tid("c"), fr), 4);
+    assert_eq!(s.state("a-one"), WlState::Admitted);
+    assert_eq!(s.state("b-one"), WlState::Admitted);
+}
+
+/// A workload that fits once an earlier preemptor's victims have left takes no victim of its
+/// own: it waits for them, says so, and is admitted when they are gone.
+#[test]
+fn room_a_victim_frees_beyond_its_preemptors_need_is_waited_for_not_taken_again() {
+    let mut s = Sim::classical(vec![
+        gpu_team("a", 2, None),
+        gpu_team("b", 2, None),
+        gpu_team("c", 2, None),
+    ]);
+    for i in 0..3 {
+        s.submit(wl(&format!("c{i}"), "c", 0, 1, &[("gpu", "2")]));
+    }
+    s.settle();
+    s.at(1)
+        .submit(wl("a-one", "a", 0, 1, &[("gpu", "1")]))
+        .submit(wl("b-one", "b", 0, 1, &[("gpu", "1")]));
+    let plan = schedule(&s.st, 1);
+    assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
+    let waits =
+        s.st.workload(plan.preemptions[0].preemptor)
+            .spec
+            .name
+            .clone();
+    let other = if waits == "a-one" { "b-one" } else { "a-one" };
+    let id = s.st.find_workload(other).unwrap();
+    let (_, _, message) = plan
+        .pending
+        .iter()
+        .find(|(w, _, _)| *w == id)
+        .expect("the other waits");
+    assert!(
+        message
+            .contains("it fits once the workloads preempted for others in this cycle have stopped")
+            && !message.contains("No workload may be preempted"),
+        "{message}"
+    );
+    s.settle();
+    assert_eq!(s.preemptions().len(), 1);
+    assert_eq!(s.state("a-one"), WlState::Admitted);
+    assert_eq!(s.state("b-one"), WlState::Admitted);
+}
+
 #[test]
 fn preemption_message_names_preemptor_reason_and_numbers() {
     let mut s = Sim::classical(vec![
