@@ -915,17 +915,9 @@ mod tests {
         assert!(read_exit(&dir).is_some_and(|r| r.lost));
         // The shim the earlier agent started just before it died gets there now.
         let marker = dir.join("ran");
-        let args = ShimArgs {
-            dir: dir.clone(),
-            lease_file: data.path().join("lease"),
-            lease_ms: 0,
-            grace_ms: 1000,
-            cgroup: None,
-            workdir: None,
-            container: false,
-            adopt: false,
-            program: vec!["touch".into(), marker.display().to_string()],
-        };
+        let marker_arg = marker.display().to_string();
+        let lease = data.path().join("lease");
+        let args = shim::test_args(&dir, &lease, &["touch", &marker_arg]);
         assert_eq!(shim::run(&args), shim::EXIT_CLAIMED);
         assert!(!marker.exists(), "the late shim started the pod");
         // A second agent restart finds the same record.

@@ -204,6 +204,22 @@ impl ShimArgs {
     }
 }
 
+/// A process pod's arguments for tests: 10 s lease, 1 s grace, no cgroup or workdir.
+#[cfg(test)]
+pub(crate) fn test_args(dir: &Path, lease_file: &Path, program: &[&str]) -> ShimArgs {
+    ShimArgs {
+        dir: dir.to_path_buf(),
+        lease_file: lease_file.to_path_buf(),
+        lease_ms: 10_000,
+        grace_ms: 1000,
+        cgroup: None,
+        workdir: None,
+        container: false,
+        adopt: false,
+        program: program.iter().map(|a| a.to_string()).collect(),
+    }
+}
+
 static TERM: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_term(_: libc::c_int) {
@@ -425,17 +441,7 @@ mod tests {
     fn records_how_the_program_ended() {
         let (d, lease) = shim_dir();
         fs::write(&lease, (now_ms() + 60_000).to_string()).unwrap();
-        let mut a = ShimArgs {
-            dir: d.path().into(),
-            lease_file: lease,
-            lease_ms: 10_000,
-            grace_ms: 1000,
-            cgroup: None,
-            workdir: None,
-            container: false,
-            adopt: false,
-            program: vec!["sh".into(), "-c".into(), "echo hi; exit 3".into()],
-        };
+        let mut a = test_args(d.path(), &lease, &["sh", "-c", "echo hi; exit 3"]);
         assert_eq!(run(&a), 0);
         let r = exit_of(d.path());
         assert_eq!(
@@ -456,17 +462,7 @@ mod tests {
         let (d, lease) = shim_dir();
         fs::write(&lease, (now_ms() + 60_000).to_string()).unwrap();
         let marker = d.path().join("ran");
-        let a = ShimArgs {
-            dir: d.path().into(),
-            lease_file: lease,
-            lease_ms: 10_000,
-            grace_ms: 1000,
-            cgroup: None,
-            workdir: None,
-            container: false,
-            adopt: false,
-            program: vec!["touch".into(), marker.display().to_string()],
-        };
+        let a = test_args(d.path(), &lease, &["touch", &marker.display().to_string()]);
         // Another shim holds the pod: this one waits a moment, then leaves it alone.
         let other = try_claim(d.path()).unwrap().expect("free");
         assert!(try_claim(d.path()).unwrap().is_none());
@@ -488,15 +484,9 @@ mod tests {
         let (d, lease) = shim_dir();
         fs::write(&lease, (now_ms() - 1).to_string()).unwrap();
         let a = ShimArgs {
-            dir: d.path().into(),
-            lease_file: lease,
             lease_ms: 500,
             grace_ms: 30_000,
-            cgroup: None,
-            workdir: None,
-            container: false,
-            adopt: false,
-            program: vec!["sleep".into(), "30".into()],
+            ..test_args(d.path(), &lease, &["sleep", "30"])
         };
         let t = Instant::now();
         run(&a);

@@ -506,24 +506,32 @@ fn minimal_victim_set_keeps_unneeded_low_priority() {
     assert_eq!(s.state("low"), WlState::Admitted);
 }
 
-/// The preemptors of one cycle are searched for as if the cycle's earlier victims had left:
-/// they will have by the time any of them is admitted. Counting those victims and their
-/// preemptors both made each later search take victims for the earlier preemptors too.
-#[test]
-fn preemptors_of_one_cycle_take_only_the_victims_each_needs() {
+/// Teams a, b and c of 2 GPUs each (classical preemption); c fills the cohort's 6 with `n`
+/// workloads of `gpus` GPUs; then a-one and b-one ask one GPU each: the state and the next
+/// cycle's plan.
+fn c_full_then_a_and_b_ask_one_gpu(n: usize, gpus: &str) -> (Sim, allot_core::Plan) {
     let mut s = Sim::classical(vec![
         gpu_team("a", 2, None),
         gpu_team("b", 2, None),
         gpu_team("c", 2, None),
     ]);
-    for i in 0..6 {
-        s.submit(wl(&format!("c{i}"), "c", 0, 1, &[("gpu", "1")]));
+    for i in 0..n {
+        s.submit(wl(&format!("c{i}"), "c", 0, 1, &[("gpu", gpus)]));
     }
     s.settle();
     s.at(1)
         .submit(wl("a-one", "a", 0, 1, &[("gpu", "1")]))
         .submit(wl("b-one", "b", 0, 1, &[("gpu", "1")]));
     let plan = schedule(&s.st, 1);
+    (s, plan)
+}
+
+/// The preemptors of one cycle are searched for as if the cycle's earlier victims had left:
+/// they will have by the time any of them is admitted. Counting those victims and their
+/// preemptors both made each later search take victims for the earlier preemptors too.
+#[test]
+fn preemptors_of_one_cycle_take_only_the_victims_each_needs() {
+    let (mut s, plan) = c_full_then_a_and_b_ask_one_gpu(6, "1");
     let mut by: Vec<String> = plan
         .preemptions
         .iter()
@@ -543,19 +551,7 @@ fn preemptors_of_one_cycle_take_only_the_victims_each_needs() {
 /// own: it waits for them, says so, and is admitted when they are gone.
 #[test]
 fn room_a_victim_frees_beyond_its_preemptors_need_is_waited_for_not_taken_again() {
-    let mut s = Sim::classical(vec![
-        gpu_team("a", 2, None),
-        gpu_team("b", 2, None),
-        gpu_team("c", 2, None),
-    ]);
-    for i in 0..3 {
-        s.submit(wl(&format!("c{i}"), "c", 0, 1, &[("gpu", "2")]));
-    }
-    s.settle();
-    s.at(1)
-        .submit(wl("a-one", "a", 0, 1, &[("gpu", "1")]))
-        .submit(wl("b-one", "b", 0, 1, &[("gpu", "1")]));
-    let plan = schedule(&s.st, 1);
+    let (mut s, plan) = c_full_then_a_and_b_ask_one_gpu(3, "2");
     assert_eq!(plan.preemptions.len(), 1, "{plan:?}");
     let waits =
         s.st.workload(plan.preemptions[0].preemptor)
