@@ -877,6 +877,9 @@ mod tests {
         let mut fake = Command::new("sh")
             .args(["-c", "sleep 30; true", "agent-shim"])
             .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .unwrap();
         let pid = fake.id();
@@ -893,7 +896,10 @@ mod tests {
         assert!(!dir.join(shim::EXIT_FILE).exists());
         assert!(ex.poll().is_empty());
         // Once the shim is gone and its claim with it, the pod ended without a record.
-        fake.kill().unwrap();
+        // SAFETY: kill(2) on the test's own process group (sh and its sleep).
+        unsafe {
+            libc::kill(-(pid as i32), libc::SIGKILL);
+        }
         fake.wait().unwrap();
         assert!(ex.poll().is_empty(), "the claim is still held");
         drop(claim);
