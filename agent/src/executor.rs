@@ -220,8 +220,7 @@ impl Executor {
             detail: GONE_AT_RESTART.into(),
             ended_ms: shim::now_ms(),
         };
-        let bytes = serde_json::to_vec_pretty(&r).unwrap_or_default();
-        if let Err(e) = shim::write_atomic(&dir.join(shim::EXIT_FILE), &bytes) {
+        if let Err(e) = shim::write_exit(dir, &r) {
             tracing::warn!("{what}: recording it lost: {e}");
         }
         drop(claim);

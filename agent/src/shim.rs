@@ -41,8 +41,7 @@ pub struct ExitRecord {
 pub const EXIT_FILE: &str = "exit.json";
 pub const CHILD_PID_FILE: &str = "child.pid";
 pub const LOG_FILE: &str = "output.log";
-/// The shim's pid, written by the agent when it starts the shim and by the shim itself once it
-/// holds the pod's claim.
+/// The shim's pid, written by the shim itself once it holds the pod's claim.
 pub const SHIM_PID_FILE: &str = "shim.pid";
 /// The pod's claim: a shim holds an exclusive lock on this file for as long as it lives, so
 /// "a shim runs this pod" is one question the kernel answers, whatever was or was not written.
@@ -257,6 +256,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     fs::rename(&tmp, path)
 }
 
+/// Records how a pod ended in its directory's `exit.json` (whole or not at all).
+pub fn write_exit(dir: &Path, r: &ExitRecord) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(r).map_err(std::io::Error::other)?;
+    write_atomic(&dir.join(EXIT_FILE), &bytes)
+}
+
 fn signal_group(pgid: i32, sig: libc::c_int) {
     // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
     unsafe {
@@ -314,8 +319,7 @@ pub fn run(args: &ShimArgs) -> i32 {
         cmd.current_dir(w);
     }
     let record = |r: ExitRecord| {
-        let bytes = serde_json::to_vec_pretty(&r).unwrap_or_default();
-        if let Err(e) = write_atomic(&args.dir.join(EXIT_FILE), &bytes) {
+        if let Err(e) = write_exit(&args.dir, &r) {
             eprintln!("agent-shim: could not record the exit: {e}");
         }
     };

@@ -89,8 +89,7 @@ fn write_status(dir: &Path, s: &PodStatus) {
 }
 
 fn record(dir: &Path, r: ExitRecord) {
-    let bytes = serde_json::to_vec_pretty(&r).unwrap_or_default();
-    if let Err(e) = shim::write_atomic(&dir.join(shim::EXIT_FILE), &bytes) {
+    if let Err(e) = shim::write_exit(dir, &r) {
         eprintln!("agent-shim: could not record the exit: {e}");
     }
 }
