@@ -86,7 +86,8 @@ fn search(
     contested: &BTreeSet<FrId>,
     contested_flavors: &BTreeSet<FlavorId>,
 ) -> Option<Vec<Victim>> {
-    if ctx.fits(wl, usage, place, true) {
+    // Without victims leaving, this view is the one `find_victims` just found it does not fit.
+    if ctx.has_leavers() && ctx.fits(wl, usage, place, true) {
         return Some(Vec::new());
     }
     // Contested pairs: quota shortfalls, plus every requested pair on flavors short of nodes.

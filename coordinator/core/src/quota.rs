@@ -39,6 +39,11 @@ impl Acct {
         }
         self.stamps[t.idx()] += 1;
         self.changes += 1;
+        self.move_usage(st, t, fr, delta);
+    }
+
+    /// `add_usage` without counting a change: the usage and the cohort's pool usage only.
+    fn move_usage(&mut self, st: &State, t: TeamId, fr: FrId, delta: i64) {
         let team = &st.teams[t.idx()];
         let reserved = team.reserved(fr);
         let u = &mut self.team_usage[t.idx()];
@@ -73,14 +78,8 @@ impl Acct {
         self.victims_gone = victims_gone;
         let sign = if victims_gone { -1 } else { 1 };
         for (t, held) in leaving {
-            let team = &st.teams[t.idx()];
             for &(fr, v) in held {
-                let reserved = team.reserved(fr);
-                let u = &mut self.team_usage[t.idx()];
-                let before = (u.get(fr) - reserved).max(0);
-                u.add(fr, sign * v);
-                let after = (u.get(fr) - reserved).max(0);
-                self.pool_used[team.cohort.idx()].add(fr, after - before);
+                self.move_usage(st, *t, fr, sign * v);
             }
         }
     }
