@@ -383,14 +383,26 @@ fn images_run_as_containers_end_to_end() {
     );
     std::thread::sleep(Duration::from_secs(8));
     agent.start();
-    wait_for(
-        30,
-        "attempt 1 stopped, the stray removed, attempt 2 running",
-        || {
-            let now = tasks(&env);
-            (now.len() == 1 && now[0].ends_with("-2-0")).then_some(())
-        },
-    );
+    // Attempt 2 or later: on a loaded machine the restarted agent may register twice (its
+    // first heartbeat still reads the node as failed), and the cluster then gives up on the
+    // attempt it had placed in between as well.
+    let t = std::time::Instant::now();
+    loop {
+        let now = tasks(&env);
+        if now.len() == 1 && now[0].starts_with("allot-") && !now[0].ends_with("-1-0") {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            let d = c.cli("admin-admin", &["describe", "workload", "stale"]);
+            panic!(
+                "attempt 1 not stopped, the stray not removed or no later attempt running after \
+                 30s; tasks: {now:?}\n{}\nagent log:\n{}",
+                String::from_utf8_lossy(&d.stdout),
+                agent.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     c.cli_ok("user-team-a", &["cancel", "stale"]);
     wait_for(30, "no task left", || tasks(&env).is_empty().then_some(()));
     drop(agent);

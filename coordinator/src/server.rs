@@ -1465,6 +1465,13 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
         }
         Body::ReportNode(report) => {
             node_scope(who, &report.name, "report nodes")?;
+            // An agent's registration is heard from it, as a sync is: a restarted agent's node
+            // has been silent for longer than its lease, and without this the leader would
+            // find it silent again between the registration and the first sync, and fail the
+            // node it just took back (requeueing what was placed on it meanwhile).
+            if report.lease_ms > 0 {
+                let _ = sh.input.send(Input::Heartbeat(report.name.clone()));
+            }
             sh.propose(Command::ReportNode(report)).await
         }
         Body::LogPoll { node, wait_ms } => {
