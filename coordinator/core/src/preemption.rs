@@ -14,7 +14,7 @@ use crate::nodes::RoomCount;
 use crate::plan::PreemptReason;
 use crate::quota::{self, Share};
 use crate::state::{State, Time, WlState, Workload};
-use crate::working::{admission_in, taken_off, Ctx, Rivals, Usage};
+use crate::working::{admission_in, pairs_key, taken_off, Ctx, Rivals, Usage};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Victim {
@@ -283,9 +283,9 @@ fn users(ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>, sorted: bool) -> Rc<[WlId
         order(ctx, m, &mut cands);
         cands.iter().map(|c| c.id).collect()
     };
-    let key = (m, f_set.iter().copied().collect::<Vec<FrId>>());
+    let key = pairs_key(f_set);
     let version = ctx.version(m);
-    let kept = match ctx.users.borrow().get(&key) {
+    let kept = match ctx.users.borrow().get(&key, &m) {
         Some((v, ids, in_order)) if *v == version => {
             // Debug builds (every test) check the kept list against reading it again.
             #[cfg(debug_assertions)]
@@ -310,7 +310,7 @@ fn users(ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>, sorted: bool) -> Rc<[WlId
     };
     ctx.users
         .borrow_mut()
-        .insert(key, (version, ids.clone(), sorted));
+        .insert(&key, m, (version, ids.clone(), sorted));
     ids
 }
 
@@ -318,9 +318,9 @@ fn users(ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>, sorted: bool) -> Rc<[WlId
 /// `users` gives), in order: what taking any one of them off leaves of the team's share is one
 /// of these. Kept in the cycle's context until the team's admissions change.
 fn usages(ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>) -> Rc<[Usage]> {
-    let key = (m, f_set.iter().copied().collect::<Vec<FrId>>());
+    let key = pairs_key(f_set);
     let version = ctx.version(m);
-    if let Some((v, kept)) = ctx.usages.borrow().get(&key) {
+    if let Some((v, kept)) = ctx.usages.borrow().get(&key, &m) {
         if *v == version {
             return kept.clone();
         }
@@ -333,7 +333,9 @@ fn usages(ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>) -> Rc<[Usage]> {
     all.sort_unstable();
     all.dedup();
     let all: Rc<[Usage]> = all.into();
-    ctx.usages.borrow_mut().insert(key, (version, all.clone()));
+    ctx.usages
+        .borrow_mut()
+        .insert(&key, m, (version, all.clone()));
     all
 }
 
@@ -1100,7 +1102,9 @@ pub(crate) fn own_candidate(ctx: &Ctx, wl: &Workload) -> bool {
     if policy == WithinTeam::Never {
         return false;
     }
-    let key = (ctx.version(t), ctx.removals());
+    // Only the team's own admissions and removals move its lowest candidate: a search that
+    // takes other teams' candidates off and puts them back leaves it kept.
+    let key = (ctx.version(t), ctx.removals_of(t));
     let kept = ctx
         .lowest
         .borrow()
@@ -1204,9 +1208,9 @@ pub(crate) fn cohort_hopeless(
 /// cycle ask about the same cohort and pairs again and again, with the accounting unchanged in
 /// between: the order is kept until it changes.
 fn ranked_borrowers(ctx: &Ctx, cohort: CohortId, f_set: &BTreeSet<FrId>) -> Rivals {
-    let key = (cohort, f_set.iter().copied().collect::<Vec<_>>());
+    let key = pairs_key(f_set);
     let changes = ctx.acct.changes();
-    if let Some((c, r)) = ctx.rivals.borrow().get(&key) {
+    if let Some((c, r)) = ctx.rivals.borrow().get(&key, &cohort) {
         if *c == changes {
             return r.clone();
         }
@@ -1219,7 +1223,9 @@ fn ranked_borrowers(ctx: &Ctx, cohort: CohortId, f_set: &BTreeSet<FrId>) -> Riva
         .collect();
     all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let all: Rivals = all.into();
-    ctx.rivals.borrow_mut().insert(key, (changes, all.clone()));
+    ctx.rivals
+        .borrow_mut()
+        .insert(&key, cohort, (changes, all.clone()));
     all
 }
 

@@ -44,8 +44,10 @@ pub struct Ctx<'a> {
     pub(crate) changes: Changes,
     /// How many times `removed` has changed.
     removals: u64,
+    /// Per team: how many times `removed` has changed for one of its workloads.
+    team_removals: Vec<u64>,
     /// Per team: the lowest priority among its candidates, with the latest submit time at
-    /// that priority, at its version and `removals` (`preemption::own_candidate`).
+    /// that priority, at its version and removals (`removals_of`; `preemption::own_candidate`).
     pub(crate) lowest: RefCell<Vec<Option<LowestHolder>>>,
     /// Per team: the usage its victims of this cycle still hold (`hold`), which they give up
     /// once their evictions complete. Victim searches run where it is gone
@@ -99,7 +101,39 @@ impl Changes {
 
 /// See `Ctx::users`: per (team, pairs), the version, the workloads, and whether they are
 /// in order.
-pub(crate) type UsersCache = BTreeMap<(TeamId, Vec<FrId>), (u64, Rc<[WlId]>, bool)>;
+pub(crate) type UsersCache = ByPairs<TeamId, (u64, Rc<[WlId]>, bool)>;
+
+/// Values kept per (set of pairs, key), looked up by the pairs as a slice: the searches of a
+/// cycle ask thousands of times, and a lookup that built its key allocated each time.
+pub(crate) struct ByPairs<K, V>(BTreeMap<Vec<FrId>, BTreeMap<K, V>>);
+
+impl<K, V> Default for ByPairs<K, V> {
+    fn default() -> Self {
+        ByPairs(BTreeMap::new())
+    }
+}
+
+impl<K: Ord, V> ByPairs<K, V> {
+    pub(crate) fn get(&self, pairs: &[FrId], k: &K) -> Option<&V> {
+        self.0.get(pairs)?.get(k)
+    }
+
+    pub(crate) fn insert(&mut self, pairs: &[FrId], k: K, v: V) {
+        match self.0.get_mut(pairs) {
+            Some(m) => {
+                m.insert(k, v);
+            }
+            None => {
+                self.0.insert(pairs.to_vec(), BTreeMap::from([(k, v)]));
+            }
+        }
+    }
+}
+
+/// A set of pairs as `ByPairs` keys it (in order), without allocating for the usual few.
+pub(crate) fn pairs_key(f_set: &BTreeSet<FrId>) -> smallvec::SmallVec<[FrId; 8]> {
+    f_set.iter().copied().collect()
+}
 
 /// An admission's usage, as a fair-sharing search compares it.
 pub(crate) type Usage = smallvec::SmallVec<[(FrId, i64); 8]>;
@@ -110,11 +144,11 @@ pub(crate) fn taken_off(a: &Admission) -> Usage {
 }
 
 /// See `Ctx::usages`: per (team, pairs), the version and the distinct usages.
-pub(crate) type UsagesCache = BTreeMap<(TeamId, Vec<FrId>), (u64, Rc<[Usage]>)>;
+pub(crate) type UsagesCache = ByPairs<TeamId, (u64, Rc<[Usage]>)>;
 
 /// See `Ctx::rivals`: per (cohort, pairs), the accounting's change count and the members
 /// borrowing one of the pairs by share.
-pub(crate) type RivalsCache = BTreeMap<(CohortId, Vec<FrId>), (u64, Rivals)>;
+pub(crate) type RivalsCache = ByPairs<CohortId, (u64, Rivals)>;
 
 /// A cohort's members that borrow one of some pairs, as (share, team): highest share first,
 /// ties to the lowest team id (the fair-sharing search's order of target teams).
@@ -147,12 +181,13 @@ impl<'a> Ctx<'a> {
             now,
             planned: BTreeMap::new(),
             versions: vec![0; st.teams.len()],
-            users: RefCell::new(BTreeMap::new()),
-            usages: RefCell::new(BTreeMap::new()),
+            users: RefCell::new(ByPairs::default()),
+            usages: RefCell::new(ByPairs::default()),
             shares: RefCell::new(vec![None; st.teams.len()]),
-            rivals: RefCell::new(BTreeMap::new()),
+            rivals: RefCell::new(ByPairs::default()),
             changes: Changes::default(),
             removals: 0,
+            team_removals: vec![0; st.teams.len()],
             lowest: RefCell::new(vec![None; st.teams.len()]),
             leaving: BTreeMap::new(),
             fits_once_victims_leave: false,
@@ -193,6 +228,20 @@ impl<'a> Ctx<'a> {
         self.removals
     }
 
+    /// How many times the removed workloads of team `t` have changed.
+    pub(crate) fn removals_of(&self, t: TeamId) -> u64 {
+        self.team_removals.get(t.idx()).copied().unwrap_or(0)
+    }
+
+    /// Counts a change to whether `id` is removed.
+    fn count_removal(&mut self, id: WlId) {
+        self.removals += 1;
+        let t = self.st.workload(id).team;
+        if let Some(n) = self.team_removals.get_mut(t.idx()) {
+            *n += 1;
+        }
+    }
+
     fn touch(&mut self, id: WlId) {
         let t = self.st.workload(id).team;
         if let Some(v) = self.versions.get_mut(t.idx()) {
@@ -219,15 +268,18 @@ impl<'a> Ctx<'a> {
 
     /// Removes an admitted (or planned) workload's usage and pods from the working copy.
     pub fn remove(&mut self, id: WlId) {
-        let team = self.st.workload(id).team;
-        if let Some(adm) = self.admission_of(id).cloned() {
+        let st = self.st;
+        let team = st.workload(id).team;
+        // Borrowed beside `acct`, not cloned: searches remove and restore candidates by the
+        // thousand in a contended cycle.
+        if let Some(adm) = admission_in(st, &self.planned, id) {
             for (_, p) in &adm.placement {
                 self.acct.nodes.release(p);
             }
-            self.acct.add_all(self.st, team, &adm.usage, -1);
+            self.acct.add_all(st, team, &adm.usage, -1);
         }
         self.removed.insert(id);
-        self.removals += 1;
+        self.count_removal(id);
     }
 
     /// Runs `f` on the usage as it will be once this cycle's victims have left (those that
@@ -258,16 +310,17 @@ impl<'a> Ctx<'a> {
 
     /// Undoes `remove`.
     pub fn restore(&mut self, id: WlId) {
-        let team = self.st.workload(id).team;
-        if let Some(adm) = self.admission_of(id).cloned() {
+        let st = self.st;
+        let team = st.workload(id).team;
+        if let Some(adm) = admission_in(st, &self.planned, id) {
             for (_, p) in &adm.placement {
                 // The same allocation was released by `remove`; nothing else holds it now.
                 let _ = self.acct.nodes.take_exact(p);
             }
-            self.acct.add_all(self.st, team, &adm.usage, 1);
+            self.acct.add_all(st, team, &adm.usage, 1);
         }
         self.removed.remove(&id);
-        self.removals += 1;
+        self.count_removal(id);
     }
 
     /// Counts a victim, removed by `remove`, as holding its room again for the rest of the
@@ -292,14 +345,16 @@ impl<'a> Ctx<'a> {
             }
         }
         self.removed.insert(id);
-        self.removals += 1;
+        self.count_removal(id);
     }
 
     /// Removes many candidates at once (one index update per touched node).
     pub fn remove_many(&mut self, ids: &[WlId]) {
         self.batch(ids, -1);
         self.removed.extend(ids.iter().copied());
-        self.removals += 1;
+        for id in ids {
+            self.count_removal(*id);
+        }
     }
 
     /// Undoes `remove_many`.
@@ -307,8 +362,8 @@ impl<'a> Ctx<'a> {
         self.batch(ids, 1);
         for id in ids {
             self.removed.remove(id);
+            self.count_removal(*id);
         }
-        self.removals += 1;
     }
 
     fn batch(&mut self, ids: &[WlId], sign: i64) {
