@@ -383,9 +383,9 @@ fn images_run_as_containers_end_to_end() {
     );
     std::thread::sleep(Duration::from_secs(8));
     agent.start();
-    // Attempt 2 or later: on a loaded machine the restarted agent may register twice (its
-    // first heartbeat still reads the node as failed), and the cluster then gives up on the
-    // attempt it had placed in between as well.
+    // Attempt 2 or later: a registration counts as a heartbeat, but a NodeLost the leader
+    // proposed just before the agent registered still fails the node once more when it
+    // applies, and the cluster then gives up on the attempt it had placed in between.
     let t = std::time::Instant::now();
     loop {
         let now = tasks(&env);
