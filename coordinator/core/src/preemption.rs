@@ -692,9 +692,12 @@ struct Pools {
     any: BTreeMap<TeamId, bool>,
     /// Teams not gathered yet whose candidates were all passed over (`exhaust`).
     exhausted: BTreeSet<TeamId>,
-    /// Whether every candidate gone at once makes room (`fits_without_all`), told before the
-    /// search's first removal.
+    /// Whether every candidate in reach gone at once makes room (`fits_without_all`), told
+    /// before the search's first removal.
     bound: Option<bool>,
+    /// Whether every team is in reach (`reach`): debug builds check a search the bound ends
+    /// against one bounded by every candidate.
+    everyone: bool,
 }
 
 impl Pools {
@@ -711,6 +714,7 @@ impl Pools {
             any: BTreeMap::new(),
             exhausted: BTreeSet::new(),
             bound: None,
+            everyone: false,
         }
     }
 
@@ -786,7 +790,50 @@ impl Pools {
         Some(c)
     }
 
-    /// The bound over every candidate, told once, before the search removes its first.
+    /// The teams whose candidates the search can ever take: the preemptor's own, and those
+    /// whose share is above the lowest the preemptor's can have (`p_min`, with every own
+    /// candidate gone). A rival is picked by fair sharing only while its share is above the
+    /// preemptor's (both strategies test `P < T0` or `P < T1 <= T0`), shares only fall as
+    /// candidates go, and the preemptor's falls only as its own go. Reclamation, which takes
+    /// any rival's candidates, needs the preemptor's team within nominal after admission: when
+    /// that can happen (own candidates gone), every team is in reach.
+    fn reach(
+        &mut self,
+        ctx: &Ctx,
+        wl: &Workload,
+        usage: &[(FrId, i64)],
+        f_set: &BTreeSet<FrId>,
+    ) -> Vec<TeamId> {
+        let t = self.own;
+        if self.everyone {
+            return self.teams.clone();
+        }
+        self.gather(ctx, wl, t, f_set);
+        let mut lowest: Vec<(FrId, i64)> = usage.to_vec();
+        if let Some((cands, _)) = self.gathered.get(&t) {
+            for c in cands {
+                if let Some(a) = ctx.admission_of(c.id) {
+                    lowest.extend(taken_off(a));
+                }
+            }
+        }
+        if within_nominal_after(ctx, t, &lowest, f_set) {
+            return self.teams.clone();
+        }
+        let p_min = quota::share(ctx.st, &ctx.acct, t, &lowest);
+        self.teams
+            .iter()
+            .copied()
+            .filter(|&m| m == t || ctx.share(m) > p_min)
+            .collect()
+    }
+
+    /// Whether the preemptor fits with every candidate in reach gone (`reach`): no search
+    /// that takes a part of them can fit when that does not (removing usage only ever adds
+    /// room). Told once, before the search removes its first. In a full cohort most searches
+    /// fail, and most of the rivals of a borrowing preemptor have shares below its own: the
+    /// bound over every candidate of the cohort always held, so a failing search took off and
+    /// put back a dozen candidates before it knew.
     fn bound_holds(
         &mut self,
         ctx: &mut Ctx,
@@ -798,9 +845,10 @@ impl Pools {
         if let Some(b) = self.bound {
             return b;
         }
+        let reach = self.reach(ctx, wl, usage, f_set);
         // Team by team, gathering only until it holds.
         let mut bound = Bound::start(ctx, wl, usage, place, true);
-        for m in self.teams.clone() {
+        for &m in &reach {
             if bound.holds() {
                 break;
             }
@@ -810,15 +858,15 @@ impl Pools {
             }
         }
         let b = bound.finish(ctx, wl, usage, place);
-        // Debug builds (every test) check it against the bound over every candidate at once.
+        // Debug builds (every test) check it against the bound over those candidates at once.
         #[cfg(debug_assertions)]
         {
-            for m in self.teams.clone() {
+            for &m in &reach {
                 self.gather(ctx, wl, m, f_set);
             }
-            let all: Vec<Cand> = self
-                .gathered
-                .values()
+            let all: Vec<Cand> = reach
+                .iter()
+                .filter_map(|m| self.gathered.get(m))
                 .flat_map(|(c, _)| c.iter().cloned())
                 .collect();
             assert_eq!(b, fits_without_all(ctx, wl, usage, place, &all, true));
@@ -835,9 +883,46 @@ fn fair_sharing_search(
     place: &[(usize, FlavorId, u32)],
     f_set: &BTreeSet<FrId>,
 ) -> Option<Vec<Victim>> {
+    search_within(ctx, wl, usage, place, f_set, false)
+}
+
+/// The search's answer when the bound over the candidates in reach fails: none.
+fn beyond_reach(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    place: &[(usize, FlavorId, u32)],
+    f_set: &BTreeSet<FrId>,
+    everyone: bool,
+) -> Option<Vec<Victim>> {
+    // Debug builds (every test) check it against the search bounded by every candidate.
+    #[cfg(debug_assertions)]
+    if !everyone {
+        let found = search_within(ctx, wl, usage, place, f_set, true);
+        assert!(
+            found.is_none(),
+            "the bound over the candidates in reach skipped a search that finds victims for {}: {found:?}",
+            wl.spec.name
+        );
+    }
+    let _ = (ctx, wl, usage, place, f_set, everyone);
+    None
+}
+
+/// `fair_sharing_search`, with every team in reach of its bound when `everyone` (see
+/// `Pools::reach`).
+fn search_within(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    place: &[(usize, FlavorId, u32)],
+    f_set: &BTreeSet<FrId>,
+    everyone: bool,
+) -> Option<Vec<Victim>> {
     let st = ctx.st;
     let t = wl.team;
     let mut pools = Pools::new(ctx, wl, usage, f_set);
+    pools.everyone = everyone;
     let strategies = &st.policy.fair_sharing_strategies;
     let first = strategies
         .first()
@@ -970,7 +1055,7 @@ fn fair_sharing_search(
     'outer: while let Some(target) = pick_pool(ctx, &mut pools, &removed) {
         if target == t {
             if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                return None;
+                return beyond_reach(ctx, wl, usage, place, f_set, everyone);
             }
             let Some(c) = pools.pop(ctx, wl, target, f_set) else {
                 break;
@@ -985,7 +1070,7 @@ fn fair_sharing_search(
         }
         if within_nominal_after(ctx, t, usage, f_set) {
             if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                return None;
+                return beyond_reach(ctx, wl, usage, place, f_set, everyone);
             }
             let Some(c) = pools.pop(ctx, wl, target, f_set) else {
                 break;
@@ -1042,7 +1127,7 @@ fn fair_sharing_search(
             let t1 = ctx.share_without(target, c.id);
             if passes(first, p, t0, t1) {
                 if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                    return None;
+                    return beyond_reach(ctx, wl, usage, place, f_set, everyone);
                 }
                 ctx.remove(c.id);
                 debug_assert_eq!(
@@ -1071,7 +1156,7 @@ fn fair_sharing_search(
                 };
                 if passes(s2, p, t0, t0) {
                     if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                        return None;
+                        return beyond_reach(ctx, wl, usage, place, f_set, everyone);
                     }
                     ctx.remove(c.id);
                     removed.push((c, PreemptReason::InCohortFairSharing));

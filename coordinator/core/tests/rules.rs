@@ -925,6 +925,41 @@ fn a_team_passed_over_still_gets_the_initial_share_test_when_the_rest_are_below(
     assert_eq!(s.state("a-new"), WlState::Admitted);
 }
 
+#[test]
+fn a_search_no_rival_above_the_preemptor_can_make_room_for_takes_nothing() {
+    // a (nominal 3) runs a-base (2 GPUs, above a-new's priority); a-new asks 3, so a would
+    // borrow 2 of the cohort's 10. b borrows 3 (share above a's), but a may reclaim only lower
+    // priorities: of b's, only b-low (1 GPU). c borrows 1 (share below a's): fair sharing never
+    // picks it, though its c-low (3 GPUs) gone would make room. So no search can fit: b-low
+    // alone leaves 1 GPU free of the 3 needed. The search knows before it takes anything off
+    // (its bound counts only teams above the lowest share a can have), and debug builds check
+    // that against the search bounded by every candidate.
+    let mut a = gpu_team("a", 3, None);
+    a.preemption.reclaim_within_cohort = ReclaimWithinCohort::LowerPriority;
+    let mut s = Sim::fair_share(vec![
+        a,
+        gpu_team("b", 2, None),
+        gpu_team("c", 2, None),
+        gpu_team("lender", 3, None),
+    ]);
+    s.submit(wl("a-base", "a", 20, 1, &[("gpu", "2")]))
+        .submit(wl("b-high", "b", 50, 1, &[("gpu", "4")]))
+        .submit(wl("b-low", "b", 0, 1, &[("gpu", "1")]))
+        .submit(wl("c-low", "c", 0, 1, &[("gpu", "3")]))
+        .settle();
+    for name in ["a-base", "b-high", "b-low", "c-low"] {
+        assert_eq!(s.state(name), WlState::Admitted, "{name}");
+    }
+    s.at(1)
+        .submit(wl("a-new", "a", 10, 1, &[("gpu", "3")]))
+        .settle();
+    assert_eq!(s.preemptions(), vec![]);
+    assert_eq!(s.state("a-new"), WlState::Pending);
+    for name in ["a-base", "b-high", "b-low", "c-low"] {
+        assert_eq!(s.state(name), WlState::Admitted, "{name}");
+    }
+}
+
 // ---------------------------------------------------------------- §8 cohort-owned quota
 
 #[test]
