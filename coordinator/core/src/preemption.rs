@@ -808,12 +808,15 @@ impl Pools {
         if self.everyone {
             return self.teams.clone();
         }
-        self.gather(ctx, wl, t, f_set);
         let mut lowest: Vec<(FrId, i64)> = usage.to_vec();
-        if let Some((cands, _)) = self.gathered.get(&t) {
-            for c in cands {
-                if let Some(a) = ctx.admission_of(c.id) {
-                    lowest.extend(taken_off(a));
+        // Most preemptors' teams hold nothing they may take (`own_candidate` is kept per team).
+        if own_candidate(ctx, wl) {
+            self.gather(ctx, wl, t, f_set);
+            if let Some((cands, _)) = self.gathered.get(&t) {
+                for c in cands {
+                    if let Some(a) = ctx.admission_of(c.id) {
+                        lowest.extend(taken_off(a));
+                    }
                 }
             }
         }
