@@ -873,6 +873,16 @@ impl Pools {
                 .flat_map(|(c, _)| c.iter().cloned())
                 .collect();
             assert_eq!(b, fits_without_all(ctx, wl, usage, place, &all, true));
+            // Where it ends a search (before its first removal), the search bounded by every
+            // candidate finds nothing either.
+            if !b && !self.everyone {
+                let found = search_within(ctx, wl, usage, place, f_set, true);
+                assert!(
+                    found.is_none(),
+                    "the bound over the candidates in reach skipped a search that finds victims for {}: {found:?}",
+                    wl.spec.name
+                );
+            }
         }
         self.bound = Some(b);
         b
@@ -887,29 +897,6 @@ fn fair_sharing_search(
     f_set: &BTreeSet<FrId>,
 ) -> Option<Vec<Victim>> {
     search_within(ctx, wl, usage, place, f_set, false)
-}
-
-/// The search's answer when the bound over the candidates in reach fails: none.
-fn beyond_reach(
-    ctx: &mut Ctx,
-    wl: &Workload,
-    usage: &[(FrId, i64)],
-    place: &[(usize, FlavorId, u32)],
-    f_set: &BTreeSet<FrId>,
-    everyone: bool,
-) -> Option<Vec<Victim>> {
-    // Debug builds (every test) check it against the search bounded by every candidate.
-    #[cfg(debug_assertions)]
-    if !everyone {
-        let found = search_within(ctx, wl, usage, place, f_set, true);
-        assert!(
-            found.is_none(),
-            "the bound over the candidates in reach skipped a search that finds victims for {}: {found:?}",
-            wl.spec.name
-        );
-    }
-    let _ = (ctx, wl, usage, place, f_set, everyone);
-    None
 }
 
 /// `fair_sharing_search`, with every team in reach of its bound when `everyone` (see
@@ -1058,7 +1045,7 @@ fn search_within(
     'outer: while let Some(target) = pick_pool(ctx, &mut pools, &removed) {
         if target == t {
             if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                return beyond_reach(ctx, wl, usage, place, f_set, everyone);
+                return None;
             }
             let Some(c) = pools.pop(ctx, wl, target, f_set) else {
                 break;
@@ -1073,7 +1060,7 @@ fn search_within(
         }
         if within_nominal_after(ctx, t, usage, f_set) {
             if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                return beyond_reach(ctx, wl, usage, place, f_set, everyone);
+                return None;
             }
             let Some(c) = pools.pop(ctx, wl, target, f_set) else {
                 break;
@@ -1130,7 +1117,7 @@ fn search_within(
             let t1 = ctx.share_without(target, c.id);
             if passes(first, p, t0, t1) {
                 if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                    return beyond_reach(ctx, wl, usage, place, f_set, everyone);
+                    return None;
                 }
                 ctx.remove(c.id);
                 debug_assert_eq!(
@@ -1159,7 +1146,7 @@ fn search_within(
                 };
                 if passes(s2, p, t0, t0) {
                     if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                        return beyond_reach(ctx, wl, usage, place, f_set, everyone);
+                        return None;
                     }
                     ctx.remove(c.id);
                     removed.push((c, PreemptReason::InCohortFairSharing));
