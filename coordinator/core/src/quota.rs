@@ -1,15 +1,56 @@
 //! Quota accounting for flat cohorts (scheduling.md §1, §6, §8).
 //!
-//! Static limits live in `State` (teams and cohorts); what changes with every admission lives in
-//! `Acct` (usage per team, pool usage per cohort, node allocations), which the scheduler clones
-//! once per cycle and updates incrementally.
+//! Static limits live in `State` (teams and cohorts), read here through `Limits`; what changes
+//! with every admission lives in `Acct` (usage per team, pool usage per cohort, node
+//! allocations), which the scheduler clones once per cycle and updates incrementally.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use crate::ids::{CohortId, FrId, FrVec, ResId, TeamId};
+use allot_common::{CohortSpec, ResourceQuota};
+
+use crate::ids::{CohortId, FrId, FrVec, Interner, ResId, TeamId};
 use crate::nodes::NodeSet;
-use crate::state::State;
+
+/// The configuration quota arithmetic reads: each team's quotas, weight and cohort, and each
+/// cohort's pool. The state holds it and implements this, so the accounting sits below the
+/// state (and the scheduler) rather than reading the state's fields.
+pub trait Limits {
+    fn names(&self) -> &Interner;
+    /// The cohort team `t` belongs to.
+    fn cohort_of(&self, t: TeamId) -> CohortId;
+    /// Team `t`'s quota per (flavor, resource), sorted by id.
+    fn quotas(&self, t: TeamId) -> &[(FrId, ResourceQuota)];
+    /// Team `t`'s quota for one (flavor, resource).
+    fn quota(&self, t: TeamId, fr: FrId) -> Option<&ResourceQuota>;
+    /// Team `t`'s fair-share weight (0 = lowest).
+    fn weight(&self, t: TeamId) -> u32;
+    fn cohort(&self, c: CohortId) -> &CohortRt;
+    /// Pool usage above the pool that cohort `c` may keep on `fr` (left by a shrunken pool).
+    fn pool_excess(&self, c: CohortId, fr: FrId) -> i64;
+    /// The part of team `t`'s nominal on `fr` never lent: `nominal - lending_limit`.
+    fn reserved(&self, t: TeamId, fr: FrId) -> i64 {
+        never_lent(self.quota(t, fr))
+    }
+}
+
+/// The part of a quota never lent: `nominal - lending_limit` (0 without a quota).
+pub fn never_lent(q: Option<&ResourceQuota>) -> i64 {
+    q.map_or(0, |q| q.nominal - q.lending_limit.unwrap_or(q.nominal))
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CohortRt {
+    pub name: String,
+    /// A team without a cohort gets a private one that holds only its own quota.
+    pub private: bool,
+    pub spec: Option<CohortSpec>,
+    pub members: Vec<TeamId>,
+    /// Lendable quota of the members plus cohort-owned quota.
+    pub pool: FrVec,
+    /// `pool` summed over flavors, per resource: what the cohort can lend (fair-share divisor).
+    pub lendable_by_res: BTreeMap<ResId, i64>,
+}
 
 /// What changes with every admission.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -33,7 +74,7 @@ pub struct Acct {
 
 impl Acct {
     /// Adds `delta` to a team's usage of `fr`, keeping the cohort's pool usage in step.
-    pub fn add_usage(&mut self, st: &State, t: TeamId, fr: FrId, delta: i64) {
+    pub fn add_usage(&mut self, st: &impl Limits, t: TeamId, fr: FrId, delta: i64) {
         if self.stamps.len() <= t.idx() {
             self.stamps.resize(t.idx() + 1, 0);
         }
@@ -43,14 +84,13 @@ impl Acct {
     }
 
     /// `add_usage` without counting a change: the usage and the cohort's pool usage only.
-    fn move_usage(&mut self, st: &State, t: TeamId, fr: FrId, delta: i64) {
-        let team = &st.teams[t.idx()];
-        let reserved = team.reserved(fr);
+    fn move_usage(&mut self, st: &impl Limits, t: TeamId, fr: FrId, delta: i64) {
+        let reserved = st.reserved(t, fr);
         let u = &mut self.team_usage[t.idx()];
         let before = (u.get(fr) - reserved).max(0);
         u.add(fr, delta);
         let after = (u.get(fr) - reserved).max(0);
-        self.pool_used[team.cohort.idx()].add(fr, after - before);
+        self.pool_used[st.cohort_of(t).idx()].add(fr, after - before);
     }
 
     /// How many times team `t`'s usage has changed in this copy, and in which view: equal
@@ -70,7 +110,7 @@ impl Acct {
     /// in one change), so a stamp and the view tell the usage.
     pub(crate) fn shift_view(
         &mut self,
-        st: &State,
+        st: &impl Limits,
         leaving: &BTreeMap<TeamId, Vec<(FrId, i64)>>,
         victims_gone: bool,
     ) {
@@ -88,7 +128,7 @@ impl Acct {
         self.team_usage[t.idx()].get(fr)
     }
 
-    pub fn add_all(&mut self, st: &State, t: TeamId, usage: &[(FrId, i64)], sign: i64) {
+    pub fn add_all(&mut self, st: &impl Limits, t: TeamId, usage: &[(FrId, i64)], sign: i64) {
         for (fr, v) in usage {
             self.add_usage(st, t, *fr, sign * v);
         }
@@ -96,13 +136,12 @@ impl Acct {
 }
 
 /// How much more of `fr` team `t` may use now (scheduling.md §1).
-pub fn available(st: &State, acct: &Acct, t: TeamId, fr: FrId) -> i64 {
-    let team = &st.teams[t.idx()];
-    let Some(q) = team.quota(fr) else { return 0 };
+pub fn available(st: &impl Limits, acct: &Acct, t: TeamId, fr: FrId) -> i64 {
+    let Some(q) = st.quota(t, fr) else { return 0 };
     let usage = acct.usage(t, fr);
-    let reserved = team.reserved(fr);
-    let cohort = &st.cohorts[team.cohort.idx()];
-    let pool_free = cohort.pool.get(fr) - acct.pool_used[team.cohort.idx()].get(fr);
+    let reserved = st.reserved(t, fr);
+    let c = st.cohort_of(t);
+    let pool_free = st.cohort(c).pool.get(fr) - acct.pool_used[c.idx()].get(fr);
     let from_pool = match q.borrowing_limit {
         Some(bl) => pool_free.min(q.nominal + bl - usage.max(reserved)),
         None => pool_free,
@@ -111,11 +150,9 @@ pub fn available(st: &State, acct: &Acct, t: TeamId, fr: FrId) -> i64 {
 }
 
 /// The most of `fr` team `t` could ever use, with the cohort otherwise empty.
-pub fn potential_available(st: &State, t: TeamId, fr: FrId) -> i64 {
-    let team = &st.teams[t.idx()];
-    let Some(q) = team.quota(fr) else { return 0 };
-    let cohort = &st.cohorts[team.cohort.idx()];
-    let max = team.reserved(fr) + cohort.pool.get(fr);
+pub fn potential_available(st: &impl Limits, t: TeamId, fr: FrId) -> i64 {
+    let Some(q) = st.quota(t, fr) else { return 0 };
+    let max = st.reserved(t, fr) + st.cohort(st.cohort_of(t)).pool.get(fr);
     match q.borrowing_limit {
         Some(bl) => max.min(q.nominal + bl),
         None => max,
@@ -123,13 +160,13 @@ pub fn potential_available(st: &State, t: TeamId, fr: FrId) -> i64 {
 }
 
 /// Whether the team uses more than its nominal on `fr`.
-pub fn is_borrowing(st: &State, acct: &Acct, t: TeamId, fr: FrId) -> bool {
+pub fn is_borrowing(st: &impl Limits, acct: &Acct, t: TeamId, fr: FrId) -> bool {
     borrows_with(st, acct, t, fr, 0)
 }
 
 /// Whether the team would use more than its nominal on `fr` with `add` more in use.
-pub fn borrows_with(st: &State, acct: &Acct, t: TeamId, fr: FrId, add: i64) -> bool {
-    let nominal = st.teams[t.idx()].quota(fr).map(|q| q.nominal).unwrap_or(0);
+pub fn borrows_with(st: &impl Limits, acct: &Acct, t: TeamId, fr: FrId, add: i64) -> bool {
+    let nominal = st.quota(t, fr).map(|q| q.nominal).unwrap_or(0);
     acct.usage(t, fr) + add > nominal
 }
 
@@ -146,7 +183,7 @@ pub struct Shortfall {
 /// must be within what the team may use now; with `allow_borrowing == false` the team must also
 /// stay within its nominal.
 pub fn fits(
-    st: &State,
+    st: &impl Limits,
     acct: &Acct,
     t: TeamId,
     usage: &[(FrId, i64)],
@@ -218,14 +255,13 @@ impl Ord for Share {
 
 /// Weighted share of team `t` with `extra` usage added (scheduling.md §6): the maximum over
 /// resources of 1000 × borrowed / lendable-to-it, divided by the team's weight.
-pub fn share(st: &State, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) -> Share {
-    let team = &st.teams[t.idx()];
-    let cohort = &st.cohorts[team.cohort.idx()];
+pub fn share(st: &impl Limits, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) -> Share {
+    let cohort = st.cohort(st.cohort_of(t));
     // Borrowed per resource; teams have a handful of resources, so a small vector beats a map
     // (on the stack: a cycle computes shares for every team at every judgement).
     let mut borrowed: smallvec::SmallVec<[(ResId, i64); 8]> = smallvec::SmallVec::new();
-    for (fr, q) in &team.quotas {
-        let (_, r) = st.names.fr_parts(*fr);
+    for (fr, q) in st.quotas(t) {
+        let (_, r) = st.names().fr_parts(*fr);
         let mut u = acct.usage(t, *fr);
         for (efr, v) in extra {
             if efr == fr {
@@ -254,7 +290,7 @@ pub fn share(st: &State, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) -> Share
             Some(cur) => {
                 let (keep, take) = (cur.0 * cand.1, cand.0 * cur.1);
                 let smaller_name =
-                    || st.names.resource_name(cur.2) <= st.names.resource_name(cand.2);
+                    || st.names().resource_name(cur.2) <= st.names().resource_name(cand.2);
                 if keep > take || (keep == take && smaller_name()) {
                     Some(cur)
                 } else {
@@ -267,7 +303,8 @@ pub fn share(st: &State, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) -> Share
     let Some((num, den, _)) = best else {
         return Share::ZERO;
     };
-    if team.spec.fair_share_weight == 0 {
+    let weight = st.weight(t);
+    if weight == 0 {
         return Share {
             infinite: true,
             num,
@@ -277,17 +314,17 @@ pub fn share(st: &State, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) -> Share
     Share {
         infinite: false,
         num,
-        den: den * i128::from(team.spec.fair_share_weight),
+        den: den * i128::from(weight),
     }
 }
 
 /// What a team borrows per resource (summed over flavors).
-pub fn borrowed_by_resource(st: &State, acct: &Acct, t: TeamId) -> BTreeMap<ResId, i64> {
+pub fn borrowed_by_resource(st: &impl Limits, acct: &Acct, t: TeamId) -> BTreeMap<ResId, i64> {
     let mut m = BTreeMap::new();
-    for (fr, q) in &st.teams[t.idx()].quotas {
+    for (fr, q) in st.quotas(t) {
         let b = (acct.usage(t, *fr) - q.nominal).max(0);
         if b > 0 {
-            let (_, r) = st.names.fr_parts(*fr);
+            let (_, r) = st.names().fr_parts(*fr);
             *m.entry(r).or_insert(0) += b;
         }
     }
@@ -295,18 +332,18 @@ pub fn borrowed_by_resource(st: &State, acct: &Acct, t: TeamId) -> BTreeMap<ResI
 }
 
 /// Per-cohort check used by invariants: pool usage within the pool.
-pub fn cohort_within_pool(st: &State, acct: &Acct, c: CohortId) -> Result<(), String> {
-    let cohort = &st.cohorts[c.idx()];
+pub fn cohort_within_pool(st: &impl Limits, acct: &Acct, c: CohortId) -> Result<(), String> {
+    let cohort = st.cohort(c);
     for (i, used) in acct.pool_used[c.idx()].0.iter().enumerate() {
         let fr = FrId(i as u32);
-        let allowed = st.pool_excess.get(c.idx()).map(|e| e.get(fr)).unwrap_or(0);
+        let allowed = st.pool_excess(c, fr);
         if *used > cohort.pool.get(fr) + allowed {
             return Err(format!(
                 "cohort {} uses {} of its pool of {} for {}",
                 cohort.name,
                 used,
                 cohort.pool.get(fr),
-                st.names.describe_fr(fr)
+                st.names().describe_fr(fr)
             ));
         }
     }
@@ -315,18 +352,18 @@ pub fn cohort_within_pool(st: &State, acct: &Acct, c: CohortId) -> Result<(), St
 
 /// The part of `usage` that would be above the team's nominal, per resource.
 pub fn borrowed_part(
-    st: &State,
+    st: &impl Limits,
     acct: &Acct,
     t: TeamId,
     usage: &[(FrId, i64)],
 ) -> Vec<(ResId, i64)> {
     let mut m: BTreeMap<ResId, i64> = BTreeMap::new();
     for (fr, v) in usage {
-        let nominal = st.teams[t.idx()].quota(*fr).map(|q| q.nominal).unwrap_or(0);
+        let nominal = st.quota(t, *fr).map(|q| q.nominal).unwrap_or(0);
         let u = acct.usage(t, *fr);
         let over = (u + v - nominal).max(0) - (u - nominal).max(0);
         if over > 0 {
-            let (_, r) = st.names.fr_parts(*fr);
+            let (_, r) = st.names().fr_parts(*fr);
             *m.entry(r).or_insert(0) += over;
         }
     }

@@ -19,7 +19,8 @@ use crate::ids::{CohortId, FlavorId, FrId, FrVec, Interner, NodeId, ResId, TeamI
 use crate::nodes::{PodAlloc, ResKind};
 pub use crate::plan::{Admission, PodSetAdmission};
 use crate::plan::{Plan, PodSetFlavors, PreemptReason};
-use crate::quota::{self, Acct};
+pub use crate::quota::CohortRt;
+use crate::quota::{self, Acct, Limits};
 pub use crate::shapes::QueueKey;
 use crate::shapes::{same_text, ShapeIndex, Shown};
 
@@ -90,27 +91,11 @@ impl TeamRt {
     }
     /// The part of nominal never lent: `nominal - lending_limit`.
     pub fn reserved(&self, fr: FrId) -> i64 {
-        match self.quota(fr) {
-            Some(q) => q.nominal - q.lending_limit.unwrap_or(q.nominal),
-            None => 0,
-        }
+        quota::never_lent(self.quota(fr))
     }
     pub fn name(&self) -> &str {
         &self.spec.name
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CohortRt {
-    pub name: String,
-    /// A team without a cohort gets a private one that holds only its own quota.
-    pub private: bool,
-    pub spec: Option<CohortSpec>,
-    pub members: Vec<TeamId>,
-    /// Lendable quota of the members plus cohort-owned quota.
-    pub pool: FrVec,
-    /// `pool` summed over flavors, per resource: what the cohort can lend (fair-share divisor).
-    pub lendable_by_res: BTreeMap<ResId, i64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -423,6 +408,33 @@ pub struct State {
     /// The pending texts workloads show, shared by content (not saved: addresses only).
     #[serde(skip)]
     pub texts: crate::texts::Texts,
+}
+
+impl Limits for State {
+    fn names(&self) -> &Interner {
+        &self.names
+    }
+    fn cohort_of(&self, t: TeamId) -> CohortId {
+        self.teams[t.idx()].cohort
+    }
+    fn quotas(&self, t: TeamId) -> &[(FrId, ResourceQuota)] {
+        &self.teams[t.idx()].quotas
+    }
+    fn quota(&self, t: TeamId, fr: FrId) -> Option<&ResourceQuota> {
+        self.teams[t.idx()].quota(fr)
+    }
+    fn weight(&self, t: TeamId) -> u32 {
+        self.teams[t.idx()].spec.fair_share_weight
+    }
+    fn cohort(&self, c: CohortId) -> &CohortRt {
+        &self.cohorts[c.idx()]
+    }
+    fn pool_excess(&self, c: CohortId, fr: FrId) -> i64 {
+        self.pool_excess
+            .get(c.idx())
+            .map(|e| e.get(fr))
+            .unwrap_or(0)
+    }
 }
 
 impl Default for State {

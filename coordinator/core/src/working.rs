@@ -383,7 +383,7 @@ impl<'a> Ctx<'a> {
             acct.nodes.retake_many(pods);
         }
         for (t, a) in &adms {
-            acct.add_all(st, *t, &a.usage, sign);
+            acct.add_all(*st, *t, &a.usage, sign);
         }
     }
 
