@@ -67,6 +67,30 @@ fn a_tiny_file_asking_for_a_hundred_million_nodes_is_refused_at_once() {
 }
 
 #[test]
+fn a_bad_yaml_key_or_value_is_named_by_its_path_and_line() {
+    // YAML is read straight into the scenario's types: the error still names the key path,
+    // and the parser adds where in the file it is.
+    let unknown = "version: 1\nteams:\n  - name: a\n    quota: {}\n    bogus: 1\n";
+    let out = simulate("unknown.yaml", unknown);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("teams[0].bogus: line 5 column 5: unknown field `bogus`"),
+        "{stderr}"
+    );
+    let bad_time = "version: 1\nteams:\n  - name: a\nuntil: soon\n";
+    let out = simulate("until.yaml", bad_time);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("until: line 4 column 8"), "{stderr}");
+    // Text that is no scenario at all says so.
+    let out = simulate("scalar.yaml", "hello\n");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not valid YAML or JSON"), "{stderr}");
+}
+
+#[test]
 fn a_waiting_workloads_final_message_says_why_and_the_numbers_at_the_end() {
     // 16 GPUs on two nodes; team a runs 12 of them, then b (8) waits: 4 more needed.
     let text = "version: 1\nnodes:\n  - {name_prefix: p5-, count: 2, instance_type: ml.p5.48xlarge}\n\
