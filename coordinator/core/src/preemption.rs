@@ -748,9 +748,13 @@ impl Pools {
         let own = m == self.own;
         let never = &self.never;
         *self.any.entry(m).or_insert_with(|| {
-            users(ctx, m, f_set, false)
-                .iter()
-                .any(|id| allowed(ctx, wl, *id, own, never))
+            // The own team's lowest holder, kept across the cycle, tells at once when none of
+            // its workloads may go (a low-priority preemptor's team holds only its equals and
+            // betters), which the scan would learn only at its end.
+            (!own || own_candidate(ctx, wl))
+                && users(ctx, m, f_set, false)
+                    .iter()
+                    .any(|id| allowed(ctx, wl, *id, own, never))
         })
     }
 
