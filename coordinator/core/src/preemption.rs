@@ -14,7 +14,7 @@ use crate::nodes::RoomCount;
 use crate::plan::PreemptReason;
 use crate::quota::{self, Share};
 use crate::state::{State, Time, WlState, Workload};
-use crate::working::{admission_in, pairs_key, taken_off, Ctx, Rivals, Usage};
+use crate::working::{admission_in, pairs_key, taken_off, Ctx, KeptRivals, Rivals, Usage};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Victim {
@@ -1284,28 +1284,70 @@ pub(crate) fn cohort_hopeless(
 }
 
 /// The members of `cohort` that borrow a pair of `f_set`, by share (`Rivals`). The shapes of a
-/// cycle ask about the same cohort and pairs again and again, with the accounting unchanged in
-/// between: the order is kept until it changes.
+/// cycle ask about the same cohort and pairs again and again: the order is kept, and when the
+/// accounting changed, only the members whose usage changed are ranked again (a search takes
+/// candidates off a few teams and puts them back).
 fn ranked_borrowers(ctx: &Ctx, cohort: CohortId, f_set: &BTreeSet<FrId>) -> Rivals {
     let key = pairs_key(f_set);
     let changes = ctx.acct.changes();
-    if let Some((c, r)) = ctx.rivals.borrow().get(&key, &cohort) {
-        if *c == changes {
-            return r.clone();
+    let slot = (cohort, changes % 2 == 1);
+    let members = &ctx.st.cohorts[cohort.idx()].members;
+    let rank = |m: TeamId| borrowing_in(ctx, m, f_set).then(|| (ctx.share(m), m));
+    let first = |a: &(Share, TeamId), b: &(Share, TeamId)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+    let stamps = || -> Vec<u64> { members.iter().map(|m| ctx.acct.stamp(*m)).collect() };
+    let mut cache = ctx.rivals.borrow_mut();
+    let ranked = match cache.get_mut(&key, &slot) {
+        Some(kept) if kept.changes == changes => return kept.ranked.clone(),
+        Some(kept) if kept.stamps.len() == members.len() => {
+            let mut moved: Vec<TeamId> = members
+                .iter()
+                .zip(&kept.stamps)
+                .filter(|(m, s)| ctx.acct.stamp(**m) != **s)
+                .map(|(m, _)| *m)
+                .collect();
+            if !moved.is_empty() {
+                moved.sort_unstable();
+                let mut all: Vec<(Share, TeamId)> = kept
+                    .ranked
+                    .iter()
+                    .filter(|(_, m)| moved.binary_search(m).is_err())
+                    .copied()
+                    .collect();
+                for e in moved.into_iter().filter_map(rank) {
+                    let at = all.partition_point(|x| first(x, &e).is_lt());
+                    all.insert(at, e);
+                }
+                kept.ranked = all.into();
+                kept.stamps = stamps();
+            }
+            kept.changes = changes;
+            kept.ranked.clone()
         }
+        _ => {
+            let mut all: Vec<(Share, TeamId)> = members.iter().filter_map(|m| rank(*m)).collect();
+            all.sort_by(first);
+            let ranked: Rivals = all.into();
+            let kept = KeptRivals {
+                changes,
+                stamps: stamps(),
+                ranked: ranked.clone(),
+            };
+            cache.insert(&key, slot, kept);
+            ranked
+        }
+    };
+    // Debug builds (every test) check the kept order against ranking every member again.
+    #[cfg(debug_assertions)]
+    {
+        let mut all: Vec<(Share, TeamId)> = members.iter().filter_map(|m| rank(*m)).collect();
+        all.sort_by(first);
+        assert_eq!(
+            &ranked[..],
+            &all[..],
+            "cohort {cohort:?}'s kept ranking is stale"
+        );
     }
-    let mut all: Vec<(Share, TeamId)> = ctx.st.cohorts[cohort.idx()]
-        .members
-        .iter()
-        .filter(|&&m| borrowing_in(ctx, m, f_set))
-        .map(|&m| (ctx.share(m), m))
-        .collect();
-    all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    let all: Rivals = all.into();
-    ctx.rivals
-        .borrow_mut()
-        .insert(&key, cohort, (changes, all.clone()));
-    all
+    ranked
 }
 
 /// The victim's message: who took its place, why, and the numbers behind it.

@@ -118,6 +118,10 @@ impl<K: Ord, V> ByPairs<K, V> {
         self.0.get(pairs)?.get(k)
     }
 
+    pub(crate) fn get_mut(&mut self, pairs: &[FrId], k: &K) -> Option<&mut V> {
+        self.0.get_mut(pairs)?.get_mut(k)
+    }
+
     pub(crate) fn insert(&mut self, pairs: &[FrId], k: K, v: V) {
         match self.0.get_mut(pairs) {
             Some(m) => {
@@ -146,9 +150,19 @@ pub(crate) fn taken_off(a: &Admission) -> Usage {
 /// See `Ctx::usages`: per (team, pairs), the version and the distinct usages.
 pub(crate) type UsagesCache = ByPairs<TeamId, (u64, Rc<[Usage]>)>;
 
-/// See `Ctx::rivals`: per (cohort, pairs), the accounting's change count and the members
-/// borrowing one of the pairs by share.
-pub(crate) type RivalsCache = ByPairs<CohortId, (u64, Rivals)>;
+/// See `Ctx::rivals`: per (cohort, pairs) and view (whether the usage is shifted to the
+/// cycle's victims gone: `Acct::changes`' low bit), the members borrowing one of the pairs by
+/// share.
+pub(crate) type RivalsCache = ByPairs<(CohortId, bool), KeptRivals>;
+
+/// A cohort's ranking as kept: the accounting's change count and every member's stamp
+/// (`Acct::stamp`, in the cohort's order) it was made at. A member whose stamp moved is
+/// ranked again; the others keep their place.
+pub(crate) struct KeptRivals {
+    pub changes: u64,
+    pub stamps: Vec<u64>,
+    pub ranked: Rivals,
+}
 
 /// A cohort's members that borrow one of some pairs, as (share, team): highest share first,
 /// ties to the lowest team id (the fair-sharing search's order of target teams).
