@@ -4,6 +4,14 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_allot");
 
+/// Runs a scenario that must be refused as invalid (exit status 2); returns what it said.
+fn refused(name: &str, text: &str) -> String {
+    let out = simulate(name, text);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
 fn simulate(name: &str, text: &str) -> std::process::Output {
     let dir = std::env::temp_dir().join(format!("allot-simulate-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -57,9 +65,7 @@ fn a_yaml_file_beyond_the_parsers_default_budget_is_read() {
 #[test]
 fn a_tiny_file_asking_for_a_hundred_million_nodes_is_refused_at_once() {
     let text = "version: 1\nteams: [{name: a, compute_quota: \"ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=1}]\"}]\nnodes: [{name_prefix: g5-, count: 100000000, instance_type: ml.g5.8xlarge}]\n";
-    let out = simulate("bomb.yaml", text);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused("bomb.yaml", text);
     assert!(
         stderr.contains("nodes[0].count") && stderr.contains("at most 100000"),
         "{stderr}"
@@ -71,22 +77,16 @@ fn a_bad_yaml_key_or_value_is_named_by_its_path_and_line() {
     // YAML is read straight into the scenario's types: the error still names the key path,
     // and the parser adds where in the file it is.
     let unknown = "version: 1\nteams:\n  - name: a\n    quota: {}\n    bogus: 1\n";
-    let out = simulate("unknown.yaml", unknown);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused("unknown.yaml", unknown);
     assert!(
         stderr.contains("teams[0].bogus: line 5 column 5: unknown field `bogus`"),
         "{stderr}"
     );
     let bad_time = "version: 1\nteams:\n  - name: a\nuntil: soon\n";
-    let out = simulate("until.yaml", bad_time);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused("until.yaml", bad_time);
     assert!(stderr.contains("until: line 4 column 8"), "{stderr}");
     // Text that is no scenario at all says so.
-    let out = simulate("scalar.yaml", "hello\n");
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused("scalar.yaml", "hello\n");
     assert!(stderr.contains("not valid YAML or JSON"), "{stderr}");
 }
 

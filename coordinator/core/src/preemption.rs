@@ -1294,6 +1294,11 @@ fn ranked_borrowers(ctx: &Ctx, cohort: CohortId, f_set: &BTreeSet<FrId>) -> Riva
     let members = &ctx.st.cohorts[cohort.idx()].members;
     let rank = |m: TeamId| borrowing_in(ctx, m, f_set).then(|| (ctx.share(m), m));
     let first = |a: &(Share, TeamId), b: &(Share, TeamId)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+    let rank_all = || -> Vec<(Share, TeamId)> {
+        let mut all: Vec<(Share, TeamId)> = members.iter().filter_map(|m| rank(*m)).collect();
+        all.sort_by(first);
+        all
+    };
     let stamps = || -> Vec<u64> { members.iter().map(|m| ctx.acct.stamp(*m)).collect() };
     let mut cache = ctx.rivals.borrow_mut();
     let ranked = match cache.get_mut(&key, &slot) {
@@ -1324,9 +1329,7 @@ fn ranked_borrowers(ctx: &Ctx, cohort: CohortId, f_set: &BTreeSet<FrId>) -> Riva
             kept.ranked.clone()
         }
         _ => {
-            let mut all: Vec<(Share, TeamId)> = members.iter().filter_map(|m| rank(*m)).collect();
-            all.sort_by(first);
-            let ranked: Rivals = all.into();
+            let ranked: Rivals = rank_all().into();
             let kept = KeptRivals {
                 changes,
                 stamps: stamps(),
@@ -1338,15 +1341,11 @@ fn ranked_borrowers(ctx: &Ctx, cohort: CohortId, f_set: &BTreeSet<FrId>) -> Riva
     };
     // Debug builds (every test) check the kept order against ranking every member again.
     #[cfg(debug_assertions)]
-    {
-        let mut all: Vec<(Share, TeamId)> = members.iter().filter_map(|m| rank(*m)).collect();
-        all.sort_by(first);
-        assert_eq!(
-            &ranked[..],
-            &all[..],
-            "cohort {cohort:?}'s kept ranking is stale"
-        );
-    }
+    assert_eq!(
+        &ranked[..],
+        &rank_all()[..],
+        "cohort {cohort:?}'s kept ranking is stale"
+    );
     ranked
 }
 
