@@ -15,14 +15,9 @@ mod coordinator_cmd;
 mod dev;
 mod failover;
 mod k8s;
+mod memory;
 mod scenario;
 mod simulate;
-
-// The scheduler allocates and frees many small, short-lived values per cycle (candidate
-// lists, trial assignments, shared texts); glibc's allocator spent a fifth of a large
-// simulation in malloc, free and consolidation.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(
@@ -125,15 +120,24 @@ fn main() -> ExitCode {
             }
         };
     match cli.command {
-        Command::Coordinator(a) => async_cmd(Box::pin(coordinator_cmd::run(a)), true),
-        Command::Dev(a) => async_cmd(Box::pin(dev::run(a)), true),
-        Command::Agent(a) => match agent_cmd::run(a, &cli.client) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::from(1)
+        Command::Coordinator(a) => {
+            memory::give_back_freed_memory();
+            async_cmd(Box::pin(coordinator_cmd::run(a)), true)
+        }
+        Command::Dev(a) => {
+            memory::give_back_freed_memory();
+            async_cmd(Box::pin(dev::run(a)), true)
+        }
+        Command::Agent(a) => {
+            memory::give_back_freed_memory();
+            match agent_cmd::run(a, &cli.client) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(1)
+                }
             }
-        },
+        }
         Command::AgentShim { args } => match allot_agent::shim::ShimArgs::parse(&args) {
             Ok(a) => ExitCode::from(allot_agent::shim::run(&a) as u8),
             Err(e) => {

@@ -714,9 +714,11 @@ fn half_sent_requests_cannot_grow_the_coordinators_memory() {
         during - before < 64.0,
         "RSS grew from {before:.0} to {during:.0} MiB"
     );
+    // At least half of what the requests took goes back (a fraction of a MiB is noise).
     assert!(
-        after < during,
-        "nothing was given back: {during:.0} MiB, then {after:.0} MiB"
+        after <= before + (during - before) / 2.0,
+        "too little was given back: {before:.0} MiB before, {during:.0} MiB during, then \
+         {after:.0} MiB"
     );
 }
 
