@@ -88,6 +88,9 @@ struct Sim {
     /// commit from a leader no newer than itself), so every leader of a later term must hold it.
     committed: BTreeMap<u64, Committed>,
     digests: BTreeMap<u64, u64>,
+    /// Per replica: the incarnation and applied index its applied entries and state were last
+    /// checked at. Only what it applied since is checked again; a restart checks all anew.
+    checked: Vec<(u64, u64)>,
     next_token: u64,
     acknowledged: BTreeSet<String>,
     /// Submits acknowledged as admitted by their own entry (the fast path's plan applied).
@@ -236,6 +239,7 @@ impl Sim {
             leaders: BTreeMap::new(),
             committed: BTreeMap::new(),
             digests: BTreeMap::new(),
+            checked: vec![(0, 0); n],
             next_token: 1,
             acknowledged: BTreeSet::new(),
             admitted_in_submit: 0,
@@ -727,37 +731,49 @@ impl Sim {
                 }
             }
         }
+        // Nothing applied since the last check of this incarnation: nothing new to check.
+        let since = match self.checked[i] {
+            (inc, at) if inc == self.incarnation[i] && at <= applied_index => {
+                if at == applied_index {
+                    return;
+                }
+                at
+            }
+            _ => 0,
+        };
+        self.checked[i] = (self.incarnation[i], applied_index);
         // State machine safety: every replica applies the same entry at an index.
-        let entries: Vec<(u64, u64, Vec<u8>)> = self.nodes[i]
-            .as_ref()
-            .expect("present")
-            .log_entries()
-            .iter()
-            .filter(|e| e.index <= applied_index)
-            .map(|e| (e.index, e.term, e.data.to_vec()))
-            .collect();
-        let seen_in_term = self.nodes[i].as_ref().expect("present").term();
-        for (index, term, data) in entries {
-            match self.committed.get(&index) {
-                Some(c) if c.term != term || c.data != data => self.fail(&format!(
-                    "replica {id} applied index {index} with term {term}, but term {} was committed there",
-                    c.term
-                )),
+        let r = self.nodes[i].as_ref().expect("present");
+        let seen_in_term = r.term();
+        let mut differs = None;
+        for e in r.log_entries() {
+            if e.index <= since || e.index > applied_index {
+                continue;
+            }
+            match self.committed.get(&e.index) {
+                Some(c) if c.term != e.term || c.data.as_slice() != &e.data[..] => {
+                    differs = Some((e.index, e.term, c.term));
+                    break;
+                }
                 Some(_) => {}
                 None => {
                     self.committed.insert(
-                        index,
+                        e.index,
                         Committed {
-                            term,
-                            data,
+                            term: e.term,
+                            data: e.data.to_vec(),
                             seen_in_term,
                         },
                     );
                 }
             }
         }
+        if let Some((index, term, committed)) = differs {
+            self.fail(&format!(
+                "replica {id} applied an entry at index {index} (term {term}) other than the one committed there (term {committed})"
+            ));
+        }
         // Equal state at equal applied index.
-        let r = self.nodes[i].as_ref().expect("present");
         let digest = r.machine.digest(encode_machine);
         match self.digests.get(&applied_index) {
             Some(d) if *d != digest => self.fail(&format!(
