@@ -686,8 +686,11 @@ struct Pools {
     teams: Vec<TeamId>,
     own: TeamId,
     never: Vec<WlId>,
-    /// Per team once gathered: its candidates, in order, and how many the search has taken.
-    gathered: BTreeMap<TeamId, (Vec<Cand>, usize)>,
+    /// Per team once looked at: its admissions on a contested pair in the search's order
+    /// (`users`), and how far the search has gone in them. Whether one is a candidate
+    /// (`allowed`) is told only when the search reaches it: a search takes a few candidates
+    /// of a team that holds hundreds, and telling every one of them was most of its cost.
+    gathered: BTreeMap<TeamId, (Rc<[WlId]>, usize)>,
     /// Per team not gathered yet: whether it has a candidate.
     any: BTreeMap<TeamId, bool>,
     /// Teams not gathered yet whose candidates were all passed over (`exhaust`).
@@ -718,29 +721,57 @@ impl Pools {
         }
     }
 
-    /// Team `m`'s candidates as `collect` gives them (before any of them is removed), in the
-    /// search's order.
-    fn gather(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) {
+    /// Looks at team `m`'s admissions on a contested pair, in the search's order.
+    fn gather(&mut self, ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>) {
         if self.gathered.contains_key(&m) {
             return;
         }
-        let cands = users(ctx, m, f_set, true)
-            .iter()
-            .filter_map(|id| self.candidate(ctx, wl, m, *id))
-            .collect::<Vec<Cand>>();
+        let ids = users(ctx, m, f_set, true);
         let next = if self.exhausted.contains(&m) {
-            cands.len()
+            ids.len()
         } else {
             0
         };
-        self.gathered.insert(m, (cands, next));
+        self.gathered.insert(m, (ids, next));
+    }
+
+    /// Team `m`'s candidates as `collect` gives them (before the search removes any), in the
+    /// search's order.
+    fn all_of(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) -> Vec<Cand> {
+        self.gather(ctx, m, f_set);
+        let Some((ids, _)) = self.gathered.get(&m) else {
+            return Vec::new();
+        };
+        ids.iter()
+            .filter_map(|id| candidate(ctx, wl, self.own, &self.never, m, *id))
+            .collect()
+    }
+
+    /// Team `m`'s next candidate in the search's order, left in place: the admissions passed
+    /// on the way are not candidates, and never become ones during the search (it removes only
+    /// candidates it took).
+    fn next_of(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId) -> Option<Cand> {
+        let Pools {
+            gathered,
+            own,
+            never,
+            ..
+        } = self;
+        let (ids, next) = gathered.get_mut(&m)?;
+        while let Some(&id) = ids.get(*next) {
+            if let Some(c) = candidate(ctx, wl, *own, never, m, id) {
+                return Some(c);
+            }
+            *next += 1;
+        }
+        None
     }
 
     /// Whether team `m` has a candidate the search has not taken. A team not gathered yet is
     /// asked once: none of its candidates can go before it is gathered.
     fn has_next(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) -> bool {
-        if let Some((c, next)) = self.gathered.get(&m) {
-            return *next < c.len();
+        if self.gathered.contains_key(&m) {
+            return self.next_of(ctx, wl, m).is_some();
         }
         if self.exhausted.contains(&m) {
             return false;
@@ -760,20 +791,19 @@ impl Pools {
 
     /// Team `m`'s next candidate in the search's order, left in place; when the team is not
     /// gathered yet, found without gathering it (the first allowed one).
-    fn peek(&self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) -> Option<Cand> {
-        if let Some((cands, next)) = self.gathered.get(&m) {
-            return cands.get(*next).cloned();
+    fn peek(
+        &mut self,
+        ctx: &Ctx,
+        wl: &Workload,
+        m: TeamId,
+        f_set: &BTreeSet<FrId>,
+    ) -> Option<Cand> {
+        if self.gathered.contains_key(&m) {
+            return self.next_of(ctx, wl, m);
         }
         users(ctx, m, f_set, true)
             .iter()
-            .find_map(|id| self.candidate(ctx, wl, m, *id))
-    }
-
-    /// Team `m`'s admission `id` as a candidate, when `allowed`.
-    fn candidate(&self, ctx: &Ctx, wl: &Workload, m: TeamId, id: WlId) -> Option<Cand> {
-        let own = m == self.own;
-        let kind = if own { Kind::Own } else { Kind::Advantage };
-        allowed(ctx, wl, id, own, &self.never).then_some(Cand { id, team: m, kind })
+            .find_map(|id| candidate(ctx, wl, self.own, &self.never, m, *id))
     }
 
     /// Takes none of team `m`'s candidates that are left.
@@ -787,10 +817,11 @@ impl Pools {
 
     /// Takes team `m`'s next candidate in the search's order.
     fn pop(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) -> Option<Cand> {
-        self.gather(ctx, wl, m, f_set);
-        let (cands, next) = self.gathered.get_mut(&m)?;
-        let c = cands.get(*next)?.clone();
-        *next += 1;
+        self.gather(ctx, m, f_set);
+        let c = self.next_of(ctx, wl, m)?;
+        if let Some((_, next)) = self.gathered.get_mut(&m) {
+            *next += 1;
+        }
         Some(c)
     }
 
@@ -815,12 +846,9 @@ impl Pools {
         let mut lowest: Vec<(FrId, i64)> = usage.to_vec();
         // Most preemptors' teams hold nothing they may take (`own_candidate` is kept per team).
         if own_candidate(ctx, wl) {
-            self.gather(ctx, wl, t, f_set);
-            if let Some((cands, _)) = self.gathered.get(&t) {
-                for c in cands {
-                    if let Some(a) = ctx.admission_of(c.id) {
-                        lowest.extend(taken_off(a));
-                    }
+            for c in self.all_of(ctx, wl, t, f_set) {
+                if let Some(a) = ctx.admission_of(c.id) {
+                    lowest.extend(taken_off(a));
                 }
             }
         }
@@ -859,22 +887,16 @@ impl Pools {
             if bound.holds() {
                 break;
             }
-            self.gather(ctx, wl, m, f_set);
-            if let Some((cands, _)) = self.gathered.get(&m) {
-                bound.feed(ctx, wl, usage, cands);
-            }
+            let cands = self.all_of(ctx, wl, m, f_set);
+            bound.feed(ctx, wl, usage, &cands);
         }
         let b = bound.finish(ctx, wl, usage, place);
         // Debug builds (every test) check it against the bound over those candidates at once.
         #[cfg(debug_assertions)]
         {
-            for &m in &reach {
-                self.gather(ctx, wl, m, f_set);
-            }
             let all: Vec<Cand> = reach
                 .iter()
-                .filter_map(|m| self.gathered.get(m))
-                .flat_map(|(c, _)| c.iter().cloned())
+                .flat_map(|&m| self.all_of(ctx, wl, m, f_set))
                 .collect();
             assert_eq!(b, fits_without_all(ctx, wl, usage, place, &all, true));
             // Where it ends a search (before its first removal), the search bounded by every
@@ -891,6 +913,21 @@ impl Pools {
         self.bound = Some(b);
         b
     }
+}
+
+/// Team `m`'s admission `id` as a candidate of a search for `wl` (whose team is `own`), when
+/// `allowed`.
+fn candidate(
+    ctx: &Ctx,
+    wl: &Workload,
+    own: TeamId,
+    never: &[WlId],
+    m: TeamId,
+    id: WlId,
+) -> Option<Cand> {
+    let is_own = m == own;
+    let kind = if is_own { Kind::Own } else { Kind::Advantage };
+    allowed(ctx, wl, id, is_own, never).then_some(Cand { id, team: m, kind })
 }
 
 fn fair_sharing_search(
