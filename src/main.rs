@@ -119,25 +119,23 @@ fn main() -> ExitCode {
                 }
             }
         };
+    // The long-running roles; a one-shot command exits instead.
+    if matches!(
+        cli.command,
+        Command::Coordinator(_) | Command::Dev(_) | Command::Agent(_)
+    ) {
+        memory::give_back_freed_memory();
+    }
     match cli.command {
-        Command::Coordinator(a) => {
-            memory::give_back_freed_memory();
-            async_cmd(Box::pin(coordinator_cmd::run(a)), true)
-        }
-        Command::Dev(a) => {
-            memory::give_back_freed_memory();
-            async_cmd(Box::pin(dev::run(a)), true)
-        }
-        Command::Agent(a) => {
-            memory::give_back_freed_memory();
-            match agent_cmd::run(a, &cli.client) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::from(1)
-                }
+        Command::Coordinator(a) => async_cmd(Box::pin(coordinator_cmd::run(a)), true),
+        Command::Dev(a) => async_cmd(Box::pin(dev::run(a)), true),
+        Command::Agent(a) => match agent_cmd::run(a, &cli.client) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
             }
-        }
+        },
         Command::AgentShim { args } => match allot_agent::shim::ShimArgs::parse(&args) {
             Ok(a) => ExitCode::from(allot_agent::shim::run(&a) as u8),
             Err(e) => {

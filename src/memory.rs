@@ -19,7 +19,7 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 /// For the coordinator, the agent and `dev`: memory freed after a burst (large requests
 /// refused or dropped, a backlog drained) is returned within about a second, not only when
-/// the next burst happens to free a page. A one-shot command exits instead.
+/// the next burst happens to free a page.
 pub fn give_back_freed_memory() {
     // SAFETY: sets one integer option, which mimalloc reads atomically; any value is valid.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
