@@ -831,25 +831,23 @@ impl Pools {
     /// preemptor's (both strategies test `P < T0` or `P < T1 <= T0`), shares only fall as
     /// candidates go, and the preemptor's falls only as its own go. Reclamation, which takes
     /// any rival's candidates, needs the preemptor's team within nominal after admission: when
-    /// that can happen (own candidates gone), every team is in reach.
+    /// that can happen (own candidates gone), every team is in reach. `own`: the own team's
+    /// candidates (`all_of`).
     fn reach(
-        &mut self,
+        &self,
         ctx: &Ctx,
-        wl: &Workload,
         usage: &[(FrId, i64)],
         f_set: &BTreeSet<FrId>,
+        own: &[Cand],
     ) -> Vec<TeamId> {
         let t = self.own;
         if self.everyone {
             return self.teams.clone();
         }
         let mut lowest: Vec<(FrId, i64)> = usage.to_vec();
-        // Most preemptors' teams hold nothing they may take (`own_candidate` is kept per team).
-        if own_candidate(ctx, wl) {
-            for c in self.all_of(ctx, wl, t, f_set) {
-                if let Some(a) = ctx.admission_of(c.id) {
-                    lowest.extend(taken_off(a));
-                }
+        for c in own {
+            if let Some(a) = ctx.admission_of(c.id) {
+                lowest.extend(taken_off(a));
             }
         }
         if within_nominal_after(ctx, t, &lowest, f_set) {
@@ -880,15 +878,26 @@ impl Pools {
         if let Some(b) = self.bound {
             return b;
         }
-        let reach = self.reach(ctx, wl, usage, f_set);
+        // Read once for the reach and the bound. Most preemptors' teams hold nothing they may
+        // take (`own_candidate` is kept per team; without one, `all_of` finds none either).
+        let own = if own_candidate(ctx, wl) {
+            self.all_of(ctx, wl, self.own, f_set)
+        } else {
+            Vec::new()
+        };
+        let reach = self.reach(ctx, usage, f_set, &own);
         // Team by team, gathering only until it holds.
         let mut bound = Bound::start(ctx, wl, usage, place, true);
         for &m in &reach {
             if bound.holds() {
                 break;
             }
-            let cands = self.all_of(ctx, wl, m, f_set);
-            bound.feed(ctx, wl, usage, &cands);
+            if m == self.own {
+                bound.feed(ctx, wl, usage, &own);
+            } else {
+                let cands = self.all_of(ctx, wl, m, f_set);
+                bound.feed(ctx, wl, usage, &cands);
+            }
         }
         let b = bound.finish(ctx, wl, usage, place);
         // Debug builds (every test) check it against the bound over those candidates at once.
