@@ -673,6 +673,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
                 call(&mut c, Body::SubmitBatch(jobs)).await?;
                 i += submitters * batch;
             }
+            c.close().await;
             anyhow::Ok(())
         }));
     }

@@ -893,6 +893,7 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
     let mut c = opts.connect()?;
     let r = run_with(cmd, &mut c, opts.identity.as_deref()).await;
     opts.remember(&c);
+    c.close().await;
     r
 }
 

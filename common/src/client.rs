@@ -20,6 +20,10 @@ pub enum ClientError {
     /// A TLS refusal, which retrying cannot cure: it fails the call at once.
     #[error("coordinator {addr}: {what}")]
     Auth { addr: String, what: String },
+    /// The coordinator closed the connection over a limit (connections per certificate, or
+    /// in all): said at once, not retried until the call's time runs out.
+    #[error("coordinator {addr} refused the connection: {what}")]
+    Refused { addr: String, what: String },
     #[error("{last}; no coordinator leader answered within {secs}s (tried {tried})")]
     NoLeader {
         last: String,
@@ -43,6 +47,18 @@ fn is_tls_refusal(e: &quinn::ConnectionError) -> bool {
         _ => return false,
     };
     code & !0xff == 0x100
+}
+
+/// Whether `e` is a coordinator closing the connection over one of its limits, and if so why.
+fn over_limit(e: &quinn::ConnectionError) -> Option<String> {
+    match e {
+        quinn::ConnectionError::ApplicationClosed(a)
+            if a.error_code == quinn::VarInt::from_u32(wire::CLOSE_OVER_LIMIT) =>
+        {
+            Some(String::from_utf8_lossy(&a.reason).into_owned())
+        }
+        _ => None,
+    }
 }
 
 /// The error for a TLS refusal at `addr`: which side refused which certificate, and why.
@@ -91,6 +107,9 @@ enum Dial {
 /// (one round trip and a TLS handshake); a dead one never does, and every second spent on it
 /// is a second of failover the user waits through.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long [`Client::close`] gives the close frames to leave.
+const CLOSE_SEND: Duration = Duration::from_millis(5);
 
 /// The error when no coordinator address is given, with the ways to give one.
 const NO_ADDRESS: &str =
@@ -251,7 +270,14 @@ impl Client {
         let c = conn.clone();
         let failed = move |e: &dyn std::fmt::Display| match c.close_reason() {
             Some(r) if is_tls_refusal(&r) => auth_error(&at, &r, &cert, &ca),
-            _ => transport(&at, e),
+            Some(r) => match over_limit(&r) {
+                Some(what) => ClientError::Refused {
+                    addr: at.clone(),
+                    what,
+                },
+                None => transport(&at, e),
+            },
+            None => transport(&at, e),
         };
         let (mut send, recv) = conn.open_bi().await.map_err(|e| failed(&e))?;
         let req = Request {
@@ -266,6 +292,28 @@ impl Client {
 
     async fn once(&mut self, addr: &str, body: &Body) -> Result<Response, ClientError> {
         self.request(addr, body).await.map(|(r, _)| r)
+    }
+
+    /// Closes every connection and waits, briefly, for the closes to be sent, so that the
+    /// coordinators free what they hold for this client at once. A one-shot command calls it
+    /// before it exits: a connection left open counts against its certificate's limit until
+    /// the idle timeout, and a loop of quick commands would otherwise run into that limit.
+    pub async fn close(&mut self) {
+        if let Some((_, c)) = self.conn.take() {
+            c.close(0u32.into(), b"done");
+        }
+        if let Ok(mut s) = self.spare.lock() {
+            for (_, d) in std::mem::take(&mut *s) {
+                if let Dial::Up(c) = d {
+                    c.close(0u32.into(), b"done");
+                }
+            }
+        }
+        self.endpoint.close(0u32.into(), b"done");
+        // The close frames go out as soon as the connections' drivers run; waiting for the
+        // endpoint to be idle would add the drain period (three probe timeouts, tens of ms),
+        // which the coordinator does not need.
+        let _ = tokio::time::timeout(CLOSE_SEND, self.endpoint.wait_idle()).await;
     }
 
     /// Forgets the current connection (after a request timed out on it): the next request
@@ -391,7 +439,7 @@ impl Client {
                         last_err = e.message;
                     }
                     Ok(r) => return Ok(r),
-                    Err(e @ ClientError::Auth { .. }) => {
+                    Err(e @ (ClientError::Auth { .. } | ClientError::Refused { .. })) => {
                         self.conn = None;
                         return Err(e);
                     }

@@ -20,6 +20,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+/// The QUIC close code a coordinator sends when a new connection would pass one of its limits
+/// (connections per certificate, or in all); the close reason names the limit. Clients report
+/// it at once instead of retrying.
+pub const CLOSE_OVER_LIMIT: u32 = 3;
+
 /// Version of the message protocol; peers exchange it when they connect.
 pub const PROTOCOL_VERSION: u32 = 2;
 

@@ -820,7 +820,7 @@ async fn serve_conn(conn: quinn::Connection, shared: Shared) {
         Ok(b) => Arc::new(b),
         Err(e) => {
             tracing::warn!(identity = %who, "refused a connection from {}: {e}", conn.remote_address());
-            conn.close(3u32.into(), e.as_bytes());
+            conn.close(wire::CLOSE_OVER_LIMIT.into(), e.as_bytes());
             return;
         }
     };
