@@ -429,7 +429,7 @@ impl Leader {
         if self
             .settled
             .as_ref()
-            .is_some_and(|s| s.holds(&rep.machine.state))
+            .is_some_and(|s| s.holds(&rep.machine.state, wall))
         {
             return None;
         }

@@ -75,6 +75,13 @@ pub(crate) struct Basis {
     /// In a basis of a cycle's end (`CycleCache::store_after`): the admissions it planned,
     /// held in `admitted` as their pending workloads, compared with the next state by value.
     expected: BTreeMap<WlId, Admission>,
+    /// The workloads preempted at this basis's instant that held quota again
+    /// (`State::readmitted_at`), in id order: no preemption could pick them. A later state
+    /// where that differs (the instant passed, or more were readmitted) changes what a search
+    /// may take as much as an admission would, so each one that differs is touched.
+    readmitted: Vec<WlId>,
+    /// The instant of the cycle this basis was taken for.
+    at: Time,
     /// With `expected`: the latest admission time of the other admitted workloads (`Time::MAX`
     /// where one has none). The planned ones were the most recent of all in their cycle, so
     /// in the next state they must be admitted after it, all at once, to be taken in the
@@ -122,8 +129,15 @@ impl Basis {
     /// The basis of `st`; `config`, when given, must hold for it (`Config::holds_for`).
     /// `same`, when given: a basis and, per team, whether `st` holds exactly the admitted
     /// workloads it holds (`touched_teams`), whose lists are shared.
-    fn of(st: &State, config: Option<Arc<Config>>, same: Option<(&Basis, &Same)>) -> Basis {
+    fn of(
+        st: &State,
+        now: Time,
+        config: Option<Arc<Config>>,
+        same: Option<(&Basis, &Same)>,
+    ) -> Basis {
         Basis {
+            readmitted: st.readmitted_at(now),
+            at: now,
             placement: st.placement,
             config: config.unwrap_or_else(|| Arc::new(Config::of(st))),
             admitted: st
@@ -189,6 +203,13 @@ impl Basis {
         };
         for a in admitted {
             let w = st.workloads.get(&a.wl)?;
+            // Planned as it was preempted at this instant: no candidate in that cycle, none
+            // in the next at the same instant either, once admitted.
+            if w.preempted_by.as_ref().is_some_and(|p| p.time == self.at) {
+                if let Err(at) = b.readmitted.binary_search(&a.wl) {
+                    b.readmitted.insert(at, a.wl);
+                }
+            }
             if w.preempting.is_some() || w.state != WlState::Pending {
                 return None;
             }
@@ -202,13 +223,13 @@ impl Basis {
 
     /// What changed from the state this was taken from to `st`, as far as a waiting
     /// workload's judgement reads it (see `reads`).
-    pub(crate) fn touched(&self, st: &State) -> Touched {
-        self.touched_teams(st).0
+    pub(crate) fn touched(&self, st: &State, now: Time) -> Touched {
+        self.touched_teams(st, now).0
     }
 
     /// `touched`, and what of this basis `st` holds exactly (nothing when everything is
     /// touched).
-    fn touched_teams(&self, st: &State) -> (Touched, Same) {
+    fn touched_teams(&self, st: &State, instant: Time) -> (Touched, Same) {
         let mut t = Touched::default();
         if self.placement != st.placement
             || self.names != st.names.sizes()
@@ -291,6 +312,7 @@ impl Basis {
             t.all = true;
         }
         let teams = self.touch_admitted(st, &mut t);
+        self.touch_readmitted(st, instant, &mut t);
         (
             t,
             Same {
@@ -363,6 +385,36 @@ impl Basis {
             same[i] = unchanged && old.len() == team.admitted.len();
         }
         same
+    }
+
+    /// The workloads whose protection from preemption at the instant (`State::readmitted_at`)
+    /// differs between this basis and `st` at `now`: what each one's admission uses.
+    fn touch_readmitted(&self, st: &State, now: Time, t: &mut Touched) {
+        let now_ids = st.readmitted_at(now);
+        if now_ids == self.readmitted {
+            return;
+        }
+        let (mut a, mut b) = (self.readmitted.iter().peekable(), now_ids.iter().peekable());
+        loop {
+            let id = match (a.peek(), b.peek()) {
+                (None, None) => break,
+                (Some(x), Some(y)) if x == y => {
+                    a.next();
+                    b.next();
+                    continue;
+                }
+                (Some(x), Some(y)) if x < y => a.next(),
+                (Some(_), None) => a.next(),
+                _ => b.next(),
+            };
+            // One that left quota meanwhile is touched by `touch_admitted`.
+            if let Some(adm) = id
+                .and_then(|id| st.workloads.get(id))
+                .and_then(|w| w.admission.as_ref())
+            {
+                t.admission(st, adm);
+            }
+        }
     }
 
     /// Whether `st` admitted every expected workload it admits at one time, after every other
@@ -493,11 +545,11 @@ impl CycleCache {
     /// Keeps the outcomes that still hold on `st` (nothing they read was touched since the
     /// last cycle's state), drops the others, and returns the basis of `st` to `store` with
     /// this cycle's outcomes.
-    pub(crate) fn start(&mut self, st: &State) -> Arc<Basis> {
+    pub(crate) fn start(&mut self, st: &State, now: Time) -> Arc<Basis> {
         self.cycles += 1;
         self.settled = false;
         let old = self.basis.take();
-        let touched = old.as_ref().map(|b| b.touched_teams(st));
+        let touched = old.as_ref().map(|b| b.touched_teams(st, now));
         let mut config = None;
         let mut same = Same::default();
         match (touched, &old) {
@@ -531,7 +583,7 @@ impl CycleCache {
             self.requests.clear();
         }
         let same = old.as_deref().map(|b| (b, &same));
-        Arc::new(Basis::of(st, config, same))
+        Arc::new(Basis::of(st, now, config, same))
     }
 
     /// What the last cycle found that still holds (after `start`), for this cycle to go on
@@ -639,10 +691,10 @@ pub struct Settled {
 }
 
 impl Settled {
-    /// Whether every workload pending in `st` waits there too: the queues are the ones the
-    /// cycle saw, and nothing their judgements read was touched since.
-    pub fn holds(&self, st: &State) -> bool {
-        self.basis.same_queues(st) && !self.basis.touched(st).hits(&self.reads)
+    /// Whether every workload pending in `st` at `now` waits there too: the queues are the
+    /// ones the cycle saw, and nothing their judgements read was touched since.
+    pub fn holds(&self, st: &State, now: Time) -> bool {
+        self.basis.same_queues(st) && !self.basis.touched(st, now).hits(&self.reads)
     }
 }
 
@@ -754,7 +806,7 @@ mod tests {
         assert!(!ids.contains(&done));
         assert_eq!(third.expected.keys().copied().collect::<Vec<_>>(), new);
         // The next state is that one: nothing the kept outcomes read counts as touched.
-        assert!(third.touched(&st).is_empty());
+        assert!(third.touched(&st, 0).is_empty());
     }
 
     /// Team a (8 GPUs, one node of 8) runs `y` since time 0; `x` and `z` arrive at 0, a cycle
@@ -783,7 +835,7 @@ mod tests {
         // `z`'s wait, found after `x` was planned, is kept.
         let (st, mut cache) = admitted_at(1);
         let end = basis(&cache);
-        assert!(end.touched(&st).is_empty());
+        assert!(end.touched(&st, 0).is_empty());
         assert!(!cache.waits.is_empty());
         let reused = cache.reused;
         let plan = crate::scheduler::schedule_cached(&st, 1, &mut cache);
@@ -792,7 +844,7 @@ mod tests {
         // Applied at the time `y` was admitted: a victim search would order `x` and `y` by
         // name, where the cycle took `x` as the most recent. What `x` uses counts as touched.
         let (st, cache) = admitted_at(0);
-        let touched = basis(&cache).touched(&st);
+        let touched = basis(&cache).touched(&st, 0);
         assert!(!touched.all);
         assert!(!touched.pairs.is_empty());
     }

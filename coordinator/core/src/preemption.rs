@@ -243,14 +243,18 @@ fn order(ctx: &Ctx, own: TeamId, cands: &mut [Cand]) {
 }
 
 /// Whether an admission `id` on a contested pair (of the preemptor's team when `own`) is a
-/// candidate for `wl`: it is not removed, not in `never`, and the team's policy allows taking
-/// it.
+/// candidate for `wl`: it is not removed, not in `never`, was not preempted already at this
+/// instant (`Workload::preempted_at`: readmitted, it stays), and the team's policy allows
+/// taking it.
 fn allowed(ctx: &Ctx, wl: &Workload, id: WlId, own: bool, never: &[WlId]) -> bool {
     if ctx.removed.contains(&id) || never.contains(&id) {
         return false;
     }
     let policy = ctx.st.teams[wl.team.idx()].spec.preemption;
     let c = ctx.st.workload(id);
+    if c.preempted_at(ctx.now) {
+        return false;
+    }
     if own {
         own_allowed(policy.within_team, wl, c)
     } else {

@@ -837,7 +837,7 @@ pub fn schedule_settled(
     if team.spec.queueing == QueueingStrategy::StrictFIFO && !team.pending.is_empty() {
         return None;
     }
-    if !settled.holds(st) {
+    if !settled.holds(st, now) {
         return None;
     }
     decide_first(st, wl, now, acct)
@@ -1034,7 +1034,7 @@ fn schedule_with(
     let mut fast_memo: FastMemo = FastMemo::default();
     // The last cycle's first-generation outcomes that nothing has touched since.
     let fresh = cache.as_deref_mut().map(|c| {
-        let fresh = c.start(st);
+        let fresh = c.start(st, now);
         tour.reads = std::mem::take(&mut c.reads);
         tour.requests = std::mem::take(&mut c.requests);
         tour.witnesses = std::mem::take(&mut c.witnesses);

@@ -197,6 +197,14 @@ pub struct PreemptedBy {
 }
 
 impl Workload {
+    /// Whether a preemption took this workload at `now` and it is not being evicted: pending
+    /// again, or admitted again at the same instant. No preemption picks it at `now` (see
+    /// `preemption::allowed`): each workload is preempted at most once per instant, so the
+    /// decisions at one instant end (docs/scheduling.md, "Every instant settles").
+    pub fn preempted_at(&self, now: Time) -> bool {
+        self.state != WlState::Evicting && self.preempted_by.as_ref().is_some_and(|p| p.time == now)
+    }
+
     pub fn queue_key(&self) -> QueueKey {
         QueueKey {
             neg_priority: -i64::from(self.priority),
@@ -405,9 +413,36 @@ pub struct State {
     /// through one, so a scheduler cache keyed on the state counts them.
     #[serde(default)]
     pub forgotten: u64,
+    /// The last instant at which plans preempted workloads, and their victims (in the order
+    /// they were preempted): those that hold quota again at that instant are not preempted
+    /// again in it (`Workload::preempted_at`). An index for the scheduler's cache, which
+    /// compares these between cycles; the rule reads the workloads themselves.
+    #[serde(default)]
+    pub preempted_at: (Time, Vec<WlId>),
     /// The pending texts workloads show, shared by content (not saved: addresses only).
     #[serde(skip)]
     pub texts: crate::texts::Texts,
+}
+
+impl State {
+    /// The workloads preempted at `now` that hold quota again (admitted at `now` after their
+    /// preemption), in id order: the ones no preemption may pick at `now`, as far as the
+    /// scheduler's cache must know (pending ones are no candidates anyway).
+    pub fn readmitted_at(&self, now: Time) -> Vec<WlId> {
+        if self.preempted_at.0 != now {
+            return Vec::new();
+        }
+        let mut ids: Vec<WlId> = (self.preempted_at.1.iter().copied())
+            .filter(|id| {
+                self.workloads.get(id).is_some_and(|w| {
+                    matches!(w.state, WlState::Admitted | WlState::Running) && w.preempted_at(now)
+                })
+            })
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
 }
 
 impl Limits for State {
@@ -481,6 +516,7 @@ impl State {
             pool_excess: Vec::new(),
             team_excess: Vec::new(),
             forgotten: 0,
+            preempted_at: (0, Vec::new()),
             texts: Default::default(),
         }
     }
@@ -1494,6 +1530,10 @@ impl State {
                 });
                 v.set_condition("Evicted", true, "Preempted", &p.message, now);
                 v.set_condition("Preempted", true, p.reason.as_str(), &p.message, now);
+                if self.preempted_at.0 != now {
+                    self.preempted_at = (now, Vec::new());
+                }
+                self.preempted_at.1.push(p.victim);
                 events.push(Event::Preempted {
                     wl: p.victim,
                     by: p.preemptor,

@@ -205,7 +205,7 @@ fn history(seed: u64) -> Result<Exercised, String> {
             // The leader's fast path behind a settled backlog: where the last cycle found
             // every pending workload waiting and that still holds, they all still wait, and a
             // workload it admits is the reference cycle's first admission after the submit.
-            let settled = cache.settled().filter(|s| s.holds(&st));
+            let settled = cache.settled().filter(|s| s.holds(&st, now));
             if settled.is_some() {
                 let reference = schedule_reference(&st, now);
                 if reference.has_decisions() {

@@ -8,8 +8,12 @@ use allot_common::{
     ClusterPolicy, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, TeamSpec,
     WorkloadSpec,
 };
-use allot_core::schedule;
-use allot_core::state::{Event, State};
+use std::collections::BTreeSet;
+
+use allot_core::cycle_cache::CycleCache;
+use allot_core::scheduler::schedule_cached;
+use allot_core::state::{Event, State, WlState};
+use allot_core::{schedule, WlId};
 
 const FLAVOR: &str = "ml.p5.48xlarge";
 
@@ -109,4 +113,137 @@ fn contended_cluster_settles_fair_sharing() {
             "seed {seed}: no fixed point after 200 cycles"
         );
     }
+}
+
+/// The generated contended clusters of `scripts/bench/gen_scenario.py`, small: teams whose
+/// count does not divide the nodes (some capacity belongs to no team's nominal and every team
+/// borrows it), fair-share weights of 10, 50 and 100, four priorities, jobs of 1 to 8 GPUs and
+/// gangs of 2 to 8 whole nodes, arriving over time while others finish.
+fn generated(rng: &mut Lcg, teams: usize, nodes: usize) -> State {
+    let mut st = State::new(ClusterPolicy {
+        fair_share: true,
+        ..Default::default()
+    });
+    let per_team = (nodes / teams * 8) as i64;
+    for t in 0..teams {
+        let mut spec = TeamSpec::new(
+            &format!("team-{t}"),
+            vec![FlavorQuota {
+                flavor: FLAVOR.into(),
+                resources: vec![(ResourceName::gpu(), ResourceQuota::nominal(per_team))],
+            }],
+        );
+        spec.fair_share_weight = [10, 50, 100][rng.next() as usize % 3];
+        st.set_team(spec).unwrap();
+    }
+    let mut cap = Resources::new();
+    cap.set(ResourceName::gpu(), 8);
+    for n in 0..nodes {
+        st.add_node(&format!("p5-{n}"), FLAVOR, &cap).unwrap();
+    }
+    st
+}
+
+fn generated_job(rng: &mut Lcg, i: usize, teams: usize) -> WorkloadSpec {
+    let kind = rng.next() % 100;
+    let (count, gpus) = if kind < 55 {
+        (1, [1, 1, 2, 4][rng.next() as usize % 4])
+    } else if kind < 90 {
+        (1, 8)
+    } else {
+        ([2, 4, 8][rng.next() as usize % 3], 8)
+    };
+    let mut req = Resources::new();
+    req.set(ResourceName::gpu(), gpus);
+    WorkloadSpec {
+        name: format!("w{i}"),
+        team: format!("team-{}", rng.next() as usize % teams),
+        priority: PriorityRef::Value([50, 70, 80, 90][rng.next() as usize % 4]),
+        instance_type: None,
+        pod_sets: vec![PodSet {
+            name: "main".into(),
+            count,
+            min_count: None,
+            requests: req,
+        }],
+        labels: Default::default(),
+        array: None,
+    }
+}
+
+/// Issue 56: on a generated cluster of this kind (20,000 jobs, 2,000 nodes; and 2,000 jobs on
+/// 200 nodes of 30 teams, seed 1) the decisions at one instant went round without end: a
+/// workload preempted, requeued, admitted again by the next cycle and preempted again. The
+/// rule (docs/scheduling.md, "Every instant settles"): a workload preempted at an instant is
+/// no preemption's candidate again at that instant. So at one instant each workload is
+/// preempted at most once and admitted at most twice (before and after its preemption), and
+/// every cycle but the last decides something: the settle loop ends within `3 N + 1` cycles
+/// for N workloads. This drives the production cycle (`schedule_cached`, one cache across the
+/// history) as `allot simulate` does, and checks both at every instant.
+#[test]
+fn every_instant_settles_on_generated_contended_clusters() {
+    let seeds: u64 = if cfg!(debug_assertions) { 16 } else { 64 };
+    let mut repeated = 0usize;
+    for seed in 0..seeds {
+        let mut rng = Lcg(seed * 7919 + 1);
+        let teams = [7, 9, 11, 13][seed as usize % 4];
+        let nodes = 20 + rng.next() as usize % 20;
+        let mut st = generated(&mut rng, teams, nodes);
+        let mut cache = CycleCache::default();
+        let mut next = 0usize;
+        for instant in 1..=60i64 {
+            let now = instant * 1000;
+            for _ in 0..rng.next() % 12 {
+                st.submit(generated_job(&mut rng, next, teams), now)
+                    .unwrap();
+                next += 1;
+            }
+            let running: Vec<WlId> = st
+                .workloads
+                .keys()
+                .filter(|id| st.workload(*id).state == WlState::Admitted)
+                .collect();
+            for id in running {
+                if rng.next() % 100 < 8 {
+                    st.finish(id, true, now).unwrap();
+                }
+            }
+            let n = st.workloads.len();
+            let bound = 3 * n + 1;
+            let mut preempted: BTreeSet<WlId> = BTreeSet::new();
+            let mut cycles = 0;
+            loop {
+                cycles += 1;
+                assert!(
+                    cycles <= bound,
+                    "seed {seed}, t={now}: not settled after {bound} cycles ({n} workloads)"
+                );
+                let plan = schedule_cached(&st, now, &mut cache);
+                for e in st.apply_plan(&plan, now) {
+                    if let Event::Preempted { wl, .. } = e {
+                        assert!(
+                            preempted.insert(wl),
+                            "seed {seed}, t={now}: {} preempted twice at one instant",
+                            st.workload(wl).spec.name
+                        );
+                        st.complete_eviction(wl, now);
+                    }
+                }
+                st.check_invariants().unwrap();
+                if !plan.has_decisions() {
+                    break;
+                }
+            }
+            repeated += preempted
+                .iter()
+                .filter(|id| st.workload(**id).state == WlState::Admitted)
+                .count();
+        }
+    }
+    // The histories do readmit workloads at the instant they were preempted (the case the
+    // rule is about), not only preempt them.
+    assert!(
+        repeated > 0,
+        "no workload was admitted again at the instant of its preemption"
+    );
 }
