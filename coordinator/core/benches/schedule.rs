@@ -7,6 +7,8 @@
 //! the cycle time's p50 and p99 are printed for `schedule` and, where it finishes in reasonable
 //! time, for `schedule_reference` (every workload one at a time). `ALLOT_BENCH_SMALL=1` runs
 //! only small contended cases (what CI runs).
+// A bench times itself: the one place of the crate that reads the clock (clippy.toml).
+#![allow(clippy::disallowed_methods)]
 
 use std::hint::black_box;
 
