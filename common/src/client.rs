@@ -109,7 +109,7 @@ enum Dial {
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// How long [`Client::close`] gives the close frames to leave.
-const CLOSE_SEND: Duration = Duration::from_millis(5);
+const CLOSE_SEND: Duration = Duration::from_millis(1);
 
 /// The error when no coordinator address is given, with the ways to give one.
 const NO_ADDRESS: &str =
@@ -310,9 +310,10 @@ impl Client {
             }
         }
         self.endpoint.close(0u32.into(), b"done");
-        // The close frames go out as soon as the connections' drivers run; waiting for the
-        // endpoint to be idle would add the drain period (three probe timeouts, tens of ms),
-        // which the coordinator does not need.
+        // The close frames go out as soon as the connections' drivers run (a UDP send, local
+        // to this machine whatever the network); waiting for the endpoint to be idle would
+        // add the drain period (three probe timeouts, tens of ms), which the coordinator does
+        // not need.
         let _ = tokio::time::timeout(CLOSE_SEND, self.endpoint.wait_idle()).await;
     }
 
