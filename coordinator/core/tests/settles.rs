@@ -28,12 +28,19 @@ impl Lcg {
     }
 }
 
-fn cluster(seed: u64, teams: usize, nodes: usize, pending: usize, fair_share: bool) -> State {
+/// `teams` teams with `per_team` GPUs of nominal each and the weights `weight` gives, on
+/// `nodes` nodes of 8 GPUs.
+fn teams_and_nodes(
+    fair_share: bool,
+    teams: usize,
+    per_team: i64,
+    nodes: usize,
+    mut weight: impl FnMut(usize) -> u32,
+) -> State {
     let mut st = State::new(ClusterPolicy {
         fair_share,
         ..Default::default()
     });
-    let per_team = (nodes * 8 / teams) as i64;
     for t in 0..teams {
         let mut spec = TeamSpec::new(
             &format!("team-{t}"),
@@ -42,7 +49,7 @@ fn cluster(seed: u64, teams: usize, nodes: usize, pending: usize, fair_share: bo
                 resources: vec![(ResourceName::gpu(), ResourceQuota::nominal(per_team))],
             }],
         );
-        spec.fair_share_weight = 1 + (t as u32 % 4) * 10;
+        spec.fair_share_weight = weight(t);
         st.set_team(spec).unwrap();
     }
     let mut cap = Resources::new();
@@ -50,26 +57,21 @@ fn cluster(seed: u64, teams: usize, nodes: usize, pending: usize, fair_share: bo
     for n in 0..nodes {
         st.add_node(&format!("p5-{n}"), FLAVOR, &cap).unwrap();
     }
+    st
+}
+
+fn cluster(seed: u64, teams: usize, nodes: usize, pending: usize, fair_share: bool) -> State {
+    let per_team = (nodes * 8 / teams) as i64;
+    let mut st = teams_and_nodes(fair_share, teams, per_team, nodes, |t| {
+        1 + (t as u32 % 4) * 10
+    });
     let mut rng = Lcg(seed);
     for i in 0..pending {
         let count = [1, 1, 2, 4, 8][rng.next() as usize % 5];
-        let mut req = Resources::new();
-        req.set(ResourceName::gpu(), 1);
-        let spec = WorkloadSpec {
-            name: format!("w{i}"),
-            team: format!("team-{}", rng.next() as usize % teams),
-            priority: PriorityRef::Value((rng.next() % 4) as i32 * 10),
-            instance_type: None,
-            pod_sets: vec![PodSet {
-                name: "main".into(),
-                count,
-                min_count: None,
-                requests: req,
-            }],
-            labels: Default::default(),
-            array: None,
-        };
-        st.submit(spec, i as i64).unwrap();
+        let team = rng.next() as usize % teams;
+        let priority = (rng.next() % 4) as i32 * 10;
+        st.submit(job(i, team, priority, count, 1), i as i64)
+            .unwrap();
     }
     st
 }
@@ -120,28 +122,10 @@ fn contended_cluster_settles_fair_sharing() {
 /// borrows it), fair-share weights of 10, 50 and 100, four priorities, jobs of 1 to 8 GPUs and
 /// gangs of 2 to 8 whole nodes, arriving over time while others finish.
 fn generated(rng: &mut Lcg, teams: usize, nodes: usize) -> State {
-    let mut st = State::new(ClusterPolicy {
-        fair_share: true,
-        ..Default::default()
-    });
     let per_team = (nodes / teams * 8) as i64;
-    for t in 0..teams {
-        let mut spec = TeamSpec::new(
-            &format!("team-{t}"),
-            vec![FlavorQuota {
-                flavor: FLAVOR.into(),
-                resources: vec![(ResourceName::gpu(), ResourceQuota::nominal(per_team))],
-            }],
-        );
-        spec.fair_share_weight = [10, 50, 100][rng.next() as usize % 3];
-        st.set_team(spec).unwrap();
-    }
-    let mut cap = Resources::new();
-    cap.set(ResourceName::gpu(), 8);
-    for n in 0..nodes {
-        st.add_node(&format!("p5-{n}"), FLAVOR, &cap).unwrap();
-    }
-    st
+    teams_and_nodes(true, teams, per_team, nodes, |_| {
+        [10, 50, 100][rng.next() as usize % 3]
+    })
 }
 
 fn generated_job(rng: &mut Lcg, i: usize, teams: usize) -> WorkloadSpec {
@@ -153,12 +137,19 @@ fn generated_job(rng: &mut Lcg, i: usize, teams: usize) -> WorkloadSpec {
     } else {
         ([2, 4, 8][rng.next() as usize % 3], 8)
     };
+    let team = rng.next() as usize % teams;
+    let priority = [50, 70, 80, 90][rng.next() as usize % 4];
+    job(i, team, priority, count, gpus)
+}
+
+/// Workload `w{i}` of `team-{team}`: `count` pods of `gpus` GPUs each.
+fn job(i: usize, team: usize, priority: i32, count: u32, gpus: i64) -> WorkloadSpec {
     let mut req = Resources::new();
     req.set(ResourceName::gpu(), gpus);
     WorkloadSpec {
         name: format!("w{i}"),
-        team: format!("team-{}", rng.next() as usize % teams),
-        priority: PriorityRef::Value([50, 70, 80, 90][rng.next() as usize % 4]),
+        team: format!("team-{team}"),
+        priority: PriorityRef::Value(priority),
         instance_type: None,
         pod_sets: vec![PodSet {
             name: "main".into(),
