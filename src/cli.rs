@@ -13,6 +13,7 @@ use allot_common::api::{
     WorkloadView,
 };
 use allot_common::hyperpod::ComputeQuotaConfig;
+use allot_common::timefmt::now_ms;
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Value};
@@ -2057,12 +2058,6 @@ fn parse_when(s: &str) -> Result<When, String> {
     parse_duration(s).map(When::Ago).map_err(|_| {
         format!("{s:?}: use a time ago (90s, 30m, 2h) or a UTC time (2026-11-26T08:00:00Z)")
     })
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 const HISTORY_HEADER: [&str; 12] = [

@@ -230,12 +230,7 @@ pub fn term_requested() -> bool {
     TERM.load(Ordering::SeqCst)
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use allot_common::timefmt::now_ms;
 
 /// The lease deadline the agent last wrote (ms since the epoch); 0 when unreadable.
 pub fn read_lease(path: &Path) -> i64 {

@@ -1,4 +1,13 @@
-//! Times as people read them: UTC timestamps from milliseconds since the Unix epoch.
+//! Times as people read them: UTC timestamps from milliseconds since the Unix epoch; and the
+//! wall clock the servers and the CLI stamp them with (`now_ms`, the one place outside the
+//! core that reads it as milliseconds: the core takes the time as an argument).
+
+/// Milliseconds since the Unix epoch by the system clock; 0 on a clock set before 1970.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 /// `2026-11-21T06:27:34Z` (seconds resolution).
 pub fn utc(ms: i64) -> String {

@@ -16,6 +16,7 @@ use allot_common::api::{
     ApiError, Body, ErrorKind, HistoryFilter, LogPiece, LogRequest, RegistryCredentialView, Reply,
     Request, Response, WorkloadFilter, WorkloadSelector,
 };
+use allot_common::timefmt::now_ms;
 use allot_common::tls::{self, Identity, TlsFiles};
 use allot_common::wire;
 use allot_core::machine::{Command, Entry as Cmd, Machine};
@@ -302,13 +303,6 @@ impl Shared {
             )),
         }
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 // ------------------------------------------------------------------------------ raft thread

@@ -224,7 +224,10 @@ pub async fn pull(
         labels: HashMap::from([
             (CHAIN_LABEL.to_string(), chain_id.clone()),
             (CONFIG_LABEL.to_string(), config.0.digest.clone()),
-            (USED_LABEL.to_string(), crate::shim::now_ms().to_string()),
+            (
+                USED_LABEL.to_string(),
+                allot_common::timefmt::now_ms().to_string(),
+            ),
         ]),
         target: Some(manifest.0.clone()),
         created_at: None,
@@ -781,8 +784,10 @@ async fn cached(ctd: &Containerd, name: &str, snapshotter: &str) -> Result<Optio
 /// Marks an image used now (the cache rule drops images unused for longest).
 pub async fn touch(ctd: &Containerd, name: &str) {
     if let Ok(Some(mut img)) = ctd.image(name).await {
-        img.labels
-            .insert(USED_LABEL.into(), crate::shim::now_ms().to_string());
+        img.labels.insert(
+            USED_LABEL.into(),
+            allot_common::timefmt::now_ms().to_string(),
+        );
         let _ = ctd
             .call::<_, api::GetImageResponse>(
                 "/containerd.services.images.v1.Images/Update",
