@@ -268,16 +268,16 @@ impl Client {
         // certificate, so a refusal shows up as the connection closing under the request.
         let (cert, ca, at) = (self.cert.clone(), self.ca.clone(), addr.to_string());
         let c = conn.clone();
-        let failed = move |e: &dyn std::fmt::Display| match c.close_reason() {
-            Some(r) if is_tls_refusal(&r) => auth_error(&at, &r, &cert, &ca),
-            Some(r) => match over_limit(&r) {
-                Some(what) => ClientError::Refused {
+        let failed = move |e: &dyn std::fmt::Display| {
+            let reason = c.close_reason();
+            match (&reason, reason.as_ref().and_then(over_limit)) {
+                (Some(r), _) if is_tls_refusal(r) => auth_error(&at, r, &cert, &ca),
+                (_, Some(what)) => ClientError::Refused {
                     addr: at.clone(),
                     what,
                 },
-                None => transport(&at, e),
-            },
-            None => transport(&at, e),
+                _ => transport(&at, e),
+            }
         };
         let (mut send, recv) = conn.open_bi().await.map_err(|e| failed(&e))?;
         let req = Request {

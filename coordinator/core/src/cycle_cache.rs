@@ -394,24 +394,18 @@ impl Basis {
         if now_ids == self.readmitted {
             return;
         }
-        let (mut a, mut b) = (self.readmitted.iter().peekable(), now_ids.iter().peekable());
-        loop {
-            let id = match (a.peek(), b.peek()) {
-                (None, None) => break,
-                (Some(x), Some(y)) if x == y => {
-                    a.next();
-                    b.next();
-                    continue;
-                }
-                (Some(x), Some(y)) if x < y => a.next(),
-                (Some(_), None) => a.next(),
-                _ => b.next(),
-            };
+        // Both lists are short (the victims of one instant) and sorted.
+        let only_in = |a: &[WlId], b: &[WlId]| -> Vec<WlId> {
+            a.iter()
+                .filter(|id| b.binary_search(id).is_err())
+                .copied()
+                .collect()
+        };
+        let mut differ = only_in(&self.readmitted, &now_ids);
+        differ.extend(only_in(&now_ids, &self.readmitted));
+        for id in differ {
             // One that left quota meanwhile is touched by `touch_admitted`.
-            if let Some(adm) = id
-                .and_then(|id| st.workloads.get(id))
-                .and_then(|w| w.admission.as_ref())
-            {
+            if let Some(adm) = st.workloads.get(&id).and_then(|w| w.admission.as_ref()) {
                 t.admission(st, adm);
             }
         }

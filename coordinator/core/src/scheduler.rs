@@ -1883,9 +1883,7 @@ impl<'a> Tournament<'a> {
             run.entries.push((q, reason.clone(), message.clone()));
             it.next();
         }
-        if !run.entries.is_empty() || run.bulk.is_some() || self.placed[t.idx()].is_some() {
-            self.touch(t.idx());
-        }
+        self.touch(t.idx());
         self.runs[t.idx()] = run;
     }
 

@@ -3,12 +3,11 @@
 //! classical and fair-sharing modes. This once failed: admissions made earlier in a cycle made
 //! teams look borrowing and work was swapped back and forth forever.
 
-use allot_common::quota::ResourceQuota;
-use allot_common::{
-    ClusterPolicy, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, TeamSpec,
-    WorkloadSpec,
-};
+mod support;
+
 use std::collections::BTreeSet;
+
+use allot_common::{ClusterPolicy, ResourceName, Resources, WorkloadSpec};
 
 use allot_core::cycle_cache::CycleCache;
 use allot_core::scheduler::schedule_cached;
@@ -42,13 +41,8 @@ fn teams_and_nodes(
         ..Default::default()
     });
     for t in 0..teams {
-        let mut spec = TeamSpec::new(
-            &format!("team-{t}"),
-            vec![FlavorQuota {
-                flavor: FLAVOR.into(),
-                resources: vec![(ResourceName::gpu(), ResourceQuota::nominal(per_team))],
-            }],
-        );
+        let quota = support::rq(per_team, None, None);
+        let mut spec = support::team(&format!("team-{t}"), &[(FLAVOR, &[("gpu", quota)])]);
         spec.fair_share_weight = weight(t);
         st.set_team(spec).unwrap();
     }
@@ -144,22 +138,14 @@ fn generated_job(rng: &mut Lcg, i: usize, teams: usize) -> WorkloadSpec {
 
 /// Workload `w{i}` of `team-{team}`: `count` pods of `gpus` GPUs each.
 fn job(i: usize, team: usize, priority: i32, count: u32, gpus: i64) -> WorkloadSpec {
-    let mut req = Resources::new();
-    req.set(ResourceName::gpu(), gpus);
-    WorkloadSpec {
-        name: format!("w{i}"),
-        team: format!("team-{team}"),
-        priority: PriorityRef::Value(priority),
-        instance_type: None,
-        pod_sets: vec![PodSet {
-            name: "main".into(),
-            count,
-            min_count: None,
-            requests: req,
-        }],
-        labels: Default::default(),
-        array: None,
-    }
+    let gpus = gpus.to_string();
+    support::wl(
+        &format!("w{i}"),
+        &format!("team-{team}"),
+        priority,
+        count,
+        &[("gpu", &gpus)],
+    )
 }
 
 /// Issue 56: on a generated cluster of this kind (20,000 jobs, 2,000 nodes; and 2,000 jobs on
