@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use allot_common::hyperpod::{parse_scheduler_config, ComputeQuotaConfig};
-use allot_common::policy::PriorityClass;
+use allot_common::policy::{PriorityClass, MAX_MINIMUM_RUN_TIME_S};
 use allot_common::quota::{
     BorrowWithinCohort, BorrowWithinCohortPolicy, FlavorFungibility, FungibilityPreference,
     PreemptionPolicy, QueueingStrategy, ReclaimWithinCohort, WhenCanBorrow, WhenCanPreempt,
@@ -85,6 +85,11 @@ pub struct PolicyIn {
     pub fair_sharing_strategies: Option<Vec<FairSharingStrategy>>,
     pub idle_resource_sharing: Option<Toggle>,
     pub scheduler_config: Option<String>,
+    /// Seconds an admitted workload runs before a fair-sharing or borrowing preemption may
+    /// pick it (allot's; default 0 in a scenario file: off).
+    pub minimum_run_time: Option<f64>,
+    /// Preemptions after which a workload is spared those preemptions (default 0: off).
+    pub preemption_budget: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -464,6 +469,8 @@ pub fn policy(
             }
             let mut pol = parse_scheduler_config(s)
                 .map_err(|e| err(format!("{path}.scheduler_config"), e.to_string()))?;
+            // The AWS shorthand has no stability rules: the base's stay.
+            pol.stability = base.stability;
             if let Some(s) = &p.fair_sharing_strategies {
                 pol.fair_sharing_strategies = s.clone();
             }
@@ -492,6 +499,20 @@ pub fn policy(
             pol
         }
     };
+    if let Some(m) = p.minimum_run_time {
+        let key = format!("{path}.minimum_run_time");
+        let ms = seconds_to_ms(&key, m)?;
+        if !(0..=i64::from(MAX_MINIMUM_RUN_TIME_S) * 1000).contains(&ms) || ms % 1000 != 0 {
+            return Err(err(
+                key,
+                format!("{m} is not a whole number of seconds in 0..={MAX_MINIMUM_RUN_TIME_S} (0 turns the rule off)"),
+            ));
+        }
+        out.stability.minimum_run_time_s = (ms / 1000) as u32;
+    }
+    if let Some(b) = p.preemption_budget {
+        out.stability.preemption_budget = b;
+    }
     out.validate().map_err(|e| err(path, e.to_string()))?;
     if out.fair_sharing_strategies.is_empty() {
         out.fair_sharing_strategies = ClusterPolicy::default().fair_sharing_strategies;

@@ -5,9 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use allot_common::workload::MAIN_POD_SET;
-use allot_common::ResourceName;
+use allot_common::{ClusterPolicy, ResourceName, Stability};
 use allot_core::cycle_cache::CycleCache;
 use allot_core::ids::{ResId, WlId};
+use allot_core::protection::run_time_ends;
 use allot_core::quota;
 use allot_core::scheduler::schedule_cached;
 use allot_core::state::{Event, State, Time, WlState};
@@ -31,6 +32,8 @@ enum Action {
     Complete(WlId, Time),
     /// Internal: an eviction's grace period ended.
     EvictionDone(WlId),
+    /// Internal: a minimum run time ends; a cycle runs if anything waits.
+    Wake,
 }
 
 /// The simulator's result, ready to print.
@@ -55,6 +58,8 @@ struct Sim {
     cache: CycleCache,
     admitted: u64,
     preempted: u64,
+    /// The instants a `Wake` is queued for.
+    wakes: BTreeSet<Time>,
 }
 
 fn time_json(t: Time) -> Value {
@@ -102,6 +107,13 @@ impl Sim {
                     self.admitted += 1;
                     if let Some(d) = self.durations.get(wl).copied() {
                         self.push(t + d, Action::Complete(*wl, t));
+                    }
+                    // A live leader cycles on a timer; here time moves only with events, so a
+                    // preemptor that waits on this minimum run time needs one at its end.
+                    if let Some(end) = run_time_ends(&self.state.policy, t) {
+                        if self.wakes.insert(end) {
+                            self.push(end, Action::Wake);
+                        }
                     }
                     self.admitted_json(t, *wl)
                 }
@@ -262,6 +274,9 @@ impl Sim {
                     .set_team(spec)
                     .map_err(|e| err(&path, e.to_string()))?;
             }
+            Action::Wake => {
+                self.wakes.remove(&t);
+            }
             Action::SetPolicy(p, path) => {
                 let pol = scenario::policy(&path, &p, &self.state.policy)?;
                 self.state
@@ -389,9 +404,15 @@ pub fn run_with_progress(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Outcome, ScenarioError> {
     let started = Instant::now();
+    // A scenario file that names no stability rule runs without them, as it did before they
+    // existed (the format is a contract; docs/scenario-format.md).
+    let base = ClusterPolicy {
+        stability: Stability::OFF,
+        ..Default::default()
+    };
     let policy = match &sc.policy {
-        Some(p) => scenario::policy("policy", p, &Default::default())?,
-        None => Default::default(),
+        Some(p) => scenario::policy("policy", p, &base)?,
+        None => base,
     };
     let mut sim = Sim {
         state: State::new(policy),
@@ -405,6 +426,7 @@ pub fn run_with_progress(
         cache: CycleCache::default(),
         admitted: 0,
         preempted: 0,
+        wakes: BTreeSet::new(),
     };
     for (i, c) in sc.cohorts.iter().flatten().enumerate() {
         let path = format!("cohorts[{i}]");
@@ -515,14 +537,20 @@ pub fn run_with_progress(
                 elapsed: started.elapsed(),
             });
         }
-        now = t;
+        let mut only_wakes = true;
         while let Some(entry) = sim.queue.first_entry() {
             if entry.key().0 != t {
                 break;
             }
             let a = entry.remove();
+            only_wakes &= matches!(a, Action::Wake);
             sim.apply(t, a)?;
         }
+        // A wake with nothing waiting changes nothing, and is no instant of the outcome.
+        if only_wakes && sim.state.teams.iter().all(|t| t.pending.is_empty()) {
+            continue;
+        }
+        now = t;
         sim.settle(t)?;
     }
     let final_time = until.unwrap_or(now);
@@ -550,6 +578,9 @@ fn final_json(sim: &Sim, t: Time) -> Value {
         };
         let mut v = json!({"state": state.as_str(), "team": st.teams[wl.team.idx()].name(), "priority": wl.priority,
                            "flavors": flavors, "counts": counts, "preemptions": wl.preemptions});
+        if wl.lost_run_ms > 0 {
+            v["lost_run_s"] = time_json(wl.lost_run_ms);
+        }
         if let Some((reason, message)) =
             wl.pending_status().filter(|_| wl.state == WlState::Pending)
         {

@@ -2237,7 +2237,10 @@ impl Reader<'_> {
                         .map(|(i, _)| i),
                     |p| p.1,
                 ),
-                PolicyError::Strategies(_) | PolicyError::UnknownClass { .. } => 0,
+                PolicyError::Strategies(_)
+                | PolicyError::UnknownClass { .. }
+                | PolicyError::MinimumRunTime(_)
+                | PolicyError::PreemptionBudget(_) => 0,
             };
             self.err(pos, e.to_string())
         })?;

@@ -17,7 +17,7 @@ pub mod wire;
 pub mod workload;
 
 pub use catalog::{Catalog, InstanceType};
-pub use policy::{ClusterPolicy, FairSharingStrategy, PriorityClass};
+pub use policy::{ClusterPolicy, FairSharingStrategy, PriorityClass, Stability};
 pub use quota::{CohortSpec, FlavorQuota, ResourceGroup, ResourceQuota, TeamSpec};
 pub use resource::{ResourceName, Resources};
 pub use workload::{PodSet, PriorityRef, WorkloadSpec};

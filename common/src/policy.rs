@@ -25,6 +25,64 @@ pub struct ClusterPolicy {
     pub fair_share: bool,
     pub fair_sharing_strategies: Vec<FairSharingStrategy>,
     pub idle_resource_sharing: bool,
+    /// How long work stays put once admitted (allot's own; the AWS API has no such field).
+    /// A state saved before it existed reads the live default.
+    #[serde(default)]
+    pub stability: Stability,
+}
+
+/// The longest minimum run time allowed: a day.
+pub const MAX_MINIMUM_RUN_TIME_S: u32 = 24 * 60 * 60;
+/// The largest preemption budget allowed.
+pub const MAX_PREEMPTION_BUDGET: u32 = 1000;
+
+/// The rules that bound preemption churn (docs/scheduling.md, "Work stays put"). Both spare a
+/// workload only from the preemptions that rebalance borrowed capacity: fair sharing between
+/// borrowers, and a preemptor that borrows taking from another borrower. A team's own
+/// higher-priority work and a lender reclaiming its nominal quota are never held back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stability {
+    /// Seconds an admitted workload runs before such a preemption may pick it; 0 turns the
+    /// rule off.
+    pub minimum_run_time_s: u32,
+    /// Preemptions (of any kind) after which a workload is spared such preemptions for the
+    /// rest of its life; 0 turns the rule off.
+    pub preemption_budget: u32,
+}
+
+impl Stability {
+    /// Both rules off: Kueue's behaviour, and what a scenario file gets when it names neither
+    /// (files written before they existed keep their results).
+    pub const OFF: Stability = Stability {
+        minimum_run_time_s: 0,
+        preemption_budget: 0,
+    };
+
+    /// The minimum run time in milliseconds.
+    pub fn minimum_run_ms(&self) -> i64 {
+        i64::from(self.minimum_run_time_s) * 1000
+    }
+
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if self.minimum_run_time_s > MAX_MINIMUM_RUN_TIME_S {
+            return Err(PolicyError::MinimumRunTime(self.minimum_run_time_s));
+        }
+        if self.preemption_budget > MAX_PREEMPTION_BUDGET {
+            return Err(PolicyError::PreemptionBudget(self.preemption_budget));
+        }
+        Ok(())
+    }
+}
+
+/// A live cluster's default: five minutes of run time before a fair-sharing preemption (the
+/// span Kueue keeps preemption timestamps for, kueue#9835), and spared after five preemptions.
+impl Default for Stability {
+    fn default() -> Self {
+        Stability {
+            minimum_run_time_s: 300,
+            preemption_budget: 5,
+        }
+    }
 }
 
 impl Default for ClusterPolicy {
@@ -37,6 +95,7 @@ impl Default for ClusterPolicy {
                 FairSharingStrategy::LessThanInitialShare,
             ],
             idle_resource_sharing: false,
+            stability: Stability::default(),
         }
     }
 }
@@ -53,6 +112,12 @@ pub enum PolicyError {
     Name(String),
     #[error("fair_sharing_strategies {0:?} is not valid: use [LessThanOrEqualToFinalShare], [LessThanInitialShare] or both in that order")]
     Strategies(Vec<FairSharingStrategy>),
+    #[error(
+        "minimum run time {0} s is out of range 0..={MAX_MINIMUM_RUN_TIME_S} (0 turns it off)"
+    )]
+    MinimumRunTime(u32),
+    #[error("preemption budget {0} is out of range 0..={MAX_PREEMPTION_BUDGET} (0 turns it off)")]
+    PreemptionBudget(u32),
     #[error("unknown priority class {name:?}; valid names: {valid}")]
     UnknownClass { name: String, valid: String },
 }
@@ -95,7 +160,7 @@ impl ClusterPolicy {
         if !valid {
             return Err(PolicyError::Strategies(s.clone()));
         }
-        Ok(())
+        self.stability.validate()
     }
 
     /// The priority of a task naming `class`: the class weight; an unknown class is an error

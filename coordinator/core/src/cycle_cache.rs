@@ -313,6 +313,7 @@ impl Basis {
         }
         let teams = self.touch_admitted(st, &mut t);
         self.touch_readmitted(st, instant, &mut t);
+        self.touch_run_time_ended(st, instant, &mut t);
         (
             t,
             Same {
@@ -407,6 +408,35 @@ impl Basis {
             // One that left quota meanwhile is touched by `touch_admitted`.
             if let Some(adm) = st.workloads.get(&id).and_then(|w| w.admission.as_ref()) {
                 t.admission(st, adm);
+            }
+        }
+    }
+
+    /// The admitted workloads whose minimum run time (`protection`) ended between this basis's
+    /// instant and `now` (or, with a clock stepped back, began again): a search may take
+    /// them now where it could not, as if they had been admitted anew. A workload planned in
+    /// the cycle this basis ends (`expected`) counts as admitted at its instant.
+    fn touch_run_time_ended(&self, st: &State, now: Time, t: &mut Touched) {
+        let policy = &self.config.policy;
+        let m = policy.stability.minimum_run_ms();
+        if m == 0 || now == self.at {
+            return;
+        }
+        let (lo, hi) = (self.at.min(now), self.at.max(now));
+        for (id, w) in self.admitted.iter().flat_map(|l| l.iter()) {
+            let admitted_at = match w.admitted_at {
+                Some(a) if w.admission.is_some() => a,
+                _ if self.expected.contains_key(id) => self.at,
+                _ => continue,
+            };
+            let Some(until) = crate::protection::run_time_ends(policy, admitted_at) else {
+                continue;
+            };
+            if lo < until && until <= hi {
+                // One that left quota meanwhile is touched by `touch_admitted`.
+                if let Some(adm) = st.workloads.get(id).and_then(|w| w.admission.as_ref()) {
+                    t.admission(st, adm);
+                }
             }
         }
     }

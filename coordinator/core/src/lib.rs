@@ -14,6 +14,7 @@ pub mod machine;
 pub mod nodes;
 pub mod plan;
 pub mod preemption;
+pub mod protection;
 pub mod quota;
 pub mod reads;
 pub mod scheduler;

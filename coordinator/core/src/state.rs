@@ -163,6 +163,10 @@ pub struct Workload {
     pub admitted_at: Option<Time>,
     pub conditions: Vec<Condition>,
     pub preemptions: u32,
+    /// The run time its preemptions threw away: from each admission to its preemption, in
+    /// milliseconds.
+    #[serde(default)]
+    pub lost_run_ms: i64,
     /// Set while this workload waits for the victims it chose to go: its place among the last
     /// cycle's preemptors. It goes first in the next cycle, in that order (within its team too),
     /// and finds the room it freed.
@@ -1064,6 +1068,7 @@ impl State {
             admitted_at: None,
             conditions: Vec::new(),
             preemptions: 0,
+            lost_run_ms: 0,
             preempting: None,
             preempting_flavors: None,
             eviction: None,
@@ -1521,6 +1526,7 @@ impl State {
                 let v = wl_mut(&mut self.workloads, &p.victim).expect("checked");
                 v.state = WlState::Evicting;
                 v.preemptions += 1;
+                v.lost_run_ms += v.admitted_at.map_or(0, |a| now.saturating_sub(a).max(0));
                 v.eviction = Some(("Preempted".into(), p.message.clone()));
                 v.preempted_by = Some(PreemptedBy {
                     preemptor: p.preemptor,

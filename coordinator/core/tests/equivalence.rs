@@ -15,7 +15,7 @@ use allot_common::quota::{
     BorrowWithinCohortPolicy, QueueingStrategy, ReclaimWithinCohort, ResourceQuota, WithinTeam,
 };
 use allot_common::{
-    ClusterPolicy, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, TeamSpec,
+    ClusterPolicy, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, Stability, TeamSpec,
     WorkloadSpec,
 };
 use allot_core::cycle_cache::CycleCache;
@@ -50,8 +50,16 @@ impl Rng {
 
 fn cluster(rng: &mut Rng) -> (State, usize) {
     let fair_share = rng.below(2) == 0;
+    // The stability rules in most histories, with times the steps below pass (a second now
+    // and then): a minimum run time that ends between two cycles changes what a search may
+    // take though nothing else changed.
+    let (minimum_run_time_s, preemption_budget) = rng.pick(&[(0, 0), (1, 0), (2, 1), (0, 2)]);
     let mut st = State::new(ClusterPolicy {
         fair_share,
+        stability: Stability {
+            minimum_run_time_s,
+            preemption_budget,
+        },
         ..Default::default()
     });
     let teams = 2 + rng.below(4) as usize;
@@ -198,6 +206,9 @@ fn history(seed: u64) -> Result<Exercised, String> {
     let mut fast_admitted = 0usize;
     for step in 0..60 {
         now += 1 + rng.below(5) as i64;
+        if rng.below(6) == 0 {
+            now += 1000;
+        }
         // Arrivals in bursts (submit times collide), finishes and cancels.
         for _ in 0..rng.below(12) {
             let spec = workload(&mut rng, next, teams);

@@ -40,7 +40,7 @@ use allot_common::quota::{
 };
 use allot_common::{
     ClusterPolicy, FairSharingStrategy, FlavorQuota, PodSet, PriorityClass, PriorityRef,
-    ResourceName, ResourceQuota, Resources, TeamSpec, WorkloadSpec,
+    ResourceName, ResourceQuota, Resources, Stability, TeamSpec, WorkloadSpec,
 };
 use allot_core::scheduler::{assign, Mode};
 use allot_core::state::{Event, State, Time, WlState};
@@ -180,20 +180,31 @@ fn policy_strategy() -> impl Strategy<Value = ClusterPolicy> {
         0usize..3,
         vec((0i32..=4).prop_map(|w| w * 25), 0..=3),
         prop::bool::weighted(0.25),
+        (
+            prop::sample::select(vec![0u32, 0, 2, 5]),
+            prop::sample::select(vec![0u32, 0, 1, 2]),
+        ),
     )
-        .prop_map(|(fair_share, s, weights, idle)| {
-            use FairSharingStrategy::*;
-            ClusterPolicy {
-                priority_classes: classes(&weights),
-                fair_share,
-                fair_sharing_strategies: match s {
-                    0 => vec![LessThanOrEqualToFinalShare],
-                    1 => vec![LessThanInitialShare],
-                    _ => vec![LessThanOrEqualToFinalShare, LessThanInitialShare],
-                },
-                idle_resource_sharing: idle,
-            }
-        })
+        .prop_map(
+            |(fair_share, s, weights, idle, (minimum_run_time_s, preemption_budget))| {
+                use FairSharingStrategy::*;
+                ClusterPolicy {
+                    priority_classes: classes(&weights),
+                    fair_share,
+                    fair_sharing_strategies: match s {
+                        0 => vec![LessThanOrEqualToFinalShare],
+                        1 => vec![LessThanInitialShare],
+                        _ => vec![LessThanOrEqualToFinalShare, LessThanInitialShare],
+                    },
+                    idle_resource_sharing: idle,
+                    // The stability rules, with times the generated advances (up to 5 s) pass.
+                    stability: Stability {
+                        minimum_run_time_s,
+                        preemption_budget,
+                    },
+                }
+            },
+        )
 }
 
 fn node_strategy(nf: usize) -> impl Strategy<Value = NodeGen> {
@@ -2100,6 +2111,7 @@ fn a_preemptor_not_at_its_team_head_keeps_the_room_it_freed() {
             fair_share: false,
             fair_sharing_strategies: vec![FairSharingStrategy::LessThanInitialShare],
             idle_resource_sharing: false,
+            stability: Stability::OFF,
         },
         grace: false,
         nodes: vec![
@@ -2195,6 +2207,7 @@ fn preemptions_do_not_cycle_through_three_workloads() {
             fair_share: true,
             fair_sharing_strategies: vec![FairSharingStrategy::LessThanInitialShare],
             idle_resource_sharing: false,
+            stability: Stability::OFF,
         },
         grace: false,
         nodes: vec![],

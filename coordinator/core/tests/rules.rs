@@ -14,7 +14,7 @@ use allot_core::{schedule, verify, PreemptReason, TeamId};
 
 mod support;
 
-use support::{gpu_team, rq, team, wl, Sim, F};
+use support::{gpu_team, kueue, rq, team, wl, Sim, F};
 
 /// What only these tests ask of the shared state.
 impl Sim {
@@ -731,7 +731,7 @@ fn node_failure_requeues_and_keeps_submit_time() {
 fn dominant_share_examples() {
     // Kueue: pool 8, a nominal 3 using 8 -> (8-3)/8 * 1000 = 625; weight 2 halves it.
     let mut s = Sim::new(
-        ClusterPolicy::default(),
+        kueue(),
         vec![gpu_team("a", 3, None), gpu_team("b", 5, None)],
     );
     s.submit(wl("a8", "a", 0, 8, &[("gpu", "1")])).settle();
@@ -767,7 +767,7 @@ fn idle_compute_goes_by_weight_whatever_the_submit_order() {
     light.fair_share_weight = 20;
     let mut idle = gpu_team("idle", 10, None);
     idle.fair_share_weight = 50;
-    let mut s = Sim::new(ClusterPolicy::default(), vec![idle, heavy, light]);
+    let mut s = Sim::new(kueue(), vec![idle, heavy, light]);
     for i in 0..6 {
         s.submit(wl(&format!("l{i}"), "light", 0, 1, &[("gpu", "1")]));
     }
@@ -788,10 +788,7 @@ fn fair_sharing_never_preempts_back_and_forth() {
     a.fair_share_weight = 1;
     let mut b = gpu_team("b", 2, None);
     b.fair_share_weight = 1;
-    let mut s = Sim::new(
-        ClusterPolicy::default(),
-        vec![a, b, gpu_team("lender", 4, None)],
-    );
+    let mut s = Sim::new(kueue(), vec![a, b, gpu_team("lender", 4, None)]);
     for i in 0..8 {
         s.submit(wl(&format!("a{i}"), "a", 0, 1, &[("gpu", "1")]));
     }
@@ -990,14 +987,14 @@ fn cohort_owned_quota_and_idle_sharing() {
     let mut s = Sim::new(
         ClusterPolicy {
             idle_resource_sharing: true,
-            ..Default::default()
+            ..kueue()
         },
         vec![gpu_team("a", 1, None)],
     );
     s.nodes(F, "g", 4, 1);
     s.submit(wl("w", "a", 0, 4, &[("gpu", "1")])).settle();
     assert_eq!(s.state("w"), WlState::Admitted);
-    let mut s = Sim::new(ClusterPolicy::default(), vec![gpu_team("a", 1, None)]);
+    let mut s = Sim::new(kueue(), vec![gpu_team("a", 1, None)]);
     s.nodes(F, "g", 4, 1);
     s.submit(wl("w", "a", 0, 4, &[("gpu", "1")])).settle();
     assert_eq!(s.state("w"), WlState::Pending);
@@ -1019,7 +1016,7 @@ fn unknown_priority_class_is_rejected_with_valid_names() {
                     weight: 70,
                 },
             ],
-            ..Default::default()
+            ..kueue()
         },
         vec![gpu_team("a", 1, None)],
     );
@@ -1041,7 +1038,7 @@ fn unknown_priority_class_is_rejected_with_valid_names() {
 fn same_input_same_plan() {
     let build = || {
         let mut s = Sim::new(
-            ClusterPolicy::default(),
+            kueue(),
             vec![gpu_team("a", 2, None), gpu_team("b", 3, None)],
         );
         s.nodes(F, "g", 3, 2);

@@ -74,6 +74,15 @@ pub fn wl(
     }
 }
 
+/// The default cluster policy without the stability rules: Kueue's rules as the tests state
+/// them (the stability rules have tests of their own).
+pub fn kueue() -> ClusterPolicy {
+    ClusterPolicy {
+        stability: allot_common::Stability::OFF,
+        ..Default::default()
+    }
+}
+
 /// A state driven by hand: submit at a chosen time, then schedule until nothing changes. Every
 /// event is kept, for the tests that look at what happened in which order.
 pub struct Sim {
@@ -98,7 +107,7 @@ impl Sim {
         Sim::new(
             ClusterPolicy {
                 fair_share: false,
-                ..Default::default()
+                ..kueue()
             },
             teams,
         )
@@ -107,7 +116,7 @@ impl Sim {
         Sim::new(
             ClusterPolicy {
                 fair_share: true,
-                ..Default::default()
+                ..kueue()
             },
             teams,
         )
