@@ -136,6 +136,28 @@ impl LimitArgs {
     }
 }
 
+/// allot's stability rules on the scheduler config commands (not part of the AWS API).
+#[derive(clap::Args, Debug, Default)]
+pub struct StabilityArgs {
+    /// Seconds an admitted workload runs before fair sharing, or a borrowing preemptor, may
+    /// preempt it (0 turns the rule off) [default: 300, or unchanged].
+    #[arg(long, value_name = "SECONDS")]
+    minimum_run_time: Option<u32>,
+    /// Preemptions after which a workload is spared those preemptions for good (0 turns the
+    /// rule off) [default: 5, or unchanged].
+    #[arg(long, value_name = "N")]
+    preemption_budget: Option<u32>,
+}
+
+impl StabilityArgs {
+    fn input(&self) -> allot_common::api::StabilityInput {
+        allot_common::api::StabilityInput {
+            minimum_run_time_s: self.minimum_run_time,
+            preemption_budget: self.preemption_budget,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum ClusterCmd {
     /// Create a team's compute allocation (admin).
@@ -236,6 +258,8 @@ pub enum ClusterCmd {
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
+        stability: StabilityArgs,
+        #[command(flatten)]
         out: Out,
     },
     /// Change the scheduler config (admin); --target-version must be its current version.
@@ -253,6 +277,8 @@ pub enum ClusterCmd {
         description: Option<String>,
         #[command(flatten)]
         limits: LimitArgs,
+        #[command(flatten)]
+        stability: StabilityArgs,
         #[command(flatten)]
         out: Out,
     },
@@ -1034,6 +1060,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             name,
             scheduler_config,
             limits,
+            stability,
             description,
             out,
             ..
@@ -1046,6 +1073,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
                         config: scheduler_config,
                         limits: limits.input(),
                         description,
+                        stability: stability.input(),
                     })
                     .await)?,
                 out.format,
@@ -1056,6 +1084,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             target_version,
             scheduler_config,
             limits,
+            stability,
             description,
             out,
             ..
@@ -1081,6 +1110,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
                         target_version,
                         limits: limits.input(),
                         description,
+                        stability: stability.input(),
                     })
                     .await)?,
                 out.format,
@@ -1769,6 +1799,10 @@ fn scheduler_config_json(s: &allot_common::api::SchedulerConfigView) -> Value {
             "SubmitsPerSecond": s.limits.submits_per_second,
             "SubmitBurst": s.limits.submit_burst,
         },
+        "Stability": {
+            "MinimumRunTimeSeconds": s.stability.minimum_run_time_s,
+            "PreemptionBudget": s.stability.preemption_budget,
+        },
     });
     if let Some(d) = &s.description {
         v["Description"] = json!(d);
@@ -1817,7 +1851,13 @@ fn render(r: &Reply) -> String {
         Reply::Quotas(qs) => render_quotas(qs),
         Reply::SchedulerConfig(s) => {
             let mut out = table(
-                &["NAME", "VERSION", "SCHEDULER CONFIG", "ADMISSION LIMITS"],
+                &[
+                    "NAME",
+                    "VERSION",
+                    "SCHEDULER CONFIG",
+                    "ADMISSION LIMITS",
+                    "STABILITY",
+                ],
                 &[vec![
                     s.name.clone(),
                     s.version.to_string(),
@@ -1827,6 +1867,10 @@ fn render(r: &Reply) -> String {
                         s.limits.max_pending_per_team,
                         s.limits.submits_per_second,
                         s.limits.submit_burst
+                    ),
+                    format!(
+                        "minimum-run-time={}s,preemption-budget={}",
+                        s.stability.minimum_run_time_s, s.stability.preemption_budget
                     ),
                 ]],
             );
@@ -2092,7 +2136,10 @@ fn history_row(r: &HistoryRow) -> Vec<String> {
         allot_common::timefmt::utc(r.ended_ms),
         r.pods.to_string(),
         r.nodes.join(","),
-        r.preemptions.to_string(),
+        match r.preemptions {
+            0 => "0".into(),
+            n => format!("{n} ({} lost)", secs(Some(r.lost_run_ms))),
+        },
         r.reason.clone(),
     ]
 }
@@ -2113,7 +2160,7 @@ fn render_history(rows: &[HistoryRow], format: HistoryFormat) -> anyhow::Result<
                 }
             };
             let mut out = String::from(
-                "id,name,team,priority_class,state,exit_code,submitted,admitted,started,ended,wait_s,run_s,pods,nodes,preemptions,reason\n",
+                "id,name,team,priority_class,state,exit_code,submitted,admitted,started,ended,wait_s,run_s,pods,nodes,preemptions,reason,lost_run_s\n",
             );
             let t = |ms: Option<i64>| ms.map(allot_common::timefmt::utc_ms).unwrap_or_default();
             let s3 = |ms: Option<i64>| {
@@ -2138,6 +2185,7 @@ fn render_history(rows: &[HistoryRow], format: HistoryFormat) -> anyhow::Result<
                     field(&r.nodes.join(" ")),
                     r.preemptions.to_string(),
                     field(&r.reason),
+                    s3(Some(r.lost_run_ms)),
                 ];
                 out.push_str(&cells.join(","));
                 out.push('\n');
@@ -2271,7 +2319,11 @@ fn describe_workload(w: &WorkloadView) -> String {
         fmt_res(&w.requests)
     ));
     if w.preemptions > 0 {
-        s.push_str(&format!("Preemptions:  {}\n", w.preemptions));
+        s.push_str(&format!(
+            "Preemptions:  {}, run time lost {}\n",
+            w.preemptions,
+            secs(Some(w.lost_run_ms))
+        ));
     }
     if let Some(run) = &w.run {
         if let Some(i) = &run.image {

@@ -880,6 +880,67 @@ fn admission_limits_bound_a_teams_queue_and_a_users_rate() {
     );
 }
 
+/// Issue 56, item 2: the stability rules are set with the scheduler config, a flag not given
+/// keeps its value, `describe-cluster-scheduler-config` shows them, and a value out of range is
+/// refused with the value and the range.
+#[test]
+fn stability_rules_are_set_kept_and_refused_out_of_range() {
+    let (c, _rt) = one_replica();
+    let out = c.cli_ok(
+        "admin-admin",
+        &[
+            "create-cluster-scheduler-config",
+            "--name",
+            "default",
+            "--scheduler-config",
+            "FairShare=Enabled",
+            "--minimum-run-time",
+            "120",
+            "--preemption-budget",
+            "3",
+            "-o",
+            "json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["Stability"]["MinimumRunTimeSeconds"], 120, "{v}");
+    assert_eq!(v["Stability"]["PreemptionBudget"], 3, "{v}");
+    let update = |version: &str, flags: &[&str]| {
+        let mut args = vec![
+            "update-cluster-scheduler-config",
+            "--cluster-scheduler-config-id",
+            "default",
+            "--target-version",
+            version,
+        ];
+        args.extend_from_slice(flags);
+        c.cli("admin-admin", &args)
+    };
+    // A new policy string and one rule changed: the other rule stays.
+    let o = update(
+        "1",
+        &[
+            "--scheduler-config",
+            "FairShare=Disabled",
+            "--preemption-budget",
+            "0",
+        ],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let shown = c.cli_ok("admin-admin", &["describe-cluster-scheduler-config"]);
+    assert!(
+        shown.contains("minimum-run-time=120s,preemption-budget=0"),
+        "{shown}"
+    );
+    let o = update("2", &["--minimum-run-time", "100000"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("minimum run time 100000 s is out of range 0..=86400"),
+        "{err}"
+    );
+}
+
 /// Issue 24, item 6: `allot wait NAME --for admitted|running|finished --timeout T`, exiting
 /// non-zero on timeout or when the workload ends otherwise; node JSON carries the table's
 /// status.

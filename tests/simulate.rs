@@ -88,6 +88,20 @@ fn a_bad_yaml_key_or_value_is_named_by_its_path_and_line() {
     // Text that is no scenario at all says so.
     let stderr = refused("scalar.yaml", "hello\n");
     assert!(stderr.contains("not valid YAML or JSON"), "{stderr}");
+    // The stability rules name the bad value and what is accepted.
+    let part = "version: 1\npolicy: {minimum_run_time: 1.5}\nteams:\n  - name: a\n";
+    let stderr = refused("part.yaml", part);
+    assert!(
+        stderr
+            .contains("policy.minimum_run_time: 1.5 is not a whole number of seconds in 0..=86400"),
+        "{stderr}"
+    );
+    let budget = "version: 1\npolicy: {preemption_budget: 5000}\nteams:\n  - name: a\n";
+    let stderr = refused("budget.yaml", budget);
+    assert!(
+        stderr.contains("preemption budget 5000 is out of range 0..=1000"),
+        "{stderr}"
+    );
 }
 
 #[test]

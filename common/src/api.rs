@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::hyperpod::ComputeQuotaConfig;
+use crate::policy::Stability;
 use crate::resource::Resources;
 use crate::workload::WorkloadSpec;
 
@@ -177,6 +178,9 @@ pub struct SchedulerConfigView {
     /// allot's admission limits (not part of the AWS API).
     #[serde(default)]
     pub limits: AdmissionLimits,
+    /// allot's stability rules (not part of the AWS API).
+    #[serde(default)]
+    pub stability: Stability,
 }
 
 /// How much one team or one user may ask of the cluster: allot's addition to the cluster
@@ -202,6 +206,25 @@ impl Default for AdmissionLimits {
             submits_per_second: 100,
             submit_burst: 1_000,
         }
+    }
+}
+
+/// Changes to the stability rules ([`Stability`]): what is `None` stays as it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StabilityInput {
+    pub minimum_run_time_s: Option<u32>,
+    pub preemption_budget: Option<u32>,
+}
+
+impl StabilityInput {
+    /// `base` with this change applied, checked (`Stability::validate`).
+    pub fn apply(&self, base: Stability) -> Result<Stability, String> {
+        let out = Stability {
+            minimum_run_time_s: self.minimum_run_time_s.unwrap_or(base.minimum_run_time_s),
+            preemption_budget: self.preemption_budget.unwrap_or(base.preemption_budget),
+        };
+        out.validate().map_err(|e| e.to_string())?;
+        Ok(out)
     }
 }
 
@@ -287,6 +310,9 @@ pub struct WorkloadView {
     pub requests: Resources,
     pub count: u32,
     pub preemptions: u32,
+    /// The run time its preemptions threw away, in milliseconds.
+    #[serde(default)]
+    pub lost_run_ms: i64,
     pub conditions: Vec<ConditionView>,
     pub run: Option<RunSpec>,
     pub labels: BTreeMap<String, String>,
@@ -482,6 +508,9 @@ pub enum Body {
         config: String,
         limits: AdmissionLimitsInput,
         description: Option<String>,
+        /// allot's stability rules (not part of the AWS API).
+        #[serde(default)]
+        stability: StabilityInput,
     },
     /// `description`: the replacement (`None` keeps the current one).
     UpdateSchedulerConfig {
@@ -490,6 +519,9 @@ pub enum Body {
         target_version: u64,
         limits: AdmissionLimitsInput,
         description: Option<String>,
+        /// allot's stability rules (not part of the AWS API).
+        #[serde(default)]
+        stability: StabilityInput,
     },
     DescribeSchedulerConfig,
     Submit(SubmitInput),
@@ -727,6 +759,9 @@ pub struct HistoryRow {
     /// The first non-zero exit code of its last attempt's pods (0 when all exited 0).
     pub exit_code: Option<i32>,
     pub preemptions: u32,
+    /// The run time its preemptions threw away, in milliseconds.
+    #[serde(default)]
+    pub lost_run_ms: i64,
     /// Why it ended as it did, when it did not succeed.
     pub reason: String,
 }

@@ -92,7 +92,7 @@ impl Metrics {
         reg.register("workloads", "Workloads by state", m.workloads.clone());
         reg.register(
             "events",
-            "Totals since the log began: submitted, admitted, preempted, retried, finished, plans",
+            "Totals since the log began: submitted, admitted, preempted, retried, finished, plans, and preempted_run_seconds (run time preemptions threw away)",
             m.totals.clone(),
         );
         reg.register(
@@ -160,6 +160,7 @@ impl Metrics {
             ("retried", c.retried),
             ("finished", c.finished),
             ("plans", c.plans),
+            ("preempted_run_seconds", c.preempted_run_ms / 1000),
         ] {
             self.totals
                 .get_or_create(&vec![("kind".into(), k.into())])

@@ -1204,6 +1204,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             config,
             limits,
             description,
+            stability,
         } => {
             admin_only(who, "create the cluster scheduler config")?;
             allot_common::names::check_entity_name("scheduler config", &name)
@@ -1213,6 +1214,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
                 config,
                 limits,
                 description,
+                stability,
             })
             .await
         }
@@ -1222,6 +1224,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             target_version,
             limits,
             description,
+            stability,
         } => {
             admin_only(who, "update the cluster scheduler config")?;
             sh.propose(Command::UpdateSchedulerConfig {
@@ -1230,6 +1233,7 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
                 target_version,
                 limits,
                 description,
+                stability,
             })
             .await
         }

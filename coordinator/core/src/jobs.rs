@@ -569,6 +569,7 @@ impl Machine {
                 nodes,
                 exit_code,
                 preemptions: w.preemptions,
+                lost_run_ms: w.lost_run_ms,
                 reason,
             });
         }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use allot_common::api::{
     ActivationState, AdmissionLimits, AdmissionLimitsInput, ApiError, ComputeQuotaInput,
     ComputeQuotaView, ErrorKind, NodeReport, PodExit, Reply, RunSpec, SchedulerConfigView,
-    SubmitInput, WorkloadSelector,
+    StabilityInput, SubmitInput, WorkloadSelector,
 };
 use allot_common::hyperpod::{parse_scheduler_config, ComputeQuotaConfig};
 use allot_common::ResourceName;
@@ -53,6 +53,8 @@ pub enum Command {
         limits: AdmissionLimitsInput,
         #[serde(default)]
         description: Option<String>,
+        #[serde(default)]
+        stability: StabilityInput,
     },
     UpdateSchedulerConfig {
         name: String,
@@ -62,6 +64,8 @@ pub enum Command {
         limits: AdmissionLimitsInput,
         #[serde(default)]
         description: Option<String>,
+        #[serde(default)]
+        stability: StabilityInput,
     },
     Submit(SubmitInput),
     SubmitBatch(Vec<SubmitInput>),
@@ -223,6 +227,10 @@ pub struct Counters {
     pub retried: u64,
     pub finished: u64,
     pub plans: u64,
+    /// Run time thrown away by preemptions: each victim's time from its admission to its
+    /// preemption, in milliseconds.
+    #[serde(default)]
+    pub preempted_run_ms: u64,
 }
 
 /// What the machine knows about a node beyond its capacity: its agent's last report, and why
@@ -402,7 +410,13 @@ impl Machine {
             match e {
                 Event::Submitted { .. } => self.counters.submitted += 1,
                 Event::Admitted { .. } => self.counters.admitted += 1,
-                Event::Preempted { .. } => self.counters.preempted += 1,
+                Event::Preempted { wl, .. } => {
+                    self.counters.preempted += 1;
+                    let ran = (self.state.workloads.get(wl))
+                        .and_then(|w| w.admitted_at)
+                        .map_or(0, |a| now.saturating_sub(a).max(0));
+                    self.counters.preempted_run_ms += ran as u64;
+                }
                 Event::AdmissionRetried { .. } => self.counters.retried += 1,
                 Event::Finished { wl, .. } | Event::Cancelled { wl } => {
                     self.counters.finished += 1;
@@ -552,6 +566,7 @@ impl Machine {
                 config,
                 limits,
                 description,
+                stability,
             } => {
                 if let Some(r) = &self.scheduler_config {
                     return Err(conflict(format!(
@@ -566,7 +581,11 @@ impl Machine {
                         .map_err(invalid)?;
                 }
                 let limits = AdmissionLimits::default().with(limits).map_err(invalid)?;
-                let policy = parse_policy(config)?;
+                let mut policy = parse_policy(config)?;
+                policy.stability = stability
+                    .apply(allot_common::Stability::default())
+                    .map_err(invalid)?;
+                let stability = policy.stability;
                 self.state.set_policy(policy)?;
                 self.limits = limits;
                 let view = SchedulerConfigView {
@@ -577,6 +596,7 @@ impl Machine {
                     created_ms: now,
                     updated_ms: now,
                     limits,
+                    stability,
                 };
                 self.scheduler_config = Some(SchedulerConfigRecord { view: view.clone() });
                 Ok(Reply::SchedulerConfig(view))
@@ -587,6 +607,7 @@ impl Machine {
                 target_version,
                 limits,
                 description,
+                stability,
             } => {
                 let Some(rec) = &self.scheduler_config else {
                     return Err(not_found(
@@ -610,11 +631,16 @@ impl Machine {
                         .map_err(invalid)?;
                 }
                 let limits = self.limits.with(limits).map_err(invalid)?;
-                let policy = parse_policy(config)?;
+                let mut policy = parse_policy(config)?;
+                policy.stability = stability
+                    .apply(self.state.policy.stability)
+                    .map_err(invalid)?;
+                let stability = policy.stability;
                 self.state.set_policy(policy)?;
                 self.limits = limits;
                 let rec = self.scheduler_config.as_mut().expect("checked above");
                 rec.view.limits = limits;
+                rec.view.stability = stability;
                 if description.is_some() {
                     rec.view.description = description.clone();
                 }

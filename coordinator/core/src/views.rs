@@ -112,6 +112,7 @@ pub fn workload(m: &Machine, id: WlId) -> WorkloadView {
         requests,
         count,
         preemptions: w.preemptions,
+        lost_run_ms: w.lost_run_ms,
         conditions: w
             .conditions
             .iter()
