@@ -7,7 +7,7 @@ use std::time::Duration;
 use allot_agent::agent::{Agent, AgentConfig};
 use allot_agent::inventory::nvml::{self, open_nvml};
 use allot_agent::inventory::{check_fake_gpus, Discovery, InventoryConfig};
-use allot_common::tls::Identity;
+use allot_net::tls::Identity;
 use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
 

@@ -12,9 +12,9 @@ use allot_common::api::{
     ActivationState, Body, ComputeQuotaInput, Reply, RunSpec, SubmitInput, WorkloadFilter,
 };
 use allot_common::hyperpod::ComputeQuotaConfig;
-use allot_common::tls::{self, Identity};
 use allot_common::{Catalog, ResourceName, Resources, WorkloadSpec};
 use allot_coordinator::priority::RaftPriority;
+use allot_net::tls::{self, Identity};
 use anyhow::{anyhow, bail, Context};
 
 use crate::client::{call, watch_once, Client, ClientOpts};

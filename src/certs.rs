@@ -1,10 +1,10 @@
 //! `allot certs`: create the cluster CA and issue certificates for admins, teams, nodes and
-//! coordinators. The work is done by `allot_common::tls`; this module maps flags to it.
+//! coordinators. The work is done by `allot_net::tls`; this module maps flags to it.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use allot_common::tls::{self, Identity};
+use allot_net::tls::{self, Identity};
 use anyhow::bail;
 
 #[derive(Debug, clap::Subcommand)]

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use crate::client::{api, watch_once, Client, ClientOpts};
 use crate::scenario;
 use allot_common::api::ErrorKind;
-use allot_common::client::ClientError;
+use allot_net::client::ClientError;
 
 #[derive(Clone, Copy, Debug, Default, ValueEnum)]
 pub enum Format {
@@ -1380,8 +1380,7 @@ pub async fn pod_logs(
                 }
                 Err(e) => bail!("{:?}: {}", e.kind, e.message),
             }
-            match allot_common::wire::read_frame::<_, allot_common::api::Response>(&mut rest).await
-            {
+            match allot_net::wire::read_frame::<_, allot_common::api::Response>(&mut rest).await {
                 Ok(Some(f)) => frame = f,
                 Ok(None) => return Ok(()),
                 Err(e) => bail!("the log stream from node {} broke: {e}", n.name),

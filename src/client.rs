@@ -1,10 +1,10 @@
-//! The CLI's connection options; the client itself is `allot_common::client`.
+//! The CLI's connection options; the client itself is `allot_net::client`.
 
 use std::path::PathBuf;
 
 use allot_common::api::{ApiError, Body, Reply, WorkloadFilter, WorkloadView};
-pub use allot_common::client::Client;
-use allot_common::client::ClientError;
+pub use allot_net::client::Client;
+use allot_net::client::ClientError;
 
 /// Where the cluster is and who we are.
 #[derive(Clone, Debug, clap::Args)]

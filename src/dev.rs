@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use allot_agent::inventory::check_fake_gpus;
 use allot_common::api::{Body, Reply};
-use allot_common::tls::{self, Identity};
 use allot_common::Catalog;
+use allot_net::tls::{self, Identity};
 use anyhow::{anyhow, bail, Context};
 
 #[derive(Debug, clap::Args)]
@@ -252,7 +252,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     std::fs::write(dir.join(CLUSTER_FILE), addrs.join(","))
         .with_context(|| format!("cannot write {}", dir.join(CLUSTER_FILE).display()))?;
     eprint!("starting {} coordinator replica(s)", a.replicas);
-    let mut client = allot_common::client::Client::new(addrs.clone(), &certs, "admin-admin")?;
+    let mut client = allot_net::client::Client::new(addrs.clone(), &certs, "admin-admin")?;
     let t = Instant::now();
     loop {
         if let Ok(Ok(Reply::Hello {

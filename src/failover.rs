@@ -12,8 +12,8 @@ use allot_common::api::{
     ActivationState, Body, ComputeQuotaInput, Reply, RunSpec, SubmitInput, WorkloadFilter,
 };
 use allot_common::hyperpod::ComputeQuotaConfig;
-use allot_common::tls::{self, Identity};
 use allot_common::{ResourceName, Resources, WorkloadSpec};
+use allot_net::tls::{self, Identity};
 use anyhow::{anyhow, bail, Context};
 
 use crate::bench::{ms, pct, BenchArgs};

@@ -209,7 +209,7 @@ fn leader_kills_an_agent_kill_and_a_cut_journal_lose_nothing_and_run_nothing_twi
                     let t = Instant::now();
                     loop {
                         let mut cl =
-                            allot_common::client::Client::new(addrs.clone(), &certs, "admin-admin")
+                            allot_net::client::Client::new(addrs.clone(), &certs, "admin-admin")
                                 .expect("client");
                         match cl.call(Body::Submit(input.clone())).await {
                             Ok(Ok(Reply::Submitted { .. })) => {

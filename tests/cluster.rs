@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use allot_common::api::{Body, ErrorKind, Reply, WorkloadFilter};
-use allot_common::tls;
 use allot_common::Resources;
+use allot_net::tls;
 use support::*;
 
 /// One coordinator, with a leader, and a runtime to call it from.
@@ -520,7 +520,7 @@ async fn raw_request(
     send.write_all(bytes).await.expect("write");
     send.finish().expect("finish");
     let r: Option<Result<Reply, allot_common::api::ApiError>> =
-        allot_common::wire::read_frame(&mut recv)
+        allot_net::wire::read_frame(&mut recv)
             .await
             .expect("reply frame");
     r.expect("a reply")
@@ -542,7 +542,7 @@ async fn unauthenticated(certs: &Path, addr: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    tls.alpn_protocols = vec![allot_common::wire::ALPN.to_vec()];
+    tls.alpn_protocols = vec![allot_net::wire::ALPN.to_vec()];
     let qc = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
     let cfg = quinn::ClientConfig::new(Arc::new(qc));
     let ep =
@@ -554,15 +554,15 @@ async fn unauthenticated(certs: &Path, addr: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
     let req = allot_common::api::Request {
-        version: allot_common::wire::PROTOCOL_VERSION,
+        version: allot_net::wire::PROTOCOL_VERSION,
         body: Body::GetWorkloads(WorkloadFilter::default()),
     };
-    allot_common::wire::write_frame(&mut send, &req)
+    allot_net::wire::write_frame(&mut send, &req)
         .await
         .map_err(|e| e.to_string())?;
     let _ = send.finish();
     let r: Option<Result<Reply, allot_common::api::ApiError>> =
-        allot_common::wire::read_frame(&mut recv)
+        allot_net::wire::read_frame(&mut recv)
             .await
             .map_err(|e| e.to_string())?;
     match r {

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use allot_common::api::{
     ApiError, Body, DeviceInfo, ErrorKind, NodeAssignments, NodeReport, PodExit, Reply,
 };
-use allot_common::client::Client;
-use allot_common::tls::{Identity, TlsFiles};
+use allot_net::client::Client;
+use allot_net::tls::{Identity, TlsFiles};
 use tokio::sync::{mpsc, watch};
 
 use crate::containerd::{self, ContainerdConfig};

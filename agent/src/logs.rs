@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use allot_common::api::{Body, LogPiece, LogRequest, Reply, LOG_CHUNK};
-use allot_common::client::Client;
-use allot_common::wire;
+use allot_net::client::Client;
+use allot_net::wire;
 use tokio::io::AsyncReadExt;
 use tokio::sync::Semaphore;
 

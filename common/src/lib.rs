@@ -4,7 +4,6 @@
 pub mod api;
 pub mod array;
 pub mod catalog;
-pub mod client;
 pub mod hyperpod;
 pub mod image;
 pub mod names;
@@ -12,8 +11,6 @@ pub mod policy;
 pub mod quota;
 pub mod resource;
 pub mod timefmt;
-pub mod tls;
-pub mod wire;
 pub mod workload;
 
 pub use catalog::{Catalog, InstanceType};

@@ -98,17 +98,17 @@ fn state(finished: usize, running: usize) -> Machine {
 
 fn bench(c: &mut Criterion) {
     let m = state(5_000, 5_000);
-    let bytes = allot_common::wire::encode_snapshot(&m).expect("encode");
+    let bytes = allot_net::wire::encode_snapshot(&m).expect("encode");
     println!("snapshot of the bench state: {} bytes", bytes.len());
     let mut g = c.benchmark_group("snapshot");
     g.sample_size(20);
     g.bench_function("clone-machine", |b| b.iter(|| black_box(m.clone())));
     g.bench_function("encode", |b| {
-        b.iter(|| black_box(allot_common::wire::encode_snapshot(&m).expect("encode")))
+        b.iter(|| black_box(allot_net::wire::encode_snapshot(&m).expect("encode")))
     });
     g.bench_function("decode", |b| {
         b.iter(|| {
-            let d: Machine = allot_common::wire::decode_snapshot(&bytes).expect("decode");
+            let d: Machine = allot_net::wire::decode_snapshot(&bytes).expect("decode");
             black_box(d)
         })
     });

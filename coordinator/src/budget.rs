@@ -3,7 +3,7 @@
 //! Any certificate holder can open connections and streams and announce frames; without
 //! limits, 24 streams each announcing 16 MiB and sending 15 MiB took a coordinator from 41 to
 //! 417 MiB (issue 23). The budgets here, with the QUIC flow-control windows in
-//! [`allot_common::tls::transport_config`], bound that:
+//! [`allot_net::tls::transport_config`], bound that:
 //!
 //! - a request frame is at most [`MAX_REQUEST`] bytes (coordinators, which send raft traffic
 //!   and forward nothing larger than a frame, keep [`wire::MAX_FRAME`]);
@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use allot_common::tls::Identity;
-use allot_common::wire;
+use allot_net::tls::Identity;
+use allot_net::wire;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 

@@ -122,7 +122,7 @@ pub struct SnapshotCodec {
 
 impl SnapshotCodec {
     pub fn wire() -> Self {
-        use allot_common::wire;
+        use allot_net::wire;
         SnapshotCodec {
             encode_machine: |m| wire::encode_snapshot(m).map_err(|e| e.to_string()),
             decode_machine: |b| wire::decode_snapshot(b).map_err(|e| e.to_string()),

@@ -17,10 +17,10 @@ use allot_common::api::{
     Request, Response, WorkloadFilter, WorkloadSelector,
 };
 use allot_common::timefmt::now_ms;
-use allot_common::tls::{self, Identity, TlsFiles};
-use allot_common::wire;
 use allot_core::machine::{Command, Entry as Cmd, Machine};
 use allot_core::views;
+use allot_net::tls::{self, Identity, TlsFiles};
+use allot_net::wire;
 use raft::eraftpb::{Message, MessageType};
 use tokio::sync::{mpsc, oneshot};
 

@@ -221,7 +221,7 @@ fn codec() -> SnapshotCodec {
 }
 
 fn encode_machine(m: &allot_core::machine::Machine) -> Vec<u8> {
-    allot_common::wire::encode_snapshot(m).expect("machine encodes")
+    allot_net::wire::encode_snapshot(m).expect("machine encodes")
 }
 
 impl Sim {

@@ -8,9 +8,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use allot_common::api::{Body, RunSpec, SubmitInput};
-use allot_common::client::Client;
-use allot_common::tls::{self, Identity};
 use allot_common::{ResourceName, Resources, WorkloadSpec};
+use allot_net::client::Client;
+use allot_net::tls::{self, Identity};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_allot");
 

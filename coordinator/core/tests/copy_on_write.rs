@@ -27,7 +27,7 @@ fn submit(name: &str) -> Command {
 }
 
 fn encode(m: &Machine) -> Vec<u8> {
-    allot_common::wire::encode_snapshot(m).expect("the machine encodes")
+    allot_net::wire::encode_snapshot(m).expect("the machine encodes")
 }
 
 #[test]

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::api::{ApiError, Body, ErrorKind, Reply, Request, Response};
 use crate::tls::{self, TlsFiles};
 use crate::wire;
+use allot_common::api::{ApiError, Body, ErrorKind, Reply, Request, Response};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

@@ -15,7 +15,8 @@ use allot_common::api::{
     RunSpec, SubmitInput, WorkloadFilter,
 };
 use allot_common::hyperpod::{parse_scheduler_config, parse_shorthand_tree, ComputeQuotaConfig};
-use allot_common::{wire, ResourceName, Resources, WorkloadSpec};
+use allot_common::{ResourceName, Resources, WorkloadSpec};
+use allot_net::wire;
 
 /// xorshift64*: small, seeded, the same sequence on every machine.
 struct Rng(u64);
