@@ -1209,11 +1209,13 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             admin_only(who, "create the cluster scheduler config")?;
             allot_common::names::check_entity_name("scheduler config", &name)
                 .map_err(|e| ApiError::new(ErrorKind::Invalid, e))?;
-            sh.propose(Command::CreateSchedulerConfig {
-                name,
-                config,
-                limits,
-                description,
+            sh.propose(Command::WithStability {
+                cmd: Box::new(Command::CreateSchedulerConfig {
+                    name,
+                    config,
+                    limits,
+                    description,
+                }),
                 stability,
             })
             .await
@@ -1227,12 +1229,14 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             stability,
         } => {
             admin_only(who, "update the cluster scheduler config")?;
-            sh.propose(Command::UpdateSchedulerConfig {
-                name,
-                config,
-                target_version,
-                limits,
-                description,
+            sh.propose(Command::WithStability {
+                cmd: Box::new(Command::UpdateSchedulerConfig {
+                    name,
+                    config,
+                    target_version,
+                    limits,
+                    description,
+                }),
                 stability,
             })
             .await

@@ -53,8 +53,6 @@ pub enum Command {
         limits: AdmissionLimitsInput,
         #[serde(default)]
         description: Option<String>,
-        #[serde(default)]
-        stability: StabilityInput,
     },
     UpdateSchedulerConfig {
         name: String,
@@ -64,8 +62,6 @@ pub enum Command {
         limits: AdmissionLimitsInput,
         #[serde(default)]
         description: Option<String>,
-        #[serde(default)]
-        stability: StabilityInput,
     },
     Submit(SubmitInput),
     SubmitBatch(Vec<SubmitInput>),
@@ -156,6 +152,14 @@ pub enum Command {
         team: String,
         registry: String,
     },
+    /// A scheduler config command with allot's stability rules. Appended (log entries are
+    /// bincode, by variant index): the two commands keep the layout entries written before
+    /// the rules have, and still decode; a bare one keeps the rules as they are (a new
+    /// config gets the defaults).
+    WithStability {
+        cmd: Box<Command>,
+        stability: StabilityInput,
+    },
 }
 
 impl Command {
@@ -167,6 +171,7 @@ impl Command {
             Command::DeleteComputeQuota { .. } => "delete-compute-quota",
             Command::CreateSchedulerConfig { .. } => "create-cluster-scheduler-config",
             Command::UpdateSchedulerConfig { .. } => "update-cluster-scheduler-config",
+            Command::WithStability { cmd, .. } => cmd.kind(),
             Command::Submit(_) | Command::SubmitPlanned { .. } => "submit",
             Command::SubmitBatch(_) => "submit-batch",
             Command::Cancel { .. } => "cancel",
@@ -446,6 +451,108 @@ impl Machine {
         }
     }
 
+    /// Creates or updates the scheduler config (`cmd`, one of those two commands), with
+    /// `stability`'s changes to the stability rules.
+    fn scheduler_config(
+        &mut self,
+        cmd: &Command,
+        stability: &StabilityInput,
+        now: Time,
+    ) -> Result<Reply, ApiError> {
+        match cmd {
+            Command::CreateSchedulerConfig {
+                name,
+                config,
+                limits,
+                description,
+            } => {
+                if let Some(r) = &self.scheduler_config {
+                    return Err(conflict(format!(
+                        "the cluster already has scheduler config {:?}; use update-cluster-scheduler-config",
+                        r.view.name
+                    )));
+                }
+                allot_common::names::check_entity_name("scheduler config", name)
+                    .map_err(invalid)?;
+                if let Some(d) = description {
+                    allot_common::names::check_description("scheduler config", d)
+                        .map_err(invalid)?;
+                }
+                let limits = AdmissionLimits::default().with(limits).map_err(invalid)?;
+                let mut policy = parse_policy(config)?;
+                policy.stability = stability
+                    .apply(allot_common::Stability::default())
+                    .map_err(invalid)?;
+                let stability = policy.stability;
+                self.state.set_policy(policy)?;
+                self.limits = limits;
+                let view = SchedulerConfigView {
+                    name: name.clone(),
+                    config: config.clone(),
+                    description: description.clone(),
+                    version: 1,
+                    created_ms: now,
+                    updated_ms: now,
+                    limits,
+                    stability,
+                };
+                self.scheduler_config = Some(SchedulerConfigRecord { view: view.clone() });
+                Ok(Reply::SchedulerConfig(view))
+            }
+            Command::UpdateSchedulerConfig {
+                name,
+                config,
+                target_version,
+                limits,
+                description,
+            } => {
+                let Some(rec) = &self.scheduler_config else {
+                    return Err(not_found(
+                        "the cluster has no scheduler config yet; create one with create-cluster-scheduler-config",
+                    ));
+                };
+                if &rec.view.name != name {
+                    return Err(not_found(format!(
+                        "unknown scheduler config {name:?}; the cluster's is {:?}",
+                        rec.view.name
+                    )));
+                }
+                if rec.view.version != *target_version {
+                    return Err(conflict(format!(
+                        "scheduler config {name:?} is at version {}, the update targets version {target_version}",
+                        rec.view.version
+                    )));
+                }
+                if let Some(d) = description {
+                    allot_common::names::check_description("scheduler config", d)
+                        .map_err(invalid)?;
+                }
+                let limits = self.limits.with(limits).map_err(invalid)?;
+                let mut policy = parse_policy(config)?;
+                policy.stability = stability
+                    .apply(self.state.policy.stability)
+                    .map_err(invalid)?;
+                let stability = policy.stability;
+                self.state.set_policy(policy)?;
+                self.limits = limits;
+                let rec = self.scheduler_config.as_mut().expect("checked above");
+                rec.view.limits = limits;
+                rec.view.stability = stability;
+                if description.is_some() {
+                    rec.view.description = description.clone();
+                }
+                rec.view.config = config.clone();
+                rec.view.version += 1;
+                rec.view.updated_ms = now;
+                Ok(Reply::SchedulerConfig(rec.view.clone()))
+            }
+            _ => Err(invalid(format!(
+                "{} carries no scheduler config to set the stability rules with",
+                cmd.kind()
+            ))),
+        }
+    }
+
     fn apply_cmd(
         &mut self,
         cmd: &Command,
@@ -561,94 +668,10 @@ impl Machine {
                 self.quotas.remove(name);
                 Ok(Reply::Done)
             }
-            Command::CreateSchedulerConfig {
-                name,
-                config,
-                limits,
-                description,
-                stability,
-            } => {
-                if let Some(r) = &self.scheduler_config {
-                    return Err(conflict(format!(
-                        "the cluster already has scheduler config {:?}; use update-cluster-scheduler-config",
-                        r.view.name
-                    )));
-                }
-                allot_common::names::check_entity_name("scheduler config", name)
-                    .map_err(invalid)?;
-                if let Some(d) = description {
-                    allot_common::names::check_description("scheduler config", d)
-                        .map_err(invalid)?;
-                }
-                let limits = AdmissionLimits::default().with(limits).map_err(invalid)?;
-                let mut policy = parse_policy(config)?;
-                policy.stability = stability
-                    .apply(allot_common::Stability::default())
-                    .map_err(invalid)?;
-                let stability = policy.stability;
-                self.state.set_policy(policy)?;
-                self.limits = limits;
-                let view = SchedulerConfigView {
-                    name: name.clone(),
-                    config: config.clone(),
-                    description: description.clone(),
-                    version: 1,
-                    created_ms: now,
-                    updated_ms: now,
-                    limits,
-                    stability,
-                };
-                self.scheduler_config = Some(SchedulerConfigRecord { view: view.clone() });
-                Ok(Reply::SchedulerConfig(view))
+            Command::CreateSchedulerConfig { .. } | Command::UpdateSchedulerConfig { .. } => {
+                self.scheduler_config(cmd, &StabilityInput::default(), now)
             }
-            Command::UpdateSchedulerConfig {
-                name,
-                config,
-                target_version,
-                limits,
-                description,
-                stability,
-            } => {
-                let Some(rec) = &self.scheduler_config else {
-                    return Err(not_found(
-                        "the cluster has no scheduler config yet; create one with create-cluster-scheduler-config",
-                    ));
-                };
-                if &rec.view.name != name {
-                    return Err(not_found(format!(
-                        "unknown scheduler config {name:?}; the cluster's is {:?}",
-                        rec.view.name
-                    )));
-                }
-                if rec.view.version != *target_version {
-                    return Err(conflict(format!(
-                        "scheduler config {name:?} is at version {}, the update targets version {target_version}",
-                        rec.view.version
-                    )));
-                }
-                if let Some(d) = description {
-                    allot_common::names::check_description("scheduler config", d)
-                        .map_err(invalid)?;
-                }
-                let limits = self.limits.with(limits).map_err(invalid)?;
-                let mut policy = parse_policy(config)?;
-                policy.stability = stability
-                    .apply(self.state.policy.stability)
-                    .map_err(invalid)?;
-                let stability = policy.stability;
-                self.state.set_policy(policy)?;
-                self.limits = limits;
-                let rec = self.scheduler_config.as_mut().expect("checked above");
-                rec.view.limits = limits;
-                rec.view.stability = stability;
-                if description.is_some() {
-                    rec.view.description = description.clone();
-                }
-                rec.view.config = config.clone();
-                rec.view.version += 1;
-                rec.view.updated_ms = now;
-                Ok(Reply::SchedulerConfig(rec.view.clone()))
-            }
+            Command::WithStability { cmd, stability } => self.scheduler_config(cmd, stability, now),
             Command::Submit(input) => {
                 let (id, existing) = self.submit(input, now, events)?;
                 Ok(self.submitted(input, id, existing))
