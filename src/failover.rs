@@ -16,7 +16,7 @@ use allot_common::{ResourceName, Resources, WorkloadSpec};
 use allot_net::tls::{self, Identity};
 use anyhow::{anyhow, bail, Context};
 
-use crate::bench::{ms, pct, BenchArgs};
+use crate::bench_args::{free_port, ms, pct, peers_arg, BenchArgs};
 use crate::client::{call, watch_once, Client, ClientOpts};
 use crate::dev::{spawn, terminate, Proc};
 
@@ -60,7 +60,7 @@ fn workload(name: &str, res: &ResourceName, command: &[&str]) -> SubmitInput {
 }
 
 fn coordinator_args(i: usize, addrs: &[String], dir: &Path, a: &BenchArgs) -> Vec<String> {
-    let peers = crate::bench::peers_arg(addrs);
+    let peers = peers_arg(addrs);
     vec![
         "coordinator".into(),
         "--id".into(),
@@ -162,7 +162,7 @@ pub async fn run(a: &BenchArgs, kills: u32) -> anyhow::Result<()> {
         tls::issue(&certs, id, &[], &[], 30)?;
     }
     let addrs: Vec<String> = (0..3)
-        .map(|_| crate::bench::free_port().map(|p| format!("127.0.0.1:{p}")))
+        .map(|_| free_port().map(|p| format!("127.0.0.1:{p}")))
         .collect::<Result<_, _>>()?;
     let logs = |what: &str| dir.join(format!("{what}.log"));
     let mut procs = Procs {

@@ -7,6 +7,7 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 mod agent_cmd;
 mod bench;
+mod bench_args;
 mod certs;
 mod cli;
 mod client;

@@ -51,7 +51,7 @@ pub struct AgentConfig {
     pub image_max_age: Duration,
 }
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use allot_common::BoxError;
 
 /// What the report task sends.
 #[derive(Debug)]

@@ -10,8 +10,8 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 
-use crate::agent::BoxError;
 use crate::metrics::AgentMetrics;
+use allot_common::BoxError;
 
 #[derive(Clone)]
 struct Http {

@@ -9,4 +9,5 @@ pub mod http;
 pub mod inventory;
 pub mod logs;
 pub mod metrics;
+pub mod pod_dir;
 pub mod shim;

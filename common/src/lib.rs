@@ -13,6 +13,9 @@ pub mod resource;
 pub mod timefmt;
 pub mod workload;
 
+/// The one boxed error of the servers' shells (coordinator and agent).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 pub use catalog::{Catalog, InstanceType};
 pub use policy::{ClusterPolicy, FairSharingStrategy, PriorityClass, Stability};
 pub use quota::{CohortSpec, FlavorQuota, ResourceGroup, ResourceQuota, TeamSpec};

@@ -13,7 +13,8 @@ use axum::Router;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::Metrics;
-use crate::server::{BoxError, Input, Status};
+use crate::raft_inputs::{Input, Status};
+use allot_common::BoxError;
 
 #[derive(Clone)]
 struct Http {

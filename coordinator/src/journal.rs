@@ -29,8 +29,6 @@ use std::path::{Path, PathBuf};
 use protobuf::Message as _;
 use raft::eraftpb::{Entry, HardState};
 
-use crate::raftlog::DiskError;
-
 /// The journal's size when it is created: enough for thousands of submits between two folds.
 pub const JOURNAL_BYTES: u64 = 16 << 20;
 const MAGIC: [u8; 4] = *b"AJ01";
@@ -58,6 +56,15 @@ pub struct Journal {
     tail: Vec<u8>,
     /// What opening repaired, if anything.
     repaired: Option<String>,
+}
+
+/// A failure of the raft storage (the journal, or the log store it folds into).
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    #[error("raft storage {path}: {what}")]
+    Io { path: String, what: String },
+    #[error("raft storage is corrupt: {0}")]
+    Corrupt(String),
 }
 
 fn io_err(path: &Path, what: impl std::fmt::Display) -> DiskError {

@@ -8,6 +8,7 @@ pub mod leader;
 pub mod logs;
 pub mod metrics;
 pub mod priority;
+pub mod raft_inputs;
 pub mod raftlog;
 pub mod replica;
 pub mod server;

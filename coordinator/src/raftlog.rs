@@ -15,15 +15,8 @@ use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 use redb::{ReadableDatabase, ReadableTable};
 
+pub use crate::journal::DiskError;
 use crate::journal::{encode_record, Journal, Record, JOURNAL_BYTES};
-
-#[derive(Debug, thiserror::Error)]
-pub enum DiskError {
-    #[error("raft storage {path}: {what}")]
-    Io { path: String, what: String },
-    #[error("raft storage is corrupt: {0}")]
-    Corrupt(String),
-}
 
 /// What raft-rs needs back after a restart.
 #[derive(Clone, Debug, Default)]

@@ -17,6 +17,7 @@ use allot_common::api::{
     Request, Response, WorkloadFilter, WorkloadSelector,
 };
 use allot_common::timefmt::now_ms;
+pub use allot_common::BoxError;
 use allot_core::machine::{Command, Entry as Cmd, Machine};
 use allot_core::views;
 use allot_net::tls::{self, Identity, TlsFiles};
@@ -24,10 +25,12 @@ use allot_net::wire;
 use raft::eraftpb::{Message, MessageType};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::leader::{CycleDone, Leader, LeaderConfig, Millis, RoleChange};
+use crate::leader::{Leader, LeaderConfig, Millis, RoleChange};
 use crate::metrics::Metrics;
 pub use crate::priority::RaftPriority;
-use crate::raftlog::{RedbDisk, SnapshotFile};
+pub use crate::raft_inputs::Status;
+use crate::raft_inputs::{Input, Query, SnapshotDone};
+use crate::raftlog::RedbDisk;
 use crate::replica::{
     decode_message, encode_message, EncodedSnapshot, Replica, ReplicaConfig, SnapshotCodec,
 };
@@ -59,68 +62,11 @@ pub struct ServerConfig {
     pub disk_reserve_bytes: u64,
 }
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-type Query = Box<dyn FnOnce(&Machine) -> Response + Send>;
-
-pub(crate) enum Input {
-    Raft(Message),
-    Propose {
-        cmd: Box<Command>,
-        reply: oneshot::Sender<Response>,
-    },
-    Read {
-        query: Query,
-        reply: oneshot::Sender<Response>,
-    },
-    Unreachable(u64),
-    SnapshotStatus(u64, bool),
-    /// An agent's heartbeat arrived (counted by the leader only).
-    Heartbeat(String),
-    /// `/metrics` is being scraped: bring the gauges up to date, then answer. Counting every
-    /// team's usage takes the raft thread up to a millisecond with a hundred teams, so it is
-    /// done when someone asks, not on a timer on the commit path.
-    RefreshMetrics(oneshot::Sender<()>),
-    /// A snapshot was encoded off the raft thread (`Replica::take_snapshot_job`), or could not
-    /// be.
-    SnapshotEncoded(SnapshotDone),
-    /// A scheduling cycle computed off the raft thread, and how long it took.
-    CycleDone(CycleDone, Duration),
-}
-
-/// What the snapshot thread sends back to the raft thread.
-pub(crate) struct SnapshotDone {
-    index: u64,
-    term: u64,
-    data: Result<Vec<u8>, String>,
-    /// The file the data was written to, unless that failed (then it goes into redb).
-    file: Option<SnapshotFile>,
-    /// Copying the machine (on the raft thread), encoding it and storing the file (on the
-    /// snapshot's).
-    took: [Duration; 3],
-}
-
 /// A disk that cannot be written must not acknowledge anything: the replica stops, and its
 /// supervisor restarts it from what is durable.
 fn storage_failed(e: impl std::fmt::Display) -> ! {
     tracing::error!("raft storage failed, stopping the replica: {e}");
     std::process::exit(70);
-}
-
-/// What the rest of the process can see of the raft thread.
-#[derive(Clone, Debug, Default)]
-pub struct Status {
-    pub id: u64,
-    pub leader: u64,
-    pub term: u64,
-    pub commit: u64,
-    pub applied: u64,
-    pub is_leader: bool,
-    /// When the raft loop last went round (it does at least every tick); `None` until it first
-    /// has. `/healthz` fails when this is too old, so a stuck replica is restarted.
-    pub beat: Option<Instant>,
-    /// The admission limits in force, as last applied.
-    pub limits: allot_common::api::AdmissionLimits,
 }
 
 #[derive(Clone)]

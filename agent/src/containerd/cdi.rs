@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::spec::{device_node, DeviceNode};
+use super::devices::{device_node, DeviceNode};
 
 /// Where CDI specs live, in increasing priority.
 pub const DEFAULT_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];

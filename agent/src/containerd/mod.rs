@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod cdi;
+pub mod devices;
 pub mod fence;
 mod output;
 pub mod pull;

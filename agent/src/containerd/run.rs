@@ -20,7 +20,7 @@ use super::output::{self, OutputEnd};
 use super::registry::Credentials;
 use super::spec::{self, BindMount, PodContainer};
 use super::{api, container_id, Containerd, POD_LABEL, RUNTIME};
-use crate::shim::{self, ExitRecord, ShimArgs};
+use crate::pod_dir::{self as shim, ExitRecord, ShimArgs};
 
 /// What the agent writes for the shim: `container.json` in the pod's directory (mode 0600: it
 /// may hold the team's registry credentials).

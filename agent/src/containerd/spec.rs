@@ -12,23 +12,13 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+pub use super::devices::{device_node, DeviceNode};
 use super::pull::ImageConfig;
 
 /// Default size of `/dev/shm` (as Docker's and Kubernetes' default).
 pub const DEFAULT_SHM_BYTES: u64 = 64 << 20;
 /// Process limit of a pod's cgroup.
 pub const PIDS_LIMIT: i64 = 32_768;
-
-/// A device node to create in the container.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceNode {
-    /// Path inside the container.
-    pub path: String,
-    /// `c` or `b`.
-    pub kind: char,
-    pub major: i64,
-    pub minor: i64,
-}
 
 /// A host path made visible in the container.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,26 +111,6 @@ pub fn merge_env(
     }
     out.extend(pod.iter().map(|(k, v)| format!("{k}={v}")));
     out
-}
-
-/// The device node at `host` (a character or block device), to appear at `container`.
-pub fn device_node(host: &Path, container: &str) -> Result<DeviceNode, String> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let m = std::fs::metadata(host).map_err(|e| format!("device {}: {e}", host.display()))?;
-    let kind = if m.file_type().is_char_device() {
-        'c'
-    } else if m.file_type().is_block_device() {
-        'b'
-    } else {
-        return Err(format!("{} is not a device node", host.display()));
-    };
-    let rdev = m.rdev();
-    Ok(DeviceNode {
-        path: container.to_string(),
-        kind,
-        major: libc::major(rdev) as i64,
-        minor: libc::minor(rdev) as i64,
-    })
 }
 
 /// The device nodes of an assignment: its GPUs (and the NVIDIA control nodes the node has)

@@ -9,6 +9,7 @@ pub mod cycle_cache;
 pub mod explain;
 pub mod ids;
 pub mod invariants;
+pub mod job_records;
 pub mod jobs;
 pub mod machine;
 pub mod nodes;

@@ -289,10 +289,10 @@ pub struct Machine {
     pub learned_types: BTreeMap<String, Resources>,
     /// Job arrays with elements still to queue or running, by (team, name).
     #[serde(default)]
-    pub arrays: BTreeMap<(String, String), crate::jobs::ArrayRecord>,
+    pub arrays: BTreeMap<(String, String), crate::job_records::ArrayRecord>,
     /// Pod times of each workload's last attempt, and when it finished; forgotten with it.
     #[serde(default)]
-    pub history: BTreeMap<WlId, crate::jobs::PodHistory>,
+    pub history: BTreeMap<WlId, crate::job_records::PodHistory>,
     /// Teams' registry credentials: team -> registry host -> user and password.
     #[serde(default)]
     pub registry_credentials: BTreeMap<String, BTreeMap<String, allot_common::image::Credentials>>,

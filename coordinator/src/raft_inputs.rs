@@ -1,0 +1,69 @@
+//! What goes into the raft thread (`Input`: peer messages, proposals, reads, reports from the
+//! threads that work for it) and what the rest of the process sees of it (`Status`). Apart
+//! from the raft thread itself (`server`), so that the health and metrics endpoints
+//! (`http`) reach it without importing the server.
+
+use std::time::{Duration, Instant};
+
+use allot_common::api::Response;
+use allot_core::machine::{Command, Machine};
+use raft::eraftpb::Message;
+use tokio::sync::oneshot;
+
+use crate::leader::CycleDone;
+use crate::raftlog::SnapshotFile;
+
+pub(crate) type Query = Box<dyn FnOnce(&Machine) -> Response + Send>;
+
+pub(crate) enum Input {
+    Raft(Message),
+    Propose {
+        cmd: Box<Command>,
+        reply: oneshot::Sender<Response>,
+    },
+    Read {
+        query: Query,
+        reply: oneshot::Sender<Response>,
+    },
+    Unreachable(u64),
+    SnapshotStatus(u64, bool),
+    /// An agent's heartbeat arrived (counted by the leader only).
+    Heartbeat(String),
+    /// `/metrics` is being scraped: bring the gauges up to date, then answer. Counting every
+    /// team's usage takes the raft thread up to a millisecond with a hundred teams, so it is
+    /// done when someone asks, not on a timer on the commit path.
+    RefreshMetrics(oneshot::Sender<()>),
+    /// A snapshot was encoded off the raft thread (`Replica::take_snapshot_job`), or could not
+    /// be.
+    SnapshotEncoded(SnapshotDone),
+    /// A scheduling cycle computed off the raft thread, and how long it took.
+    CycleDone(CycleDone, Duration),
+}
+
+/// What the snapshot thread sends back to the raft thread.
+pub(crate) struct SnapshotDone {
+    pub(crate) index: u64,
+    pub(crate) term: u64,
+    pub(crate) data: Result<Vec<u8>, String>,
+    /// The file the data was written to, unless that failed (then it goes into redb).
+    pub(crate) file: Option<SnapshotFile>,
+    /// Copying the machine (on the raft thread), encoding it and storing the file (on the
+    /// snapshot's).
+    pub(crate) took: [Duration; 3],
+}
+
+/// What the rest of the process can see of the raft thread.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    pub id: u64,
+    pub leader: u64,
+    pub term: u64,
+    pub commit: u64,
+    pub applied: u64,
+    pub is_leader: bool,
+    /// When the raft loop last went round (it does at least every tick); `None` until it first
+    /// has. `/healthz` fails when this is too old, so a stuck replica is restarted.
+    pub beat: Option<Instant>,
+    /// The admission limits in force, as last applied.
+    pub limits: allot_common::api::AdmissionLimits,
+}
