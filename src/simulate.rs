@@ -84,6 +84,34 @@ pub fn qty_json(r: &ResourceName, v: i64) -> Value {
 }
 
 impl Sim {
+    /// An empty simulation with the scenario's policy.
+    fn new(sc: &ScenarioIn) -> Result<Sim, ScenarioError> {
+        // A scenario file that names no stability rule runs without them, as it did before
+        // they existed (the format is a contract; docs/scenario-format.md).
+        let base = ClusterPolicy {
+            stability: Stability::OFF,
+            ..Default::default()
+        };
+        let policy = match &sc.policy {
+            Some(p) => scenario::policy("policy", p, &base)?,
+            None => base,
+        };
+        Ok(Sim {
+            state: State::new(policy),
+            queue: BTreeMap::new(),
+            seq: 0,
+            durations: BTreeMap::new(),
+            graces: BTreeMap::new(),
+            rejected: BTreeMap::new(),
+            out: Vec::new(),
+            cycles: 0,
+            cache: CycleCache::default(),
+            admitted: 0,
+            preempted: 0,
+            wakes: BTreeSet::new(),
+        })
+    }
+
     fn push(&mut self, t: Time, a: Action) {
         self.seq += 1;
         self.queue.insert((t, self.seq), a);
@@ -404,30 +432,7 @@ pub fn run_with_progress(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Outcome, ScenarioError> {
     let started = Instant::now();
-    // A scenario file that names no stability rule runs without them, as it did before they
-    // existed (the format is a contract; docs/scenario-format.md).
-    let base = ClusterPolicy {
-        stability: Stability::OFF,
-        ..Default::default()
-    };
-    let policy = match &sc.policy {
-        Some(p) => scenario::policy("policy", p, &base)?,
-        None => base,
-    };
-    let mut sim = Sim {
-        state: State::new(policy),
-        queue: BTreeMap::new(),
-        seq: 0,
-        durations: BTreeMap::new(),
-        graces: BTreeMap::new(),
-        rejected: BTreeMap::new(),
-        out: Vec::new(),
-        cycles: 0,
-        cache: CycleCache::default(),
-        admitted: 0,
-        preempted: 0,
-        wakes: BTreeSet::new(),
-    };
+    let mut sim = Sim::new(sc)?;
     for (i, c) in sc.cohorts.iter().flatten().enumerate() {
         let path = format!("cohorts[{i}]");
         let spec = scenario::cohort(&path, c)?;
