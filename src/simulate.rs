@@ -310,6 +310,18 @@ impl Sim {
                 self.state
                     .set_policy(pol)
                     .map_err(|e| err(&path, e.to_string()))?;
+                // A minimum run time turned on or changed ends at new times for the work that
+                // runs now.
+                let ends: Vec<Time> = (self.state.workloads.values())
+                    .filter(|w| w.state.holds_quota())
+                    .filter_map(|w| run_time_ends(&self.state.policy, w.admitted_at?))
+                    .filter(|end| *end > t)
+                    .collect();
+                for end in ends {
+                    if self.wakes.insert(end) {
+                        self.push(end, Action::Wake);
+                    }
+                }
             }
         }
         Ok(())

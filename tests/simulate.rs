@@ -133,3 +133,45 @@ fn a_waiting_workloads_final_message_says_why_and_the_numbers_at_the_end() {
         "{m}"
     );
 }
+
+/// A minimum run time turned on by `set_policy` ends for the work running then: the simulator
+/// wakes at that end (a live leader cycles on its timer), not at the next unrelated event.
+#[test]
+fn a_minimum_run_time_set_mid_run_ends_on_time() {
+    let base = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("scenarios/stability-minimum-run-time.yaml"),
+    )
+    .expect("the scenario");
+    // Off at first; on from 10 s; b arrives at 20 s instead of 1 s.
+    let text = base
+        .replace(
+            "policy: {fair_share: Enabled, minimum_run_time: 60, preemption_budget: 0}",
+            "policy: {fair_share: Enabled}",
+        )
+        .replace("submit_at: 1,", "submit_at: 20,")
+        + "events:\n  - {at: 10, set_policy: {minimum_run_time: 60}}\n";
+    let out = simulate("mid-run.yaml", &text);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "simulate failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json output");
+    let preempted: Vec<(f64, String)> = v["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["type"] == "preempted")
+        .map(|e| {
+            (
+                e["t"].as_f64().expect("time"),
+                e["reason"].as_str().expect("reason").to_string(),
+            )
+        })
+        .collect();
+    let reclaimed = (20.0, "InCohortReclamation".to_string());
+    let fair = (60.0, "InCohortFairSharing".to_string());
+    assert_eq!(
+        preempted,
+        vec![reclaimed.clone(), reclaimed, fair.clone(), fair],
+        "{preempted:?}"
+    );
+}

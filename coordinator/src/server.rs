@@ -18,7 +18,7 @@ use allot_common::api::{
 };
 use allot_common::timefmt::now_ms;
 pub use allot_common::BoxError;
-use allot_core::machine::{Command, Entry as Cmd, Machine};
+use allot_core::machine::{Command, Entry as Cmd, Machine, SchedulerConfigChange};
 use allot_core::views;
 use allot_net::tls::{self, Identity, TlsFiles};
 use allot_net::wire;
@@ -1156,12 +1156,12 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             allot_common::names::check_entity_name("scheduler config", &name)
                 .map_err(|e| ApiError::new(ErrorKind::Invalid, e))?;
             sh.propose(Command::WithStability {
-                cmd: Box::new(Command::CreateSchedulerConfig {
+                change: SchedulerConfigChange::Create {
                     name,
                     config,
                     limits,
                     description,
-                }),
+                },
                 stability,
             })
             .await
@@ -1176,13 +1176,13 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
         } => {
             admin_only(who, "update the cluster scheduler config")?;
             sh.propose(Command::WithStability {
-                cmd: Box::new(Command::UpdateSchedulerConfig {
+                change: SchedulerConfigChange::Update {
                     name,
                     config,
                     target_version,
                     limits,
                     description,
-                }),
+                },
                 stability,
             })
             .await

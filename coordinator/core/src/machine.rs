@@ -29,6 +29,25 @@ use crate::ids::WlId;
 use crate::plan::Plan;
 use crate::state::{Event, State, StateError, Time, WlState};
 
+/// A scheduler config command's fields, as `Command::WithStability` carries them (an enum of
+/// its own: a log entry holds no recursive type, whose decoding could run the stack out).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SchedulerConfigChange {
+    Create {
+        name: String,
+        config: String,
+        limits: AdmissionLimitsInput,
+        description: Option<String>,
+    },
+    Update {
+        name: String,
+        config: String,
+        target_version: u64,
+        limits: AdmissionLimitsInput,
+        description: Option<String>,
+    },
+}
+
 /// One entry of the replicated log: a command and the leader's clock when it was proposed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
@@ -157,7 +176,7 @@ pub enum Command {
     /// the rules have, and still decode; a bare one keeps the rules as they are (a new
     /// config gets the defaults).
     WithStability {
-        cmd: Box<Command>,
+        change: SchedulerConfigChange,
         stability: StabilityInput,
     },
 }
@@ -171,7 +190,10 @@ impl Command {
             Command::DeleteComputeQuota { .. } => "delete-compute-quota",
             Command::CreateSchedulerConfig { .. } => "create-cluster-scheduler-config",
             Command::UpdateSchedulerConfig { .. } => "update-cluster-scheduler-config",
-            Command::WithStability { cmd, .. } => cmd.kind(),
+            Command::WithStability { change, .. } => match change {
+                SchedulerConfigChange::Create { .. } => "create-cluster-scheduler-config",
+                SchedulerConfigChange::Update { .. } => "update-cluster-scheduler-config",
+            },
             Command::Submit(_) | Command::SubmitPlanned { .. } => "submit",
             Command::SubmitBatch(_) => "submit-batch",
             Command::Cancel { .. } => "cancel",
@@ -455,12 +477,12 @@ impl Machine {
     /// `stability`'s changes to the stability rules.
     fn scheduler_config(
         &mut self,
-        cmd: &Command,
+        change: &SchedulerConfigChange,
         stability: &StabilityInput,
         now: Time,
     ) -> Result<Reply, ApiError> {
-        match cmd {
-            Command::CreateSchedulerConfig {
+        match change {
+            SchedulerConfigChange::Create {
                 name,
                 config,
                 limits,
@@ -499,7 +521,7 @@ impl Machine {
                 self.scheduler_config = Some(SchedulerConfigRecord { view: view.clone() });
                 Ok(Reply::SchedulerConfig(view))
             }
-            Command::UpdateSchedulerConfig {
+            SchedulerConfigChange::Update {
                 name,
                 config,
                 target_version,
@@ -546,10 +568,6 @@ impl Machine {
                 rec.view.updated_ms = now;
                 Ok(Reply::SchedulerConfig(rec.view.clone()))
             }
-            _ => Err(invalid(format!(
-                "{} carries no scheduler config to set the stability rules with",
-                cmd.kind()
-            ))),
         }
     }
 
@@ -668,10 +686,39 @@ impl Machine {
                 self.quotas.remove(name);
                 Ok(Reply::Done)
             }
-            Command::CreateSchedulerConfig { .. } | Command::UpdateSchedulerConfig { .. } => {
-                self.scheduler_config(cmd, &StabilityInput::default(), now)
+            Command::CreateSchedulerConfig {
+                name,
+                config,
+                limits,
+                description,
+            } => {
+                let change = SchedulerConfigChange::Create {
+                    name: name.clone(),
+                    config: config.clone(),
+                    limits: *limits,
+                    description: description.clone(),
+                };
+                self.scheduler_config(&change, &StabilityInput::default(), now)
             }
-            Command::WithStability { cmd, stability } => self.scheduler_config(cmd, stability, now),
+            Command::UpdateSchedulerConfig {
+                name,
+                config,
+                target_version,
+                limits,
+                description,
+            } => {
+                let change = SchedulerConfigChange::Update {
+                    name: name.clone(),
+                    config: config.clone(),
+                    target_version: *target_version,
+                    limits: *limits,
+                    description: description.clone(),
+                };
+                self.scheduler_config(&change, &StabilityInput::default(), now)
+            }
+            Command::WithStability { change, stability } => {
+                self.scheduler_config(change, stability, now)
+            }
             Command::Submit(input) => {
                 let (id, existing) = self.submit(input, now, events)?;
                 Ok(self.submitted(input, id, existing))

@@ -4,7 +4,7 @@
 //! formats). These bytes are entries as the release 75e4f1d wrote them (`wire::encode` of an
 //! `Entry`), so this test fails when a change makes them unreadable.
 
-use allot_core::machine::{Command, Entry, Machine};
+use allot_core::machine::{Command, Entry, Machine, SchedulerConfigChange};
 use allot_net::wire;
 
 fn bytes(hex: &str) -> Vec<u8> {
@@ -49,10 +49,24 @@ fn scheduler_config_entries_written_before_the_stability_rules_decode_and_apply(
 fn a_scheduler_config_entry_with_the_stability_rules_round_trips() {
     let old: Entry = wire::decode(&bytes(CREATE)).expect("decodes");
     assert_eq!(wire::encode(&old).expect("encodes"), bytes(CREATE));
+    let Command::CreateSchedulerConfig {
+        name,
+        config,
+        limits,
+        description,
+    } = old.cmd
+    else {
+        panic!("the old entry is a create");
+    };
     let e = Entry {
         now: old.now,
         cmd: Command::WithStability {
-            cmd: Box::new(old.cmd.clone()),
+            change: SchedulerConfigChange::Create {
+                name,
+                config,
+                limits,
+                description,
+            },
             stability: allot_common::api::StabilityInput {
                 minimum_run_time_s: Some(60),
                 preemption_budget: Some(0),
