@@ -48,6 +48,40 @@ pub enum SchedulerConfigChange {
     },
 }
 
+impl SchedulerConfigChange {
+    /// The change a bare `CreateSchedulerConfig` or `UpdateSchedulerConfig` makes (written
+    /// before the stability rules; they keep the rules as they are).
+    fn of(cmd: &Command) -> Option<SchedulerConfigChange> {
+        Some(match cmd.clone() {
+            Command::CreateSchedulerConfig {
+                name,
+                config,
+                limits,
+                description,
+            } => SchedulerConfigChange::Create {
+                name,
+                config,
+                limits,
+                description,
+            },
+            Command::UpdateSchedulerConfig {
+                name,
+                config,
+                target_version,
+                limits,
+                description,
+            } => SchedulerConfigChange::Update {
+                name,
+                config,
+                target_version,
+                limits,
+                description,
+            },
+            _ => return None,
+        })
+    }
+}
+
 /// One entry of the replicated log: a command and the leader's clock when it was proposed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
@@ -571,6 +605,146 @@ impl Machine {
         }
     }
 
+    /// `create-compute-quota`: a team and its quota, once per team.
+    fn create_quota(&mut self, input: &ComputeQuotaInput, now: Time) -> Result<Reply, ApiError> {
+        if self.quotas.contains_key(&input.name) {
+            return Err(conflict(format!(
+                "compute quota {:?} already exists; use update-compute-quota to change it",
+                input.name
+            )));
+        }
+        if let Some(q) = self.quotas.values().find(|q| q.input.team == input.team) {
+            return Err(conflict(format!(
+                "team {:?} already has compute quota {:?}; a team has one compute quota",
+                input.team, q.input.name
+            )));
+        }
+        let spec = team_spec(input, &self.catalog())?;
+        self.state.set_team(spec)?;
+        let rec = QuotaRecord {
+            // 12 of [a-z0-9], the API's ComputeQuotaId pattern.
+            id: format!("cq{:010}", self.next_quota),
+            input: input.clone(),
+            version: 1,
+            created: now,
+            updated: now,
+        };
+        self.next_quota += 1;
+        let view = rec.view();
+        self.quotas.insert(input.name.clone(), rec);
+        Ok(Reply::Quota(view))
+    }
+
+    /// `update-compute-quota`, at the version the caller read.
+    fn update_quota(
+        &mut self,
+        input: &ComputeQuotaInput,
+        target_version: u64,
+        now: Time,
+    ) -> Result<Reply, ApiError> {
+        let rec = self
+            .quotas
+            .get(&input.name)
+            .ok_or_else(|| self.unknown_quota(&input.name))?;
+        if rec.version != target_version {
+            return Err(conflict(format!(
+                "compute quota {:?} is at version {}, the update targets version {target_version}; describe it and retry with --target-version {}",
+                input.name, rec.version, rec.version
+            )));
+        }
+        if rec.input.team != input.team {
+            return Err(invalid(format!(
+                "compute quota {:?} belongs to team {:?}; its team cannot change to {:?}",
+                input.name, rec.input.team, input.team
+            )));
+        }
+        let spec = team_spec(input, &self.catalog())?;
+        self.state.set_team(spec)?;
+        let rec = self.quotas.get_mut(&input.name).expect("checked above");
+        rec.input = input.clone();
+        rec.version += 1;
+        rec.updated = now;
+        Ok(Reply::Quota(rec.view()))
+    }
+
+    /// A team's credentials for one registry, checked, within the number allowed.
+    fn put_credentials(
+        &mut self,
+        team: &String,
+        registry: &String,
+        credentials: &allot_common::image::Credentials,
+    ) -> Result<Reply, ApiError> {
+        allot_common::image::check_registry_credentials(registry, credentials).map_err(invalid)?;
+        self.state.team_id(team)?;
+        let mine = self.registry_credentials.entry(team.clone()).or_default();
+        if !mine.contains_key(registry)
+            && mine.len() >= allot_common::image::MAX_REGISTRIES_PER_TEAM
+        {
+            return Err(invalid(format!(
+                "team {team:?} has credentials for {} registries, the most allowed; \
+                 delete one first",
+                mine.len()
+            )));
+        }
+        mine.insert(registry.clone(), credentials.clone());
+        Ok(Reply::Done)
+    }
+
+    /// Removes a team's credentials for one registry.
+    fn delete_credentials(&mut self, team: &String, registry: &String) -> Result<Reply, ApiError> {
+        let gone = self
+            .registry_credentials
+            .get_mut(team)
+            .and_then(|m| m.remove(registry));
+        if self
+            .registry_credentials
+            .get(team)
+            .is_some_and(|m| m.is_empty())
+        {
+            self.registry_credentials.remove(team);
+        }
+        match gone {
+            Some(_) => Ok(Reply::Done),
+            None => Err(not_found(format!(
+                "team {team:?} has no credentials for registry {registry:?}"
+            ))),
+        }
+    }
+
+    /// A node's agent registers it: a known node comes back healthy (keeping its instance
+    /// type); a new one is added with its capacity checked against its type.
+    fn register_node(
+        &mut self,
+        name: &str,
+        instance_type: &String,
+        capacity: &Resources,
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, ApiError> {
+        if let Some(n) = self.state.acct.nodes.find(name) {
+            let node = self.state.acct.nodes.node(n);
+            let flavor = self.state.names.flavor_name(node.flavor).to_string();
+            if &flavor != instance_type {
+                return Err(conflict(format!(
+                    "node {name:?} is registered as {flavor}, not {instance_type}; a node keeps its instance type"
+                )));
+            }
+            if !node.healthy {
+                events.extend(self.state.set_node_health(name, true, now)?);
+            }
+            return Ok(Reply::Done);
+        }
+        if instance_type.is_empty() {
+            return Err(invalid(format!(
+                "node {name:?}: an instance type is required"
+            )));
+        }
+        let learned = self.check_type(name, instance_type, capacity)?;
+        self.state.add_node(name, instance_type, capacity)?;
+        self.learn(instance_type, learned);
+        Ok(Reply::Done)
+    }
+
     fn apply_cmd(
         &mut self,
         cmd: &Command,
@@ -578,101 +752,18 @@ impl Machine {
         events: &mut Vec<Event>,
     ) -> Result<Reply, ApiError> {
         match cmd {
-            Command::CreateComputeQuota(input) => {
-                if self.quotas.contains_key(&input.name) {
-                    return Err(conflict(format!(
-                        "compute quota {:?} already exists; use update-compute-quota to change it",
-                        input.name
-                    )));
-                }
-                if let Some(q) = self.quotas.values().find(|q| q.input.team == input.team) {
-                    return Err(conflict(format!(
-                        "team {:?} already has compute quota {:?}; a team has one compute quota",
-                        input.team, q.input.name
-                    )));
-                }
-                let spec = team_spec(input, &self.catalog())?;
-                self.state.set_team(spec)?;
-                let rec = QuotaRecord {
-                    // 12 of [a-z0-9], the API's ComputeQuotaId pattern.
-                    id: format!("cq{:010}", self.next_quota),
-                    input: input.clone(),
-                    version: 1,
-                    created: now,
-                    updated: now,
-                };
-                self.next_quota += 1;
-                let view = rec.view();
-                self.quotas.insert(input.name.clone(), rec);
-                Ok(Reply::Quota(view))
-            }
+            Command::CreateComputeQuota(input) => self.create_quota(input, now),
             Command::UpdateComputeQuota {
                 input,
                 target_version,
-            } => {
-                let rec = self
-                    .quotas
-                    .get(&input.name)
-                    .ok_or_else(|| self.unknown_quota(&input.name))?;
-                if rec.version != *target_version {
-                    return Err(conflict(format!(
-                        "compute quota {:?} is at version {}, the update targets version {target_version}; describe it and retry with --target-version {}",
-                        input.name, rec.version, rec.version
-                    )));
-                }
-                if rec.input.team != input.team {
-                    return Err(invalid(format!(
-                        "compute quota {:?} belongs to team {:?}; its team cannot change to {:?}",
-                        input.name, rec.input.team, input.team
-                    )));
-                }
-                let spec = team_spec(input, &self.catalog())?;
-                self.state.set_team(spec)?;
-                let rec = self.quotas.get_mut(&input.name).expect("checked above");
-                rec.input = input.clone();
-                rec.version += 1;
-                rec.updated = now;
-                Ok(Reply::Quota(rec.view()))
-            }
+            } => self.update_quota(input, *target_version, now),
             Command::PutRegistryCredentials {
                 team,
                 registry,
                 credentials,
-            } => {
-                allot_common::image::check_registry_credentials(registry, credentials)
-                    .map_err(invalid)?;
-                self.state.team_id(team)?;
-                let mine = self.registry_credentials.entry(team.clone()).or_default();
-                if !mine.contains_key(registry)
-                    && mine.len() >= allot_common::image::MAX_REGISTRIES_PER_TEAM
-                {
-                    return Err(invalid(format!(
-                        "team {team:?} has credentials for {} registries, the most allowed; \
-                         delete one first",
-                        mine.len()
-                    )));
-                }
-                mine.insert(registry.clone(), credentials.clone());
-                Ok(Reply::Done)
-            }
+            } => self.put_credentials(team, registry, credentials),
             Command::DeleteRegistryCredentials { team, registry } => {
-                let gone = self
-                    .registry_credentials
-                    .get_mut(team)
-                    .and_then(|m| m.remove(registry));
-                if self
-                    .registry_credentials
-                    .get(team)
-                    .is_some_and(|m| m.is_empty())
-                {
-                    self.registry_credentials.remove(team);
-                }
-                match gone {
-                    Some(_) => Ok(Reply::Done),
-                    None => Err(not_found(format!(
-                        "team {team:?} has no credentials for registry {registry:?}"
-                    ))),
-                }
+                self.delete_credentials(team, registry)
             }
             Command::DeleteComputeQuota { name } => {
                 let team = self
@@ -686,35 +777,11 @@ impl Machine {
                 self.quotas.remove(name);
                 Ok(Reply::Done)
             }
-            Command::CreateSchedulerConfig {
-                name,
-                config,
-                limits,
-                description,
-            } => {
-                let change = SchedulerConfigChange::Create {
-                    name: name.clone(),
-                    config: config.clone(),
-                    limits: *limits,
-                    description: description.clone(),
-                };
-                self.scheduler_config(&change, &StabilityInput::default(), now)
-            }
-            Command::UpdateSchedulerConfig {
-                name,
-                config,
-                target_version,
-                limits,
-                description,
-            } => {
-                let change = SchedulerConfigChange::Update {
-                    name: name.clone(),
-                    config: config.clone(),
-                    target_version: *target_version,
-                    limits: *limits,
-                    description: description.clone(),
-                };
-                self.scheduler_config(&change, &StabilityInput::default(), now)
+            Command::CreateSchedulerConfig { .. } | Command::UpdateSchedulerConfig { .. } => {
+                match SchedulerConfigChange::of(cmd) {
+                    Some(change) => self.scheduler_config(&change, &StabilityInput::default(), now),
+                    None => Err(invalid("not a scheduler config command")),
+                }
             }
             Command::WithStability { change, stability } => {
                 self.scheduler_config(change, stability, now)
@@ -753,30 +820,7 @@ impl Machine {
                 name,
                 instance_type,
                 capacity,
-            } => {
-                if let Some(n) = self.state.acct.nodes.find(name) {
-                    let node = self.state.acct.nodes.node(n);
-                    let flavor = self.state.names.flavor_name(node.flavor).to_string();
-                    if &flavor != instance_type {
-                        return Err(conflict(format!(
-                            "node {name:?} is registered as {flavor}, not {instance_type}; a node keeps its instance type"
-                        )));
-                    }
-                    if !node.healthy {
-                        events.extend(self.state.set_node_health(name, true, now)?);
-                    }
-                    return Ok(Reply::Done);
-                }
-                if instance_type.is_empty() {
-                    return Err(invalid(format!(
-                        "node {name:?}: an instance type is required"
-                    )));
-                }
-                let learned = self.check_type(name, instance_type, capacity)?;
-                self.state.add_node(name, instance_type, capacity)?;
-                self.learn(instance_type, learned);
-                Ok(Reply::Done)
-            }
+            } => self.register_node(name, instance_type, capacity, now, events),
             Command::SetNodeHealth {
                 name,
                 healthy,
