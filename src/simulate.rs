@@ -117,6 +117,13 @@ impl Sim {
         self.queue.insert((t, self.seq), a);
     }
 
+    /// Queues a `Wake` at `end`, once per instant.
+    fn wake_at(&mut self, end: Time) {
+        if self.wakes.insert(end) {
+            self.push(end, Action::Wake);
+        }
+    }
+
     fn name(&self, id: WlId) -> String {
         self.state.workload(id).spec.name.clone()
     }
@@ -139,9 +146,7 @@ impl Sim {
                     // A live leader cycles on a timer; here time moves only with events, so a
                     // preemptor that waits on this minimum run time needs one at its end.
                     if let Some(end) = run_time_ends(&self.state.policy, t) {
-                        if self.wakes.insert(end) {
-                            self.push(end, Action::Wake);
-                        }
+                        self.wake_at(end);
                     }
                     self.admitted_json(t, *wl)
                 }
@@ -318,9 +323,7 @@ impl Sim {
                     .filter(|end| *end > t)
                     .collect();
                 for end in ends {
-                    if self.wakes.insert(end) {
-                        self.push(end, Action::Wake);
-                    }
+                    self.wake_at(end);
                 }
             }
         }

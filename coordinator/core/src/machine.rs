@@ -473,9 +473,7 @@ impl Machine {
                 Event::Admitted { .. } => self.counters.admitted += 1,
                 Event::Preempted { wl, .. } => {
                     self.counters.preempted += 1;
-                    let ran = (self.state.workloads.get(wl))
-                        .and_then(|w| w.admitted_at)
-                        .map_or(0, |a| now.saturating_sub(a).max(0));
+                    let ran = (self.state.workloads.get(wl)).map_or(0, |w| w.ran_for(now));
                     self.counters.preempted_run_ms += ran as u64;
                 }
                 Event::AdmissionRetried { .. } => self.counters.retried += 1,

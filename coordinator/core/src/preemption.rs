@@ -279,6 +279,17 @@ fn spared(ctx: &Ctx, id: WlId, c: &Workload) -> bool {
     protection::spared(&ctx.st.policy, c, admitted_at, ctx.now).is_some()
 }
 
+/// Whether a search may find a team's candidates spared by the stability rules: a rival's,
+/// when taking it would rebalance borrowed capacity, with a rule on.
+fn spares(ctx: &Ctx, own: bool, rebalance: bool) -> bool {
+    !own && rebalance && ctx.st.policy.stability != Stability::OFF
+}
+
+/// Lowers `cap` to `p` (the lowest priority seen so far).
+fn lower(cap: &mut Option<i32>, p: i32) {
+    *cap = Some(cap.map_or(p, |c| c.min(p)));
+}
+
 /// Team `m`'s admissions (admitted, or planned in this cycle) that use a pair of `f_set`,
 /// removed ones included (`allowed` skips those). With `sorted`, in the search's order
 /// within one team (`order`: being evicted first, lower priority, most recently admitted,
@@ -400,7 +411,6 @@ fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrI
         .all(|(fr, v)| !quota::borrows_with(st, &ctx.acct, t, *fr, *v));
     let bwc = policy.borrow_within_cohort;
     for m in reclaimable_teams(ctx, wl, f_set) {
-        let first = cands.len();
         // The lowest priority of the team's candidates the stability rules spare (as a
         // preemptor that borrows would take them): none above it is taken (`Walk`).
         let mut cap: Option<i32> = None;
@@ -421,25 +431,19 @@ fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrI
             };
             // Taken while the preemptor borrows: a rebalance of borrowed capacity.
             if kind == Kind::WhileBorrowing && spared(ctx, id, c) {
-                cap = Some(cap.map_or(c.priority, |p| p.min(c.priority)));
+                lower(&mut cap, c.priority);
                 continue;
             }
             cands.push(Cand { id, team: m, kind });
         }
         if let Some(p) = cap {
-            let st = ctx.st;
-            let mut i = first;
-            while i < cands.len() {
-                let c = st.workload(cands[i].id);
-                if cands[i].kind == Kind::WhileBorrowing
-                    && c.state != WlState::Evicting
-                    && c.priority > p
-                {
-                    cands.remove(i);
-                } else {
-                    i += 1;
-                }
-            }
+            cands.retain(|c| {
+                let w = st.workload(c.id);
+                c.team != m
+                    || c.kind != Kind::WhileBorrowing
+                    || w.state == WlState::Evicting
+                    || w.priority <= p
+            });
         }
     }
     cands
@@ -820,7 +824,7 @@ impl Pools {
         }
         let own = m == self.own;
         let never = &self.never;
-        let spares = !own && self.rebalance && ctx.st.policy.stability != Stability::OFF;
+        let spares = spares(ctx, own, self.rebalance);
         *self.any.entry(m).or_insert_with(|| {
             // The own team's lowest holder, kept across the cycle, tells at once when none of
             // its workloads may go (a low-priority preemptor's team holds only its equals and
@@ -842,11 +846,10 @@ impl Pools {
                 if c.state == WlState::Evicting {
                     return true;
                 }
-                let p = Some(c.priority);
                 if spared(ctx, id, c) {
-                    cap = cap.min(p).or(p);
+                    lower(&mut cap, c.priority);
                 } else {
-                    lowest = lowest.min(p).or(p);
+                    lower(&mut lowest, c.priority);
                 }
             }
             lowest.is_some_and(|l| cap.is_none_or(|c| l <= c))
@@ -1020,7 +1023,7 @@ impl Walk {
         ids: &[WlId],
     ) -> Option<Cand> {
         let is_own = m == own;
-        let spares = !is_own && rebalance && ctx.st.policy.stability != Stability::OFF;
+        let spares = spares(ctx, is_own, rebalance);
         while let Some(&id) = ids.get(self.next) {
             if allowed(ctx, wl, id, is_own, never) {
                 let c = ctx.st.workload(id);
@@ -1039,7 +1042,7 @@ impl Walk {
                         kind: Kind::Advantage,
                     });
                 }
-                self.cap = Some(self.cap.map_or(c.priority, |p| p.min(c.priority)));
+                lower(&mut self.cap, c.priority);
             }
             self.next += 1;
         }

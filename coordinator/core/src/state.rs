@@ -209,6 +209,11 @@ impl Workload {
         self.state != WlState::Evicting && self.preempted_by.as_ref().is_some_and(|p| p.time == now)
     }
 
+    /// How long it has run at `now` since its admission (0 when not admitted).
+    pub fn ran_for(&self, now: Time) -> i64 {
+        self.admitted_at.map_or(0, |a| now.saturating_sub(a).max(0))
+    }
+
     pub fn queue_key(&self) -> QueueKey {
         QueueKey {
             neg_priority: -i64::from(self.priority),
@@ -1526,7 +1531,7 @@ impl State {
                 let v = wl_mut(&mut self.workloads, &p.victim).expect("checked");
                 v.state = WlState::Evicting;
                 v.preemptions += 1;
-                v.lost_run_ms += v.admitted_at.map_or(0, |a| now.saturating_sub(a).max(0));
+                v.lost_run_ms += v.ran_for(now);
                 v.eviction = Some(("Preempted".into(), p.message.clone()));
                 v.preempted_by = Some(PreemptedBy {
                     preemptor: p.preemptor,
