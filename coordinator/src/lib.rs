@@ -2,6 +2,7 @@
 //! (`replica`), the durable log (`raftlog`), and the server that puts them on the network.
 
 pub mod budget;
+pub mod config_text;
 pub mod http;
 pub mod journal;
 pub mod leader;

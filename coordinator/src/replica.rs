@@ -127,7 +127,12 @@ impl SnapshotCodec {
             encode_machine: |m| wire::encode_snapshot(m).map_err(|e| e.to_string()),
             decode_machine: |b| wire::decode_snapshot(b).map_err(|e| e.to_string()),
             encode_cmd: |c| wire::encode(c).map_err(|e| e.to_string()),
-            decode_cmd: |b| wire::decode(b).map_err(|e| e.to_string()),
+            // Entries in an earlier release's form are read into the current one.
+            decode_cmd: |b| {
+                wire::decode(b)
+                    .map(crate::config_text::upgrade)
+                    .map_err(|e| e.to_string())
+            },
         }
     }
 }

@@ -18,13 +18,14 @@ use allot_common::api::{
 };
 use allot_common::timefmt::now_ms;
 pub use allot_common::BoxError;
-use allot_core::machine::{Command, Entry as Cmd, Machine, SchedulerConfigChange};
+use allot_core::machine::{Command, Entry as Cmd, Machine, SchedulerConfigSet};
 use allot_core::views;
 use allot_net::tls::{self, Identity, TlsFiles};
 use allot_net::wire;
 use raft::eraftpb::{Message, MessageType};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::config_text;
 use crate::leader::{Leader, LeaderConfig, Millis, RoleChange};
 use crate::metrics::Metrics;
 pub use crate::priority::RaftPriority;
@@ -1155,16 +1156,8 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             admin_only(who, "create the cluster scheduler config")?;
             allot_common::names::check_entity_name("scheduler config", &name)
                 .map_err(|e| ApiError::new(ErrorKind::Invalid, e))?;
-            sh.propose(Command::WithStability {
-                change: SchedulerConfigChange::Create {
-                    name,
-                    config,
-                    limits,
-                    description,
-                },
-                stability,
-            })
-            .await
+            let set = config_text::request(name, None, &config, limits, description, stability)?;
+            propose_config(sh, set).await
         }
         Body::UpdateSchedulerConfig {
             name,
@@ -1175,21 +1168,16 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             stability,
         } => {
             admin_only(who, "update the cluster scheduler config")?;
-            sh.propose(Command::WithStability {
-                change: SchedulerConfigChange::Update {
-                    name,
-                    config,
-                    target_version,
-                    limits,
-                    description,
-                },
-                stability,
-            })
-            .await
+            let target = Some(target_version);
+            let set = config_text::request(name, target, &config, limits, description, stability)?;
+            propose_config(sh, set).await
         }
         Body::DescribeSchedulerConfig => {
             sh.read(Box::new(|m: &Machine| match &m.scheduler_config {
-                Some(r) => Ok(Reply::SchedulerConfig(r.view.clone())),
+                Some(r) => Ok(Reply::SchedulerConfig(config_text::with_text(
+                    r.view.clone(),
+                    &m.state.policy,
+                ))),
                 None => Err(ApiError::new(
                     ErrorKind::NotFound,
                     "the cluster has no scheduler config; create one with create-cluster-scheduler-config",
@@ -1505,6 +1493,17 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
 }
 
 /// A live cluster places every pod on a node: a pod set that requests nothing is refused.
+/// Proposes a scheduler config change; the reply shows the config as the policy set renders.
+async fn propose_config(sh: &Shared, set: SchedulerConfigSet) -> Response {
+    let policy = set.policy.clone();
+    match sh.propose(Command::SetSchedulerConfig(set)).await? {
+        Reply::SchedulerConfig(view) => Ok(Reply::SchedulerConfig(config_text::with_text(
+            view, &policy,
+        ))),
+        other => Ok(other),
+    }
+}
+
 fn check_placeable(input: &allot_common::api::SubmitInput) -> Result<(), ApiError> {
     input
         .spec

@@ -19,68 +19,17 @@ use allot_common::api::{
     ComputeQuotaView, ErrorKind, NodeReport, PodExit, Reply, RunSpec, SchedulerConfigView,
     StabilityInput, SubmitInput, WorkloadSelector,
 };
-use allot_common::hyperpod::{parse_scheduler_config, ComputeQuotaConfig};
+use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::ResourceName;
 use allot_common::{Catalog, ClusterPolicy, Resources, TeamSpec};
 use serde::{Deserialize, Serialize};
+
+pub use crate::config_commands::{SchedulerConfigChange, SchedulerConfigSet};
 
 use crate::chunked::WlMap;
 use crate::ids::WlId;
 use crate::plan::Plan;
 use crate::state::{Event, State, StateError, Time, WlState};
-
-/// A scheduler config command's fields, as `Command::WithStability` carries them (an enum of
-/// its own: a log entry holds no recursive type, whose decoding could run the stack out).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum SchedulerConfigChange {
-    Create {
-        name: String,
-        config: String,
-        limits: AdmissionLimitsInput,
-        description: Option<String>,
-    },
-    Update {
-        name: String,
-        config: String,
-        target_version: u64,
-        limits: AdmissionLimitsInput,
-        description: Option<String>,
-    },
-}
-
-impl SchedulerConfigChange {
-    /// The change a bare `CreateSchedulerConfig` or `UpdateSchedulerConfig` makes (written
-    /// before the stability rules; they keep the rules as they are).
-    fn of(cmd: &Command) -> Option<SchedulerConfigChange> {
-        Some(match cmd.clone() {
-            Command::CreateSchedulerConfig {
-                name,
-                config,
-                limits,
-                description,
-            } => SchedulerConfigChange::Create {
-                name,
-                config,
-                limits,
-                description,
-            },
-            Command::UpdateSchedulerConfig {
-                name,
-                config,
-                target_version,
-                limits,
-                description,
-            } => SchedulerConfigChange::Update {
-                name,
-                config,
-                target_version,
-                limits,
-                description,
-            },
-            _ => return None,
-        })
-    }
-}
 
 /// One entry of the replicated log: a command and the leader's clock when it was proposed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -213,6 +162,9 @@ pub enum Command {
         change: SchedulerConfigChange,
         stability: StabilityInput,
     },
+    /// Creates or updates the scheduler config, the policy parsed (the three variants above
+    /// carry its text: the log reader turns them into this one, `config_commands`).
+    SetSchedulerConfig(SchedulerConfigSet),
 }
 
 impl Command {
@@ -228,6 +180,7 @@ impl Command {
                 SchedulerConfigChange::Create { .. } => "create-cluster-scheduler-config",
                 SchedulerConfigChange::Update { .. } => "update-cluster-scheduler-config",
             },
+            Command::SetSchedulerConfig(set) => set.kind(),
             Command::Submit(_) | Command::SubmitPlanned { .. } => "submit",
             Command::SubmitBatch(_) => "submit-batch",
             Command::Cancel { .. } => "cancel",
@@ -505,102 +458,79 @@ impl Machine {
         }
     }
 
-    /// Creates or updates the scheduler config (`cmd`, one of those two commands), with
-    /// `stability`'s changes to the stability rules.
-    fn scheduler_config(
-        &mut self,
-        change: &SchedulerConfigChange,
-        stability: &StabilityInput,
-        now: Time,
-    ) -> Result<Reply, ApiError> {
-        match change {
-            SchedulerConfigChange::Create {
-                name,
-                config,
-                limits,
-                description,
-            } => {
-                if let Some(r) = &self.scheduler_config {
-                    return Err(conflict(format!(
-                        "the cluster already has scheduler config {:?}; use update-cluster-scheduler-config",
+    /// Creates or updates the scheduler config (`set.target_version`), the stability rules
+    /// changed by `set.stability`.
+    fn scheduler_config(&mut self, set: &SchedulerConfigSet, now: Time) -> Result<Reply, ApiError> {
+        let name = &set.name;
+        if let Some(d) = &set.description {
+            allot_common::names::check_description("scheduler config", d).map_err(invalid)?;
+        }
+        let (base_limits, base_stability) = match (&self.scheduler_config, set.target_version) {
+            (Some(r), None) => {
+                return Err(conflict(format!(
+                    "the cluster already has scheduler config {:?}; use update-cluster-scheduler-config",
+                    r.view.name
+                )))
+            }
+            (None, None) => {
+                allot_common::names::check_entity_name("scheduler config", name)
+                    .map_err(invalid)?;
+                (AdmissionLimits::default(), allot_common::Stability::default())
+            }
+            (None, Some(_)) => {
+                return Err(not_found(
+                    "the cluster has no scheduler config yet; create one with create-cluster-scheduler-config",
+                ))
+            }
+            (Some(r), Some(target)) => {
+                if &r.view.name != name {
+                    return Err(not_found(format!(
+                        "unknown scheduler config {name:?}; the cluster's is {:?}",
                         r.view.name
                     )));
                 }
-                allot_common::names::check_entity_name("scheduler config", name)
-                    .map_err(invalid)?;
-                if let Some(d) = description {
-                    allot_common::names::check_description("scheduler config", d)
-                        .map_err(invalid)?;
+                if r.view.version != target {
+                    return Err(conflict(format!(
+                        "scheduler config {name:?} is at version {}, the update targets version {target}",
+                        r.view.version
+                    )));
                 }
-                let limits = AdmissionLimits::default().with(limits).map_err(invalid)?;
-                let mut policy = parse_policy(config)?;
-                policy.stability = stability
-                    .apply(allot_common::Stability::default())
-                    .map_err(invalid)?;
-                let stability = policy.stability;
-                self.state.set_policy(policy)?;
-                self.limits = limits;
-                let view = SchedulerConfigView {
+                (self.limits, self.state.policy.stability)
+            }
+        };
+        let limits = base_limits.with(&set.limits).map_err(invalid)?;
+        let mut policy = set.policy.clone();
+        policy.stability = set.stability.apply(base_stability).map_err(invalid)?;
+        policy
+            .validate()
+            .map_err(|e| invalid(format!("scheduler config {name:?}: {e}")))?;
+        let stability = policy.stability;
+        self.state.set_policy(policy)?;
+        self.limits = limits;
+        let rec = self
+            .scheduler_config
+            .get_or_insert_with(|| SchedulerConfigRecord {
+                view: SchedulerConfigView {
                     name: name.clone(),
-                    config: config.clone(),
-                    description: description.clone(),
-                    version: 1,
+                    config: String::new(),
+                    description: None,
+                    version: 0,
                     created_ms: now,
                     updated_ms: now,
                     limits,
                     stability,
-                };
-                self.scheduler_config = Some(SchedulerConfigRecord { view: view.clone() });
-                Ok(Reply::SchedulerConfig(view))
-            }
-            SchedulerConfigChange::Update {
-                name,
-                config,
-                target_version,
-                limits,
-                description,
-            } => {
-                let Some(rec) = &self.scheduler_config else {
-                    return Err(not_found(
-                        "the cluster has no scheduler config yet; create one with create-cluster-scheduler-config",
-                    ));
-                };
-                if &rec.view.name != name {
-                    return Err(not_found(format!(
-                        "unknown scheduler config {name:?}; the cluster's is {:?}",
-                        rec.view.name
-                    )));
-                }
-                if rec.view.version != *target_version {
-                    return Err(conflict(format!(
-                        "scheduler config {name:?} is at version {}, the update targets version {target_version}",
-                        rec.view.version
-                    )));
-                }
-                if let Some(d) = description {
-                    allot_common::names::check_description("scheduler config", d)
-                        .map_err(invalid)?;
-                }
-                let limits = self.limits.with(limits).map_err(invalid)?;
-                let mut policy = parse_policy(config)?;
-                policy.stability = stability
-                    .apply(self.state.policy.stability)
-                    .map_err(invalid)?;
-                let stability = policy.stability;
-                self.state.set_policy(policy)?;
-                self.limits = limits;
-                let rec = self.scheduler_config.as_mut().expect("checked above");
-                rec.view.limits = limits;
-                rec.view.stability = stability;
-                if description.is_some() {
-                    rec.view.description = description.clone();
-                }
-                rec.view.config = config.clone();
-                rec.view.version += 1;
-                rec.view.updated_ms = now;
-                Ok(Reply::SchedulerConfig(rec.view.clone()))
-            }
+                },
+            });
+        rec.view.limits = limits;
+        rec.view.stability = stability;
+        if set.description.is_some() {
+            rec.view.description = set.description.clone();
         }
+        // The text is the reader's to render from the policy (the core writes no AWS syntax).
+        rec.view.config = String::new();
+        rec.view.version += 1;
+        rec.view.updated_ms = now;
+        Ok(Reply::SchedulerConfig(rec.view.clone()))
     }
 
     /// `create-compute-quota`: a team and its quota, once per team.
@@ -775,15 +705,14 @@ impl Machine {
                 self.quotas.remove(name);
                 Ok(Reply::Done)
             }
-            Command::CreateSchedulerConfig { .. } | Command::UpdateSchedulerConfig { .. } => {
-                match SchedulerConfigChange::of(cmd) {
-                    Some(change) => self.scheduler_config(&change, &StabilityInput::default(), now),
-                    None => Err(invalid("not a scheduler config command")),
-                }
-            }
-            Command::WithStability { change, stability } => {
-                self.scheduler_config(change, stability, now)
-            }
+            Command::CreateSchedulerConfig { .. }
+            | Command::UpdateSchedulerConfig { .. }
+            | Command::WithStability { .. } => Err(invalid(
+                "a scheduler config command with the config's text, as releases before the typed \
+                 form wrote it: the log reader turns it into the typed form before it is applied \
+                 (allot_coordinator::config_text)",
+            )),
+            Command::SetSchedulerConfig(set) => self.scheduler_config(set, now),
             Command::Submit(input) => {
                 let (id, existing) = self.submit(input, now, events)?;
                 Ok(self.submitted(input, id, existing))
@@ -1373,8 +1302,4 @@ impl Machine {
     pub fn digest(&self, encode: impl Fn(&Machine) -> Vec<u8>) -> u64 {
         allot_common::api::fnv1a(encode(self))
     }
-}
-
-fn parse_policy(config: &str) -> Result<ClusterPolicy, ApiError> {
-    parse_scheduler_config(config).map_err(|e| invalid(format!("--scheduler-config: {e}")))
 }

@@ -772,6 +772,8 @@ fn times_are_seconds() {
 // ---------------------------------------------------------------- the replicated machine
 
 #[test]
+// The quotas are written as a user writes them and read before the commands exist.
+#[allow(clippy::disallowed_methods)]
 fn through_machine_commands() {
     fn apply(m: &mut Machine, now: i64, cmd: Command) {
         let (r, _) = m.apply(&Entry { now, cmd });

@@ -180,7 +180,9 @@ pub fn machine_with_team_a(shorthand: &str) -> allot_core::machine::Machine {
 }
 
 /// The command that creates compute quota `name` for `team` (weight 1, enabled) from the AWS
-/// CLI shorthand of its configuration.
+/// CLI shorthand of its configuration (read here, as the coordinator reads a request, before the
+/// command exists: the core itself never reads it).
+#[allow(clippy::disallowed_methods)]
 pub fn create_quota(name: &str, team: &str, shorthand: &str) -> allot_core::machine::Command {
     use allot_common::api::{ActivationState, ComputeQuotaInput};
     let config = allot_common::hyperpod::ComputeQuotaConfig::parse_shorthand(shorthand)

@@ -2,8 +2,14 @@
 //! by variant index and field order: a field added to a command's variant makes every entry
 //! written before it undecodable, and the replicas skip it (issue 55 is to version the
 //! formats). These bytes are entries as the release 75e4f1d wrote them (`wire::encode` of an
-//! `Entry`), so this test fails when a change makes them unreadable.
+//! `Entry`), so this test fails when a change makes them unreadable. They are read the way a
+//! replica reads its log (`SnapshotCodec::wire`), which turns the scheduler config text of
+//! older entries into the typed command the core applies.
 
+use allot_common::api::StabilityInput;
+use allot_common::Stability;
+use allot_coordinator::config_text::upgrade;
+use allot_coordinator::replica::SnapshotCodec;
 use allot_core::machine::{Command, Entry, Machine, SchedulerConfigChange};
 use allot_net::wire;
 
@@ -22,31 +28,51 @@ const CREATE: &str =
 const UPDATE: &str =
     "fd00d0ca9f17030000040764656661756c74124661697253686172653d44697361626c65640100000000";
 
+/// An entry as a replica reads it from its log.
+fn read(b: &[u8]) -> Entry {
+    (SnapshotCodec::wire().decode_cmd)(b).expect("the entry decodes")
+}
+
 #[test]
 fn scheduler_config_entries_written_before_the_stability_rules_decode_and_apply() {
-    let create: Entry = wire::decode(&bytes(CREATE)).expect("the old create entry decodes");
+    let raw: Entry = wire::decode(&bytes(CREATE)).expect("the old create entry decodes");
     assert!(matches!(
-        &create.cmd,
+        &raw.cmd,
         Command::CreateSchedulerConfig { name, config, description, .. }
             if name == "default" && config == "FairShare=Enabled" && description.as_deref() == Some("d")
     ));
-    let update: Entry = wire::decode(&bytes(UPDATE)).expect("the old update entry decodes");
+    // The core reads no AWS text: the entry as written is refused, as read it applies.
+    let err = Machine::new()
+        .apply(&raw)
+        .0
+        .expect_err("the core refuses the text form");
+    assert!(err.message.contains("log reader"), "{}", err.message);
+    let create = read(&bytes(CREATE));
+    let Command::SetSchedulerConfig(set) = &create.cmd else {
+        panic!(
+            "the old create is read as the typed command: {:?}",
+            create.cmd
+        );
+    };
+    assert!(set.policy.fair_share && set.target_version.is_none());
+    let update = read(&bytes(UPDATE));
     let mut m = Machine::new();
     let (r, _) = m.apply(&create);
     r.expect("the old create applies");
     // A config made by an entry without the rules gets the live defaults.
-    assert_eq!(m.state.policy.stability, allot_common::Stability::default());
+    assert_eq!(m.state.policy.stability, Stability::default());
     let (r, _) = m.apply(&update);
     r.expect("the old update applies");
     assert!(!m.state.policy.fair_share);
     let view = &m.scheduler_config.as_ref().expect("a config").view;
     assert_eq!((view.version, view.limits.max_pending_per_team), (2, 7));
+    assert_eq!(view.description.as_deref(), Some("d"));
 }
 
-/// The stability rules travel in a variant appended to the command enum: a current entry
-/// round-trips, and the bare commands keep the layout above.
+/// An entry written with the stability rules (`WithStability`, the text form) keeps its rules
+/// when it is read into the typed form.
 #[test]
-fn a_scheduler_config_entry_with_the_stability_rules_round_trips() {
+fn a_scheduler_config_entry_with_the_stability_rules_is_read_with_them() {
     let old: Entry = wire::decode(&bytes(CREATE)).expect("decodes");
     assert_eq!(wire::encode(&old).expect("encodes"), bytes(CREATE));
     let Command::CreateSchedulerConfig {
@@ -67,21 +93,52 @@ fn a_scheduler_config_entry_with_the_stability_rules_round_trips() {
                 limits,
                 description,
             },
-            stability: allot_common::api::StabilityInput {
+            stability: StabilityInput {
                 minimum_run_time_s: Some(60),
                 preemption_budget: Some(0),
             },
         },
     };
-    let back: Entry = wire::decode(&wire::encode(&e).expect("encodes")).expect("decodes");
-    assert_eq!(back, e);
+    let back = read(&wire::encode(&e).expect("encodes"));
+    assert!(matches!(back.cmd, Command::SetSchedulerConfig(_)));
     let mut m = Machine::new();
     m.apply(&back).0.expect("applies");
     assert_eq!(
         m.state.policy.stability,
-        allot_common::Stability {
+        Stability {
             minimum_run_time_s: 60,
             preemption_budget: 0
         }
     );
+}
+
+/// An old entry whose text never parsed stays refused, with nothing changed, on every replica.
+#[test]
+fn an_old_entry_with_bad_text_is_still_refused() {
+    let e = Entry {
+        now: 1,
+        cmd: Command::CreateSchedulerConfig {
+            name: "default".into(),
+            config: "FairShare=Sometimes".into(),
+            limits: Default::default(),
+            description: None,
+        },
+    };
+    let read = upgrade(e.clone());
+    assert!(
+        matches!(read.cmd, Command::WithStability { .. }),
+        "{:?}",
+        read.cmd
+    );
+    let mut m = Machine::new();
+    assert!(m.apply(&read).0.is_err());
+    assert!(m.scheduler_config.is_none());
+}
+
+/// The typed command round-trips through the log's encoding.
+#[test]
+fn the_typed_command_round_trips() {
+    let e = read(&bytes(UPDATE));
+    let again = read(&wire::encode(&e).expect("encodes"));
+    assert_eq!(again, e);
 }
