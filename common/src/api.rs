@@ -661,6 +661,8 @@ pub enum Body {
         rank: u32,
         status: String,
     },
+    /// `allot usage`: who used, borrowed and lent what over a period.
+    Usage(crate::usage::UsageQuery),
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -885,6 +887,7 @@ pub enum Reply {
     Arrays(Vec<ArrayView>),
     History(Vec<HistoryRow>),
     RegistryCredentials(Vec<RegistryCredentialView>),
+    Usage(crate::usage::UsageReport),
 }
 
 /// A bulk cancel's reply names at most this many workloads (and counts them all).

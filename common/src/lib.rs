@@ -11,6 +11,7 @@ pub mod policy;
 pub mod quota;
 pub mod resource;
 pub mod timefmt;
+pub mod usage;
 pub mod workload;
 
 /// The one boxed error of the servers' shells (coordinator and agent).

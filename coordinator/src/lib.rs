@@ -13,3 +13,4 @@ pub mod raft_inputs;
 pub mod raftlog;
 pub mod replica;
 pub mod server;
+pub mod snapshot_compat;

@@ -125,7 +125,7 @@ impl SnapshotCodec {
         use allot_net::wire;
         SnapshotCodec {
             encode_machine: |m| wire::encode_snapshot(m).map_err(|e| e.to_string()),
-            decode_machine: |b| wire::decode_snapshot(b).map_err(|e| e.to_string()),
+            decode_machine: crate::snapshot_compat::decode_machine,
             encode_cmd: |c| wire::encode(c).map_err(|e| e.to_string()),
             // Entries in an earlier release's form are read into the current one.
             decode_cmd: |b| {

@@ -1299,6 +1299,25 @@ async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> Response {
             }))
             .await
         }
+        Body::Usage(q) => {
+            let team = match (team_scope(who, "read usage reports")?, q.team.clone()) {
+                (Some(mine), Some(asked)) if mine != asked => {
+                    return Err(forbidden(
+                        who,
+                        &format!("read team {asked:?}'s usage; it acts for team {mine:?} only"),
+                    ))
+                }
+                (mine, asked) => mine.or(asked),
+            };
+            let q = allot_common::usage::UsageQuery { team, ..q };
+            let now = allot_common::timefmt::now_ms();
+            sh.read(Box::new(move |m: &Machine| {
+                allot_core::usage_report::report(&m.usage, &q, now)
+                    .map(Reply::Usage)
+                    .map_err(|e| ApiError::new(ErrorKind::Invalid, e))
+            }))
+            .await
+        }
         Body::History(f) => {
             let scoped = scoped_filter(
                 who,

@@ -142,3 +142,53 @@ fn the_typed_command_round_trips() {
     let again = read(&wire::encode(&e).expect("encodes"));
     assert_eq!(again, e);
 }
+
+/// A snapshot as 2d6bbda (the release before the usage ledger) wrote it: team-a with a quota of
+/// two ml.g5.8xlarge, one such node, three one-GPU workloads submitted and a plan applied.
+const SNAPSHOT_2D6BBDA: &str = include_str!("data/snapshot-2d6bbda.hex");
+
+#[test]
+fn a_snapshot_written_before_the_usage_ledger_is_read_with_one() {
+    let b = bytes(SNAPSHOT_2D6BBDA.trim());
+    assert!(
+        wire::decode_snapshot::<Machine>(&b).is_err(),
+        "the fixture is in the older layout"
+    );
+    let m = (SnapshotCodec::wire().decode_machine)(&b).expect("the old snapshot is read");
+    let holding: Vec<_> = (m.state.workloads.iter())
+        .filter(|(_, w)| w.state.holds_quota())
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(m.state.workloads.len(), 3);
+    assert!(!holding.is_empty(), "the plan admitted something");
+    let counted: Vec<_> = m.usage.counted().collect();
+    assert_eq!(counted, holding, "what runs is counted from here on");
+    // Usage accrues from the latest time the snapshot shows (its plan, at 3,000 ms).
+    let mut m = m;
+    let q = allot_common::usage::UsageQuery {
+        since_ms: 0,
+        until_ms: 4 * 3_600_000,
+        team: None,
+        by: vec![],
+    };
+    m.apply(&Entry {
+        now: 3_600_000,
+        cmd: Command::Cancel {
+            name: "w2".into(),
+            team: None,
+        },
+    })
+    .0
+    .expect("applies");
+    let r = allot_core::usage_report::report(&m.usage, &q, 2 * 3_600_000).expect("a report");
+    let gpu = r
+        .lines
+        .iter()
+        .find(|l| l.resource == "gpu")
+        .expect("a gpu line");
+    assert_eq!(
+        gpu.amounts.used,
+        holding.len() as i128 * (2 * 3_600_000 - 3_000),
+        "one GPU each from the plan to the report"
+    );
+}

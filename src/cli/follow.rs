@@ -148,9 +148,10 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
+        "d" => 86_400.0,
         _ => {
             return Err(format!(
-                "{s:?}: use a number of seconds, or one with ms, s, m or h"
+                "{s:?}: use a number of seconds, or one with ms, s, m, h or d"
             ))
         }
     };

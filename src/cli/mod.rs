@@ -13,12 +13,14 @@ use allot_common::api::{
 };
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::timefmt::now_ms;
+use allot_common::usage::{UsageBy, UsageQuery};
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Subcommand};
 
 mod follow;
 mod job_file;
 mod render;
+mod usage;
 
 use crate::client::{api, Client, ClientOpts};
 use allot_common::api::ErrorKind;
@@ -336,6 +338,26 @@ pub enum ClusterCmd {
         /// Do not ask for confirmation.
         #[arg(short = 'y', long)]
         yes: bool,
+    },
+    /// Who used, borrowed and lent what: resource-hours per team (or class, instance type,
+    /// day), split into own quota, borrowed, lent, idle and lost to preemption, and who lent to
+    /// whom (HyperPod's utilization reports; Slurm's sreport).
+    Usage {
+        /// From: a time ago (7d, 12h) or a UTC time or date (2026-11-26); default 7d.
+        #[arg(long, value_parser = parse_when)]
+        since: Option<When>,
+        /// Until: a time ago or a UTC time or date; default now.
+        #[arg(long, value_parser = parse_when)]
+        until: Option<When>,
+        /// Only this team (users see only their own team anyway).
+        #[arg(long)]
+        team: Option<String>,
+        /// Group by team, class, instance-type, day, or several (day,team).
+        #[arg(long, value_delimiter = ',', value_parser = UsageBy::parse, default_value = "team")]
+        by: Vec<UsageBy>,
+        /// Output format: a table in hours, CSV in hours, or JSON in exact resource-milliseconds.
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        format: HistoryFormat,
     },
     /// Finished workloads (succeeded, failed, cancelled), newest first: when each was
     /// submitted, waited, ran and ended, where, and how (as Slurm's sacct).
@@ -821,6 +843,25 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             };
             println!("{}", cancel_summary(count, &names, "Cancelled"));
         }
+        ClusterCmd::Usage {
+            since,
+            until,
+            team,
+            by,
+            format,
+        } => {
+            let now = now_ms();
+            let q = UsageQuery {
+                since_ms: since.map_or(now - 7 * 86_400_000, |w| w.at(now)),
+                until_ms: until.map_or(now, |w| w.at(now)),
+                team,
+                by,
+            };
+            let Reply::Usage(report) = api(c.call(Body::Usage(q)).await)? else {
+                bail!("unexpected answer to usage");
+            };
+            print!("{}", usage::render(&report, format)?);
+        }
         ClusterCmd::History {
             team,
             state,
@@ -938,7 +979,10 @@ fn parse_when(s: &str) -> Result<When, String> {
         return Ok(When::At(ms));
     }
     parse_duration(s).map(When::Ago).map_err(|_| {
-        format!("{s:?}: use a time ago (90s, 30m, 2h) or a UTC time (2026-11-26T08:00:00Z)")
+        format!(
+            "{s:?}: use a time ago (90s, 30m, 2h, 7d), a UTC time (2026-11-26T08:00:00Z) or a \
+             UTC date (2026-11-26)"
+        )
     })
 }
 

@@ -328,6 +328,8 @@ pub(crate) fn render(r: &Reply) -> String {
                 .collect::<Vec<_>>(),
         ),
         Reply::History(rows) => render_history(rows, HistoryFormat::Table).unwrap_or_default(),
+        // `allot usage` renders its report itself (usage.rs).
+        Reply::Usage(u) => format!("{} usage lines\n", u.lines.len()),
     }
 }
 

@@ -23,6 +23,8 @@ pub mod scheduler;
 pub mod shapes;
 pub mod state;
 pub mod texts;
+pub mod usage;
+pub mod usage_report;
 pub mod views;
 pub(crate) mod witness;
 pub mod working;

@@ -305,6 +305,10 @@ pub struct Machine {
     /// Teams' registry credentials: team -> registry host -> user and password.
     #[serde(default)]
     pub registry_credentials: BTreeMap<String, BTreeMap<String, allot_common::image::Credentials>>,
+    /// Who used, borrowed and lent what, hour by hour (`usage.rs`). Last: a snapshot written
+    /// before it existed is read with an empty ledger appended (the coordinator's reader).
+    #[serde(default)]
+    pub usage: crate::usage::Ledger,
 }
 
 impl Default for Machine {
@@ -399,6 +403,7 @@ impl Machine {
             history: BTreeMap::new(),
             learned_types: BTreeMap::new(),
             registry_credentials: BTreeMap::new(),
+            usage: crate::usage::Ledger::default(),
         }
     }
 
@@ -415,6 +420,15 @@ impl Machine {
         self.after_events(now, &mut events);
         self.count(&events[before..], now);
         self.forget_finished(now);
+        let config = r.is_ok()
+            && matches!(
+                entry.cmd,
+                Command::CreateComputeQuota(_)
+                    | Command::UpdateComputeQuota { .. }
+                    | Command::DeleteComputeQuota { .. }
+                    | Command::SetSchedulerConfig(_)
+            );
+        self.usage.observe(&self.state, now, &events, config);
         (r, events)
     }
 

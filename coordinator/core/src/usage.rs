@@ -1,0 +1,590 @@
+//! Usage accounting: who used, borrowed and lent what, hour by hour (issue 52).
+//!
+//! The [`Ledger`] lives in the replicated machine and is changed only by applying log entries,
+//! with the entries' own times: every replica, a restart from a snapshot and a new leader hold
+//! the same figures, and a replayed entry cannot count twice (it is never applied twice).
+//!
+//! What is counted is quota held: a workload counts from the entry that admits it to the entry
+//! after which it holds quota no more (finished, cancelled, requeued once its eviction ended),
+//! in its team's name, priority class and instance type (the flavor it was admitted on). Per
+//! team and instance type the ledger also keeps the nominal quota and how it was used:
+//! - **own**: used within the nominal, `min(used, nominal)`;
+//! - **borrowed**: used above the nominal, `max(0, used - nominal)`;
+//! - **lent**: the part of the unused nominal that the cohort's borrowers used. A cohort's
+//!   borrowing is split over its lenders in proportion to what each could lend at that instant
+//!   (unused nominal, at most its lending limit); what the lenders' idle quota does not cover
+//!   came from capacity no team owns ([`CLUSTER`]: cohort quota, idle resource sharing);
+//! - **idle**: nominal neither used nor lent, `nominal - own - lent`;
+//! - **lost**: run time thrown away by preemption, the workload's usage times the time from its
+//!   admission to its preemption, counted in the hour of the preemption.
+//!
+//! Amounts are quantities (the resource's base unit: millicores, bytes, devices) times
+//! milliseconds, in `i128`: exact, whatever the sums. Each row (a team's class on a resource, a
+//! team's quota split, a lender and a borrower) holds its rate since its last change; a change
+//! closes that row's interval into the hours (split at hour boundaries) and opens the next.
+//! An entry costs only the rows it changes: those of the workloads it moved, and of their
+//! team's cohort on the resources they hold. Hours older than [`KEEP_HOURS`] are dropped. An
+//! entry stamped earlier than the last change (a new leader whose clock is behind) counts as
+//! stamped at it: nothing is integrated backwards.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use allot_common::workload::PriorityRef;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{CohortId, FrId, TeamId, WlId};
+use crate::quota::Limits;
+use crate::state::{Event, State, Time};
+
+pub const HOUR_MS: i64 = 3_600_000;
+/// Hours kept: 400 days, a year's reports and a month to spare.
+pub const KEEP_HOURS: i64 = 400 * 24;
+/// The lender of borrowed capacity that no team's idle quota covered.
+pub const CLUSTER: &str = "(cluster)";
+/// The class of a workload that names none (or a bare priority value).
+pub const NO_CLASS: &str = "-";
+
+/// A string's index in the ledger's own table (teams, classes, instance types, resources).
+pub type Name = u32;
+
+/// Team, class, instance type, resource.
+pub type UsedKey = (Name, Name, Name, Name);
+/// Team, instance type, resource.
+pub type QuotaKey = (Name, Name, Name);
+/// Borrower, lender, instance type, resource.
+pub type LendKey = (Name, Name, Name, Name);
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsedAmount {
+    pub used: i128,
+    pub lost: i128,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaAmount {
+    pub nominal: i128,
+    pub own: i128,
+    pub borrowed: i128,
+    pub lent: i128,
+}
+
+impl QuotaAmount {
+    /// Nominal neither used nor lent.
+    pub fn idle(&self) -> i128 {
+        (self.nominal - self.own - self.lent).max(0)
+    }
+}
+
+/// One hour's amounts (quantity times milliseconds).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Hour {
+    pub used: BTreeMap<UsedKey, UsedAmount>,
+    pub quota: BTreeMap<QuotaKey, QuotaAmount>,
+    pub lending: BTreeMap<LendKey, i128>,
+}
+
+/// Each row's rate and since when it holds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Rates {
+    used: BTreeMap<UsedKey, (i64, Time)>,
+    /// Per team and instance type: nominal, own, borrowed, lent.
+    quota: BTreeMap<QuotaKey, ([i64; 4], Time)>,
+    lending: BTreeMap<LendKey, (i64, Time)>,
+}
+
+/// A workload being counted: its keys and quantities, and since when it holds quota.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Counted {
+    team: Name,
+    class: Name,
+    team_id: TeamId,
+    since: Time,
+    /// (flavor and resource, instance type, resource, quantity).
+    usage: Vec<(FrId, Name, Name, i64)>,
+}
+
+/// The interned strings the keys point into (append-only).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Names {
+    list: Vec<String>,
+    #[serde(skip)]
+    index: BTreeMap<String, Name>,
+}
+
+impl PartialEq for Names {
+    /// The index is a cache of the list.
+    fn eq(&self, other: &Names) -> bool {
+        self.list == other.list
+    }
+}
+
+impl Names {
+    fn id(&mut self, s: &str) -> Name {
+        if self.index.len() != self.list.len() {
+            self.reindex();
+        }
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.list.len() as Name;
+        self.list.push(s.to_string());
+        self.index.insert(s.to_string(), i);
+        i
+    }
+
+    fn reindex(&mut self) {
+        self.index = (self.list.iter().enumerate())
+            .map(|(i, s)| (s.clone(), i as Name))
+            .collect();
+    }
+
+    /// The string `n` stands for.
+    pub fn get(&self, n: Name) -> &str {
+        self.list.get(n as usize).map_or("?", String::as_str)
+    }
+
+    /// The index of `s`, if the ledger has seen it.
+    pub fn find(&self, s: &str) -> Option<Name> {
+        self.list.iter().position(|x| x == s).map(|i| i as Name)
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Ledger {
+    pub names: Names,
+    /// The latest entry time seen: a later entry stamped earlier counts as stamped at it.
+    last: Option<Time>,
+    rates: Rates,
+    counted: BTreeMap<WlId, Counted>,
+    /// By hour (milliseconds since the epoch divided by [`HOUR_MS`]); shared between copies of
+    /// the machine, so a snapshot's copy does not copy a year of hours.
+    hours: BTreeMap<i64, Arc<Hour>>,
+    /// Team and (flavor, resource) ids to the ledger's names: a cache (a name is interned
+    /// when first used, whether or not the cache knows it), cleared when the teams change.
+    #[serde(skip)]
+    team_names: BTreeMap<TeamId, Name>,
+    #[serde(skip)]
+    fr_names: BTreeMap<FrId, (Name, Name)>,
+}
+
+impl PartialEq for Ledger {
+    /// The name caches are not the ledger's content.
+    fn eq(&self, o: &Ledger) -> bool {
+        (self.names == o.names)
+            && (self.last == o.last)
+            && (self.rates == o.rates)
+            && (self.counted == o.counted)
+            && (self.hours == o.hours)
+    }
+}
+
+impl Ledger {
+    /// A ledger for a state that had none (a snapshot written before the ledger existed): it
+    /// counts what holds quota from the latest time the state shows (its last admission or
+    /// submission). What was used before is not known.
+    pub fn seeded(st: &State) -> Ledger {
+        let mut l = Ledger::default();
+        let at = (st.workloads.iter())
+            .map(|(_, w)| w.admitted_at.unwrap_or(0).max(w.submit_time))
+            .max()
+            .unwrap_or(0);
+        let holding: Vec<WlId> = (st.teams.iter())
+            .flat_map(|t| t.admitted.iter().copied())
+            .collect();
+        let mut touched = BTreeSet::new();
+        for id in holding {
+            l.start_counting(st, id, at, &mut touched);
+        }
+        l.all_quota_rows(st, at);
+        l.last = Some(at);
+        l
+    }
+
+    /// Takes in what the entry applied at `now` did: `events`, and whether it changed a quota
+    /// or the policy (`config`). Nothing to do when it moved no workload and changed no quota.
+    pub fn observe(&mut self, st: &State, now: Time, events: &[Event], config: bool) {
+        let moved =
+            |e: &&Event| !matches!(e, Event::Submitted { .. } | Event::AdmissionRetried { .. });
+        // Decided by the entry alone: replicas that applied the same log hold the same
+        // ledger, byte for byte.
+        if !config && !events.iter().any(|e| moved(&e)) {
+            return;
+        }
+        let at = self.last.map_or(now, |l| now.max(l));
+        self.last = Some(at);
+        if config {
+            self.team_names.clear();
+        }
+        let mut touched = BTreeSet::new();
+        for e in events.iter().filter(moved) {
+            self.take_event(st, e, at, &mut touched);
+        }
+        if config {
+            self.all_quota_rows(st, at);
+        } else {
+            for (c, fr) in touched {
+                self.quota_rows(st, c, fr, at, None);
+            }
+        }
+        let keep_from = at.div_euclid(HOUR_MS) - KEEP_HOURS;
+        while let Some((&h, _)) = self.hours.first_key_value() {
+            if h >= keep_from {
+                break;
+            }
+            self.hours.pop_first();
+        }
+    }
+
+    /// Counts or stops counting the workload `e` is about; notes the (cohort, flavor and
+    /// resource) pairs whose quota split it may change.
+    fn take_event(
+        &mut self,
+        st: &State,
+        e: &Event,
+        now: Time,
+        touched: &mut BTreeSet<(CohortId, FrId)>,
+    ) {
+        let id = match e {
+            Event::Admitted { wl }
+            | Event::Preempted { wl, .. }
+            | Event::Evicted { wl, .. }
+            | Event::Requeued { wl }
+            | Event::Finished { wl, .. }
+            | Event::Cancelled { wl } => *wl,
+            Event::Submitted { .. } | Event::AdmissionRetried { .. } => return,
+        };
+        if let (Event::Preempted { .. }, Some(c)) = (e, self.counted.get(&id)) {
+            let ran = i128::from((now - c.since).max(0));
+            let hour = Arc::make_mut(self.hours.entry(now.div_euclid(HOUR_MS)).or_default());
+            for &(_, it, res, q) in &c.usage {
+                hour.used
+                    .entry((c.team, c.class, it, res))
+                    .or_default()
+                    .lost += i128::from(q) * ran;
+            }
+        }
+        let holds =
+            (st.workloads.get(&id)).is_some_and(|w| w.state.holds_quota() && w.admission.is_some());
+        match (holds, self.counted.contains_key(&id)) {
+            (true, false) => self.start_counting(st, id, now, touched),
+            (false, true) => {
+                let Some(c) = self.counted.remove(&id) else {
+                    return;
+                };
+                let cohort = st.teams.get(c.team_id.idx()).map(|t| t.cohort);
+                for &(fr, it, res, q) in &c.usage {
+                    self.add_used((c.team, c.class, it, res), -q, now);
+                    if let Some(cohort) = cohort {
+                        touched.insert((cohort, fr));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn start_counting(
+        &mut self,
+        st: &State,
+        id: WlId,
+        now: Time,
+        touched: &mut BTreeSet<(CohortId, FrId)>,
+    ) {
+        let Some(w) = st.workloads.get(&id) else {
+            return;
+        };
+        let Some(a) = w.admission.as_ref().filter(|_| w.state.holds_quota()) else {
+            return;
+        };
+        let team = self.names.id(&w.spec.team);
+        let class = self.names.id(match &w.spec.priority {
+            PriorityRef::Class(c) => c,
+            PriorityRef::None | PriorityRef::Value(_) => NO_CLASS,
+        });
+        let mut usage = Vec::with_capacity(a.usage.len());
+        for &(fr, q) in a.usage.iter().filter(|(_, q)| *q != 0) {
+            let (it, res) = self.fr_name(st, fr);
+            usage.push((fr, it, res, q));
+            self.add_used((team, class, it, res), q, now);
+            touched.insert((st.teams[w.team.idx()].cohort, fr));
+        }
+        let c = Counted {
+            team,
+            class,
+            team_id: w.team,
+            since: now,
+            usage,
+        };
+        self.counted.insert(id, c);
+    }
+
+    fn fr_name(&mut self, st: &State, fr: FrId) -> (Name, Name) {
+        if let Some(&n) = self.fr_names.get(&fr) {
+            return n;
+        }
+        let (f, r) = st.names.fr_parts(fr);
+        let n = (
+            self.names.id(st.names.flavor_name(f)),
+            self.names.id(st.names.resource_name(r).as_str()),
+        );
+        self.fr_names.insert(fr, n);
+        n
+    }
+
+    fn team_name(&mut self, st: &State, t: TeamId) -> Name {
+        if let Some(&n) = self.team_names.get(&t) {
+            return n;
+        }
+        let n = self.names.id(&st.teams[t.idx()].spec.name);
+        self.team_names.insert(t, n);
+        n
+    }
+
+    /// Every cohort's quota rows, from scratch; rows no longer produced (a team deleted, a
+    /// quota dropped) are closed.
+    fn all_quota_rows(&mut self, st: &State, at: Time) {
+        let mut made = BTreeSet::new();
+        for (c, cohort) in st.cohorts.iter().enumerate() {
+            let mut frs = BTreeSet::new();
+            for &t in &cohort.members {
+                frs.extend(st.quotas(t).iter().map(|(fr, _)| *fr));
+                let usage = st
+                    .acct
+                    .team_usage
+                    .get(t.idx())
+                    .map_or(&[][..], |u| &u.0[..]);
+                frs.extend(
+                    (usage.iter().enumerate())
+                        .filter(|(_, q)| **q != 0)
+                        .map(|(i, _)| FrId(i as u32)),
+                );
+            }
+            for fr in frs {
+                self.quota_rows(st, CohortId(c as u32), fr, at, Some(&mut made));
+            }
+        }
+        let gone: Vec<QuotaKey> = (self.rates.quota.keys())
+            .filter(|k| !made.contains(&(k.0, u32::MAX, k.1, k.2)))
+            .copied()
+            .collect();
+        for k in gone {
+            self.set_quota(k, [0; 4], at);
+        }
+        let gone: Vec<LendKey> = (self.rates.lending.keys())
+            .filter(|k| !made.contains(*k))
+            .copied()
+            .collect();
+        for k in gone {
+            self.set_lending(k, 0, at);
+        }
+    }
+
+    /// The quota split of cohort `c`'s members on `fr`, and who lends to whom there. Rows
+    /// written are added to `made` (quota rows as `(team, MAX, type, resource)`).
+    fn quota_rows(
+        &mut self,
+        st: &State,
+        c: CohortId,
+        fr: FrId,
+        at: Time,
+        mut made: Option<&mut BTreeSet<LendKey>>,
+    ) {
+        let Some(cohort) = st.cohorts.get(c.idx()) else {
+            return;
+        };
+        // Per member: (team, nominal, used, lendable).
+        let members: Vec<(TeamId, i64, i64, i64)> = (cohort.members.iter())
+            .map(|&t| {
+                let q = st.quota(t, fr);
+                let nominal = q.map_or(0, |q| q.nominal);
+                let used = st.acct.usage(t, fr).max(0);
+                let lendable = q.map_or(0, |q| {
+                    (q.nominal - used).clamp(0, q.lending_limit.unwrap_or(q.nominal))
+                });
+                (t, nominal, used, lendable)
+            })
+            .collect();
+        let (it, res) = self.fr_name(st, fr);
+        let borrowed: i64 = members.iter().map(|m| (m.2 - m.1).max(0)).sum();
+        let lendable: i64 = members.iter().map(|m| m.3).sum();
+        let from_teams = borrowed.min(lendable);
+        for &(t, nominal, used, can_lend) in &members {
+            let rate = [
+                nominal,
+                used.min(nominal),
+                (used - nominal).max(0),
+                share(from_teams, can_lend, lendable),
+            ];
+            let team = self.team_name(st, t);
+            self.set_quota((team, it, res), rate, at);
+            if let Some(m) = made.as_deref_mut() {
+                m.insert((team, u32::MAX, it, res));
+            }
+        }
+        // Who lends to whom: the rows of this cohort's borrowers on this resource.
+        let borrowers: BTreeSet<Name> = (members.iter())
+            .map(|m| m.0)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| self.team_name(st, t))
+            .collect();
+        let mut rows: BTreeMap<LendKey, i64> = BTreeMap::new();
+        if borrowed > 0 {
+            let cluster = self.names.id(CLUSTER);
+            for &(bt, nominal, used, _) in &members {
+                let b = (used - nominal).max(0);
+                if b == 0 {
+                    continue;
+                }
+                let borrower = self.team_name(st, bt);
+                let mut covered = 0;
+                for &(lt, _, _, can_lend) in &members {
+                    let amount = share(b, share(from_teams, can_lend, lendable), borrowed);
+                    if amount > 0 {
+                        rows.insert((borrower, self.team_name(st, lt), it, res), amount);
+                        covered += amount;
+                    }
+                }
+                if b > covered {
+                    rows.insert((borrower, cluster, it, res), b - covered);
+                }
+            }
+        }
+        let stale: Vec<LendKey> = (self.rates.lending.keys())
+            .filter(|k| {
+                k.2 == it && k.3 == res && borrowers.contains(&k.0) && !rows.contains_key(*k)
+            })
+            .copied()
+            .collect();
+        for k in stale {
+            self.set_lending(k, 0, at);
+        }
+        for (k, v) in rows {
+            self.set_lending(k, v, at);
+            if let Some(m) = made.as_deref_mut() {
+                m.insert(k);
+            }
+        }
+    }
+
+    fn add_used(&mut self, k: UsedKey, delta: i64, at: Time) {
+        let (rate, since) = self.rates.used.get(&k).copied().unwrap_or((0, at));
+        self.close(since, at, |h, dt| {
+            h.used.entry(k).or_default().used += i128::from(rate) * dt
+        });
+        let rate = rate + delta;
+        if rate == 0 {
+            self.rates.used.remove(&k);
+        } else {
+            self.rates.used.insert(k, (rate, at));
+        }
+    }
+
+    fn set_quota(&mut self, k: QuotaKey, new: [i64; 4], at: Time) {
+        let (rate, since) = self.rates.quota.get(&k).copied().unwrap_or(([0; 4], at));
+        if rate == new {
+            return;
+        }
+        self.close(since, at, |h, dt| {
+            add_quota(h.quota.entry(k).or_default(), rate, dt)
+        });
+        if new == [0; 4] {
+            self.rates.quota.remove(&k);
+        } else {
+            self.rates.quota.insert(k, (new, at));
+        }
+    }
+
+    fn set_lending(&mut self, k: LendKey, new: i64, at: Time) {
+        let (rate, since) = self.rates.lending.get(&k).copied().unwrap_or((0, at));
+        if rate == new {
+            return;
+        }
+        self.close(since, at, |h, dt| {
+            *h.lending.entry(k).or_default() += i128::from(rate) * dt
+        });
+        if new == 0 {
+            self.rates.lending.remove(&k);
+        } else {
+            self.rates.lending.insert(k, (new, at));
+        }
+    }
+
+    /// Adds a row's interval `[since, at)` to the hours it covers.
+    fn close(&mut self, since: Time, at: Time, mut add: impl FnMut(&mut Hour, i128)) {
+        split_hours(since, at, |h, dt| {
+            add(Arc::make_mut(self.hours.entry(h).or_default()), dt)
+        });
+    }
+
+    /// The hours from `from` to `until` (milliseconds), with each row's open interval counted
+    /// as far as `now`: what a report reads.
+    pub fn hours_between(&self, from: Time, until: Time, now: Time) -> Vec<(i64, Hour)> {
+        let (h0, h1) = (from.div_euclid(HOUR_MS), (until - 1).div_euclid(HOUR_MS));
+        let mut out: BTreeMap<i64, Hour> = (self.hours.range(h0..=h1))
+            .map(|(h, x)| (*h, (**x).clone()))
+            .collect();
+        let end = now.min(until);
+        let mut open = |since: Time, add: &mut dyn FnMut(&mut Hour, i128)| {
+            split_hours(since.max(from), end, |h, dt| {
+                add(out.entry(h).or_default(), dt)
+            });
+        };
+        for (k, &(rate, since)) in &self.rates.used {
+            open(since, &mut |h, dt| {
+                h.used.entry(*k).or_default().used += i128::from(rate) * dt
+            });
+        }
+        for (k, &(rate, since)) in &self.rates.quota {
+            open(since, &mut |h, dt| {
+                add_quota(h.quota.entry(*k).or_default(), rate, dt)
+            });
+        }
+        for (k, &(rate, since)) in &self.rates.lending {
+            open(since, &mut |h, dt| {
+                *h.lending.entry(*k).or_default() += i128::from(rate) * dt
+            });
+        }
+        out.into_iter().collect()
+    }
+
+    /// How many hours are kept, and how many rows they hold (for the size figures).
+    pub fn size(&self) -> (usize, usize) {
+        let rows = (self.hours.values())
+            .map(|h| h.used.len() + h.quota.len() + h.lending.len())
+            .sum();
+        (self.hours.len(), rows)
+    }
+
+    /// The workloads counted: those that hold quota (an invariant the tests check).
+    pub fn counted(&self) -> impl Iterator<Item = WlId> + '_ {
+        self.counted.keys().copied()
+    }
+}
+
+/// `total * part / whole`, rounded down (0 when `whole` is 0).
+fn share(total: i64, part: i64, whole: i64) -> i64 {
+    if whole == 0 {
+        return 0;
+    }
+    (i128::from(total) * i128::from(part) / i128::from(whole)) as i64
+}
+
+/// Calls `f(hour, milliseconds)` for each hour that `[a, b)` covers.
+fn split_hours(a: Time, b: Time, mut f: impl FnMut(i64, i128)) {
+    let mut t = a;
+    while t < b {
+        let h = t.div_euclid(HOUR_MS);
+        let end = b.min((h + 1) * HOUR_MS);
+        f(h, i128::from(end - t));
+        t = end;
+    }
+}
+
+fn add_quota(a: &mut QuotaAmount, rate: [i64; 4], dt: i128) {
+    a.nominal += i128::from(rate[0]) * dt;
+    a.own += i128::from(rate[1]) * dt;
+    a.borrowed += i128::from(rate[2]) * dt;
+    a.lent += i128::from(rate[3]) * dt;
+}
