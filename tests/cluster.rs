@@ -1007,7 +1007,7 @@ fn wait_follows_a_workload_to_the_state_asked_for() {
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("use a number of seconds, or one with ms, s, m or h"),
+        err.contains("use a number of seconds, or one with ms, s, m, h or d"),
         "{err}"
     );
     // Node JSON says what the table says.

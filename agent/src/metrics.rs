@@ -96,6 +96,11 @@ impl AgentMetrics {
             };
             counts[i] += 1;
         }
+        self.set_phase_counts(counts);
+    }
+
+    /// Pods running, stopping, exited and lost.
+    pub fn set_phase_counts(&self, counts: [i64; 4]) {
         for (i, name) in ["running", "stopping", "exited", "lost"].iter().enumerate() {
             self.pods
                 .get_or_create(&vec![("phase".into(), name.to_string())])

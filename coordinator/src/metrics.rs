@@ -131,7 +131,11 @@ impl Metrics {
         self.snapshot_index.set(rep.snapshot_index() as i64);
         self.snapshots_installed
             .set(rep.snapshots_installed() as i64);
-        let m = &rep.machine;
+        self.update_machine(&rep.machine);
+    }
+
+    /// The figures the replicated state gives (every replica's are the same).
+    pub fn update_machine(&self, m: &allot_core::machine::Machine) {
         let mut counts = [0i64; 8];
         let states = [
             WlState::Pending,

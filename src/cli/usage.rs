@@ -146,7 +146,7 @@ mod tests {
                     used: 12 * hour,
                     lost: hour / 2,
                     quota: Some(QuotaAmounts {
-                        nominal: 16,
+                        nominal: 16 * hour,
                         own: 8 * hour,
                         borrowed: 4 * hour,
                         lent: 0,
@@ -182,7 +182,7 @@ mod tests {
         assert_eq!(
             lines.next(),
             Some(
-                "team-a,gpu,GPU-h,12.000000,8.000000,4.000000,0.000000,8.000000,0.000000,0.500000"
+                "team-a,gpu,GPU-h,12.000000,8.000000,4.000000,0.000000,8.000000,16.000000,0.500000"
             )
         );
     }

@@ -1,10 +1,10 @@
 //! How large the usage ledger grows: one hour's buckets for a 1,000-node cluster, encoded as a
-//! snapshot encodes them, times the hours kept. `cargo run --release -p allot-core --example
+//! snapshot encodes them, for the hours kept by the hour and the days kept by the day. `cargo run --release -p allot-core --example
 //! usage_size [TEAMS CLASSES TYPES]` (default 20 teams, 4 priority classes, 2 instance types,
 //! every team using every class on every type in every hour, with borrowing between all
 //! pairs: the worst case for that many names).
 
-use allot_core::usage::{Hour, QuotaAmount, UsedAmount, HOUR_MS, KEEP_HOURS};
+use allot_core::usage::{Hour, QuotaAmount, UsedAmount, HOURLY_FOR_HOURS, HOUR_MS, KEEP_HOURS};
 
 fn main() {
     let args: Vec<u32> = std::env::args()
@@ -50,12 +50,22 @@ fn main() {
             }
         }
     }
-    let one = allot_net::wire::encode_snapshot(&h).expect("encodes").len();
-    let year = one as u64 * 24 * 365;
-    let kept = one as u64 * KEEP_HOURS as u64;
+    let one = allot_net::wire::encode_snapshot(&h).expect("encodes").len() as u64;
+    // A day folds 24 such hours: the same rows, larger sums.
+    let mut day = Hour::default();
+    for _ in 0..24 {
+        day.add(&h);
+    }
+    let one_day = allot_net::wire::encode_snapshot(&day)
+        .expect("encodes")
+        .len() as u64;
+    let hourly = HOURLY_FOR_HOURS as u64;
+    let year = one * hourly + one_day * (365 - hourly / 24);
+    let kept = one * hourly + one_day * ((KEEP_HOURS as u64 - hourly) / 24);
     println!(
         "{teams} teams, {classes} classes, {types} instance types, {resources} resources: \
-         {} rows and {one} bytes an hour; {:.1} MiB a year, {:.1} MiB for the {} days kept",
+         {} rows, {one} bytes an hour and {one_day} a folded day; {:.1} MiB a year, {:.1} MiB \
+         for the {} days kept",
         h.used.len() + h.quota.len() + h.lending.len(),
         year as f64 / (1 << 20) as f64,
         kept as f64 / (1 << 20) as f64,

@@ -23,7 +23,8 @@
 //! team's quota split, a lender and a borrower) holds its rate since its last change; a change
 //! closes that row's interval into the hours (split at hour boundaries) and opens the next.
 //! An entry costs only the rows it changes: those of the workloads it moved, and of their
-//! team's cohort on the resources they hold. Hours older than [`KEEP_HOURS`] are dropped. An
+//! team's cohort on the resources they hold. Hours older than [`HOURLY_FOR_HOURS`] are folded
+//! into UTC days, and days older than [`KEEP_HOURS`] are dropped. An
 //! entry stamped earlier than the last change (a new leader whose clock is behind) counts as
 //! stamped at it: nothing is integrated backwards.
 
@@ -40,6 +41,9 @@ use crate::state::{Event, State, Time};
 pub const HOUR_MS: i64 = 3_600_000;
 /// Hours kept: 400 days, a year's reports and a month to spare.
 pub const KEEP_HOURS: i64 = 400 * 24;
+/// Hours older than this are folded into days (a 24th of the rows): reports of the last 31
+/// days read whole hours, older ones whole days.
+pub const HOURLY_FOR_HOURS: i64 = 31 * 24;
 /// The lender of borrowed capacity that no team's idle quota covered.
 pub const CLUSTER: &str = "(cluster)";
 /// The class of a workload that names none (or a bare priority value).
@@ -82,6 +86,27 @@ pub struct Hour {
     pub used: BTreeMap<UsedKey, UsedAmount>,
     pub quota: BTreeMap<QuotaKey, QuotaAmount>,
     pub lending: BTreeMap<LendKey, i128>,
+}
+
+impl Hour {
+    /// Adds `o`'s amounts to this one's.
+    pub fn add(&mut self, o: &Hour) {
+        for (k, a) in &o.used {
+            let e = self.used.entry(*k).or_default();
+            e.used += a.used;
+            e.lost += a.lost;
+        }
+        for (k, a) in &o.quota {
+            let e = self.quota.entry(*k).or_default();
+            e.nominal += a.nominal;
+            e.own += a.own;
+            e.borrowed += a.borrowed;
+            e.lent += a.lent;
+        }
+        for (k, a) in &o.lending {
+            *self.lending.entry(*k).or_default() += a;
+        }
+    }
 }
 
 /// Each row's rate and since when it holds.
@@ -160,6 +185,8 @@ pub struct Ledger {
     /// By hour (milliseconds since the epoch divided by [`HOUR_MS`]); shared between copies of
     /// the machine, so a snapshot's copy does not copy a year of hours.
     hours: BTreeMap<i64, Arc<Hour>>,
+    /// Hours older than [`HOURLY_FOR_HOURS`], summed by UTC day (keyed by the day's first hour).
+    days: BTreeMap<i64, Arc<Hour>>,
     /// Team and (flavor, resource) ids to the ledger's names: a cache (a name is interned
     /// when first used, whether or not the cache knows it), cleared when the teams change.
     #[serde(skip)]
@@ -176,6 +203,7 @@ impl PartialEq for Ledger {
             && (self.rates == o.rates)
             && (self.counted == o.counted)
             && (self.hours == o.hours)
+            && (self.days == o.days)
     }
 }
 
@@ -227,12 +255,30 @@ impl Ledger {
                 self.quota_rows(st, c, fr, at, None);
             }
         }
-        let keep_from = at.div_euclid(HOUR_MS) - KEEP_HOURS;
+        self.fold_and_drop(at);
+    }
+
+    /// Folds the hours past [`HOURLY_FOR_HOURS`] into their days, and drops what is past
+    /// [`KEEP_HOURS`].
+    fn fold_and_drop(&mut self, at: Time) {
+        let now_h = at.div_euclid(HOUR_MS);
         while let Some((&h, _)) = self.hours.first_key_value() {
-            if h >= keep_from {
+            if h >= now_h - HOURLY_FOR_HOURS {
                 break;
             }
-            self.hours.pop_first();
+            let Some((_, hour)) = self.hours.pop_first() else {
+                break;
+            };
+            if h >= now_h - KEEP_HOURS {
+                let day = h.div_euclid(24) * 24;
+                Arc::make_mut(self.days.entry(day).or_default()).add(&hour);
+            }
+        }
+        while let Some((&d, _)) = self.days.first_key_value() {
+            if d >= now_h - KEEP_HOURS {
+                break;
+            }
+            self.days.pop_first();
         }
     }
 
@@ -522,9 +568,13 @@ impl Ledger {
     /// as far as `now`: what a report reads.
     pub fn hours_between(&self, from: Time, until: Time, now: Time) -> Vec<(i64, Hour)> {
         let (h0, h1) = (from.div_euclid(HOUR_MS), (until - 1).div_euclid(HOUR_MS));
-        let mut out: BTreeMap<i64, Hour> = (self.hours.range(h0..=h1))
-            .map(|(h, x)| (*h, (**x).clone()))
-            .collect();
+        // Folded days count whole when the period touches them.
+        let mut out: BTreeMap<i64, Hour> = (self.days.range(h0.div_euclid(24) * 24..=h1))
+            .chain(self.hours.range(h0..=h1))
+            .fold(BTreeMap::new(), |mut out, (h, x)| {
+                out.entry(*h).or_insert_with(Hour::default).add(x);
+                out
+            });
         let end = now.min(until);
         let mut open = |since: Time, add: &mut dyn FnMut(&mut Hour, i128)| {
             split_hours(since.max(from), end, |h, dt| {
@@ -549,12 +599,12 @@ impl Ledger {
         out.into_iter().collect()
     }
 
-    /// How many hours are kept, and how many rows they hold (for the size figures).
-    pub fn size(&self) -> (usize, usize) {
-        let rows = (self.hours.values())
+    /// How many hours and days are kept, and how many rows they hold (for the size figures).
+    pub fn size(&self) -> (usize, usize, usize) {
+        let rows = (self.hours.values().chain(self.days.values()))
             .map(|h| h.used.len() + h.quota.len() + h.lending.len())
             .sum();
-        (self.hours.len(), rows)
+        (self.hours.len(), self.days.len(), rows)
     }
 
     /// The workloads counted: those that hold quota (an invariant the tests check).

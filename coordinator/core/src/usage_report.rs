@@ -13,7 +13,8 @@ use crate::usage::{Ledger, Name, HOUR_MS};
 /// The longest period one report covers: the ledger keeps no more.
 pub const MAX_PERIOD_MS: i64 = crate::usage::KEEP_HOURS * HOUR_MS;
 
-/// The report `q` asks for, as the ledger stands at `now`.
+/// The report `q` asks for, as the ledger stands at `now`. The period is read in whole hours,
+/// and in whole days where it reaches past the 31 days the ledger keeps by the hour.
 pub fn report(ledger: &Ledger, q: &UsageQuery, now: Time) -> Result<UsageReport, String> {
     if q.until_ms <= q.since_ms {
         return Err(format!(

@@ -251,3 +251,55 @@ fn bad_periods_are_refused_with_the_values() {
         .expect_err("too long")
         .contains("400 days"));
 }
+
+/// Hours past the 31 kept by the hour are folded into days: the totals stay, the rows shrink.
+#[test]
+fn old_hours_fold_into_days_with_the_same_totals() {
+    let shorthand = format!("ComputeQuotaResources=[{{InstanceType={T},Count=1}}]");
+    let mut m = support::machine_with_team_a(&shorthand);
+    apply(&mut m, 0, Command::ReportNode(node("n1")));
+    // A workload runs for 40 days, with an entry every 6 hours that moves another.
+    submit(&mut m, 0, "team-a", "long");
+    cycle(&mut m, 0);
+    let days = 40;
+    let mut d = 0;
+    for k in 1..(days * 4) {
+        let now = k * 6 * H;
+        let mut r = Resources::new();
+        r.add(&ResourceName::cpu(), 1000);
+        apply(
+            &mut m,
+            now,
+            Command::Submit(SubmitInput {
+                spec: WorkloadSpec::single(&format!("s{k}"), "team-a", 1, r),
+                run: None,
+                client_token: None,
+            }),
+        );
+        cycle(&mut m, now);
+        exited(&mut m, now + 1000, &format!("s{k}"), true);
+        d = now + 1000;
+    }
+    let (hours, days_kept, _) = m.usage.size();
+    assert!(hours <= 31 * 24 + 1, "{hours} hours kept by the hour");
+    assert!(days_kept >= 8, "{days_kept} days folded");
+    let q = UsageQuery {
+        since_ms: 0,
+        until_ms: d,
+        team: None,
+        by: vec![UsageBy::Team],
+    };
+    let r = report(&m.usage, &q, d).expect("report");
+    assert_eq!(gpu_line(&r, &["team-a"]).used, 4 * i128::from(d));
+    let by_day = report(
+        &m.usage,
+        &UsageQuery {
+            by: vec![UsageBy::Day],
+            ..q
+        },
+        d,
+    )
+    .expect("r");
+    let first = gpu_line(&by_day, &["1970-01-01"]).used;
+    assert_eq!(first, 4 * 24 * GPU_H, "a folded day holds its 24 hours");
+}
