@@ -13,14 +13,18 @@ pub enum UsageBy {
     InstanceType,
     /// The UTC day.
     Day,
+    /// The workload (HyperPod's Detailed Utilization Report): the last
+    /// `allot_core::usage::MAX_RUNS` workloads that ran.
+    Workload,
 }
 
 impl UsageBy {
-    pub const ALL: [UsageBy; 4] = [
+    pub const ALL: [UsageBy; 5] = [
         UsageBy::Team,
         UsageBy::Class,
         UsageBy::InstanceType,
         UsageBy::Day,
+        UsageBy::Workload,
     ];
 
     /// The word the CLI takes and prints.
@@ -30,6 +34,7 @@ impl UsageBy {
             UsageBy::Class => "class",
             UsageBy::InstanceType => "instance-type",
             UsageBy::Day => "day",
+            UsageBy::Workload => "workload",
         }
     }
 

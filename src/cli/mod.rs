@@ -352,7 +352,7 @@ pub enum ClusterCmd {
         /// Only this team (users see only their own team anyway).
         #[arg(long)]
         team: Option<String>,
-        /// Group by team, class, instance-type, day, or several (day,team).
+        /// Group by team, class, instance-type, day, workload, or several (day,team).
         #[arg(long, value_delimiter = ',', value_parser = UsageBy::parse, default_value = "team")]
         by: Vec<UsageBy>,
         /// Output format: a table in hours, CSV in hours, or JSON in exact resource-milliseconds.

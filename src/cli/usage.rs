@@ -12,7 +12,8 @@ fn unit(resource: &str) -> (&'static str, f64) {
         allot_common::resource::CPU => ("vCPU-h", 1000.0),
         allot_common::resource::MEMORY => ("GiB-h", (1u64 << 30) as f64),
         allot_common::resource::GPU => ("GPU-h", 1.0),
-        allot_common::resource::NEURON => ("device-h", 1.0),
+        allot_common::resource::NEURON => ("Neuron-h", 1.0),
+        allot_common::resource::EFA => ("EFA-h", 1.0),
         _ => ("unit-h", 1.0),
     }
 }

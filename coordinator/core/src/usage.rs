@@ -46,6 +46,12 @@ pub const KEEP_HOURS: i64 = 400 * 24;
 pub const HOURLY_FOR_HOURS: i64 = 31 * 24;
 /// The lender of borrowed capacity that no team's idle quota covered.
 pub const CLUSTER: &str = "(cluster)";
+/// The most workloads whose runs the ledger keeps for `allot usage --by workload`: every one
+/// that holds quota, and the latest that ended.
+pub const MAX_RUNS: usize = 20_000;
+/// The most windows kept per workload (the latest).
+pub const MAX_WINDOWS: usize = 64;
+
 /// The class of a workload that names none (or a bare priority value).
 pub const NO_CLASS: &str = "-";
 
@@ -129,6 +135,35 @@ struct Counted {
     usage: Vec<(FrId, Name, Name, i64)>,
 }
 
+/// One workload's times holding quota, for per-workload reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub name: String,
+    pub team: Name,
+    pub class: Name,
+    pub windows: Vec<Window>,
+}
+
+/// From its admission to when it held quota no more (`None`: it holds it now).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    pub from: Time,
+    pub to: Option<Time>,
+    /// When a preemption picked it, if one did.
+    pub preempted_at: Option<Time>,
+    /// (instance type, resource, quantity).
+    pub usage: Vec<(Name, Name, i64)>,
+}
+
+impl Run {
+    fn last_end(&self) -> Option<Time> {
+        match self.windows.last() {
+            Some(Window { to: Some(t), .. }) => Some(*t),
+            _ => None,
+        }
+    }
+}
+
 /// The interned strings the keys point into (append-only).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Names {
@@ -187,6 +222,8 @@ pub struct Ledger {
     hours: BTreeMap<i64, Arc<Hour>>,
     /// Hours older than [`HOURLY_FOR_HOURS`], summed by UTC day (keyed by the day's first hour).
     days: BTreeMap<i64, Arc<Hour>>,
+    /// Per workload, when it held quota (at most [`MAX_RUNS`]).
+    runs: BTreeMap<WlId, Run>,
     /// Team and (flavor, resource) ids to the ledger's names: a cache (a name is interned
     /// when first used, whether or not the cache knows it), cleared when the teams change.
     #[serde(skip)]
@@ -204,6 +241,7 @@ impl PartialEq for Ledger {
             && (self.counted == o.counted)
             && (self.hours == o.hours)
             && (self.days == o.days)
+            && (self.runs == o.runs)
     }
 }
 
@@ -300,6 +338,11 @@ impl Ledger {
             | Event::Cancelled { wl } => *wl,
             Event::Submitted { .. } | Event::AdmissionRetried { .. } => return,
         };
+        if let (Event::Preempted { .. }, Some(w)) = (e, self.runs.get_mut(&id)) {
+            if let Some(win) = w.windows.last_mut().filter(|w| w.to.is_none()) {
+                win.preempted_at.get_or_insert(now);
+            }
+        }
         if let (Event::Preempted { .. }, Some(c)) = (e, self.counted.get(&id)) {
             let ran = i128::from((now - c.since).max(0));
             let hour = Arc::make_mut(self.hours.entry(now.div_euclid(HOUR_MS)).or_default());
@@ -318,6 +361,10 @@ impl Ledger {
                 let Some(c) = self.counted.remove(&id) else {
                     return;
                 };
+                if let Some(win) = (self.runs.get_mut(&id)).and_then(|r| r.windows.last_mut()) {
+                    win.to.get_or_insert(now);
+                }
+                self.trim_runs();
                 let cohort = st.teams.get(c.team_id.idx()).map(|t| t.cohort);
                 for &(fr, it, res, q) in &c.usage {
                     self.add_used((c.team, c.class, it, res), -q, now);
@@ -355,6 +402,21 @@ impl Ledger {
             self.add_used((team, class, it, res), q, now);
             touched.insert((st.teams[w.team.idx()].cohort, fr));
         }
+        let run = self.runs.entry(id).or_insert_with(|| Run {
+            name: w.spec.name.clone(),
+            team,
+            class,
+            windows: Vec::new(),
+        });
+        if run.windows.len() >= MAX_WINDOWS {
+            run.windows.remove(0);
+        }
+        run.windows.push(Window {
+            from: now,
+            to: None,
+            preempted_at: None,
+            usage: usage.iter().map(|&(_, it, res, q)| (it, res, q)).collect(),
+        });
         let c = Counted {
             team,
             class,
@@ -363,6 +425,27 @@ impl Ledger {
             usage,
         };
         self.counted.insert(id, c);
+    }
+
+    /// Past [`MAX_RUNS`] (by a tenth, so that this runs rarely), forgets the runs that ended
+    /// longest ago.
+    fn trim_runs(&mut self) {
+        if self.runs.len() <= MAX_RUNS + MAX_RUNS / 10 {
+            return;
+        }
+        let mut ended: Vec<(Time, WlId)> = (self.runs.iter())
+            .filter_map(|(id, r)| r.last_end().map(|t| (t, *id)))
+            .collect();
+        ended.sort_unstable();
+        let excess = self.runs.len().saturating_sub(MAX_RUNS);
+        for (_, id) in ended.into_iter().take(excess) {
+            self.runs.remove(&id);
+        }
+    }
+
+    /// Per-workload runs (for reports by workload).
+    pub fn runs(&self) -> impl Iterator<Item = (&WlId, &Run)> {
+        self.runs.iter()
     }
 
     fn fr_name(&mut self, st: &State, fr: FrId) -> (Name, Name) {
@@ -622,7 +705,7 @@ fn share(total: i64, part: i64, whole: i64) -> i64 {
 }
 
 /// Calls `f(hour, milliseconds)` for each hour that `[a, b)` covers.
-fn split_hours(a: Time, b: Time, mut f: impl FnMut(i64, i128)) {
+pub(crate) fn split_hours(a: Time, b: Time, mut f: impl FnMut(i64, i128)) {
     let mut t = a;
     while t < b {
         let h = t.div_euclid(HOUR_MS);

@@ -44,26 +44,59 @@ pub fn report(ledger: &Ledger, q: &UsageQuery, now: Time) -> Result<UsageReport,
     }
     let team = team.flatten();
     let names = &ledger.names;
-    let group = |t: Name, class: Option<Name>, it: Name, hour: i64| -> Vec<String> {
+    let group = |t: Name, class: Option<Name>, it: Name, hour: i64, wl: &str| -> Vec<String> {
         by.iter()
             .map(|b| match b {
                 UsageBy::Team => names.get(t).to_string(),
                 UsageBy::Class => class.map_or("-", |c| names.get(c)).to_string(),
                 UsageBy::InstanceType => names.get(it).to_string(),
                 UsageBy::Day => allot_common::timefmt::utc(hour * HOUR_MS)[..10].to_string(),
+                UsageBy::Workload => wl.to_string(),
             })
             .collect()
     };
-    let by_class = by.contains(&UsageBy::Class);
+    // Quota belongs to teams: rows by class or by workload carry none.
+    let by_class = by.contains(&UsageBy::Class) || by.contains(&UsageBy::Workload);
+    let by_workload = by.contains(&UsageBy::Workload);
     let mut lines: BTreeMap<(Vec<String>, String), UsageAmounts> = BTreeMap::new();
     let mut lending: BTreeMap<(String, String, String, String), i128> = BTreeMap::new();
+    if by_workload {
+        for run in ledger.runs().map(|(_, r)| r) {
+            if team.is_some_and(|x| x != run.team) {
+                continue;
+            }
+            for w in &run.windows {
+                let to = w.to.unwrap_or(now).min(until);
+                let lost = (w.preempted_at)
+                    .filter(|p| (since..until).contains(p))
+                    .map(|p| (p, i128::from(p - w.from)));
+                for &(it, res, q) in &w.usage {
+                    let mut add = |h: i64, used: i128, lost: i128| {
+                        let k = (
+                            group(run.team, Some(run.class), it, h, &run.name),
+                            names.get(res).to_string(),
+                        );
+                        let e = lines.entry(k).or_default();
+                        e.used += used;
+                        e.lost += lost;
+                    };
+                    crate::usage::split_hours(w.from.max(since), to, |h, dt| {
+                        add(h, i128::from(q) * dt, 0)
+                    });
+                    if let Some((p, ran)) = lost {
+                        add(p.div_euclid(HOUR_MS), 0, i128::from(q) * ran);
+                    }
+                }
+            }
+        }
+    }
     for (h, hour) in ledger.hours_between(since, until, now) {
-        for (&(t, class, it, res), a) in &hour.used {
+        for (&(t, class, it, res), a) in hour.used.iter().filter(|_| !by_workload) {
             if team.is_some_and(|x| x != t) {
                 continue;
             }
             let e = lines
-                .entry((group(t, Some(class), it, h), names.get(res).to_string()))
+                .entry((group(t, Some(class), it, h, ""), names.get(res).to_string()))
                 .or_default();
             e.used += a.used;
             e.lost += a.lost;
@@ -74,7 +107,7 @@ pub fn report(ledger: &Ledger, q: &UsageQuery, now: Time) -> Result<UsageReport,
                     continue;
                 }
                 let e = lines
-                    .entry((group(t, None, it, h), names.get(res).to_string()))
+                    .entry((group(t, None, it, h, ""), names.get(res).to_string()))
                     .or_default();
                 let qa = e.quota.get_or_insert_with(QuotaAmounts::default);
                 qa.nominal += a.nominal;
@@ -97,7 +130,7 @@ pub fn report(ledger: &Ledger, q: &UsageQuery, now: Time) -> Result<UsageReport,
             *lending.entry(k).or_default() += amount;
         }
     }
-    // Rows grouped by class carry no quota split; others without one had no quota.
+    // Rows grouped by class or workload carry no quota split; others without one had no quota.
     if !by_class {
         for a in lines.values_mut() {
             a.quota.get_or_insert_with(QuotaAmounts::default);

@@ -303,3 +303,36 @@ fn old_hours_fold_into_days_with_the_same_totals() {
     let first = gpu_line(&by_day, &["1970-01-01"]).used;
     assert_eq!(first, 4 * 24 * GPU_H, "a folded day holds its 24 hours");
 }
+
+/// By workload (HyperPod's detailed report): each workload's windows, and its preemption's
+/// loss; the workloads of a team add up to the team.
+#[test]
+fn rows_by_workload_add_up_to_the_team() {
+    let m = run();
+    let q = query(vec![UsageBy::Team, UsageBy::Workload]);
+    let r = report(&m.usage, &q, 6 * H).expect("a report");
+    let ten_s = 4 * 10_000i128;
+    let a2 = gpu_line(&r, &["team-a", "a2"]);
+    assert_eq!((a2.used, a2.lost), (4 * GPU_H + ten_s, 4 * GPU_H));
+    assert!(a2.quota.is_none());
+    assert_eq!(gpu_line(&r, &["team-a", "a1"]).used, 4 * 4 * GPU_H);
+    let team = report(&m.usage, &query(vec![UsageBy::Team]), 6 * H).expect("a report");
+    let a = gpu_line(&team, &["team-a"]);
+    let sum: i128 = (r.lines.iter())
+        .filter(|l| l.resource == "gpu" && l.group[0] == "team-a")
+        .map(|l| l.amounts.used)
+        .sum();
+    assert_eq!(sum, a.used);
+    // A period that cuts a window counts its part.
+    let q = UsageQuery {
+        since_ms: 2 * H,
+        until_ms: 3 * H,
+        ..query(vec![UsageBy::Workload])
+    };
+    let part = report(&m.usage, &q, 6 * H).expect("a report");
+    assert_eq!(gpu_line(&part, &["a2"]).used, 4 * GPU_H);
+    assert!(
+        part.lines.iter().all(|l| l.group != ["b1"]),
+        "b1 ran after the period"
+    );
+}
