@@ -163,12 +163,20 @@ impl ClusterPolicy {
         self.stability.validate()
     }
 
-    /// The priority of a task naming `class`: the class weight; an unknown class is an error
-    /// that lists the valid names.
+    /// The class `class` names: itself, or, as HyperPod's jobs label their class
+    /// (`kueue.x-k8s.io/priority-class: training-priority`), the name with `-priority` after it.
+    /// A class whose own name ends in `-priority` is found by that name first.
+    pub fn class_name(&self, class: &str) -> Option<&str> {
+        let find = |n: &str| self.priority_classes.iter().find(|c| c.name == n);
+        (find(class).or_else(|| class.strip_suffix("-priority").and_then(find)))
+            .map(|c| c.name.as_str())
+    }
+
+    /// The priority of a task naming `class` (or `class-priority`): the class weight; an unknown
+    /// class is an error that lists the valid names.
     pub fn class_priority(&self, class: &str) -> Result<i32, PolicyError> {
-        self.priority_classes
-            .iter()
-            .find(|c| c.name == class)
+        self.class_name(class)
+            .and_then(|n| self.priority_classes.iter().find(|c| c.name == n))
             .map(|c| c.weight)
             .ok_or_else(|| PolicyError::UnknownClass {
                 name: class.to_string(),
@@ -205,11 +213,29 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(p.class_priority("training").unwrap(), 70);
+        // As HyperPod's jobs name it.
+        assert_eq!(p.class_priority("training-priority").unwrap(), 70);
+        assert_eq!(p.class_name("inference-priority"), Some("inference"));
+        assert!(p.class_priority("nope-priority").is_err());
         let e = p.class_priority("nope").unwrap_err().to_string();
         assert!(
             e.contains("nope") && e.contains("inference, training"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_class_named_with_the_suffix_is_found_by_its_own_name_first() {
+        let class = |name: &str, weight| PriorityClass {
+            name: name.into(),
+            weight,
+        };
+        let p = ClusterPolicy {
+            priority_classes: vec![class("batch", 10), class("batch-priority", 20)],
+            ..Default::default()
+        };
+        assert_eq!(p.class_priority("batch-priority").unwrap(), 20);
+        assert_eq!(p.class_priority("batch").unwrap(), 10);
     }
 
     #[test]

@@ -1060,6 +1060,13 @@ impl State {
         pod_reqs: Vec<Vec<(ResId, i64)>>,
         now: Time,
     ) -> Workload {
+        let mut spec = spec;
+        // A class named as HyperPod's jobs label it (`training-priority`) is kept by its name.
+        if let PriorityRef::Class(c) = &spec.priority {
+            if let Some(name) = self.policy.class_name(c).filter(|n| n != c) {
+                spec.priority = PriorityRef::Class(name.to_string());
+            }
+        }
         Workload {
             id: WlId(self.next_id),
             spec,
