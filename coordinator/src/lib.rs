@@ -1,6 +1,9 @@
 //! The allot coordinator around the pure core: raft-rs driven through its Ready loop
 //! (`replica`), the durable log (`raftlog`), and the server that puts them on the network.
 
+pub mod admin_requests;
+pub mod agent_requests;
+pub mod auth;
 pub mod budget;
 pub mod config_text;
 pub mod http;
@@ -12,5 +15,7 @@ pub mod priority;
 pub mod raft_inputs;
 pub mod raftlog;
 pub mod replica;
+pub mod requests;
 pub mod server;
+pub mod shared;
 pub mod snapshot_compat;

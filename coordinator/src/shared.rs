@@ -1,0 +1,202 @@
+//! What the request handlers hold of a replica (`Shared`): the way to the raft thread
+//! (proposals, linearizable reads, long polls on the applied index), the client budgets and
+//! submission rates, the log relay, and what agents said of pods that do not run yet. The raft
+//! thread and the sockets are `server.rs`; the handlers are `requests.rs`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use allot_common::api::{ApiError, ErrorKind, Reply, Response};
+use allot_core::machine::{Command, Machine};
+use allot_net::tls::Identity;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::raft_inputs::{Input, Query, Status};
+
+/// The longest an agent's sync waits for its assignments to change.
+pub(crate) const MAX_SYNC_WAIT_MS: u32 = 30_000;
+/// How long a write waits to be applied before the client is told to retry.
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) id: u64,
+    pub(crate) input: mpsc::UnboundedSender<Input>,
+    pub(crate) status: Arc<Mutex<Status>>,
+    pub(crate) peers: Arc<BTreeMap<u64, String>>,
+    /// The applied index, published after every batch of applied entries.
+    pub(crate) applied: tokio::sync::watch::Receiver<u64>,
+    /// What clients may hold: connections, request bytes in flight.
+    pub(crate) budgets: Arc<crate::budget::Budgets>,
+    /// Each user certificate's submissions, against the submission rate.
+    pub(crate) submits: Arc<Mutex<crate::budget::SubmitRates>>,
+    /// Pod logs on their way from agents to readers.
+    pub(crate) logs: Arc<crate::logs::LogRelay>,
+    /// What pods that do not run yet are doing, as agents said: (workload id, rank) ->
+    /// (status, when). Soft state of this replica, not replicated.
+    pub(crate) progress: Arc<Mutex<Progress>>,
+}
+
+/// (workload id, rank) -> (status, when the agent said it).
+type Progress = BTreeMap<(u64, u32), (String, Instant)>;
+
+/// Pods whose progress a replica holds at most; beyond, the oldest half is forgotten.
+const MAX_PROGRESS: usize = 100_000;
+/// How long an agent's word on a pod's progress holds without a newer one.
+const PROGRESS_TTL: Duration = Duration::from_secs(60);
+
+impl Shared {
+    pub(crate) fn record_progress(&self, id: u64, rank: u32, status: String) {
+        let Ok(mut p) = self.progress.lock() else {
+            return;
+        };
+        if p.len() >= MAX_PROGRESS {
+            let mut times: Vec<Instant> = p.values().map(|(_, t)| *t).collect();
+            times.sort();
+            let cut = times[times.len() / 2];
+            p.retain(|_, (_, t)| *t > cut);
+        }
+        p.insert((id, rank), (status, Instant::now()));
+    }
+
+    /// Fills the status of pods that have not started from what their agents said.
+    pub(crate) fn add_progress(&self, w: &mut allot_common::api::WorkloadView) {
+        let Ok(p) = self.progress.lock() else {
+            return;
+        };
+        for (rank, pod) in w.pods.iter_mut().enumerate() {
+            if pod.started_ms.is_some() || pod.ended_ms.is_some() {
+                continue;
+            }
+            if let Some((s, t)) = p.get(&(w.id, rank as u32)) {
+                if t.elapsed() < PROGRESS_TTL {
+                    pod.status = Some(s.clone());
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Takes `n` submissions from `who`'s rate (users only), or says which limit it reached.
+    /// Only the leader counts: a follower's answer is a redirect.
+    pub(crate) fn check_submit_rate(&self, who: &Identity, n: usize) -> Result<(), ApiError> {
+        let Identity::User { .. } = who else {
+            return Ok(());
+        };
+        let status = self.status();
+        if !status.is_leader {
+            return Ok(());
+        }
+        let mut rates = self
+            .submits
+            .lock()
+            .map_err(|_| ApiError::new(ErrorKind::Unavailable, "rate lock poisoned"))?;
+        rates
+            .take(&who.to_string(), n, &status.limits, Instant::now())
+            .map_err(|e| ApiError::new(ErrorKind::LimitExceeded, format!("{who}: {e}")))
+    }
+
+    pub(crate) fn status(&self) -> Status {
+        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+    /// `NotLeader` (with the leader's address) unless this replica leads: for what only the
+    /// leader holds, such as the agents' log requests.
+    pub(crate) fn leader_only(&self) -> Result<(), ApiError> {
+        if self.status().is_leader {
+            Ok(())
+        } else {
+            Err(self.with_leader(ApiError::new(
+                ErrorKind::NotLeader,
+                "this coordinator is not the leader; ask the leader",
+            )))
+        }
+    }
+    pub(crate) fn leader_addr(&self, leader: u64) -> Option<String> {
+        self.peers.get(&leader).cloned()
+    }
+    pub(crate) fn with_leader(&self, mut e: ApiError) -> ApiError {
+        if e.kind == ErrorKind::NotLeader {
+            let l = self.status().leader;
+            if l != 0 {
+                e.leader = self.leader_addr(l);
+            }
+        }
+        e
+    }
+    pub(crate) async fn propose(&self, cmd: Command) -> Response {
+        let (tx, rx) = oneshot::channel();
+        self.input
+            .send(Input::Propose {
+                cmd: Box::new(cmd),
+                reply: tx,
+            })
+            .map_err(|_| {
+                ApiError::new(ErrorKind::Unavailable, "the coordinator is shutting down")
+            })?;
+        match tokio::time::timeout(WRITE_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r.map_err(|e| self.with_leader(e)),
+            Ok(Err(_)) => Err(ApiError::new(
+                ErrorKind::Unavailable,
+                "leadership changed before the write was applied; it may or may not have been: retry (submits with the same client token are idempotent)",
+            )),
+            Err(_) => Err(ApiError::new(
+                ErrorKind::Unavailable,
+                format!("the write was not applied within {}s; retry", WRITE_TIMEOUT.as_secs()),
+            )),
+        }
+    }
+    /// Answers `query` at once if its digest differs from `known`, else when it changes, or
+    /// after `wait_ms` at the latest. Every answer is a quorum-confirmed read.
+    pub(crate) async fn long_poll(
+        &self,
+        known: u64,
+        wait_ms: u32,
+        query: impl Fn(&Machine) -> (u64, Reply) + Send + Sync + Clone + 'static,
+    ) -> Response {
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(u64::from(wait_ms.min(MAX_SYNC_WAIT_MS)));
+        let mut applied = self.applied.clone();
+        loop {
+            applied.mark_unchanged();
+            let q = query.clone();
+            let (tx, rx) = oneshot::channel();
+            let r = self
+                .read(Box::new(move |m: &Machine| {
+                    let (d, r) = q(m);
+                    let _ = tx.send(d);
+                    Ok(r)
+                }))
+                .await?;
+            let digest = rx.await.unwrap_or(0);
+            if digest != known || tokio::time::Instant::now() >= deadline {
+                return Ok(r);
+            }
+            tokio::select! {
+                c = applied.changed() => {
+                    if c.is_err() {
+                        return Ok(r);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return Ok(r),
+            }
+        }
+    }
+
+    pub(crate) async fn read(&self, query: Query) -> Response {
+        let (tx, rx) = oneshot::channel();
+        self.input
+            .send(Input::Read { query, reply: tx })
+            .map_err(|_| {
+                ApiError::new(ErrorKind::Unavailable, "the coordinator is shutting down")
+            })?;
+        match tokio::time::timeout(WRITE_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r.map_err(|e| self.with_leader(e)),
+            _ => Err(ApiError::new(
+                ErrorKind::Unavailable,
+                "the read could not be confirmed by a quorum; retry",
+            )),
+        }
+    }
+}
