@@ -538,8 +538,44 @@ pub async fn run(cmd: ClusterCmd, opts: &ClientOpts) -> anyhow::Result<()> {
     r
 }
 
+/// Runs one cluster command against the coordinators.
 /// `identity`: the certificate's file stem (`--as`), which gives a user's team.
 async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> anyhow::Result<()> {
+    match cmd {
+        cmd @ (ClusterCmd::CreateComputeQuota { .. }
+        | ClusterCmd::UpdateComputeQuota { .. }
+        | ClusterCmd::DescribeComputeQuota { .. }
+        | ClusterCmd::ListComputeQuotas { .. }
+        | ClusterCmd::CreateRegistryCredentials { .. }
+        | ClusterCmd::DeleteRegistryCredentials { .. }
+        | ClusterCmd::ListRegistryCredentials { .. }
+        | ClusterCmd::DeleteComputeQuota { .. }
+        | ClusterCmd::CreateClusterSchedulerConfig { .. }
+        | ClusterCmd::UpdateClusterSchedulerConfig { .. }
+        | ClusterCmd::DescribeClusterSchedulerConfig { .. }) => run_admin(cmd, c, identity).await,
+        cmd @ (ClusterCmd::Submit { .. } | ClusterCmd::Cancel { .. }) => {
+            run_writes(cmd, c, identity).await
+        }
+        cmd => run_reads(cmd, c).await,
+    }
+}
+
+/// The AWS task-governance commands: compute quotas here, the scheduler config and registry
+/// credentials in `run_config`.
+async fn run_admin(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> anyhow::Result<()> {
+    match cmd {
+        cmd @ (ClusterCmd::CreateRegistryCredentials { .. }
+        | ClusterCmd::DeleteRegistryCredentials { .. }
+        | ClusterCmd::ListRegistryCredentials { .. }
+        | ClusterCmd::CreateClusterSchedulerConfig { .. }
+        | ClusterCmd::UpdateClusterSchedulerConfig { .. }
+        | ClusterCmd::DescribeClusterSchedulerConfig { .. }) => run_config(cmd, c, identity).await,
+        cmd => run_quotas(cmd, c).await,
+    }
+}
+
+/// Compute quotas: create, update, describe, list, delete.
+async fn run_quotas(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
     match cmd {
         ClusterCmd::CreateComputeQuota { q, out } => {
             let name = q
@@ -615,6 +651,21 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             };
             print_reply(r, out.format);
         }
+        ClusterCmd::DeleteComputeQuota { compute_quota_id } => {
+            let name = resolve_quota(c, &compute_quota_id).await?;
+            api(c
+                .call(Body::DeleteComputeQuota { name: name.clone() })
+                .await)?;
+            println!("deleted compute quota {name}");
+        }
+        _ => bail!("a command run_quotas does not run"),
+    }
+    Ok(())
+}
+
+/// The cluster scheduler config and teams' registry credentials.
+async fn run_config(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> anyhow::Result<()> {
+    match cmd {
         ClusterCmd::CreateRegistryCredentials {
             team,
             registry,
@@ -662,13 +713,6 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
                 api(c.call(Body::ListRegistryCredentials { team }).await)?,
                 out.format,
             );
-        }
-        ClusterCmd::DeleteComputeQuota { compute_quota_id } => {
-            let name = resolve_quota(c, &compute_quota_id).await?;
-            api(c
-                .call(Body::DeleteComputeQuota { name: name.clone() })
-                .await)?;
-            println!("deleted compute quota {name}");
         }
         ClusterCmd::CreateClusterSchedulerConfig {
             name,
@@ -736,6 +780,14 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
                 out.format,
             );
         }
+        _ => bail!("a command run_config does not run"),
+    }
+    Ok(())
+}
+
+/// Submitting and cancelling work.
+async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> anyhow::Result<()> {
+    match cmd {
         ClusterCmd::Submit {
             file,
             job,
@@ -843,6 +895,14 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             };
             println!("{}", cancel_summary(count, &names, "Cancelled"));
         }
+        _ => bail!("a command run_writes does not run"),
+    }
+    Ok(())
+}
+
+/// Everything that reads: usage, history, waits, explanations, logs, describe and get.
+async fn run_reads(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
+    match cmd {
         ClusterCmd::Usage {
             since,
             until,
@@ -954,6 +1014,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
             GetWhat::Nodes { out } => print_reply(api(c.call(Body::GetNodes).await)?, out.format),
             GetWhat::Teams { out } => print_reply(api(c.call(Body::GetTeams).await)?, out.format),
         },
+        _ => bail!("a command run_reads does not run"),
     }
     Ok(())
 }

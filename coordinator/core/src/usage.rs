@@ -34,6 +34,7 @@ use std::sync::Arc;
 use allot_common::workload::PriorityRef;
 use serde::{Deserialize, Serialize};
 
+use crate::chunked::WlMap;
 use crate::ids::{CohortId, FrId, TeamId, WlId};
 use crate::quota::Limits;
 use crate::state::{Event, State, Time};
@@ -216,14 +217,16 @@ pub struct Ledger {
     /// The latest entry time seen: a later entry stamped earlier counts as stamped at it.
     last: Option<Time>,
     rates: Rates,
-    counted: BTreeMap<WlId, Counted>,
+    /// Shared chunk by chunk between copies (a snapshot copies the machine on the raft
+    /// thread), like the state's workloads.
+    counted: WlMap<Arc<Counted>>,
     /// By hour (milliseconds since the epoch divided by [`HOUR_MS`]); shared between copies of
     /// the machine, so a snapshot's copy does not copy a year of hours.
     hours: BTreeMap<i64, Arc<Hour>>,
     /// Hours older than [`HOURLY_FOR_HOURS`], summed by UTC day (keyed by the day's first hour).
     days: BTreeMap<i64, Arc<Hour>>,
     /// Per workload, when it held quota (at most [`MAX_RUNS`]).
-    runs: BTreeMap<WlId, Run>,
+    runs: WlMap<Arc<Run>>,
     /// Team and (flavor, resource) ids to the ledger's names: a cache (a name is interned
     /// when first used, whether or not the cache knows it), cleared when the teams change.
     #[serde(skip)]
@@ -238,10 +241,10 @@ impl PartialEq for Ledger {
         (self.names == o.names)
             && (self.last == o.last)
             && (self.rates == o.rates)
-            && (self.counted == o.counted)
+            && self.counted.iter().eq(o.counted.iter())
             && (self.hours == o.hours)
             && (self.days == o.days)
-            && (self.runs == o.runs)
+            && self.runs.iter().eq(o.runs.iter())
     }
 }
 
@@ -339,7 +342,7 @@ impl Ledger {
             Event::Submitted { .. } | Event::AdmissionRetried { .. } => return,
         };
         if let (Event::Preempted { .. }, Some(w)) = (e, self.runs.get_mut(&id)) {
-            if let Some(win) = w.windows.last_mut().filter(|w| w.to.is_none()) {
+            if let Some(win) = (Arc::make_mut(w).windows.last_mut()).filter(|w| w.to.is_none()) {
                 win.preempted_at.get_or_insert(now);
             }
         }
@@ -361,7 +364,8 @@ impl Ledger {
                 let Some(c) = self.counted.remove(&id) else {
                     return;
                 };
-                if let Some(win) = (self.runs.get_mut(&id)).and_then(|r| r.windows.last_mut()) {
+                let run = self.runs.get_mut(&id).map(Arc::make_mut);
+                if let Some(win) = run.and_then(|r| r.windows.last_mut()) {
                     win.to.get_or_insert(now);
                 }
                 self.trim_runs();
@@ -402,12 +406,18 @@ impl Ledger {
             self.add_used((team, class, it, res), q, now);
             touched.insert((st.teams[w.team.idx()].cohort, fr));
         }
-        let run = self.runs.entry(id).or_insert_with(|| Run {
-            name: w.spec.name.clone(),
-            team,
-            class,
-            windows: Vec::new(),
-        });
+        if !self.runs.contains_key(&id) {
+            let run = Run {
+                name: w.spec.name.clone(),
+                team,
+                class,
+                windows: Vec::new(),
+            };
+            self.runs.insert(id, Arc::new(run));
+        }
+        let Some(run) = self.runs.get_mut(&id).map(Arc::make_mut) else {
+            return;
+        };
         if run.windows.len() >= MAX_WINDOWS {
             run.windows.remove(0);
         }
@@ -424,7 +434,7 @@ impl Ledger {
             since: now,
             usage,
         };
-        self.counted.insert(id, c);
+        self.counted.insert(id, Arc::new(c));
     }
 
     /// Past [`MAX_RUNS`] (by a tenth, so that this runs rarely), forgets the runs that ended
@@ -434,7 +444,7 @@ impl Ledger {
             return;
         }
         let mut ended: Vec<(Time, WlId)> = (self.runs.iter())
-            .filter_map(|(id, r)| r.last_end().map(|t| (t, *id)))
+            .filter_map(|(id, r)| r.last_end().map(|t| (t, id)))
             .collect();
         ended.sort_unstable();
         let excess = self.runs.len().saturating_sub(MAX_RUNS);
@@ -444,8 +454,8 @@ impl Ledger {
     }
 
     /// Per-workload runs (for reports by workload).
-    pub fn runs(&self) -> impl Iterator<Item = (&WlId, &Run)> {
-        self.runs.iter()
+    pub fn runs(&self) -> impl Iterator<Item = (WlId, &Run)> {
+        self.runs.iter().map(|(id, r)| (id, &**r))
     }
 
     fn fr_name(&mut self, st: &State, fr: FrId) -> (Name, Name) {
@@ -692,7 +702,7 @@ impl Ledger {
 
     /// The workloads counted: those that hold quota (an invariant the tests check).
     pub fn counted(&self) -> impl Iterator<Item = WlId> + '_ {
-        self.counted.keys().copied()
+        self.counted.keys()
     }
 }
 
