@@ -261,7 +261,7 @@ impl Ledger {
         let holding: Vec<WlId> = (st.teams.iter())
             .flat_map(|t| t.admitted.iter().copied())
             .collect();
-        let mut touched = BTreeSet::new();
+        let mut touched = Touched::new();
         for id in holding {
             l.start_counting(st, id, at, &mut touched);
         }
@@ -285,15 +285,15 @@ impl Ledger {
         if config {
             self.team_names.clear();
         }
-        let mut touched = BTreeSet::new();
+        let mut touched = Touched::new();
         for e in events.iter().filter(moved) {
             self.take_event(st, e, at, &mut touched);
         }
         if config {
             self.all_quota_rows(st, at);
         } else {
-            for (c, fr) in touched {
-                self.quota_rows(st, c, fr, at, None);
+            for ((c, fr), teams) in touched {
+                self.quota_rows(st, c, fr, at, Rows::Touched(&teams));
             }
         }
         self.fold_and_drop(at);
@@ -325,13 +325,7 @@ impl Ledger {
 
     /// Counts or stops counting the workload `e` is about; notes the (cohort, flavor and
     /// resource) pairs whose quota split it may change.
-    fn take_event(
-        &mut self,
-        st: &State,
-        e: &Event,
-        now: Time,
-        touched: &mut BTreeSet<(CohortId, FrId)>,
-    ) {
+    fn take_event(&mut self, st: &State, e: &Event, now: Time, touched: &mut Touched) {
         let id = match e {
             Event::Admitted { wl }
             | Event::Preempted { wl, .. }
@@ -373,7 +367,7 @@ impl Ledger {
                 for &(fr, it, res, q) in &c.usage {
                     self.add_used((c.team, c.class, it, res), -q, now);
                     if let Some(cohort) = cohort {
-                        touched.insert((cohort, fr));
+                        touched.entry((cohort, fr)).or_default().insert(c.team_id);
                     }
                 }
             }
@@ -381,13 +375,7 @@ impl Ledger {
         }
     }
 
-    fn start_counting(
-        &mut self,
-        st: &State,
-        id: WlId,
-        now: Time,
-        touched: &mut BTreeSet<(CohortId, FrId)>,
-    ) {
+    fn start_counting(&mut self, st: &State, id: WlId, now: Time, touched: &mut Touched) {
         let Some(w) = st.workloads.get(&id) else {
             return;
         };
@@ -404,7 +392,10 @@ impl Ledger {
             let (it, res) = self.fr_name(st, fr);
             usage.push((fr, it, res, q));
             self.add_used((team, class, it, res), q, now);
-            touched.insert((st.teams[w.team.idx()].cohort, fr));
+            (touched
+                .entry((st.teams[w.team.idx()].cohort, fr))
+                .or_default())
+            .insert(w.team);
         }
         if !self.runs.contains_key(&id) {
             let run = Run {
@@ -500,7 +491,7 @@ impl Ledger {
                 );
             }
             for fr in frs {
-                self.quota_rows(st, CohortId(c as u32), fr, at, Some(&mut made));
+                self.quota_rows(st, CohortId(c as u32), fr, at, Rows::All(&mut made));
             }
         }
         let gone: Vec<QuotaKey> = (self.rates.quota.keys())
@@ -519,16 +510,12 @@ impl Ledger {
         }
     }
 
-    /// The quota split of cohort `c`'s members on `fr`, and who lends to whom there. Rows
-    /// written are added to `made` (quota rows as `(team, MAX, type, resource)`).
-    fn quota_rows(
-        &mut self,
-        st: &State,
-        c: CohortId,
-        fr: FrId,
-        at: Time,
-        mut made: Option<&mut BTreeSet<LendKey>>,
-    ) {
+    /// The quota split of cohort `c`'s members on `fr`, and who lends to whom there.
+    fn quota_rows(&mut self, st: &State, c: CohortId, fr: FrId, at: Time, rows: Rows<'_>) {
+        let (mut made, touched) = match rows {
+            Rows::All(made) => (Some(made), None),
+            Rows::Touched(teams) => (None, Some(teams)),
+        };
         let Some(cohort) = st.cohorts.get(c.idx()) else {
             return;
         };
@@ -548,6 +535,19 @@ impl Ledger {
         let borrowed: i64 = members.iter().map(|m| (m.2 - m.1).max(0)).sum();
         let lendable: i64 = members.iter().map(|m| m.3).sum();
         let from_teams = borrowed.min(lendable);
+        // Nobody borrows here, and nobody did: only the moved workloads' teams' rows change
+        // (nothing is lent), so only they are written. The common case, and 100 teams' rows
+        // on every admission otherwise.
+        if let Some(touched) = touched.filter(|_| borrowed == 0) {
+            let lent_here = (self.rates.lending.keys()).any(|k| k.2 == it && k.3 == res);
+            if !lent_here {
+                for &(t, nominal, used, _) in members.iter().filter(|m| touched.contains(&m.0)) {
+                    let team = self.team_name(st, t);
+                    self.set_quota((team, it, res), [nominal, used.min(nominal), 0, 0], at);
+                }
+                return;
+            }
+        }
         for &(t, nominal, used, can_lend) in &members {
             let rate = [
                 nominal,
@@ -700,10 +700,41 @@ impl Ledger {
         (self.hours.len(), self.days.len(), rows)
     }
 
+    /// Whether the quota and lending rows equal a computation from scratch on `st` (the tests
+    /// check it after every entry: an entry recomputes only what it can change).
+    pub fn check_rows(&self, st: &State) -> Result<(), String> {
+        let mut fresh = self.clone();
+        fresh.team_names.clear();
+        fresh.all_quota_rows(st, self.last.unwrap_or(0));
+        let rates = |l: &Ledger| {
+            let q: Vec<_> = l.rates.quota.iter().map(|(k, (r, _))| (*k, *r)).collect();
+            let b: Vec<_> = l.rates.lending.iter().map(|(k, (r, _))| (*k, *r)).collect();
+            (q, b)
+        };
+        if rates(&fresh) != rates(self) {
+            return Err(format!(
+                "quota rows {:?} differ from a recomputation {:?}",
+                rates(self),
+                rates(&fresh)
+            ));
+        }
+        Ok(())
+    }
+
     /// The workloads counted: those that hold quota (an invariant the tests check).
     pub fn counted(&self) -> impl Iterator<Item = WlId> + '_ {
         self.counted.keys()
     }
+}
+
+/// Per (cohort, flavor and resource): the teams whose workloads an entry moved there.
+type Touched = BTreeMap<(CohortId, FrId), BTreeSet<TeamId>>;
+
+/// Which quota rows to compute: every member's, noting what was made (quota rows as
+/// `(team, MAX, type, resource)`), or after an entry that moved the given teams' workloads.
+enum Rows<'a> {
+    All(&'a mut BTreeSet<LendKey>),
+    Touched(&'a BTreeSet<TeamId>),
 }
 
 /// `total * part / whole`, rounded down (0 when `whole` is 0).

@@ -31,6 +31,7 @@ fn apply(m: &mut Machine, now: i64, cmd: Command) {
         counted, holding,
         "the ledger counts what holds quota, at {now}"
     );
+    (m.usage.check_rows(&m.state)).expect("the rows an entry left equal a recomputation");
 }
 
 fn node(name: &str) -> NodeReport {
