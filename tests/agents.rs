@@ -44,17 +44,7 @@ fn job_file(
 }
 
 fn setup(c: &Cluster) {
-    rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
-    c.cli_ok(
-        "admin-admin",
-        &[
-            "create-cluster-scheduler-config",
-            "--name",
-            "default",
-            "--scheduler-config",
-            SCHEDULER_CONFIG,
-        ],
-    );
+    create_scheduler_config(c, SCHEDULER_CONFIG);
     setup_team(c, "team-a");
     setup_team(c, "team-b");
 }

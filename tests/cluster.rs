@@ -23,16 +23,9 @@ fn one_replica() -> (Cluster, tokio::runtime::Runtime) {
 #[test]
 fn config_and_workloads_survive_a_restart_of_every_replica() {
     let mut c = Cluster::new(3, 10_000);
-    rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
-    c.cli_ok(
-        "admin-admin",
-        &[
-            "create-cluster-scheduler-config",
-            "--name",
-            "default",
-            "--scheduler-config",
-            "PriorityClasses=[{Name=inference,Weight=90},{Name=training,Weight=70}],FairShare=Enabled",
-        ],
+    create_scheduler_config(
+        &c,
+        "PriorityClasses=[{Name=inference,Weight=90},{Name=training,Weight=70}],FairShare=Enabled",
     );
     setup_team(&c, "team-a");
     let job = c.dir.path().join("job.yaml");

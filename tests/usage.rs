@@ -10,17 +10,9 @@ use support::*;
 #[test]
 fn usage_reconciles_with_history_and_keeps_teams_apart() {
     let c = Cluster::new(1, 10_000);
-    let rt = rt();
-    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
-    c.cli_ok(
-        "admin-admin",
-        &[
-            "create-cluster-scheduler-config",
-            "--name",
-            "default",
-            "--scheduler-config",
-            "PriorityClasses=[{Name=training,Weight=70}],FairShare=Enabled",
-        ],
+    create_scheduler_config(
+        &c,
+        "PriorityClasses=[{Name=training,Weight=70}],FairShare=Enabled",
     );
     setup_team(&c, "team-a");
     setup_team(&c, "team-b");

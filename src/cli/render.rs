@@ -512,6 +512,15 @@ pub(crate) fn history_row(r: &HistoryRow) -> Vec<String> {
     ]
 }
 
+/// A CSV field: quoted when it holds a comma, a quote or a line break.
+pub(crate) fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
 pub(crate) fn render_history(rows: &[HistoryRow], format: HistoryFormat) -> anyhow::Result<String> {
     Ok(match format {
         HistoryFormat::Table => table(
@@ -520,13 +529,7 @@ pub(crate) fn render_history(rows: &[HistoryRow], format: HistoryFormat) -> anyh
         ),
         HistoryFormat::Json => serde_json::to_string_pretty(rows)? + "\n",
         HistoryFormat::Csv => {
-            let field = |s: &str| {
-                if s.contains([',', '"', '\n', '\r']) {
-                    format!("\"{}\"", s.replace('"', "\"\""))
-                } else {
-                    s.to_string()
-                }
-            };
+            let field = csv_field;
             let mut out = String::from(
                 "id,name,team,priority_class,state,exit_code,submitted,admitted,started,ended,wait_s,run_s,pods,nodes,preemptions,reason,lost_run_s\n",
             );

@@ -3,7 +3,7 @@
 
 use allot_common::usage::{UsageAmounts, UsageReport};
 
-use super::render::{table, HistoryFormat};
+use super::render::{csv_field, table, HistoryFormat};
 
 /// The unit a resource's hours are shown in, and how many base units (millicores, bytes,
 /// devices) make one.
@@ -118,14 +118,6 @@ pub(crate) fn render(r: &UsageReport, format: HistoryFormat) -> anyhow::Result<S
             out
         }
     })
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
 }
 
 #[cfg(test)]

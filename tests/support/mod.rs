@@ -275,6 +275,21 @@ pub fn job(name: &str, team: &str) -> SubmitInput {
 
 pub const QUOTA: &str = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2}],ResourceSharingConfig={Strategy=LendAndBorrow,BorrowLimit=50},PreemptTeamTasks=LowerPriority";
 
+/// Waits for a leader, then creates the cluster scheduler config `default` with `config`.
+pub fn create_scheduler_config(c: &Cluster, config: &str) {
+    rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    c.cli_ok(
+        "admin-admin",
+        &[
+            "create-cluster-scheduler-config",
+            "--name",
+            "default",
+            "--scheduler-config",
+            config,
+        ],
+    );
+}
+
 pub fn setup_team(c: &Cluster, team: &str) {
     c.cli_ok(
         "admin-admin",
