@@ -147,181 +147,231 @@ async fn wait_admitted(c: &mut Client, name: &str, since: Instant) -> anyhow::Re
     }
 }
 
-pub async fn run(a: &BenchArgs, kills: u32) -> anyhow::Result<()> {
-    let dir = std::env::temp_dir().join(format!("allot-failover-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let certs = dir.join("certs");
-    tls::init_ca(&certs, false)?;
-    let nodes: Vec<String> = (1..=NODES).map(|i| format!("node-{i}")).collect();
-    let mut ids = vec![Identity::Admin {
-        name: "admin".into(),
-    }];
-    ids.extend((1..=3).map(|id| Identity::Coordinator { id }));
-    ids.extend(nodes.iter().map(|n| Identity::Node { node: n.clone() }));
-    for id in &ids {
-        tls::issue(&certs, id, &[], &[], 30)?;
+/// One long-running workload's name, state and admission time: a restart changes the last.
+type Since = (String, String, Option<i64>);
+
+fn running_since(ws: &[allot_common::api::WorkloadView]) -> Vec<Since> {
+    ws.iter()
+        .filter(|w| w.name.starts_with("long-"))
+        .map(|w| (w.name.clone(), w.state.clone(), w.admitted_ms))
+        .collect()
+}
+
+/// The cluster under test: its processes, addresses and an admin client.
+struct Bench {
+    dir: PathBuf,
+    addrs: Vec<String>,
+    procs: Procs,
+    opts: ClientOpts,
+    c: Client,
+}
+
+impl Bench {
+    fn log(&self, what: &str) -> PathBuf {
+        self.dir.join(format!("{what}.log"))
     }
-    let addrs: Vec<String> = (0..3)
-        .map(|_| free_port().map(|p| format!("127.0.0.1:{p}")))
-        .collect::<Result<_, _>>()?;
-    let logs = |what: &str| dir.join(format!("{what}.log"));
-    let mut procs = Procs {
-        coordinators: Vec::new(),
-        agents: Vec::new(),
-        dir: dir.clone(),
-        keep: a.keep,
-    };
-    for i in 0..3 {
-        let args = coordinator_args(i, &addrs, &dir, a);
-        let what = format!("coordinator {}", i + 1);
-        procs.coordinators.push(Some(spawn(
-            &what,
-            &args,
-            &logs(&format!("coordinator-{}", i + 1)),
-        )?));
-    }
-    if a.keep {
-        println!("data and logs in {}", dir.display());
-    }
-    let opts = ClientOpts {
-        coordinators: addrs.clone(),
-        certs: Some(certs.clone()),
-        identity: Some("admin-admin".into()),
-    };
-    let mut c = opts.connect()?;
-    let t = Instant::now();
-    while !matches!(
-        c.call(Body::Hello).await,
-        Ok(Ok(Reply::Hello {
-            leader: Some(_),
-            ..
-        }))
-    ) {
-        if t.elapsed() > Duration::from_secs(20) {
-            bail!("no leader after 20s; see the logs in {}", dir.display());
+
+    /// Certificates, three coordinators and `NODES` agents, up and registered.
+    async fn start(a: &BenchArgs) -> anyhow::Result<Bench> {
+        let dir = std::env::temp_dir().join(format!("allot-failover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let certs = dir.join("certs");
+        tls::init_ca(&certs, false)?;
+        let nodes: Vec<String> = (1..=NODES).map(|i| format!("node-{i}")).collect();
+        let mut ids = vec![Identity::Admin {
+            name: "admin".into(),
+        }];
+        ids.extend((1..=3).map(|id| Identity::Coordinator { id }));
+        ids.extend(nodes.iter().map(|n| Identity::Node { node: n.clone() }));
+        for id in &ids {
+            tls::issue(&certs, id, &[], &[], 30)?;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let addrs: Vec<String> = (0..3)
+            .map(|_| free_port().map(|p| format!("127.0.0.1:{p}")))
+            .collect::<Result<_, _>>()?;
+        let opts = ClientOpts {
+            coordinators: addrs.clone(),
+            certs: Some(certs.clone()),
+            identity: Some("admin-admin".into()),
+        };
+        let procs = Procs {
+            coordinators: Vec::new(),
+            agents: Vec::new(),
+            dir: dir.clone(),
+            keep: a.keep,
+        };
+        let c = opts.connect()?;
+        let mut b = Bench {
+            dir,
+            addrs,
+            procs,
+            opts,
+            c,
+        };
+        for i in 0..3 {
+            b.spawn_coordinator(i, a)?;
+        }
+        if a.keep {
+            println!("data and logs in {}", b.dir.display());
+        }
+        b.wait_leader().await?;
+        for n in &nodes {
+            b.spawn_agent(n, &certs)?;
+        }
+        b.wait_nodes().await?;
+        Ok(b)
     }
-    for n in &nodes {
+
+    fn spawn_coordinator(&mut self, i: usize, a: &BenchArgs) -> anyhow::Result<()> {
+        let args = coordinator_args(i, &self.addrs, &self.dir, a);
+        let p = spawn(
+            &format!("coordinator {}", i + 1),
+            &args,
+            &self.log(&format!("coordinator-{}", i + 1)),
+        )?;
+        if i < self.procs.coordinators.len() {
+            self.procs.coordinators[i] = Some(p);
+        } else {
+            self.procs.coordinators.push(Some(p));
+        }
+        Ok(())
+    }
+
+    fn spawn_agent(&mut self, n: &str, certs: &Path) -> anyhow::Result<()> {
         let args: Vec<String> = vec![
             "agent".into(),
             "--node".into(),
-            n.clone(),
+            n.into(),
             "--instance-type".into(),
             INSTANCE_TYPE.into(),
             "--fake-gpus".into(),
             "1".into(),
             "--data-dir".into(),
-            dir.join("agents").join(n).display().to_string(),
+            self.dir.join("agents").join(n).display().to_string(),
             "--http".into(),
             "off".into(),
             "--coordinators".into(),
-            addrs.join(","),
+            self.addrs.join(","),
             "--certs".into(),
             certs.display().to_string(),
             "--stop-pods-on-exit".into(),
         ];
-        procs.agents.push(spawn(
+        let p = spawn(
             &format!("agent {n}"),
             &args,
-            &logs(&format!("agent-{n}")),
-        )?);
+            &self.log(&format!("agent-{n}")),
+        )?;
+        self.procs.agents.push(p);
+        Ok(())
     }
-    let t = Instant::now();
-    loop {
-        let ready = match c.call(Body::GetNodes).await {
-            Ok(Ok(Reply::Nodes(ns))) => ns.iter().filter(|n| n.healthy).count(),
-            _ => 0,
-        };
-        if ready == NODES {
-            break;
+
+    async fn wait_leader(&mut self) -> anyhow::Result<()> {
+        let t = Instant::now();
+        while !matches!(
+            self.c.call(Body::Hello).await,
+            Ok(Ok(Reply::Hello {
+                leader: Some(_),
+                ..
+            }))
+        ) {
+            if t.elapsed() > Duration::from_secs(20) {
+                bail!(
+                    "no leader after 20s; see the logs in {}",
+                    self.dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if t.elapsed() > Duration::from_secs(30) {
-            bail!(
-                "only {ready} of {NODES} nodes registered after 30s; see {}",
-                dir.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(())
     }
-    let quota = ComputeQuotaConfig::parse_shorthand(&format!(
-        "ComputeQuotaResources=[{{InstanceType={INSTANCE_TYPE},Count={NODES}}}]"
-    ))
-    .map_err(|e| anyhow!("{e}"))?;
-    call(
-        &mut c,
-        Body::CreateComputeQuota(ComputeQuotaInput {
-            name: "team-a".into(),
-            description: None,
-            team: "team-a".into(),
-            fair_share_weight: 1,
-            config: quota,
-            activation: ActivationState::Enabled,
-        }),
-    )
-    .await?;
-    // One long-running workload per node (each takes the node's GPU).
-    let gpu = ResourceName::gpu();
-    let long: Vec<String> = (1..=NODES).map(|i| format!("long-{i}")).collect();
-    for name in &long {
+
+    async fn wait_nodes(&mut self) -> anyhow::Result<()> {
+        let t = Instant::now();
+        loop {
+            let ready = match self.c.call(Body::GetNodes).await {
+                Ok(Ok(Reply::Nodes(ns))) => ns.iter().filter(|n| n.healthy).count(),
+                _ => 0,
+            };
+            if ready == NODES {
+                return Ok(());
+            }
+            if t.elapsed() > Duration::from_secs(30) {
+                bail!(
+                    "only {ready} of {NODES} nodes registered after 30s; see {}",
+                    self.dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// A quota for team-a and one long-running workload per node (each takes the node's GPU),
+    /// all running: what they look like before the kills.
+    async fn long_running(&mut self) -> anyhow::Result<Vec<Since>> {
+        let quota = ComputeQuotaConfig::parse_shorthand(&format!(
+            "ComputeQuotaResources=[{{InstanceType={INSTANCE_TYPE},Count={NODES}}}]"
+        ))
+        .map_err(|e| anyhow!("{e}"))?;
         call(
-            &mut c,
-            Body::Submit(workload(name, &gpu, &["sleep", "3600"])),
+            &mut self.c,
+            Body::CreateComputeQuota(ComputeQuotaInput {
+                name: "team-a".into(),
+                description: None,
+                team: "team-a".into(),
+                fair_share_weight: 1,
+                config: quota,
+                activation: ActivationState::Enabled,
+            }),
         )
         .await?;
-    }
-    let running_since =
-        |ws: &[allot_common::api::WorkloadView]| -> Vec<(String, String, Option<i64>)> {
-            ws.iter()
-                .filter(|w| w.name.starts_with("long-"))
-                .map(|w| (w.name.clone(), w.state.clone(), w.admitted_ms))
-                .collect()
-        };
-    let t = Instant::now();
-    let before = loop {
-        if let Reply::Workloads(ws) =
-            call(&mut c, Body::GetWorkloads(WorkloadFilter::default())).await?
-        {
-            let r = running_since(&ws);
-            if r.len() == NODES && r.iter().all(|(_, s, _)| s == "Running") {
-                break r;
+        let gpu = ResourceName::gpu();
+        for i in 1..=NODES {
+            let w = workload(&format!("long-{i}"), &gpu, &["sleep", "3600"]);
+            call(&mut self.c, Body::Submit(w)).await?;
+        }
+        let t = Instant::now();
+        loop {
+            let all = Body::GetWorkloads(WorkloadFilter::default());
+            if let Reply::Workloads(ws) = call(&mut self.c, all).await? {
+                let r = running_since(&ws);
+                if r.len() == NODES && r.iter().all(|(_, s, _)| s == "Running") {
+                    return Ok(r);
+                }
             }
+            if t.elapsed() > Duration::from_secs(30) {
+                bail!(
+                    "the long-running workloads did not all start within 30s; see {}",
+                    self.dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        if t.elapsed() > Duration::from_secs(30) {
-            bail!(
-                "the long-running workloads did not all start within 30s; see {}",
-                dir.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    println!(
-        "3 replicas, {NODES} agents ({INSTANCE_TYPE}, 1 fake GPU each), {NODES} long-running workloads running; {kills} leader kills:"
-    );
+    }
 
-    let cpu = ResourceName::cpu();
-    let mut elections = Vec::new();
-    let mut admits = Vec::new();
-    let mut repeated = 0;
-    for k in 1..=kills {
-        let Some(leader) = leader_named(&mut c, &addrs, None).await else {
+    /// Kill `k`: SIGKILL the leader, time the election and the first admission of a workload
+    /// a fresh client submits, then bring the replica back. Returns both times and how many
+    /// submits were repeated with their key.
+    async fn kill_leader(
+        &mut self,
+        k: u32,
+        a: &BenchArgs,
+    ) -> anyhow::Result<(Duration, Duration, u32)> {
+        let Some(leader) = leader_named(&mut self.c, &self.addrs, None).await else {
             bail!("no replica names a leader before kill {k}");
         };
         let idx = (leader - 1) as usize;
-        let mut p = procs.coordinators[idx]
+        let mut p = self.procs.coordinators[idx]
             .take()
             .context("the leader's process is not running")?;
         let t0 = Instant::now();
         p.child.kill()?;
         let _ = p.child.wait();
         // Elections are watched on their own: the survivors are asked directly.
-        let survivors: Vec<String> = addrs
-            .iter()
-            .enumerate()
+        let survivors: Vec<String> = (self.addrs.iter().enumerate())
             .filter(|(i, _)| *i != idx)
             .map(|(_, a)| a.clone())
             .collect();
-        let watch_opts = opts.clone();
+        let watch_opts = self.opts.clone();
         let election = tokio::spawn(async move {
             let mut w = watch_opts.connect()?;
             loop {
@@ -337,9 +387,8 @@ pub async fn run(a: &BenchArgs, kills: u32) -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
-        let name = format!("probe-{k}");
-        repeated +=
-            submit_until_admitted(&opts, workload(&name, &cpu, &["sleep", "1"]), t0).await?;
+        let probe = workload(&format!("probe-{k}"), &ResourceName::cpu(), &["sleep", "1"]);
+        let repeated = submit_until_admitted(&self.opts, probe, t0).await?;
         let admitted = t0.elapsed();
         let elected = election.await.map_err(|e| anyhow!("{e}"))??;
         println!(
@@ -347,22 +396,12 @@ pub async fn run(a: &BenchArgs, kills: u32) -> anyhow::Result<()> {
             ms(elected),
             ms(admitted)
         );
-        elections.push(elected);
-        admits.push(admitted);
         // The killed replica comes back and catches up before the next kill.
-        let args = coordinator_args(idx, &addrs, &dir, a);
-        procs.coordinators[idx] = Some(spawn(
-            &format!("coordinator {leader}"),
-            &args,
-            &logs(&format!("coordinator-{leader}")),
-        )?);
+        self.spawn_coordinator(idx, a)?;
         let back = Instant::now();
         loop {
-            let asked = tokio::time::timeout(
-                Duration::from_millis(300),
-                c.call_one(&addrs[idx], Body::Hello),
-            )
-            .await;
+            let hello = self.c.call_one(&self.addrs[idx], Body::Hello);
+            let asked = tokio::time::timeout(Duration::from_millis(300), hello).await;
             if let Ok(Ok(Ok(Reply::Hello {
                 leader: Some(_), ..
             }))) = asked
@@ -375,6 +414,64 @@ pub async fn run(a: &BenchArgs, kills: u32) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok((elected, admitted, repeated))
+    }
+
+    /// Nothing lost, nothing twice, nothing restarted.
+    async fn check(&mut self, kills: u32, before: &[Since]) -> anyhow::Result<()> {
+        let every = Body::GetWorkloads(WorkloadFilter {
+            team: None,
+            all: true,
+        });
+        let Reply::Workloads(all) = call(&mut self.c, every).await? else {
+            bail!("listing the workloads failed");
+        };
+        let mut names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
+        names.sort_unstable();
+        let listed = names.len();
+        names.dedup();
+        let duplicated = listed - names.len();
+        let lost = (1..=kills)
+            .map(|k| format!("probe-{k}"))
+            .chain((1..=NODES).map(|i| format!("long-{i}")))
+            .filter(|n| names.binary_search(&n.as_str()).is_err())
+            .count();
+        let after = running_since(&all);
+        let restarted = (before.iter())
+            .filter(|b| {
+                !after
+                    .iter()
+                    .any(|x| x.0 == b.0 && x.1 == "Running" && x.2 == b.2)
+            })
+            .count();
+        println!(
+            "workloads lost: {lost}, duplicated: {duplicated}, long-running ones restarted: {restarted} of {NODES}"
+        );
+        if lost + duplicated + restarted > 0 {
+            self.procs.keep = true;
+            bail!(
+                "failover broke a guarantee: {lost} lost, {duplicated} duplicated, {restarted} restarted (before {before:?}, after {after:?}); logs in {}",
+                self.dir.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+pub async fn run(a: &BenchArgs, kills: u32) -> anyhow::Result<()> {
+    let mut b = Bench::start(a).await?;
+    let before = b.long_running().await?;
+    println!(
+        "3 replicas, {NODES} agents ({INSTANCE_TYPE}, 1 fake GPU each), {NODES} long-running workloads running; {kills} leader kills:"
+    );
+    let mut elections = Vec::new();
+    let mut admits = Vec::new();
+    let mut repeated = 0;
+    for k in 1..=kills {
+        let (elected, admitted, again) = b.kill_leader(k, a).await?;
+        elections.push(elected);
+        admits.push(admitted);
+        repeated += again;
     }
     elections.sort();
     admits.sort();
@@ -390,47 +487,6 @@ pub async fn run(a: &BenchArgs, kills: u32) -> anyhow::Result<()> {
         ms(pct(&admits, 0.99)),
         ms(admits.last().copied().unwrap_or_default())
     );
-    // Nothing lost, nothing twice, nothing restarted.
-    let Reply::Workloads(all) = call(
-        &mut c,
-        Body::GetWorkloads(WorkloadFilter {
-            team: None,
-            all: true,
-        }),
-    )
-    .await?
-    else {
-        bail!("listing the workloads failed");
-    };
-    let mut names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
-    names.sort_unstable();
-    let listed = names.len();
-    names.dedup();
-    let duplicated = listed - names.len();
-    let lost = (1..=kills)
-        .map(|k| format!("probe-{k}"))
-        .chain(long.iter().cloned())
-        .filter(|n| names.binary_search(&n.as_str()).is_err())
-        .count();
-    let after = running_since(&all);
-    let restarted = before
-        .iter()
-        .filter(|b| {
-            !after
-                .iter()
-                .any(|x| x.0 == b.0 && x.1 == "Running" && x.2 == b.2)
-        })
-        .count();
-    println!(
-        "workloads lost: {lost}, duplicated: {duplicated}, long-running ones restarted: {restarted} of {NODES}"
-    );
-    if lost + duplicated + restarted > 0 {
-        procs.keep = true;
-        bail!(
-            "failover broke a guarantee: {lost} lost, {duplicated} duplicated, {restarted} restarted (before {before:?}, after {after:?}); logs in {}",
-            dir.display()
-        );
-    }
-    drop(procs);
+    b.check(kills, &before).await?;
     Ok(())
 }
