@@ -19,6 +19,7 @@ mod k8s;
 mod memory;
 mod scenario;
 mod simulate;
+mod what_if;
 
 #[derive(Parser)]
 #[command(

@@ -663,6 +663,8 @@ pub enum Body {
     },
     /// `allot usage`: who used, borrowed and lent what over a period.
     Usage(crate::usage::UsageQuery),
+    /// `allot what-if`: what the cluster recorded over a period (admins only).
+    Recorded(crate::recorded::RecordedQuery),
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -888,6 +890,7 @@ pub enum Reply {
     History(Vec<HistoryRow>),
     RegistryCredentials(Vec<RegistryCredentialView>),
     Usage(crate::usage::UsageReport),
+    Recorded(Box<crate::recorded::Recorded>),
 }
 
 /// A bulk cancel's reply names at most this many workloads (and counts them all).

@@ -9,6 +9,7 @@ pub mod image;
 pub mod names;
 pub mod policy;
 pub mod quota;
+pub mod recorded;
 pub mod resource;
 pub mod timefmt;
 pub mod usage;

@@ -121,6 +121,20 @@ async fn read(body: Body, who: &Identity, sh: &Shared) -> Response {
             }))
             .await
         }
+        Body::Recorded(q) => {
+            admin_only(who, "read what the cluster recorded")?;
+            if q.until_ms <= q.since_ms {
+                return Err(ApiError::new(
+                    ErrorKind::Invalid,
+                    "the period ends before it starts: --until must be later than --since",
+                ));
+            }
+            sh.read(Box::new(move |m: &Machine| {
+                let r = allot_core::recorded::recorded(m, q.since_ms, q.until_ms);
+                Ok(Reply::Recorded(Box::new(r)))
+            }))
+            .await
+        }
         Body::History(f) => {
             let scoped = scoped_filter(
                 who,

@@ -29,7 +29,7 @@ use follow::*;
 pub use follow::{parse_duration, pod_logs, LogTarget, WaitFor};
 pub use job_file::JobFlags;
 use render::*;
-pub use render::{Format, HistoryFormat};
+pub use render::{table, Format, HistoryFormat};
 
 #[derive(Args, Debug, Clone)]
 pub struct Out {
@@ -358,6 +358,28 @@ pub enum ClusterCmd {
         /// Output format: a table in hours, CSV in hours, or JSON in exact resource-milliseconds.
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         format: HistoryFormat,
+    },
+    /// Replays what the cluster recorded over a period in the simulator, as it is and with a
+    /// proposed scheduler config or quotas, and prints per team the waits, GPU-hours and
+    /// preemptions side by side with what really happened (admins).
+    WhatIf {
+        /// From: a time ago (12h) or a UTC time or date; default 1d (the cluster keeps
+        /// finished workloads a day).
+        #[arg(long, value_parser = parse_when)]
+        since: Option<When>,
+        /// Until: a time ago or a UTC time or date; default now.
+        #[arg(long, value_parser = parse_when)]
+        until: Option<When>,
+        /// A proposed scheduler config, as update-cluster-scheduler-config takes it.
+        #[arg(long)]
+        scheduler_config: Option<String>,
+        /// A proposed quota, TEAM=CONFIG with the config as create-compute-quota takes it
+        /// (repeatable).
+        #[arg(long, value_parser = crate::what_if::parse_team_quota)]
+        compute_quota: Vec<(String, String)>,
+        /// Also write the recorded period as an allot simulate scenario file (JSON).
+        #[arg(long)]
+        save: Option<PathBuf>,
     },
     /// Finished workloads (succeeded, failed, cancelled), newest first: when each was
     /// submitted, waited, ran and ended, where, and how (as Slurm's sacct).
@@ -921,6 +943,22 @@ async fn run_reads(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
                 bail!("unexpected answer to usage");
             };
             print!("{}", usage::render(&report, format)?);
+        }
+        ClusterCmd::WhatIf {
+            since,
+            until,
+            scheduler_config,
+            compute_quota,
+            save,
+        } => {
+            let now = now_ms();
+            let changes = crate::what_if::Changes {
+                scheduler_config,
+                quotas: compute_quota,
+            };
+            let since = since.map_or(now - 86_400_000, |w| w.at(now));
+            let until = until.map_or(now, |w| w.at(now));
+            crate::what_if::run(c, since, until, &changes, save).await?;
         }
         ClusterCmd::History {
             team,

@@ -330,6 +330,7 @@ pub(crate) fn render(r: &Reply) -> String {
         Reply::History(rows) => render_history(rows, HistoryFormat::Table).unwrap_or_default(),
         // `allot usage` renders its report itself (usage.rs).
         Reply::Usage(u) => format!("{} usage lines\n", u.lines.len()),
+        Reply::Recorded(r) => format!("{} workloads recorded\n", r.workloads.len()),
     }
 }
 

@@ -19,6 +19,7 @@ pub mod preemption;
 pub mod protection;
 pub mod quota;
 pub mod reads;
+pub mod recorded;
 pub mod scheduler;
 pub mod shapes;
 pub mod state;

@@ -444,6 +444,11 @@ impl Ledger {
         }
     }
 
+    /// The windows workload `id` held quota in, as far as the ledger keeps them.
+    pub fn run(&self, id: WlId) -> Option<&Run> {
+        self.runs.get(&id).map(|r| &**r)
+    }
+
     /// Per-workload runs (for reports by workload).
     pub fn runs(&self) -> impl Iterator<Item = (WlId, &Run)> {
         self.runs.iter().map(|(id, r)| (id, &**r))
