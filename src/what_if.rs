@@ -8,13 +8,16 @@
 //! writes it, to edit and run again): each workload submitted at its time, running as long as
 //! its last run held quota (one that had not ended runs to the end of the period), cancelled
 //! when it was. Workloads submitted before the period are not in it: the replay starts from an
-//! empty cluster.
+//! empty cluster. The recorded GPU-hours (held, and borrowed above the team's nominal) are the
+//! usage ledger's for the whole hours the period touches; the replays' are counted from their
+//! admissions to their releases.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use allot_common::api::{Body, Reply};
 use allot_common::recorded::{Recorded, RecordedWorkload};
+use allot_common::usage::{UsageBy, UsageQuery, UsageReport};
 use allot_common::workload::PriorityRef;
 use allot_common::{Resources, TeamSpec};
 use anyhow::{anyhow, bail, Context};
@@ -64,7 +67,19 @@ pub async fn run(
         let v = changed(&base, changes)?;
         Some(replay(&v).context("replaying with the changes")?)
     };
-    print!("{}", report(&rec, &names, &base, &as_is, changed.as_ref()));
+    let q = UsageQuery {
+        since_ms,
+        until_ms,
+        team: None,
+        by: vec![UsageBy::Team],
+    };
+    let Reply::Usage(usage) = api(c.call(Body::Usage(q)).await)? else {
+        bail!("unexpected answer to usage");
+    };
+    print!(
+        "{}",
+        report(&rec, &names, &base, &usage, &as_is, changed.as_ref())
+    );
     Ok(())
 }
 
@@ -219,12 +234,13 @@ fn replay(v: &Value) -> anyhow::Result<Outcome> {
     crate::simulate::run_with_progress(&sc, &mut |_| {}).map_err(|e| anyhow!("{e}"))
 }
 
-/// Per team: workloads, admitted, waits (mean, p90), GPU-hours held, preemptions.
+/// Per team: workloads, admitted, waits (mean, p90), GPU-hours held and borrowed, preemptions.
 #[derive(Default)]
 struct TeamFigures {
     workloads: usize,
     waits: Vec<f64>,
     gpu_s: f64,
+    borrowed_s: f64,
     preemptions: u64,
 }
 
@@ -245,6 +261,7 @@ impl TeamFigures {
             format!("{mean:.0}s"),
             p90.map_or("-".into(), |p| format!("{p:.0}s")),
             format!("{:.2}", self.gpu_s / 3600.0),
+            format!("{:.2}", self.borrowed_s / 3600.0),
             self.preemptions.to_string(),
         ]
     }
@@ -267,7 +284,8 @@ fn replayed(base: &Value, o: &Outcome) -> (BTreeMap<String, TeamFigures>, BTreeM
     }
     let end = base["until"].as_f64().unwrap_or(0.0);
     let mut first = BTreeMap::new();
-    let mut holding: BTreeMap<String, f64> = BTreeMap::new();
+    // Since when each workload holds quota, and the GPUs of it borrowed.
+    let mut holding: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for e in &o.events {
         let (Some(name), Some(t)) = (e["workload"].as_str(), e["t"].as_f64()) else {
             continue;
@@ -282,20 +300,24 @@ fn replayed(base: &Value, o: &Outcome) -> (BTreeMap<String, TeamFigures>, BTreeM
                     first.insert(name.to_string(), t);
                     f.waits.push(t - submit);
                 }
-                holding.insert(name.to_string(), t);
+                let borrowed = e["borrowed"]["gpu"].as_f64().unwrap_or(0.0);
+                holding.insert(name.to_string(), (t, borrowed));
             }
             Some("preempted") => f.preemptions += 1,
             Some("requeued" | "finished" | "cancelled" | "evicted") => {
-                if let Some(from) = holding.remove(name) {
+                if let Some((from, borrowed)) = holding.remove(name) {
                     f.gpu_s += (t - from) * gpus;
+                    f.borrowed_s += (t - from) * borrowed;
                 }
             }
             _ => {}
         }
     }
-    for (name, from) in holding {
+    for (name, (from, borrowed)) in holding {
         if let Some((team, _, gpus)) = info.get(&name) {
-            teams.entry(team.clone()).or_default().gpu_s += (end - from) * gpus;
+            let f = teams.entry(team.clone()).or_default();
+            f.gpu_s += (end - from) * gpus;
+            f.borrowed_s += (end - from) * borrowed;
         }
     }
     (teams, first)
@@ -305,6 +327,7 @@ fn report(
     rec: &Recorded,
     names: &BTreeMap<String, usize>,
     base: &Value,
+    usage: &UsageReport,
     as_is: &Outcome,
     changed: Option<&Outcome>,
 ) -> String {
@@ -327,6 +350,12 @@ fn report(
             }
         }
     }
+    // GPU-hours held and borrowed as the usage ledger counted them (whole hours).
+    for l in usage.lines.iter().filter(|l| l.resource == "gpu") {
+        let f = real.entry(l.group[0].clone()).or_default();
+        f.gpu_s = l.amounts.used as f64 / 1000.0;
+        f.borrowed_s = l.amounts.quota.map_or(0.0, |q| q.borrowed as f64 / 1000.0);
+    }
     let mut out = format!(
         "Recorded {} to {} (UTC): {} workloads submitted, replayed on {} nodes\n",
         allot_common::timefmt::utc(rec.since_ms),
@@ -341,6 +370,7 @@ fn report(
         "MEAN WAIT",
         "P90 WAIT",
         "GPU-H",
+        "BORROWED GPU-H",
         "PREEMPTED",
     ];
     let mut rows = Vec::new();
@@ -348,8 +378,7 @@ fn report(
     let later = changed.map(|o| replayed(base, o).0);
     let empty = TeamFigures::default();
     for t in teams {
-        let mut recorded = real.get(t).unwrap_or(&empty).cells();
-        recorded[3] = "-".into();
+        let recorded = real.get(t).unwrap_or(&empty).cells();
         let mut runs = vec![
             ("recorded", recorded),
             ("replayed", now.get(t).unwrap_or(&empty).cells()),
