@@ -665,6 +665,15 @@ pub enum Body {
     Usage(crate::usage::UsageQuery),
     /// `allot what-if`: what the cluster recorded over a period (admins only).
     Recorded(crate::recorded::RecordedQuery),
+    /// `allot cordon` / `allot uncordon` (admins only).
+    CordonNode {
+        name: String,
+        cordoned: bool,
+    },
+    /// `allot drain` (admins only).
+    DrainNode {
+        name: String,
+    },
 }
 
 /// A team's registry credentials as listed: never the password.

@@ -1,5 +1,6 @@
-//! An admin's configuration requests: compute quotas, the cluster scheduler config, and teams'
-//! registry credentials (which a team's own users may set too).
+//! An admin's configuration requests: compute quotas, the cluster scheduler config, teams'
+//! registry credentials (which a team's own users may set too), and node maintenance (cordon,
+//! uncordon, drain).
 
 use std::ops::ControlFlow;
 
@@ -24,7 +25,9 @@ pub(crate) async fn handle(body: Body, who: &Identity, sh: &Shared) -> ControlFl
         | Body::DescribeSchedulerConfig
         | Body::PutRegistryCredentials { .. }
         | Body::DeleteRegistryCredentials { .. }
-        | Body::ListRegistryCredentials { .. }) => ControlFlow::Break(answer(b, who, sh).await),
+        | Body::ListRegistryCredentials { .. }
+        | Body::CordonNode { .. }
+        | Body::DrainNode { .. }) => ControlFlow::Break(answer(b, who, sh).await),
         other => ControlFlow::Continue(other),
     }
 }
@@ -157,6 +160,15 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
                 ))
             }))
             .await
+        }
+        Body::CordonNode { name, cordoned } => {
+            let what = if cordoned { "cordon nodes" } else { "uncordon nodes" };
+            admin_only(who, what)?;
+            sh.propose(Command::CordonNode { name, cordoned }).await
+        }
+        Body::DrainNode { name } => {
+            admin_only(who, "drain nodes")?;
+            sh.propose(Command::DrainNode { name }).await
         }
         _ => Err(ApiError::new(
             ErrorKind::Invalid,

@@ -381,6 +381,16 @@ pub enum ClusterCmd {
         #[arg(long)]
         save: Option<PathBuf>,
     },
+    /// Stops placing new pods on a node; what runs there keeps running (admins).
+    Cordon {
+        /// The node's name (`allot get nodes`).
+        node: String,
+    },
+    /// Places pods on a cordoned node again (admins).
+    Uncordon { node: String },
+    /// Cordons a node and moves its work away: each workload with a pod there is stopped with
+    /// its grace period and requeued to run elsewhere (admins). `uncordon` ends the maintenance.
+    Drain { node: String },
     /// Finished workloads (succeeded, failed, cancelled), newest first: when each was
     /// submitted, waited, ran and ended, where, and how (as Slurm's sacct).
     History {
@@ -575,9 +585,11 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
         | ClusterCmd::CreateClusterSchedulerConfig { .. }
         | ClusterCmd::UpdateClusterSchedulerConfig { .. }
         | ClusterCmd::DescribeClusterSchedulerConfig { .. }) => run_admin(cmd, c, identity).await,
-        cmd @ (ClusterCmd::Submit { .. } | ClusterCmd::Cancel { .. }) => {
-            run_writes(cmd, c, identity).await
-        }
+        cmd @ (ClusterCmd::Submit { .. }
+        | ClusterCmd::Cancel { .. }
+        | ClusterCmd::Cordon { .. }
+        | ClusterCmd::Uncordon { .. }
+        | ClusterCmd::Drain { .. }) => run_writes(cmd, c, identity).await,
         cmd => run_reads(cmd, c).await,
     }
 }
@@ -807,7 +819,7 @@ async fn run_config(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
     Ok(())
 }
 
-/// Submitting and cancelling work.
+/// Submitting and cancelling work, and node maintenance.
 async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> anyhow::Result<()> {
     match cmd {
         ClusterCmd::Submit {
@@ -916,6 +928,31 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
                 bail!("unexpected answer to a cancel");
             };
             println!("{}", cancel_summary(count, &names, "Cancelled"));
+        }
+        ClusterCmd::Cordon { node } => {
+            api(c
+                .call(Body::CordonNode {
+                    name: node.clone(),
+                    cordoned: true,
+                })
+                .await)?;
+            println!("node {node} cordoned: no new pods are placed on it");
+        }
+        ClusterCmd::Uncordon { node } => {
+            api(c
+                .call(Body::CordonNode {
+                    name: node.clone(),
+                    cordoned: false,
+                })
+                .await)?;
+            println!("node {node} uncordoned");
+        }
+        ClusterCmd::Drain { node } => {
+            api(c.call(Body::DrainNode { name: node.clone() }).await)?;
+            println!(
+                "node {node} cordoned and draining: its workloads stop with their grace period \
+                 and are requeued (allot get workloads follows them; allot uncordon {node} ends it)"
+            );
         }
         _ => bail!("a command run_writes does not run"),
     }

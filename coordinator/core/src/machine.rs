@@ -165,6 +165,16 @@ pub enum Command {
     /// Creates or updates the scheduler config, the policy parsed (the three variants above
     /// carry its text: the log reader turns them into this one, `config_commands`).
     SetSchedulerConfig(SchedulerConfigSet),
+    /// An admin cordons a node (no new pods on it) or uncordons it.
+    CordonNode {
+        name: String,
+        cordoned: bool,
+    },
+    /// An admin drains a node: cordoned, and every workload on it evicted (with its grace
+    /// period) and requeued.
+    DrainNode {
+        name: String,
+    },
 }
 
 impl Command {
@@ -181,6 +191,11 @@ impl Command {
                 SchedulerConfigChange::Update { .. } => "update-cluster-scheduler-config",
             },
             Command::SetSchedulerConfig(set) => set.kind(),
+            Command::CordonNode { cordoned: true, .. } => "cordon-node",
+            Command::CordonNode {
+                cordoned: false, ..
+            } => "uncordon-node",
+            Command::DrainNode { .. } => "drain-node",
             Command::Submit(_) | Command::SubmitPlanned { .. } => "submit",
             Command::SubmitBatch(_) => "submit-batch",
             Command::Cancel { .. } => "cancel",
@@ -780,6 +795,19 @@ impl Machine {
                 Ok(Reply::Done)
             }
             Command::ReportNode(report) => self.report_node(report, now, events),
+            Command::CordonNode { name, cordoned } => {
+                self.state.set_cordoned(name, *cordoned)?;
+                Ok(Reply::Done)
+            }
+            Command::DrainNode { name } => {
+                self.state.set_cordoned(name, true)?;
+                events.extend(self.state.drain_node(name, now)?);
+                if !self.has_lease(name) {
+                    // No agent to stop them: the pods are gone already.
+                    self.node_pods_gone(name, &format!("node {name} drained"), now, events);
+                }
+                Ok(Reply::Done)
+            }
             Command::NodeLost { name, reason } => {
                 let Some(n) = self.state.acct.nodes.find(name) else {
                     return Err(not_found(format!("unknown node {name:?}")));

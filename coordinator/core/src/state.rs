@@ -1217,6 +1217,29 @@ impl State {
         Ok(events)
     }
 
+    /// Cordons a node (no new pods are placed on it; what runs there stays) or uncordons it.
+    pub fn set_cordoned(&mut self, name: &str, cordoned: bool) -> Result<(), StateError> {
+        let node = self.node_named(name)?;
+        self.acct.nodes.set_cordoned(node, cordoned);
+        self.rebuild();
+        Ok(())
+    }
+
+    /// Drains a cordoned node: every workload with a pod on it is evicted, keeping its room
+    /// until its pods have stopped (with their grace period), then requeued to run elsewhere.
+    pub fn drain_node(&mut self, name: &str, now: Time) -> Result<Vec<Event>, StateError> {
+        let node = self.node_named(name)?;
+        let mut events = Vec::new();
+        for id in self.workloads_on(node) {
+            let msg = format!(
+                "node {name} is being drained by an admin: its pods are being stopped, then it \
+                 is requeued to run elsewhere"
+            );
+            events.extend(self.start_eviction(id, "NodeDrained", &msg, now));
+        }
+        Ok(events)
+    }
+
     /// A node failed while pods may still run on it or on its workloads' other nodes: its
     /// workloads are evicted, but they keep their room until their pods are gone (see
     /// `Machine::node_failed`), so no replacement can start while a pod of theirs may run.

@@ -547,3 +547,79 @@ fn same_named_workloads_of_two_teams_are_told_apart_by_id() {
     assert_eq!(m.state.workload(a).state, WlState::Cancelled);
     assert_eq!(m.state.workload(b).state, WlState::Failed);
 }
+
+/// Node maintenance: a cordoned node takes no new pods and keeps what runs there; a drained
+/// one has its work stopped (with the grace period: the workload keeps its room until its pods
+/// exit) and requeued elsewhere; uncordoned, it takes pods again.
+#[test]
+fn cordon_drain_and_uncordon_move_work_off_a_node() {
+    let mut m = cluster(&["n1", "n2"]);
+    submit(&mut m, "w", 1, 4);
+    cycle(&mut m, 2);
+    let node_of = |m: &Machine, name: &str| {
+        let id = m.state.find_workload(name).expect("known");
+        views::workload(m, id).pods[0].node.clone()
+    };
+    let first = node_of(&m, "w");
+    let other = if first == "n1" { "n2" } else { "n1" };
+    apply(
+        &mut m,
+        3,
+        Command::CordonNode {
+            name: other.into(),
+            cordoned: true,
+        },
+    );
+    assert!(views::nodes(&m)
+        .iter()
+        .any(|n| n.name == other && n.cordoned));
+    submit(&mut m, "x", 1, 4);
+    cycle(&mut m, 4);
+    assert_eq!(
+        state(&m, "x"),
+        WlState::Pending,
+        "the only free node is cordoned"
+    );
+    apply(
+        &mut m,
+        5,
+        Command::CordonNode {
+            name: other.into(),
+            cordoned: false,
+        },
+    );
+    cycle(&mut m, 6);
+    assert_eq!(node_of(&m, "x"), other);
+    // Drain x's node: x stops (its room held until its pod exits), then waits: w holds the
+    // other node.
+    apply(&mut m, 7, Command::DrainNode { name: other.into() });
+    assert_eq!(state(&m, "x"), WlState::Evicting);
+    assert_eq!(
+        state(&m, "w"),
+        WlState::Admitted,
+        "work elsewhere is not touched"
+    );
+    exited(&mut m, other, "x", 1, 0, false, false);
+    assert_eq!(state(&m, "x"), WlState::Pending, "requeued, not failed");
+    cycle(&mut m, 8);
+    assert_eq!(
+        state(&m, "x"),
+        WlState::Pending,
+        "the drained node stays cordoned"
+    );
+    apply(
+        &mut m,
+        9,
+        Command::CordonNode {
+            name: other.into(),
+            cordoned: false,
+        },
+    );
+    cycle(&mut m, 10);
+    assert_eq!(node_of(&m, "x"), other);
+    let unknown = m.apply(&Entry {
+        now: 11,
+        cmd: Command::DrainNode { name: "n9".into() },
+    });
+    assert!(unknown.0.expect_err("unknown node").message.contains("n9"));
+}

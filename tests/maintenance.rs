@@ -1,0 +1,54 @@
+//! Node maintenance through the real CLI, coordinator and agents: `allot drain` moves a running
+//! job to another node (stopped there, requeued, started elsewhere), `get nodes` shows the node
+//! cordoned until `allot uncordon`, and only admins may do either.
+
+mod support;
+
+use support::*;
+
+fn running_on(c: &Cluster, name: &str) -> Option<String> {
+    all_workloads(c)
+        .into_iter()
+        .find(|w| w.name == name && w.state == "Running")
+        .and_then(|w| w.pods.first().map(|p| p.node.clone()))
+}
+
+#[test]
+fn drain_moves_work_off_a_node_until_it_is_uncordoned() {
+    let c = Cluster::new(1, 10_000);
+    create_scheduler_config(&c, "FairShare=Enabled");
+    setup_team(&c, "team-a");
+    let _a1 = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
+    let _a2 = c.start_agent("g5-2", "ml.g5.8xlarge", 1, 3.0);
+    wait_for(30, "two registered nodes", || {
+        (c.cli_ok("admin-admin", &["get", "nodes"])
+            .matches("Ready")
+            .count()
+            == 2)
+            .then_some(())
+    });
+    c.cli_ok(
+        "user-team-a",
+        &[
+            "submit", "--name", "long", "--gpus", "1", "--", "sleep", "600",
+        ],
+    );
+    let first = wait_for(30, "long running", || running_on(&c, "long"));
+    let o = c.cli("user-team-a", &["drain", &first]);
+    assert!(!o.status.success(), "a team user may not drain");
+    let out = c.cli_ok("admin-admin", &["drain", &first]);
+    assert!(out.contains("draining"), "{out}");
+    let second = wait_for(60, "long running elsewhere", || {
+        running_on(&c, "long").filter(|n| *n != first)
+    });
+    assert_ne!(first, second);
+    let nodes = c.cli_ok("admin-admin", &["get", "nodes"]);
+    let line = (nodes.lines())
+        .find(|l| l.starts_with(first.as_str()))
+        .unwrap_or_else(|| panic!("{nodes}"));
+    assert!(line.contains("Cordoned"), "{nodes}");
+    c.cli_ok("admin-admin", &["uncordon", &first]);
+    let nodes = c.cli_ok("admin-admin", &["get", "nodes"]);
+    assert_eq!(nodes.matches("Ready").count(), 2, "{nodes}");
+    c.cli_ok("user-team-a", &["cancel", "long"]);
+}
