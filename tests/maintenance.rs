@@ -1,6 +1,6 @@
 //! Node maintenance through the real CLI, coordinator and agents: `allot drain` moves a running
-//! job to another node (stopped there, requeued, started elsewhere), `get nodes` shows the node
-//! cordoned until `allot uncordon`, and only admins may do either.
+//! job to another node (stopped there, requeued, started elsewhere), `get nodes` and `describe
+//! node` show the node cordoned until `allot uncordon`, and only admins may drain.
 
 mod support;
 
@@ -47,6 +47,20 @@ fn drain_moves_work_off_a_node_until_it_is_uncordoned() {
         .find(|l| l.starts_with(first.as_str()))
         .unwrap_or_else(|| panic!("{nodes}"));
     assert!(line.contains("Cordoned"), "{nodes}");
+    // describe node: the drained one is cordoned with nothing on it, the other runs the job.
+    let d = c.cli_ok("admin-admin", &["describe", "node", &first]);
+    assert!(
+        d.contains("Cordoned") && d.contains("Pods:           none"),
+        "{d}"
+    );
+    let d = c.cli_ok("user-team-a", &["describe", "node", &second]);
+    assert!(d.contains("long") && d.contains("gpu=0"), "{d}");
+    let o = c.cli("admin-admin", &["describe", "node", "nope"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("unknown node \"nope\"") && err.contains(&first),
+        "{err}"
+    );
     c.cli_ok("admin-admin", &["uncordon", &first]);
     let nodes = c.cli_ok("admin-admin", &["get", "nodes"]);
     assert_eq!(nodes.matches("Ready").count(), 2, "{nodes}");

@@ -110,6 +110,9 @@ pub enum DescribeWhat {
         #[command(flatten)]
         out: Out,
     },
+    /// One node: status and why, capacity and use, devices with their health, and the pods on
+    /// it (admins see every team's; a user its own team's).
+    Node { name: String },
 }
 
 /// allot's admission limits, beside the AWS scheduler config (unchanged when not given;
@@ -1055,6 +1058,25 @@ async fn run_reads(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
                 api(c.call(Body::DescribeWorkload { name, team }).await)?,
                 out.format,
             );
+        }
+        ClusterCmd::Describe {
+            what: DescribeWhat::Node { name },
+        } => {
+            let Reply::Nodes(nodes) = api(c.call(Body::GetNodes).await)? else {
+                bail!("unexpected answer to get nodes");
+            };
+            let Some(node) = nodes.iter().find(|n| n.name == name) else {
+                let known: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+                bail!("unknown node {name:?}; nodes: {}", known.join(", "));
+            };
+            let filter = WorkloadFilter {
+                team: None,
+                all: false,
+            };
+            let Reply::Workloads(ws) = api(c.call(Body::GetWorkloads(filter)).await)? else {
+                bail!("unexpected answer to get workloads");
+            };
+            print!("{}", render_node(node, &ws));
         }
         ClusterCmd::Get { what } => match what {
             GetWhat::Workloads {

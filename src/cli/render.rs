@@ -619,6 +619,75 @@ pub(crate) fn render_nodes(ns: &[NodeView]) -> String {
     )
 }
 
+/// `describe node`: the node, its devices, and the pods of `ws` placed on it.
+pub(crate) fn render_node(n: &NodeView, ws: &[WorkloadView]) -> String {
+    let mut out = format!(
+        "Name:           {}\nInstance type:  {}\nStatus:         {}{}\nCapacity:       {}\nUsed:           {}\nSources:        {}\n",
+        n.name,
+        n.instance_type,
+        n.status,
+        if n.reason.is_empty() { String::new() } else { format!(" ({})", n.reason) },
+        fmt_res(&n.capacity),
+        fmt_res(&n.used),
+        fmt_sources(n),
+    );
+    if !n.devices.is_empty() {
+        out.push_str("Devices:\n");
+        let rows: Vec<Vec<String>> = (n.devices.iter())
+            .map(|d| {
+                vec![
+                    format!("{}{}", d.resource, d.index),
+                    d.id.clone(),
+                    d.model.clone(),
+                    if d.healthy {
+                        "healthy".into()
+                    } else {
+                        format!("unhealthy: {}", d.reason)
+                    },
+                ]
+            })
+            .collect();
+        out.push_str(&indent(&table(&["DEVICE", "ID", "MODEL", "HEALTH"], &rows)));
+    }
+    let pods: Vec<Vec<String>> = (ws.iter())
+        .flat_map(|w| {
+            (w.pods.iter().enumerate())
+                .filter(|(_, p)| p.node == n.name)
+                .map(move |(rank, p)| {
+                    let devices: Vec<String> = (p.devices.iter())
+                        .map(|(r, ix)| {
+                            format!(
+                                "{r}={}",
+                                ix.iter().map(u8::to_string).collect::<Vec<_>>().join(",")
+                            )
+                        })
+                        .collect();
+                    vec![
+                        w.name.clone(),
+                        w.team.clone(),
+                        rank.to_string(),
+                        w.state.clone(),
+                        devices.join(" "),
+                    ]
+                })
+        })
+        .collect();
+    if pods.is_empty() {
+        out.push_str("Pods:           none\n");
+    } else {
+        out.push_str("Pods:\n");
+        out.push_str(&indent(&table(
+            &["WORKLOAD", "TEAM", "RANK", "STATE", "DEVICES"],
+            &pods,
+        )));
+    }
+    out
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("  {l}\n")).collect()
+}
+
 /// Where a node's figures came from, by source: `catalog: cpu,memory; nvml: gpu`. Only the
 /// resources the node has are named.
 pub(crate) fn fmt_sources(n: &NodeView) -> String {
