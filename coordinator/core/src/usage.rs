@@ -125,22 +125,12 @@ struct Rates {
     lending: BTreeMap<LendKey, (i64, Time)>,
 }
 
-/// A workload being counted: its keys and quantities, and since when it holds quota.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct Counted {
-    team: Name,
-    class: Name,
-    team_id: TeamId,
-    since: Time,
-    /// (flavor and resource, instance type, resource, quantity).
-    usage: Vec<(FrId, Name, Name, i64)>,
-}
-
-/// One workload's times holding quota, for per-workload reports.
+/// One workload's times holding quota: a workload is counted while its last window is open.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Run {
     pub name: String,
     pub team: Name,
+    pub team_id: TeamId,
     pub class: Name,
     pub windows: Vec<Window>,
 }
@@ -152,8 +142,8 @@ pub struct Window {
     pub to: Option<Time>,
     /// When a preemption picked it, if one did.
     pub preempted_at: Option<Time>,
-    /// (instance type, resource, quantity).
-    pub usage: Vec<(Name, Name, i64)>,
+    /// (flavor and resource, instance type, resource, quantity).
+    pub usage: Vec<(FrId, Name, Name, i64)>,
 }
 
 impl Run {
@@ -162,6 +152,11 @@ impl Run {
             Some(Window { to: Some(t), .. }) => Some(*t),
             _ => None,
         }
+    }
+
+    /// The window it holds quota in now, if it does.
+    fn open(&self) -> Option<&Window> {
+        self.windows.last().filter(|w| w.to.is_none())
     }
 }
 
@@ -217,15 +212,14 @@ pub struct Ledger {
     /// The latest entry time seen: a later entry stamped earlier counts as stamped at it.
     last: Option<Time>,
     rates: Rates,
-    /// Shared chunk by chunk between copies (a snapshot copies the machine on the raft
-    /// thread), like the state's workloads.
-    counted: WlMap<Arc<Counted>>,
     /// By hour (milliseconds since the epoch divided by [`HOUR_MS`]); shared between copies of
     /// the machine, so a snapshot's copy does not copy a year of hours.
     hours: BTreeMap<i64, Arc<Hour>>,
     /// Hours older than [`HOURLY_FOR_HOURS`], summed by UTC day (keyed by the day's first hour).
     days: BTreeMap<i64, Arc<Hour>>,
-    /// Per workload, when it held quota (at most [`MAX_RUNS`]).
+    /// Per workload, when it held quota (at most [`MAX_RUNS`]; never one that holds quota now).
+    /// Shared chunk by chunk between copies (a snapshot copies the machine on the raft
+    /// thread), like the state's workloads.
     runs: WlMap<Arc<Run>>,
     /// Team and (flavor, resource) ids to the ledger's names: a cache (a name is interned
     /// when first used, whether or not the cache knows it), cleared when the teams change.
@@ -241,7 +235,6 @@ impl PartialEq for Ledger {
         (self.names == o.names)
             && (self.last == o.last)
             && (self.rates == o.rates)
-            && self.counted.iter().eq(o.counted.iter())
             && (self.hours == o.hours)
             && (self.days == o.days)
             && self.runs.iter().eq(o.runs.iter())
@@ -335,44 +328,56 @@ impl Ledger {
             | Event::Cancelled { wl } => *wl,
             Event::Submitted { .. } | Event::AdmissionRetried { .. } => return,
         };
-        if let (Event::Preempted { .. }, Some(w)) = (e, self.runs.get_mut(&id)) {
-            if let Some(win) = (Arc::make_mut(w).windows.last_mut()).filter(|w| w.to.is_none()) {
-                win.preempted_at.get_or_insert(now);
-            }
-        }
-        if let (Event::Preempted { .. }, Some(c)) = (e, self.counted.get(&id)) {
-            let ran = i128::from((now - c.since).max(0));
-            let hour = Arc::make_mut(self.hours.entry(now.div_euclid(HOUR_MS)).or_default());
-            for &(_, it, res, q) in &c.usage {
-                hour.used
-                    .entry((c.team, c.class, it, res))
-                    .or_default()
-                    .lost += i128::from(q) * ran;
-            }
+        let open = self.runs.get(&id).is_some_and(|r| r.open().is_some());
+        if let (Event::Preempted { .. }, true) = (e, open) {
+            self.lose(id, now);
         }
         let holds =
             (st.workloads.get(&id)).is_some_and(|w| w.state.holds_quota() && w.admission.is_some());
-        match (holds, self.counted.contains_key(&id)) {
+        match (holds, open) {
             (true, false) => self.start_counting(st, id, now, touched),
-            (false, true) => {
-                let Some(c) = self.counted.remove(&id) else {
-                    return;
-                };
-                let run = self.runs.get_mut(&id).map(Arc::make_mut);
-                if let Some(win) = run.and_then(|r| r.windows.last_mut()) {
-                    win.to.get_or_insert(now);
-                }
-                self.trim_runs();
-                let cohort = st.teams.get(c.team_id.idx()).map(|t| t.cohort);
-                for &(fr, it, res, q) in &c.usage {
-                    self.add_used((c.team, c.class, it, res), -q, now);
-                    if let Some(cohort) = cohort {
-                        touched.entry((cohort, fr)).or_default().insert(c.team_id);
-                    }
-                }
-            }
+            (false, true) => self.stop_counting(st, id, now, touched),
             _ => {}
         }
+    }
+
+    /// The run time a preemption at `now` throws away: the open window's usage times its
+    /// length so far, counted in the hour of the preemption.
+    fn lose(&mut self, id: WlId, now: Time) {
+        let Some(run) = self.runs.get_mut(&id).map(Arc::make_mut) else {
+            return;
+        };
+        let (team, class) = (run.team, run.class);
+        let Some(win) = run.windows.last_mut().filter(|w| w.to.is_none()) else {
+            return;
+        };
+        win.preempted_at.get_or_insert(now);
+        let ran = i128::from((now - win.from).max(0));
+        let hour = Arc::make_mut(self.hours.entry(now.div_euclid(HOUR_MS)).or_default());
+        for &(_, it, res, q) in &win.usage {
+            hour.used.entry((team, class, it, res)).or_default().lost += i128::from(q) * ran;
+        }
+    }
+
+    /// Closes the workload's open window: it holds quota no more.
+    fn stop_counting(&mut self, st: &State, id: WlId, now: Time, touched: &mut Touched) {
+        let Some(run) = self.runs.get_mut(&id).map(Arc::make_mut) else {
+            return;
+        };
+        let Some(win) = run.windows.last_mut().filter(|w| w.to.is_none()) else {
+            return;
+        };
+        win.to = Some(now);
+        let (team, class, team_id) = (run.team, run.class, run.team_id);
+        let usage = win.usage.clone();
+        let cohort = st.teams.get(team_id.idx()).map(|t| t.cohort);
+        for (fr, it, res, q) in usage {
+            self.add_used((team, class, it, res), -q, now);
+            if let Some(cohort) = cohort {
+                touched.entry((cohort, fr)).or_default().insert(team_id);
+            }
+        }
+        self.trim_runs();
     }
 
     fn start_counting(&mut self, st: &State, id: WlId, now: Time, touched: &mut Touched) {
@@ -401,6 +406,7 @@ impl Ledger {
             let run = Run {
                 name: w.spec.name.clone(),
                 team,
+                team_id: w.team,
                 class,
                 windows: Vec::new(),
             };
@@ -416,16 +422,8 @@ impl Ledger {
             from: now,
             to: None,
             preempted_at: None,
-            usage: usage.iter().map(|&(_, it, res, q)| (it, res, q)).collect(),
-        });
-        let c = Counted {
-            team,
-            class,
-            team_id: w.team,
-            since: now,
             usage,
-        };
-        self.counted.insert(id, Arc::new(c));
+        });
     }
 
     /// Past [`MAX_RUNS`] (by a tenth, so that this runs rarely), forgets the runs that ended
@@ -728,7 +726,9 @@ impl Ledger {
 
     /// The workloads counted: those that hold quota (an invariant the tests check).
     pub fn counted(&self) -> impl Iterator<Item = WlId> + '_ {
-        self.counted.keys()
+        (self.runs.iter())
+            .filter(|(_, r)| r.open().is_some())
+            .map(|(id, _)| id)
     }
 }
 

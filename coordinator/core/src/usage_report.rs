@@ -70,7 +70,7 @@ pub fn report(ledger: &Ledger, q: &UsageQuery, now: Time) -> Result<UsageReport,
                 let lost = (w.preempted_at)
                     .filter(|p| (since..until).contains(p))
                     .map(|p| (p, i128::from(p - w.from)));
-                for &(it, res, q) in &w.usage {
+                for &(_, it, res, q) in &w.usage {
                     let mut add = |h: i64, used: i128, lost: i128| {
                         let k = (
                             group(run.team, Some(run.class), it, h, &run.name),
