@@ -9,19 +9,7 @@ use support::*;
 
 #[test]
 fn usage_reconciles_with_history_and_keeps_teams_apart() {
-    let c = Cluster::new(1, 10_000);
-    create_scheduler_config(
-        &c,
-        "PriorityClasses=[{Name=training,Weight=70}],FairShare=Enabled",
-    );
-    setup_team(&c, "team-a");
-    setup_team(&c, "team-b");
-    let _agent = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
-    wait_for(30, "a registered node", || {
-        c.cli_ok("admin-admin", &["get", "nodes"])
-            .contains("Ready")
-            .then_some(())
-    });
+    let (c, _agent) = one_gpu_cluster();
     let submit = [
         "submit",
         "--name",

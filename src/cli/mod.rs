@@ -822,6 +822,26 @@ async fn run_config(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
     Ok(())
 }
 
+/// `describe node`: the node from `get nodes`, with the pods of the workloads the caller sees.
+async fn describe_node(c: &mut Client, name: &str) -> anyhow::Result<()> {
+    let Reply::Nodes(nodes) = api(c.call(Body::GetNodes).await)? else {
+        bail!("unexpected answer to get nodes");
+    };
+    let Some(node) = nodes.iter().find(|n| n.name == name) else {
+        let known: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        bail!("unknown node {name:?}; nodes: {}", known.join(", "));
+    };
+    let filter = WorkloadFilter {
+        team: None,
+        all: false,
+    };
+    let Reply::Workloads(ws) = api(c.call(Body::GetWorkloads(filter)).await)? else {
+        bail!("unexpected answer to get workloads");
+    };
+    print!("{}", render_node(node, &ws));
+    Ok(())
+}
+
 /// Submitting and cancelling work, and node maintenance.
 async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> anyhow::Result<()> {
     match cmd {
@@ -1061,23 +1081,7 @@ async fn run_reads(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
         }
         ClusterCmd::Describe {
             what: DescribeWhat::Node { name },
-        } => {
-            let Reply::Nodes(nodes) = api(c.call(Body::GetNodes).await)? else {
-                bail!("unexpected answer to get nodes");
-            };
-            let Some(node) = nodes.iter().find(|n| n.name == name) else {
-                let known: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-                bail!("unknown node {name:?}; nodes: {}", known.join(", "));
-            };
-            let filter = WorkloadFilter {
-                team: None,
-                all: false,
-            };
-            let Reply::Workloads(ws) = api(c.call(Body::GetWorkloads(filter)).await)? else {
-                bail!("unexpected answer to get workloads");
-            };
-            print!("{}", render_node(node, &ws));
-        }
+        } => describe_node(c, &name).await?,
         ClusterCmd::Get { what } => match what {
             GetWhat::Workloads {
                 team,

@@ -290,6 +290,25 @@ pub fn create_scheduler_config(c: &Cluster, config: &str) {
     );
 }
 
+/// One replica with the scheduler config `default` (class `training`, weight 70), teams
+/// team-a and team-b, and one agent of one fake GPU (ml.g5.8xlarge), registered.
+pub fn one_gpu_cluster() -> (Cluster, AgentProc) {
+    let c = Cluster::new(1, 10_000);
+    create_scheduler_config(
+        &c,
+        "PriorityClasses=[{Name=training,Weight=70}],FairShare=Enabled",
+    );
+    setup_team(&c, "team-a");
+    setup_team(&c, "team-b");
+    let agent = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
+    wait_for(30, "a registered node", || {
+        c.cli_ok("admin-admin", &["get", "nodes"])
+            .contains("Ready")
+            .then_some(())
+    });
+    (c, agent)
+}
+
 pub fn setup_team(c: &Cluster, team: &str) {
     c.cli_ok(
         "admin-admin",

@@ -781,54 +781,14 @@ impl Machine {
                 name,
                 healthy,
                 reason,
-            } => {
-                if *healthy {
-                    events.extend(self.state.set_node_health(name, true, now)?);
-                } else {
-                    self.node_failed(name, reason, now, events)?;
-                }
-                self.nodes_meta.entry(name.clone()).or_default().reason = if *healthy {
-                    String::new()
-                } else {
-                    reason.clone()
-                };
-                Ok(Reply::Done)
-            }
+            } => self.set_node_health(name, *healthy, reason, now, events),
             Command::ReportNode(report) => self.report_node(report, now, events),
             Command::CordonNode { name, cordoned } => {
                 self.state.set_cordoned(name, *cordoned)?;
                 Ok(Reply::Done)
             }
-            Command::DrainNode { name } => {
-                self.state.set_cordoned(name, true)?;
-                events.extend(self.state.drain_node(name, now)?);
-                if !self.has_lease(name) {
-                    // No agent to stop them: the pods are gone already.
-                    self.node_pods_gone(name, &format!("node {name} drained"), now, events);
-                }
-                Ok(Reply::Done)
-            }
-            Command::NodeLost { name, reason } => {
-                let Some(n) = self.state.acct.nodes.find(name) else {
-                    return Err(not_found(format!("unknown node {name:?}")));
-                };
-                if self.state.acct.nodes.node(n).healthy {
-                    // A sync the agent made just before this entry may have started a pod: its
-                    // workloads keep their room until the node is declared lost again, once
-                    // the agent's lease has run out for certain.
-                    self.node_failed(name, reason, now, events)?;
-                    self.nodes_meta.entry(name.clone()).or_default().reason = reason.clone();
-                } else {
-                    // Failed earlier: the lease that ran out now guarantees its pods stopped.
-                    self.node_pods_gone(
-                        name,
-                        &format!("node {name} was lost ({reason})"),
-                        now,
-                        events,
-                    );
-                }
-                Ok(Reply::Done)
-            }
+            Command::DrainNode { name } => self.drain_node(name, now, events),
+            Command::NodeLost { name, reason } => self.node_lost(name, reason, now, events),
             Command::PodsStarted {
                 node,
                 workload,
@@ -1199,6 +1159,65 @@ impl Machine {
     /// provably run out (`node_pods_gone`, at the next `NodeLost`). Pods on a node without an
     /// agent's lease are gone at once. So no replacement starts while a pod of the last attempt
     /// may still run anywhere, a gang's other nodes included.
+    /// An admin or an agent says a node is healthy again, or failed (`reason`).
+    fn set_node_health(
+        &mut self,
+        name: &str,
+        healthy: bool,
+        reason: &str,
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, ApiError> {
+        if healthy {
+            events.extend(self.state.set_node_health(name, true, now)?);
+        } else {
+            self.node_failed(name, reason, now, events)?;
+        }
+        let why = if healthy { "" } else { reason };
+        self.nodes_meta.entry(name.to_string()).or_default().reason = why.to_string();
+        Ok(Reply::Done)
+    }
+
+    /// Cordons `name` and evicts its work (`State::drain_node`).
+    fn drain_node(
+        &mut self,
+        name: &str,
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, ApiError> {
+        events.extend(self.state.drain_node(name, now)?);
+        if !self.has_lease(name) {
+            // No agent to stop them: the pods are gone already.
+            self.node_pods_gone(name, &format!("node {name} drained"), now, events);
+        }
+        Ok(Reply::Done)
+    }
+
+    /// The cluster lost a node's agent (its lease ran out).
+    fn node_lost(
+        &mut self,
+        name: &str,
+        reason: &str,
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, ApiError> {
+        let Some(n) = self.state.acct.nodes.find(name) else {
+            return Err(not_found(format!("unknown node {name:?}")));
+        };
+        if self.state.acct.nodes.node(n).healthy {
+            // A sync the agent made just before this entry may have started a pod: its
+            // workloads keep their room until the node is declared lost again, once the
+            // agent's lease has run out for certain.
+            self.node_failed(name, reason, now, events)?;
+            self.nodes_meta.entry(name.to_string()).or_default().reason = reason.to_string();
+        } else {
+            // Failed earlier: the lease that ran out now guarantees its pods stopped.
+            let detail = format!("node {name} was lost ({reason})");
+            self.node_pods_gone(name, &detail, now, events);
+        }
+        Ok(Reply::Done)
+    }
+
     fn node_failed(
         &mut self,
         name: &str,

@@ -1225,9 +1225,10 @@ impl State {
         Ok(())
     }
 
-    /// Drains a cordoned node: every workload with a pod on it is evicted, keeping its room
+    /// Drains a node: cordoned, and every workload with a pod on it evicted, keeping its room
     /// until its pods have stopped (with their grace period), then requeued to run elsewhere.
     pub fn drain_node(&mut self, name: &str, now: Time) -> Result<Vec<Event>, StateError> {
+        self.set_cordoned(name, true)?;
         let node = self.node_named(name)?;
         let mut events = Vec::new();
         for id in self.workloads_on(node) {

@@ -56,7 +56,7 @@ pub fn report(ledger: &Ledger, q: &UsageQuery, now: Time) -> Result<UsageReport,
             .collect()
     };
     // Quota belongs to teams: rows by class or by workload carry none.
-    let by_class = by.contains(&UsageBy::Class) || by.contains(&UsageBy::Workload);
+    let no_quota = by.contains(&UsageBy::Class) || by.contains(&UsageBy::Workload);
     let by_workload = by.contains(&UsageBy::Workload);
     let mut lines: BTreeMap<(Vec<String>, String), UsageAmounts> = BTreeMap::new();
     let mut lending: BTreeMap<(String, String, String, String), i128> = BTreeMap::new();
@@ -101,7 +101,7 @@ pub fn report(ledger: &Ledger, q: &UsageQuery, now: Time) -> Result<UsageReport,
             e.used += a.used;
             e.lost += a.lost;
         }
-        if !by_class {
+        if !no_quota {
             for (&(t, it, res), a) in &hour.quota {
                 if team.is_some_and(|x| x != t) {
                     continue;
@@ -131,7 +131,7 @@ pub fn report(ledger: &Ledger, q: &UsageQuery, now: Time) -> Result<UsageReport,
         }
     }
     // Rows grouped by class or workload carry no quota split; others without one had no quota.
-    if !by_class {
+    if !no_quota {
         for a in lines.values_mut() {
             a.quota.get_or_insert_with(QuotaAmounts::default);
         }
