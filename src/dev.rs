@@ -375,7 +375,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         "allot dev is running: {} coordinator replica(s) at {}, {} node(s) of {} with {} fake GPU(s) each.\n\
          \n  state:  {} (kept across restarts; delete it to start afresh)\n  logs:   {}\n\
          \nThe allot CLI finds this cluster without flags (as admin; --as user-team-a acts as team-a). Try:\n\
-         \n  allot get nodes\n\nCtrl-C stops everything.",
+         \n  allot get nodes\n  allot dashboard     (prints a link that signs a browser in to the web dashboard)\n\nCtrl-C stops everything.",
         a.replicas,
         addrs.join(","),
         a.nodes,

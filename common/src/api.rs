@@ -674,6 +674,16 @@ pub enum Body {
     DrainNode {
         name: String,
     },
+    /// `allot dashboard`: a one-time login ticket for the web dashboard of the replica that
+    /// answers, for the caller's own identity (admins and team users).
+    WebTicket,
+    /// A request a replica's web dashboard forwards to the leader for a signed-in browser:
+    /// `body` as `identity` (an `allot://` identity URI of an admin or a team user) would
+    /// send it. Only coordinators may send it.
+    OnBehalf {
+        identity: String,
+        body: Box<Body>,
+    },
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -900,6 +910,13 @@ pub enum Reply {
     RegistryCredentials(Vec<RegistryCredentialView>),
     Usage(crate::usage::UsageReport),
     Recorded(Box<crate::recorded::Recorded>),
+    /// A login ticket for the dashboard at `http` (this replica's HTTP address as it listens;
+    /// the CLI puts the host it reached in place of an unspecified one).
+    WebTicket {
+        ticket: String,
+        http: String,
+        expires_ms: i64,
+    },
 }
 
 /// A bulk cancel's reply names at most this many workloads (and counts them all).

@@ -1,7 +1,7 @@
 //! Who may do what: the scope of each identity (an admin acts on every team, a user on its own
 //! team, a node on itself), checked before a request becomes a command.
 
-use allot_common::api::{ApiError, ErrorKind, WorkloadFilter};
+use allot_common::api::{ApiError, Body, ErrorKind, WorkloadFilter};
 use allot_net::tls::Identity;
 
 pub(crate) fn forbidden(who: &Identity, what: &str) -> ApiError {
@@ -113,5 +113,77 @@ pub(crate) fn check_submit_team(who: &Identity, team: &str) -> Result<(), ApiErr
             &format!("submit workloads to team {team:?}; it acts for team {mine:?} only"),
         )),
         Identity::Node { .. } => Err(forbidden(who, "submit workloads")),
+    }
+}
+
+/// The request and identity a coordinator's `OnBehalf` carries: an admin's or a team user's,
+/// never an agent's or another coordinator's, and never wrapped twice.
+pub(crate) fn on_behalf(
+    who: &Identity,
+    identity: &str,
+    body: Body,
+) -> Result<(Body, Identity), ApiError> {
+    if !matches!(who, Identity::Coordinator { .. }) {
+        return Err(forbidden(who, "send requests on behalf of others"));
+    }
+    let as_who = Identity::from_uri(identity).map_err(|e| {
+        ApiError::new(
+            ErrorKind::Invalid,
+            format!("on behalf of {identity:?}: {e}"),
+        )
+    })?;
+    if !matches!(as_who, Identity::Admin { .. } | Identity::User { .. }) {
+        return Err(ApiError::new(
+            ErrorKind::Invalid,
+            format!("on behalf of {as_who}: only admins and team users are forwarded"),
+        ));
+    }
+    if matches!(body, Body::OnBehalf { .. }) {
+        return Err(ApiError::new(
+            ErrorKind::Invalid,
+            "a forwarded request forwards nothing further",
+        ));
+    }
+    Ok((body, as_who))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_coordinators_forward_and_only_for_admins_and_team_users() {
+        let coordinator = Identity::Coordinator { id: 2 };
+        let user = Identity::User {
+            team: "team-a".into(),
+        };
+        let (body, who) = on_behalf(&coordinator, &user.uri(), Body::GetTeams).unwrap();
+        assert_eq!((body, who), (Body::GetTeams, user.clone()));
+        // A user cannot pass as another.
+        let other = Identity::User {
+            team: "team-b".into(),
+        };
+        let e = on_behalf(&user, &other.uri(), Body::GetTeams).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Forbidden, "{}", e.message);
+        // Agents and coordinators are not forwarded; nothing is forwarded twice.
+        let node = Identity::Node { node: "n1".into() };
+        let e = on_behalf(&coordinator, &node.uri(), Body::GetTeams).unwrap_err();
+        assert!(
+            e.message.contains("only admins and team users"),
+            "{}",
+            e.message
+        );
+        let twice = Body::OnBehalf {
+            identity: user.uri(),
+            body: Box::new(Body::GetTeams),
+        };
+        let e = on_behalf(&coordinator, &user.uri(), twice).unwrap_err();
+        assert!(
+            e.message.contains("forwards nothing further"),
+            "{}",
+            e.message
+        );
+        let e = on_behalf(&coordinator, "https://x", Body::GetTeams).unwrap_err();
+        assert!(e.message.contains("https://x"), "{}", e.message);
     }
 }

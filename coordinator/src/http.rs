@@ -1,5 +1,6 @@
 //! `/metrics`, `/healthz` (the process serves and its raft loop is going round) and `/readyz`
-//! (it knows a leader and has applied what it knows to be committed, so it can serve clients).
+//! (it knows a leader and has applied what it knows to be committed, so it can serve clients),
+//! and the web dashboard under `/ui/` (`web.rs`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -33,8 +34,9 @@ pub(crate) async fn serve(
     status: Arc<Mutex<Status>>,
     metrics: Arc<Metrics>,
     raft: mpsc::UnboundedSender<Input>,
+    web: Option<Arc<crate::web::Web>>,
 ) -> Result<SocketAddr, BoxError> {
-    let app = Router::new()
+    let mut app = Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
@@ -43,6 +45,9 @@ pub(crate) async fn serve(
             metrics,
             raft,
         });
+    if let Some(web) = web {
+        app = app.merge(crate::web::router(web));
+    }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("could not listen for HTTP on {addr}: {e}"))?;

@@ -19,3 +19,5 @@ pub mod requests;
 pub mod server;
 pub mod shared;
 pub mod snapshot_compat;
+pub mod web;
+pub mod web_session;

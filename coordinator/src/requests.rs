@@ -35,6 +35,7 @@ pub(crate) async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> R
                 identity: who.to_string(),
             })
         }
+        Body::WebTicket => web_ticket(who, sh),
         Body::Submit(input) => {
             check_submit_team(who, &input.spec.team)?;
             check_placeable(&input)?;
@@ -217,6 +218,32 @@ async fn read(body: Body, who: &Identity, sh: &Shared) -> Response {
             "a request neither the admin, the agent nor the user handlers answer",
         )),
     }
+}
+
+/// A one-time login for this replica's dashboard, for an admin or a team user.
+fn web_ticket(who: &Identity, sh: &Shared) -> Response {
+    if !matches!(who, Identity::Admin { .. } | Identity::User { .. }) {
+        return Err(forbidden(who, "sign in to the dashboard"));
+    }
+    let http = sh.http.get().ok_or_else(|| {
+        ApiError::new(
+            ErrorKind::Unavailable,
+            format!(
+                "coordinator {} serves no web pages: it was started without an HTTP address (--http)",
+                sh.id
+            ),
+        )
+    })?;
+    let (ticket, expires_ms) = sh.web.issue(
+        who,
+        crate::web_session::Kind::Ticket,
+        allot_common::timefmt::now_ms(),
+    );
+    Ok(Reply::WebTicket {
+        ticket,
+        http: http.to_string(),
+        expires_ms,
+    })
 }
 
 /// A live cluster places every pod on a node: a pod set that requests nothing is refused.

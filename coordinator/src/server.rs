@@ -23,7 +23,7 @@ use allot_net::wire;
 use raft::eraftpb::{Message, MessageType};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::auth::{node_scope, workload_scope};
+use crate::auth::{node_scope, on_behalf, workload_scope};
 use crate::leader::{Leader, LeaderConfig, Millis, RoleChange};
 use crate::metrics::Metrics;
 pub use crate::priority::RaftPriority;
@@ -651,6 +651,17 @@ async fn serve_request(
             Err(e)
         }
     };
+    // A replica's dashboard forwards its browsers' reads as theirs.
+    let (request, who) = match request {
+        Ok(Some(Request {
+            version,
+            body: Body::OnBehalf { identity, body },
+        })) => match on_behalf(&who, &identity, *body) {
+            Ok((body, as_who)) => (Ok(Some(Request { version, body })), as_who),
+            Err(e) => return respond(&mut send, &who, Err(e)).await,
+        },
+        other => (other, who),
+    };
     // Logs stream: their handlers own the streams.
     let request = match request {
         Ok(Some(req)) if req.version == wire::PROTOCOL_VERSION => match req.body {
@@ -919,6 +930,14 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         applied_tx,
         input: input_tx.clone(),
     };
+    let web_sessions = Arc::new(crate::web_session::WebSessions::open(&cfg.data_dir)?);
+    let http_bound = Arc::new(std::sync::OnceLock::new());
+    let web = Arc::new(crate::web::Web::new(
+        web_sessions.clone(),
+        cfg.peers.values().cloned().collect(),
+        cfg.certs.clone(),
+        cfg.id,
+    ));
     let budgets = Arc::new(crate::budget::Budgets::default());
     tokio::spawn(crate::budget::release_memory(budgets.clone()));
     let shared = Shared {
@@ -931,6 +950,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         submits: Arc::new(Mutex::new(crate::budget::SubmitRates::default())),
         logs: Arc::new(crate::logs::LogRelay::default()),
         progress: Arc::new(Mutex::new(BTreeMap::new())),
+        web: web_sessions.clone(),
+        http: http_bound.clone(),
     };
     let refresh_metrics = shared.input.clone();
     // The replica, QUIC (its endpoint, the peer senders, every connection and request) and
@@ -1010,7 +1031,11 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         .map_err(|_| "the raft thread stopped while starting".to_string())??;
     let http_addr = match cfg.http {
         Some(addr) => {
-            Some(crate::http::serve(addr, status.clone(), metrics, refresh_metrics).await?)
+            let bound =
+                crate::http::serve(addr, status.clone(), metrics, refresh_metrics, Some(web))
+                    .await?;
+            let _ = http_bound.set(bound);
+            Some(bound)
         }
         None => None,
     };

@@ -36,6 +36,10 @@ pub(crate) struct Shared {
     /// What pods that do not run yet are doing, as agents said: (workload id, rank) ->
     /// (status, when). Soft state of this replica, not replicated.
     pub(crate) progress: Arc<Mutex<Progress>>,
+    /// The web dashboard's login tickets, signed with this replica's key; its HTTP address
+    /// once it listens.
+    pub(crate) web: Arc<crate::web_session::WebSessions>,
+    pub(crate) http: Arc<std::sync::OnceLock<std::net::SocketAddr>>,
 }
 
 /// (workload id, rank) -> (status, when the agent said it).

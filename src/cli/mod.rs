@@ -17,6 +17,7 @@ use allot_common::usage::{UsageBy, UsageQuery};
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Subcommand};
 
+mod dashboard;
 mod follow;
 mod job_file;
 mod render;
@@ -383,6 +384,14 @@ pub enum ClusterCmd {
         /// Also write the recorded period as an allot simulate scenario file (JSON).
         #[arg(long)]
         save: Option<PathBuf>,
+    },
+    /// Prints a link that signs a browser in to the web dashboard of the coordinator that
+    /// answers, as this certificate's identity (admins see every team, a team user its own).
+    Dashboard {
+        /// The HOST:PORT the browser reaches the coordinator's HTTP port at, when not the
+        /// address it listens on (a port-forward, a load balancer).
+        #[arg(long)]
+        address: Option<String>,
     },
     /// Stops placing new pods on a node; what runs there keeps running (admins).
     Cordon {
@@ -1004,6 +1013,7 @@ async fn run_reads(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
             };
             print!("{}", usage::render(&report, format)?);
         }
+        ClusterCmd::Dashboard { address } => println!("{}", dashboard::login(c, address).await?),
         ClusterCmd::WhatIf {
             since,
             until,

@@ -238,6 +238,7 @@ pub(crate) fn render(r: &Reply) -> String {
         Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
         Reply::LogChunk(b) => String::from_utf8_lossy(b).into_owned(),
         Reply::LogRequests(rs) => format!("{} log requests\n", rs.len()),
+        Reply::WebTicket { http, .. } => format!("a dashboard ticket for http://{http}\n"),
         Reply::WorkloadsAt { workloads, .. } => table(
             &WORKLOAD_HEADER,
             &workloads.iter().map(workload_row).collect::<Vec<_>>(),
