@@ -7,12 +7,14 @@
 //! policy, teams and nodes as they are). That becomes an `allot simulate` scenario (`--save`
 //! writes it, to edit and run again): each workload submitted at its time, running as long as
 //! its last run held quota (one that had not ended runs to the end of the period), cancelled
-//! when it was. Workloads submitted before the period are not in it: the replay starts from an
-//! empty cluster. The recorded GPU-hours (held, and borrowed above the team's nominal) are the
+//! when it was. Workloads submitted before the period that had not ended at its start are
+//! carried in: the replay submits them at the start, in their order, and a run under way then
+//! counts from there; their waits began before the period and are left out of the wait
+//! figures and the fidelity. The recorded GPU-hours (held, and borrowed above the team's nominal) are the
 //! usage ledger's for the whole hours the period touches; the replays' are counted from their
 //! admissions to their releases.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use allot_common::api::{Body, Reply};
@@ -110,7 +112,7 @@ fn scenario(rec: &Recorded) -> (Value, BTreeMap<String, usize>) {
             name = format!("{name}~{i}");
         }
         names.insert(name.clone(), i);
-        let mut o = workload_json(w, &name, s(w.submitted_ms));
+        let mut o = workload_json(w, &name, s(w.submitted_ms.max(rec.since_ms)));
         match (w.state.as_str(), w.ran_ms, w.ended_ms) {
             ("Succeeded" | "Failed", Some(ran), _) => {
                 o.insert("duration".into(), json!(ran as f64 / 1000.0));
@@ -238,6 +240,8 @@ fn replay(v: &Value) -> anyhow::Result<Outcome> {
 #[derive(Default)]
 struct TeamFigures {
     workloads: usize,
+    admitted: usize,
+    /// Waits of the workloads submitted in the period (a carried one's began before it).
     waits: Vec<f64>,
     gpu_s: f64,
     borrowed_s: f64,
@@ -257,7 +261,7 @@ impl TeamFigures {
             .get((w.len() * 9 / 10).min(w.len().saturating_sub(1)))
             .copied();
         vec![
-            format!("{}/{}", w.len(), self.workloads),
+            format!("{}/{}", self.admitted, self.workloads),
             format!("{mean:.0}s"),
             p90.map_or("-".into(), |p| format!("{p:.0}s")),
             format!("{:.2}", self.gpu_s / 3600.0),
@@ -268,7 +272,11 @@ impl TeamFigures {
 }
 
 /// The replay's figures per team, and each workload's first admission (seconds).
-fn replayed(base: &Value, o: &Outcome) -> (BTreeMap<String, TeamFigures>, BTreeMap<String, f64>) {
+fn replayed(
+    base: &Value,
+    o: &Outcome,
+    carried: &BTreeSet<String>,
+) -> (BTreeMap<String, TeamFigures>, BTreeMap<String, f64>) {
     let mut teams: BTreeMap<String, TeamFigures> = BTreeMap::new();
     let mut info: BTreeMap<String, (String, f64, f64)> = BTreeMap::new();
     for w in base["workloads"].as_array().into_iter().flatten() {
@@ -298,7 +306,10 @@ fn replayed(base: &Value, o: &Outcome) -> (BTreeMap<String, TeamFigures>, BTreeM
             Some("admitted") => {
                 if !first.contains_key(name) {
                     first.insert(name.to_string(), t);
-                    f.waits.push(t - submit);
+                    f.admitted += 1;
+                    if !carried.contains(name) {
+                        f.waits.push(t - submit);
+                    }
                 }
                 let borrowed = e["borrowed"]["gpu"].as_f64().unwrap_or(0.0);
                 holding.insert(name.to_string(), (t, borrowed));
@@ -331,7 +342,11 @@ fn report(
     as_is: &Outcome,
     changed: Option<&Outcome>,
 ) -> String {
-    let (now, first) = replayed(base, as_is);
+    let carried: BTreeSet<String> = (names.iter())
+        .filter(|(_, &i)| rec.workloads[i].carried)
+        .map(|(n, _)| n.clone())
+        .collect();
+    let (now, first) = replayed(base, as_is, &carried);
     let mut real: BTreeMap<String, TeamFigures> = BTreeMap::new();
     let (mut err, mut close, mut both) = (Vec::new(), 0usize, 0usize);
     for (name, &i) in names {
@@ -339,6 +354,10 @@ fn report(
         let f = real.entry(w.spec.team.clone()).or_default();
         f.workloads += 1;
         f.preemptions += u64::from(w.preemptions);
+        f.admitted += usize::from(w.admitted_ms.is_some());
+        if w.carried {
+            continue;
+        }
         if let Some(a) = w.admitted_ms {
             let wait = (a - w.submitted_ms) as f64 / 1000.0;
             f.waits.push(wait);
@@ -357,10 +376,11 @@ fn report(
         f.borrowed_s = l.amounts.quota.map_or(0.0, |q| q.borrowed as f64 / 1000.0);
     }
     let mut out = format!(
-        "Recorded {} to {} (UTC): {} workloads submitted, replayed on {} nodes\n",
+        "Recorded {} to {} (UTC): {} workloads submitted, {} carried in from before, replayed on {} nodes\n",
         allot_common::timefmt::utc(rec.since_ms),
         allot_common::timefmt::utc(rec.until_ms),
-        rec.workloads.len(),
+        rec.workloads.len() - carried.len(),
+        carried.len(),
         rec.nodes.len()
     );
     let header = [
@@ -375,7 +395,7 @@ fn report(
     ];
     let mut rows = Vec::new();
     let teams: std::collections::BTreeSet<&String> = now.keys().chain(real.keys()).collect();
-    let later = changed.map(|o| replayed(base, o).0);
+    let later = changed.map(|o| replayed(base, o, &carried).0);
     let empty = TeamFigures::default();
     for t in teams {
         let recorded = real.get(t).unwrap_or(&empty).cells();

@@ -1,6 +1,7 @@
 //! `allot what-if` through the real CLI, coordinator and agent: three one-GPU jobs queue on one
 //! GPU; replayed unchanged, each waits within a second of what it really waited; a proposed
-//! scheduler config replays beside it; the saved scenario runs in `allot simulate`.
+//! scheduler config replays beside it; the saved scenario runs in `allot simulate`; a job that
+//! was running when a later period began is carried into it.
 
 mod support;
 
@@ -74,4 +75,30 @@ fn the_recorded_period_replays_as_it_happened() {
         .output()
         .expect("runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // A job running when the period begins is carried in, and replays as admitted.
+    c.cli_ok(
+        "user-team-a",
+        &[
+            "submit", "--name", "held", "--gpus", "1", "--", "sleep", "120",
+        ],
+    );
+    c.cli_ok(
+        "user-team-a",
+        &["wait", "held", "--for", "running", "--timeout", "60s"],
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let out = c.cli_ok("admin-admin", &["what-if", "--since", "1s"]);
+    assert!(
+        out.contains("0 workloads submitted, 1 carried in from before"),
+        "{out}"
+    );
+    let replayed = (out.lines())
+        .find(|l| l.starts_with("team-a") && l.contains("replayed"))
+        .unwrap_or_default();
+    assert!(
+        replayed.contains("1/1"),
+        "held is admitted in the replay, and its wait began before the period: {out}"
+    );
+    c.cli_ok("user-team-a", &["cancel", "held"]);
 }

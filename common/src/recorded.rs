@@ -1,6 +1,7 @@
 //! What the cluster recorded over a period, for `allot what-if`: the policy, teams and nodes as
-//! they are, and every workload submitted in the period with when it was submitted, first
-//! admitted and ended, and how long its last run held quota. The CLI turns it into an
+//! they are, and every workload submitted in the period or still waiting or running at its
+//! start, with when it was submitted, first admitted and ended, and how long its last run held
+//! quota. The CLI turns it into an
 //! `allot simulate` scenario and replays it.
 
 use serde::{Deserialize, Serialize};
@@ -37,4 +38,7 @@ pub struct RecordedWorkload {
     /// `Succeeded`, `Failed`, `Cancelled`, `Pending`, `Admitted`, `Running` or `Evicting`.
     pub state: String,
     pub preemptions: u32,
+    /// Submitted before the period and still waiting or running at its start: the replay
+    /// submits it at the start, and its last run counts from there.
+    pub carried: bool,
 }

@@ -337,3 +337,33 @@ fn rows_by_workload_add_up_to_the_team() {
         "b1 ran after the period"
     );
 }
+
+/// `allot what-if`'s record: what was submitted in the period, and what was submitted before
+/// and had not ended at its start (carried in), with a run under way at the start counted from
+/// there.
+#[test]
+fn the_record_carries_in_what_had_not_ended_when_the_period_began() {
+    let m = run();
+    let names = |r: &allot_common::recorded::Recorded| -> Vec<(String, bool, Option<i64>)> {
+        (r.workloads.iter())
+            .map(|w| (w.spec.name.clone(), w.carried, w.ran_ms))
+            .collect()
+    };
+    let r = allot_core::recorded::recorded(&m, 5 * H / 2, 6 * H);
+    assert_eq!(
+        names(&r),
+        vec![
+            // a1 ran from 1 h to 5 h: in the period from 2.5 h.
+            ("a1".into(), true, Some(5 * H - 5 * H / 2)),
+            // a2 was evicted at 3 h and waits still.
+            ("a2".into(), true, None),
+            ("b1".into(), false, Some(5 * H - (3 * H + 10_000))),
+        ]
+    );
+    // After every run ended, only the waiting a2 is carried in.
+    let r = allot_core::recorded::recorded(&m, 6 * H, 7 * H);
+    assert_eq!(names(&r), vec![("a2".into(), true, None)]);
+    // Before anything: a1 submitted in the period.
+    let r = allot_core::recorded::recorded(&m, 0, 3 * H / 2);
+    assert_eq!(names(&r), vec![("a1".into(), false, Some(4 * H))]);
+}
