@@ -454,7 +454,76 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         .clone();
     let base = std::env::temp_dir().join(format!("allot-bench-{}", std::process::id()));
     std::fs::create_dir_all(&base)?;
-    let before = fsync_baseline(&base, 1000)?;
+    disk_baselines(&base)?;
+    let (cluster, addrs, http) = start_cluster(&base, a.keep, a.raft_priority)?;
+    if a.keep {
+        println!("data and logs in {}", base.display());
+    }
+    let opts = ClientOpts {
+        coordinators: addrs.clone(),
+        certs: Some(base.join("certs")),
+        identity: Some("admin-admin".into()),
+    };
+    let mut c = opts.connect()?;
+    // Wait for a leader.
+    let t = Instant::now();
+    loop {
+        match c.call(Body::GetNodes).await {
+            Ok(Ok(_)) => break,
+            _ if t.elapsed() > Duration::from_secs(20) => bail!("no leader after 20s"),
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    println!("3 replicas up, leader elected in {}", ms(t.elapsed()));
+    println!(
+        "raft threads (--raft-priority {}): {}",
+        a.raft_priority,
+        cluster
+            .children
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("replica {}: {}", i + 1, raft_policy(c.id(), i as u64 + 1)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    setup_teams_and_nodes(&mut c, &a, &it).await?;
+
+    // The API round trip alone (no log, no disk): the floor under any write's latency.
+    let mut hello = Vec::new();
+    for _ in 0..a.samples {
+        let t = Instant::now();
+        call(&mut c, Body::Hello).await?;
+        hello.push(t.elapsed());
+    }
+    hello.sort();
+    println!(
+        "API round trip to the leader (QUIC, mutual TLS; no log write): p50 {}, p99 {}",
+        ms(pct(&hello, 0.5)),
+        ms(pct(&hello, 0.99))
+    );
+    // The disk's fsync latency drifts from one minute to the next here (its p99 over 1000
+    // samples moves by a third between consecutive runs), so a baseline taken at another time
+    // would decide the ratio as much as the cluster does. Each round takes the baseline, then
+    // the latency samples, and the ratio compares the two pooled over the same rounds.
+    // Submit-to-admit latency, one workload at a time on the idle cluster (`latency_rounds`).
+    println!(
+        "submit-to-admit on an idle cluster, {} rounds of {} fsync probes (4 KiB append + fdatasync, the cluster idle) then {} submits:",
+        a.rounds, a.samples, a.samples
+    );
+    let idle = latency_rounds(&mut c, &base, &a, "lat").await?;
+    idle.print("submit-to-admit");
+    if let Some(n) = a.pending {
+        return deep_backlog(&mut c, &opts, &base, &a, &http, n, &idle).await;
+    }
+
+    sustained(&mut c, &opts, &a).await
+}
+
+/// The disk's fsync latency, alone and with three writers at once (as three local replicas
+/// write), printed before the cluster starts.
+fn disk_baselines(base: &Path) -> anyhow::Result<()> {
+    let before = fsync_baseline(base, 1000)?;
     println!(
         "disk fsync (4 KiB append + fdatasync, {} samples before the cluster starts): p50 {}, p99 {}",
         before.len(),
@@ -488,39 +557,15 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         ms(pct(&shared, 0.5)),
         ms(pct(&shared, 0.99))
     );
-    let (cluster, addrs, http) = start_cluster(&base, a.keep, a.raft_priority)?;
-    if a.keep {
-        println!("data and logs in {}", base.display());
-    }
-    let opts = ClientOpts {
-        coordinators: addrs.clone(),
-        certs: Some(base.join("certs")),
-        identity: Some("admin-admin".into()),
-    };
-    let mut c = opts.connect()?;
-    // Wait for a leader.
-    let t = Instant::now();
-    loop {
-        match c.call(Body::GetNodes).await {
-            Ok(Ok(_)) => break,
-            _ if t.elapsed() > Duration::from_secs(20) => bail!("no leader after 20s"),
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    println!("3 replicas up, leader elected in {}", ms(t.elapsed()));
-    println!(
-        "raft threads (--raft-priority {}): {}",
-        a.raft_priority,
-        cluster
-            .children
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("replica {}: {}", i + 1, raft_policy(c.id(), i as u64 + 1)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    Ok(())
+}
 
-    // Teams with an equal share of the nodes.
+/// Teams with an equal share of the nodes, and the nodes registered.
+async fn setup_teams_and_nodes(
+    c: &mut Client,
+    a: &BenchArgs,
+    it: &allot_common::InstanceType,
+) -> anyhow::Result<()> {
     let per_team = (a.nodes / a.teams).max(1);
     for t in 0..a.teams {
         let cfg = ComputeQuotaConfig::parse_shorthand(&format!(
@@ -529,7 +574,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         ))
         .map_err(|e| anyhow!("{e}"))?;
         call(
-            &mut c,
+            c,
             Body::CreateComputeQuota(ComputeQuotaInput {
                 name: format!("quota-{t}"),
                 description: None,
@@ -544,7 +589,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     let caps = it.resources();
     for n in 0..a.nodes {
         call(
-            &mut c,
+            c,
             Body::RegisterNode {
                 name: format!("node-{n:05}"),
                 instance_type: a.instance_type.clone(),
@@ -558,35 +603,11 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         a.teams, a.nodes, a.instance_type
     );
 
-    // The API round trip alone (no log, no disk): the floor under any write's latency.
-    let mut hello = Vec::new();
-    for _ in 0..a.samples {
-        let t = Instant::now();
-        call(&mut c, Body::Hello).await?;
-        hello.push(t.elapsed());
-    }
-    hello.sort();
-    println!(
-        "API round trip to the leader (QUIC, mutual TLS; no log write): p50 {}, p99 {}",
-        ms(pct(&hello, 0.5)),
-        ms(pct(&hello, 0.99))
-    );
-    // The disk's fsync latency drifts from one minute to the next here (its p99 over 1000
-    // samples moves by a third between consecutive runs), so a baseline taken at another time
-    // would decide the ratio as much as the cluster does. Each round takes the baseline, then
-    // the latency samples, and the ratio compares the two pooled over the same rounds.
-    // Submit-to-admit latency, one workload at a time on the idle cluster (`latency_rounds`).
-    println!(
-        "submit-to-admit on an idle cluster, {} rounds of {} fsync probes (4 KiB append + fdatasync, the cluster idle) then {} submits:",
-        a.rounds, a.samples, a.samples
-    );
-    let idle = latency_rounds(&mut c, &base, &a, "lat").await?;
-    idle.print("submit-to-admit");
-    if let Some(n) = a.pending {
-        return deep_backlog(&mut c, &opts, &base, &a, &http, n, &idle).await;
-    }
+    Ok(())
+}
 
-    // Sustained admissions: many submitters, batches of 500, until every workload is admitted.
+/// Sustained admissions: many submitters, batches of 500, until every workload is admitted.
+async fn sustained(c: &mut Client, opts: &ClientOpts, a: &BenchArgs) -> anyhow::Result<()> {
     let total = a.workloads;
     let batch = 500u32;
     let t0 = Instant::now();
@@ -617,7 +638,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
     let submitted_in = t0.elapsed();
     let target = total as usize;
     let admitted = loop {
-        let n = match call(&mut c, Body::GetTeams).await? {
+        let n = match call(c, Body::GetTeams).await? {
             Reply::Teams(ts) => ts.iter().map(|t| t.admitted as usize).sum::<usize>(),
             _ => 0,
         };
@@ -630,7 +651,7 @@ pub async fn run(a: BenchArgs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let el = t0.elapsed();
-    let pending = match call(&mut c, Body::GetTeams).await? {
+    let pending = match call(c, Body::GetTeams).await? {
         Reply::Teams(ts) => ts.iter().map(|t| t.pending as usize).sum::<usize>(),
         _ => 0,
     };

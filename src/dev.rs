@@ -180,7 +180,8 @@ fn ensure_certs(certs: &Path, replicas: u32, nodes: &[String]) -> anyhow::Result
     Ok(())
 }
 
-pub async fn run(a: DevArgs) -> anyhow::Result<()> {
+/// The arguments checked; the fake GPUs per node.
+fn checked_gpus(a: &DevArgs) -> anyhow::Result<u32> {
     if !(1..=7).contains(&a.replicas) {
         bail!("--replicas {}: use 1 to 7 (1 or 3 make sense)", a.replicas);
     }
@@ -196,6 +197,11 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow!("--instance-type: {e}"))?;
     let gpus = a.gpus.unwrap_or(it.accelerators());
     check_fake_gpus("--gpus", gpus).map_err(|e| anyhow!(e))?;
+    Ok(gpus)
+}
+
+pub async fn run(a: DevArgs) -> anyhow::Result<()> {
+    let gpus = checked_gpus(&a)?;
     let dir = a.dir.clone().unwrap_or_else(default_dir);
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
@@ -221,28 +227,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     }
     let mut coordinators = Vec::new();
     for i in 1..=a.replicas {
-        let args: Vec<String> = vec![
-            "coordinator".into(),
-            "--id".into(),
-            i.to_string(),
-            "--listen".into(),
-            addrs[i as usize - 1].clone(),
-            "--peers".into(),
-            peers.clone(),
-            "--http".into(),
-            format!(
-                "127.0.0.1:{}",
-                u32::from(a.port) + COORDINATOR_HTTP_OFFSET + i - 1
-            ),
-            "--data-dir".into(),
-            dir.join(format!("data-{i}")).display().to_string(),
-            "--certs".into(),
-            certs.display().to_string(),
-            // A development cluster on a workstation: its replicas do not need real-time
-            // threads (see `allot coordinator --raft-priority`).
-            "--raft-priority".into(),
-            "normal".into(),
-        ];
+        let args = coordinator_args(&a, i, &addrs[i as usize - 1], &peers, &dir, &certs);
         coordinators.push(spawn(
             &format!("coordinator {i}"),
             &args,
@@ -290,44 +275,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
     eprintln!(" leader elected");
     let mut agents = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
-        let args: Vec<String> = vec![
-            "agent".into(),
-            "--node".into(),
-            n.clone(),
-            "--instance-type".into(),
-            a.instance_type.clone(),
-            "--fake-gpus".into(),
-            gpus.to_string(),
-            "--data-dir".into(),
-            dir.join("agents").join(n).display().to_string(),
-            "--http".into(),
-            format!(
-                "127.0.0.1:{}",
-                u32::from(a.port) + AGENT_HTTP_OFFSET + i as u32
-            ),
-            "--lease".into(),
-            a.lease.to_string(),
-            "--coordinators".into(),
-            addrs.join(","),
-            "--certs".into(),
-            certs.display().to_string(),
-            "--stop-pods-on-exit".into(),
-            "--driver".into(),
-            a.driver.clone(),
-        ];
-        let mut args = args;
-        if let Some(sock) = &a.containerd_socket {
-            args.push("--containerd-socket".into());
-            args.push(sock.display().to_string());
-        }
-        if let Some(ns) = &a.containerd_namespace {
-            args.push("--containerd-namespace".into());
-            args.push(ns.clone());
-        }
-        for r in &a.plain_http_registry {
-            args.push("--plain-http-registry".into());
-            args.push(r.clone());
-        }
+        let args = agent_args(&a, i as u32, n, gpus, &dir, &addrs, &certs);
         agents.push(spawn(
             &format!("agent {n}"),
             &args,
@@ -371,19 +319,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         }
     }
     eprintln!(" {} node(s) ready", nodes.len());
-    println!(
-        "allot dev is running: {} coordinator replica(s) at {}, {} node(s) of {} with {} fake GPU(s) each.\n\
-         \n  state:  {} (kept across restarts; delete it to start afresh)\n  logs:   {}\n\
-         \nThe allot CLI finds this cluster without flags (as admin; --as user-team-a acts as team-a). Try:\n\
-         \n  allot get nodes\n  allot dashboard     (prints a link that signs a browser in to the web dashboard)\n\nCtrl-C stops everything.",
-        a.replicas,
-        addrs.join(","),
-        a.nodes,
-        a.instance_type,
-        gpus,
-        dir.display(),
-        logs.display()
-    );
+    print_banner(&a, &addrs, gpus, &dir, &logs);
     // Run until Ctrl-C / SIGTERM, or until a child dies.
     let died = tokio::select! {
         _ = &mut stop => None,
@@ -405,6 +341,102 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         Some(w) => bail!("{w} exited unexpectedly"),
         None => Ok(()),
     }
+}
+
+/// `allot coordinator` arguments for replica `i` of the development cluster.
+fn coordinator_args(
+    a: &DevArgs,
+    i: u32,
+    listen: &str,
+    peers: &str,
+    dir: &Path,
+    certs: &Path,
+) -> Vec<String> {
+    vec![
+        "coordinator".into(),
+        "--id".into(),
+        i.to_string(),
+        "--listen".into(),
+        listen.into(),
+        "--peers".into(),
+        peers.into(),
+        "--http".into(),
+        format!(
+            "127.0.0.1:{}",
+            u32::from(a.port) + COORDINATOR_HTTP_OFFSET + i - 1
+        ),
+        "--data-dir".into(),
+        dir.join(format!("data-{i}")).display().to_string(),
+        "--certs".into(),
+        certs.display().to_string(),
+        // A development cluster on a workstation: its replicas do not need real-time
+        // threads (see `allot coordinator --raft-priority`).
+        "--raft-priority".into(),
+        "normal".into(),
+    ]
+}
+
+/// `allot agent` arguments for node `n`, the `i`th.
+fn agent_args(
+    a: &DevArgs,
+    i: u32,
+    n: &str,
+    gpus: u32,
+    dir: &Path,
+    addrs: &[String],
+    certs: &Path,
+) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "agent".into(),
+        "--node".into(),
+        n.into(),
+        "--instance-type".into(),
+        a.instance_type.clone(),
+        "--fake-gpus".into(),
+        gpus.to_string(),
+        "--data-dir".into(),
+        dir.join("agents").join(n).display().to_string(),
+        "--http".into(),
+        format!("127.0.0.1:{}", u32::from(a.port) + AGENT_HTTP_OFFSET + i),
+        "--lease".into(),
+        a.lease.to_string(),
+        "--coordinators".into(),
+        addrs.join(","),
+        "--certs".into(),
+        certs.display().to_string(),
+        "--stop-pods-on-exit".into(),
+        "--driver".into(),
+        a.driver.clone(),
+    ];
+    if let Some(sock) = &a.containerd_socket {
+        args.push("--containerd-socket".into());
+        args.push(sock.display().to_string());
+    }
+    if let Some(ns) = &a.containerd_namespace {
+        args.push("--containerd-namespace".into());
+        args.push(ns.clone());
+    }
+    for r in &a.plain_http_registry {
+        args.push("--plain-http-registry".into());
+        args.push(r.clone());
+    }
+    args
+}
+
+fn print_banner(a: &DevArgs, addrs: &[String], gpus: u32, dir: &Path, logs: &Path) {
+    println!(
+        "allot dev is running: {} coordinator replica(s) at {}, {} node(s) of {} with {} fake GPU(s) each.\n\
+         \n  state:  {} (kept across restarts; delete it to start afresh)\n  logs:   {}\n\
+         \nThe allot CLI finds this cluster without flags (as admin; --as user-team-a acts as team-a). Try:\n\
+         \n  allot get nodes\n  allot dashboard     (prints a link that signs a browser in to the web dashboard)\n\nCtrl-C stops everything.",
+        a.replicas,
+        addrs.join(","),
+        a.nodes,
+        a.instance_type,
+        gpus,
+        dir.display(),
+        logs.display()
+    );
 }
 
 async fn watch_children(coordinators: &mut [Proc], agents: &mut [Proc]) -> String {

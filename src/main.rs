@@ -182,59 +182,62 @@ fn main() -> ExitCode {
             let opts = cli.client.clone();
             async_cmd(Box::pin(async move { cli::run(c, &opts).await }), false)
         }
-        Command::Simulate { file, output } => {
-            let text = match std::fs::read_to_string(&file) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("error: cannot read {}: {e}", file.display());
-                    return ExitCode::from(2);
-                }
-            };
-            // Progress on a terminal only: a pipe or a log file gets the result alone.
-            let tty = std::io::stderr().is_terminal();
-            let parse_started = std::time::Instant::now();
-            let parsed = scenario::parse(&text);
-            drop(text);
-            if tty {
-                eprint!("\rparsed in {:.1}s", parse_started.elapsed().as_secs_f64());
-            }
-            let mut show = |p: &simulate::Progress| {
-                if tty {
-                    eprint!(
-                        "\rsimulated {:.0}s of {:.0}s: {} cycles, {} pending, {:.1}s wall   ",
-                        p.now as f64 / 1000.0,
-                        p.end as f64 / 1000.0,
-                        p.cycles,
-                        p.pending,
-                        p.elapsed.as_secs_f64()
-                    );
-                }
-            };
-            let outcome = parsed.and_then(|sc| simulate::run_with_progress(&sc, &mut show));
-            if tty {
-                eprintln!();
-            }
-            let outcome = match outcome {
-                Ok(o) => o,
-                Err(e) => {
-                    eprintln!("error: {}: {e}", file.display());
-                    return ExitCode::from(2);
-                }
-            };
-            let format = output.unwrap_or(if std::io::stdout().is_terminal() {
-                Output::Table
-            } else {
-                Output::Json
-            });
-            match format {
-                Output::Json => {
-                    let v = serde_json::json!({"events": outcome.events, "final": outcome.final_state,
-                                               "stats": outcome.stats, "warnings": outcome.warnings});
-                    println!("{v}");
-                }
-                Output::Table => print!("{}", simulate::table(&outcome)),
-            }
-            ExitCode::SUCCESS
-        }
+        Command::Simulate { file, output } => simulate_cmd(&file, output),
     }
+}
+
+/// `allot simulate FILE`: the scenario run, its events and final state printed.
+fn simulate_cmd(file: &std::path::Path, output: Option<Output>) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    // Progress on a terminal only: a pipe or a log file gets the result alone.
+    let tty = std::io::stderr().is_terminal();
+    let parse_started = std::time::Instant::now();
+    let parsed = scenario::parse(&text);
+    drop(text);
+    if tty {
+        eprint!("\rparsed in {:.1}s", parse_started.elapsed().as_secs_f64());
+    }
+    let mut show = |p: &simulate::Progress| {
+        if tty {
+            eprint!(
+                "\rsimulated {:.0}s of {:.0}s: {} cycles, {} pending, {:.1}s wall   ",
+                p.now as f64 / 1000.0,
+                p.end as f64 / 1000.0,
+                p.cycles,
+                p.pending,
+                p.elapsed.as_secs_f64()
+            );
+        }
+    };
+    let outcome = parsed.and_then(|sc| simulate::run_with_progress(&sc, &mut show));
+    if tty {
+        eprintln!();
+    }
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {}: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let format = output.unwrap_or(if std::io::stdout().is_terminal() {
+        Output::Table
+    } else {
+        Output::Json
+    });
+    match format {
+        Output::Json => {
+            let v = serde_json::json!({"events": outcome.events, "final": outcome.final_state,
+                                       "stats": outcome.stats, "warnings": outcome.warnings});
+            println!("{v}");
+        }
+        Output::Table => print!("{}", simulate::table(&outcome)),
+    }
+    ExitCode::SUCCESS
 }

@@ -887,20 +887,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     let files = TlsFiles::for_identity(&cfg.certs, &Identity::Coordinator { id: cfg.id });
     let server_tls = tls::server_config(&files)?;
     let client_tls = tls::client_config(&files)?;
-    let disk = RedbDisk::open(&cfg.data_dir.join("raft.redb"))?;
-    if let Some(what) = disk.repaired() {
-        tracing::warn!("{what}");
-    }
-    let mut rcfg = ReplicaConfig::new(cfg.id, cfg.peers.keys().copied().collect());
-    rcfg.election_tick = cfg.election_ticks;
-    rcfg.max_election_tick = cfg.election_ticks * 2;
-    rcfg.heartbeat_tick = cfg.heartbeat_ticks;
-    rcfg.snapshot_every = cfg.snapshot_every;
-    // Followers further behind than this get a snapshot instead of entries.
-    rcfg.keep_behind_snapshot = cfg.snapshot_every.min(1000);
-    rcfg.background_snapshots = true;
-    let logger = slog::Logger::root(tracing_slog::TracingSlogDrain, slog::o!());
-    let rep = Replica::open(rcfg, disk, SnapshotCodec::wire(), &logger)?;
+    let rep = open_replica(&cfg)?;
     let (input_tx, input_rx) = mpsc::unbounded_channel::<Input>();
     let (applied_tx, applied_rx) = tokio::sync::watch::channel(0u64);
     let status = Arc::new(Mutex::new(Status {
@@ -908,7 +895,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         ..Default::default()
     }));
     let metrics = Arc::new(Metrics::new(cfg.id));
-    let mut lp = RaftLoop {
+    let lp = RaftLoop {
         rep,
         peers: BTreeMap::new(),
         waiters: HashMap::new(),
@@ -954,14 +941,72 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         http: http_bound.clone(),
     };
     let refresh_metrics = shared.input.clone();
-    // The replica, QUIC (its endpoint, the peer senders, every connection and request) and
-    // the raft loop share one thread: a message crosses no thread on its way in or out, and
-    // on this path each crossing costs more than the work it carries.
+    let up_rx = spawn_raft_thread(&cfg, lp, shared, input_rx, (server_tls, client_tls))?;
+    let (endpoint, raft_priority) = up_rx
+        .await
+        .map_err(|_| "the raft thread stopped while starting".to_string())??;
+    let http_addr = match cfg.http {
+        Some(addr) => {
+            let bound =
+                crate::http::serve(addr, status.clone(), metrics, refresh_metrics, Some(web))
+                    .await?;
+            let _ = http_bound.set(bound);
+            Some(bound)
+        }
+        None => None,
+    };
+    tracing::info!(
+        "coordinator {} listening on {} (QUIC){}",
+        cfg.id,
+        cfg.listen,
+        http_addr
+            .map(|a| format!(", http on {a}"))
+            .unwrap_or_default()
+    );
+    Ok(Running {
+        status,
+        endpoint,
+        http_addr,
+        raft_priority,
+    })
+}
+
+/// The replica on its durable log in `cfg.data_dir` (repaired first if a write was torn).
+fn open_replica(cfg: &ServerConfig) -> Result<Replica<RedbDisk>, BoxError> {
+    let disk = RedbDisk::open(&cfg.data_dir.join("raft.redb"))?;
+    if let Some(what) = disk.repaired() {
+        tracing::warn!("{what}");
+    }
+    let mut rcfg = ReplicaConfig::new(cfg.id, cfg.peers.keys().copied().collect());
+    rcfg.election_tick = cfg.election_ticks;
+    rcfg.max_election_tick = cfg.election_ticks * 2;
+    rcfg.heartbeat_tick = cfg.heartbeat_ticks;
+    rcfg.snapshot_every = cfg.snapshot_every;
+    // Followers further behind than this get a snapshot instead of entries.
+    rcfg.keep_behind_snapshot = cfg.snapshot_every.min(1000);
+    rcfg.background_snapshots = true;
+    let logger = slog::Logger::root(tracing_slog::TracingSlogDrain, slog::o!());
+    Ok(Replica::open(rcfg, disk, SnapshotCodec::wire(), &logger)?)
+}
+
+/// What the raft thread reports once it listens: its endpoint and how it is scheduled.
+type Up = Result<(quinn::Endpoint, String), String>;
+
+/// Starts the raft thread. The replica, QUIC (its endpoint, the peer senders, every connection
+/// and request) and the raft loop share it: a message crosses no thread on its way in or out,
+/// and on this path each crossing costs more than the work it carries.
+fn spawn_raft_thread(
+    cfg: &ServerConfig,
+    lp: RaftLoop,
+    shared: Shared,
+    input_rx: mpsc::UnboundedReceiver<Input>,
+    (server_tls, client_tls): (quinn::ServerConfig, quinn::ClientConfig),
+) -> Result<oneshot::Receiver<Up>, BoxError> {
     let tick = Duration::from_millis(cfg.tick_ms);
     let listen = cfg.listen;
     let id = cfg.id;
     let want_priority = cfg.raft_priority;
-    let (up_tx, up_rx) = oneshot::channel::<Result<(quinn::Endpoint, String), String>>();
+    let (up_tx, up_rx) = oneshot::channel::<Up>();
     std::thread::Builder::new()
         .name(format!("raft-{id}"))
         .spawn(move || {
@@ -990,33 +1035,9 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
                             return;
                         }
                     };
-                    for (&peer, addr) in shared.peers.iter() {
-                        if peer == id {
-                            continue;
-                        }
-                        let (tx, rx) = mpsc::unbounded_channel();
-                        lp.peers.insert(peer, tx);
-                        tokio::spawn(peer_sender(
-                            peer,
-                            addr.clone(),
-                            endpoint.clone(),
-                            client_tls.clone(),
-                            rx,
-                            shared.input.clone(),
-                        ));
-                    }
-                    let ep = endpoint.clone();
-                    tokio::spawn(async move {
-                        while let Some(incoming) = ep.accept().await {
-                            let sh = shared.clone();
-                            tokio::spawn(async move {
-                                match incoming.await {
-                                    Ok(conn) => serve_conn(conn, sh).await,
-                                    Err(e) => tracing::info!("refused a connection: {e}"),
-                                }
-                            });
-                        }
-                    });
+                    let mut lp = lp;
+                    connect_peers(&mut lp, &shared, &endpoint, &client_tls);
+                    accept_connections(endpoint.clone(), shared);
                     let _ = up_tx.send(Ok((endpoint, priority)));
                     lp.run(input_rx, tick).await;
                 })
@@ -1026,31 +1047,44 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
                 std::process::exit(70);
             }
         })?;
-    let (endpoint, raft_priority) = up_rx
-        .await
-        .map_err(|_| "the raft thread stopped while starting".to_string())??;
-    let http_addr = match cfg.http {
-        Some(addr) => {
-            let bound =
-                crate::http::serve(addr, status.clone(), metrics, refresh_metrics, Some(web))
-                    .await?;
-            let _ = http_bound.set(bound);
-            Some(bound)
+    Ok(up_rx)
+}
+
+/// A sender task per peer, fed by the raft loop.
+fn connect_peers(
+    lp: &mut RaftLoop,
+    shared: &Shared,
+    endpoint: &quinn::Endpoint,
+    client_tls: &quinn::ClientConfig,
+) {
+    for (&peer, addr) in shared.peers.iter() {
+        if peer == shared.id {
+            continue;
         }
-        None => None,
-    };
-    tracing::info!(
-        "coordinator {} listening on {} (QUIC){}",
-        cfg.id,
-        cfg.listen,
-        http_addr
-            .map(|a| format!(", http on {a}"))
-            .unwrap_or_default()
-    );
-    Ok(Running {
-        status,
-        endpoint,
-        http_addr,
-        raft_priority,
-    })
+        let (tx, rx) = mpsc::unbounded_channel();
+        lp.peers.insert(peer, tx);
+        tokio::spawn(peer_sender(
+            peer,
+            addr.clone(),
+            endpoint.clone(),
+            client_tls.clone(),
+            rx,
+            shared.input.clone(),
+        ));
+    }
+}
+
+/// Serves every connection that comes in, each on its own task.
+fn accept_connections(endpoint: quinn::Endpoint, shared: Shared) {
+    tokio::spawn(async move {
+        while let Some(incoming) = endpoint.accept().await {
+            let sh = shared.clone();
+            tokio::spawn(async move {
+                match incoming.await {
+                    Ok(conn) => serve_conn(conn, sh).await,
+                    Err(e) => tracing::info!("refused a connection: {e}"),
+                }
+            });
+        }
+    });
 }
