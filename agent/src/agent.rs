@@ -187,34 +187,8 @@ impl Agent {
             inv.devices.len(),
             inv.capacity
         );
-        // Discovery runs on its own thread: NVML calls block, and its event wait returns as
-        // soon as a GPU turns unhealthy, so the change is reported at once.
-        let (inv_tx, mut inv_rx) = mpsc::unbounded_channel::<NodeInventory>();
-        let every = cfg.discover_every;
-        std::thread::Builder::new()
-            .name("discovery".into())
-            .spawn(move || loop {
-                discovery.watch(every);
-                let mut inv = discovery.discover();
-                merge_seen(&mut seen, &mut inv);
-                if inv_tx.send(inv).is_err() {
-                    return;
-                }
-            })?;
-        let files = TlsFiles::for_identity(
-            &cfg.certs,
-            &Identity::Node {
-                node: cfg.node.clone(),
-            },
-        );
-        let stem = files
-            .cert
-            .file_stem()
-            .map(|s| s.to_string_lossy().to_string())
-            .unwrap_or_default();
-        let sync_client = Client::new(cfg.coordinators.clone(), &cfg.certs, &stem)?;
-        let report_client = Client::new(cfg.coordinators.clone(), &cfg.certs, &stem)?;
-        let logs_client = Client::new(cfg.coordinators.clone(), &cfg.certs, &stem)?;
+        let mut inv_rx = start_discovery(discovery, seen, cfg.discover_every)?;
+        let (sync_client, report_client, logs_client) = node_clients(&cfg)?;
         tokio::spawn(crate::logs::serve(
             cfg.node.clone(),
             logs_client,
@@ -296,63 +270,80 @@ impl Agent {
                 self.metrics.stops.inc();
                 tracing::info!("pod {k:?} ended");
             }
-            let told = &mut self.told;
-            self.awaiting_start.retain(|k| {
-                let Some(p) = self.exec.pods.get(k) else {
-                    return false;
-                };
-                if !p.holds_devices() {
-                    return false;
-                }
-                let status = containerd::run::read_status(&p.dir);
-                let running = status.as_ref().is_some_and(|s| s.phase == "Running");
-                if running {
-                    let _ = out_tx.send(Report::Started(
-                        *k,
-                        p.spec.workload.clone(),
-                        vec![p.spec.rank],
-                    ));
-                } else if let Some(s) = status {
-                    let text = describe_status(&s);
-                    if told.get(k) != Some(&text) {
-                        told.insert(*k, text.clone());
-                        let _ = out_tx.send(Report::Progress(*k, text));
-                    }
-                }
-                !running
-            });
-            let waiting = &self.awaiting_start;
-            self.told.retain(|k, _| waiting.contains(k));
-            for (k, p) in &self.exec.pods {
-                if p.reported || queued.contains(k) {
-                    continue;
-                }
-                if let Some(e) = p.exit() {
-                    queued.insert(*k);
-                    let _ = out_tx.send(Report::Exited(*k, p.spec.workload.clone(), e));
-                }
-            }
+            self.report_starting(&out_tx);
+            self.report_exits(&mut queued, &out_tx);
             if let Some(a) = &last {
                 self.reconcile(a, &out_tx, &mut absent_reported);
             }
             self.metrics.set_pods(&self.exec);
         }
         if cfg.stop_pods_on_exit {
-            self.exec.stop_all("the agent is stopping");
-            let deadline = Instant::now() + Duration::from_secs(35);
-            while self.exec.pods.values().any(|p| p.holds_devices()) && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                self.exec.poll();
-            }
-            // Give the cluster a moment to hear about them.
-            for (k, p) in &self.exec.pods {
-                if let (false, Some(e)) = (p.reported, p.exit()) {
-                    let _ = out_tx.send(Report::Exited(*k, p.spec.workload.clone(), e));
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            self.stop_pods(&out_tx).await;
         }
         Ok(())
+    }
+
+    /// Container pods being created: each that now runs is reported started, the others'
+    /// progress (pulling, creating) when it changed.
+    fn report_starting(&mut self, out_tx: &mpsc::UnboundedSender<Report>) {
+        let told = &mut self.told;
+        self.awaiting_start.retain(|k| {
+            let Some(p) = self.exec.pods.get(k) else {
+                return false;
+            };
+            if !p.holds_devices() {
+                return false;
+            }
+            let status = containerd::run::read_status(&p.dir);
+            let running = status.as_ref().is_some_and(|s| s.phase == "Running");
+            if running {
+                let _ = out_tx.send(Report::Started(
+                    *k,
+                    p.spec.workload.clone(),
+                    vec![p.spec.rank],
+                ));
+            } else if let Some(s) = status {
+                let text = describe_status(&s);
+                if told.get(k) != Some(&text) {
+                    told.insert(*k, text.clone());
+                    let _ = out_tx.send(Report::Progress(*k, text));
+                }
+            }
+            !running
+        });
+        let waiting = &self.awaiting_start;
+        self.told.retain(|k, _| waiting.contains(k));
+    }
+
+    /// Pods that ended and are not reported yet: queued for the report task once.
+    fn report_exits(&self, queued: &mut BTreeSet<PodKey>, out_tx: &mpsc::UnboundedSender<Report>) {
+        for (k, p) in &self.exec.pods {
+            if p.reported || queued.contains(k) {
+                continue;
+            }
+            if let Some(e) = p.exit() {
+                queued.insert(*k);
+                let _ = out_tx.send(Report::Exited(*k, p.spec.workload.clone(), e));
+            }
+        }
+    }
+
+    /// `--stop-pods-on-exit`: stops every pod, waits up to 35 s for them, reports how they
+    /// ended.
+    async fn stop_pods(&mut self, out_tx: &mpsc::UnboundedSender<Report>) {
+        self.exec.stop_all("the agent is stopping");
+        let deadline = Instant::now() + Duration::from_secs(35);
+        while self.exec.pods.values().any(|p| p.holds_devices()) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            self.exec.poll();
+        }
+        // Give the cluster a moment to hear about them.
+        for (k, p) in &self.exec.pods {
+            if let (false, Some(e)) = (p.reported, p.exit()) {
+                let _ = out_tx.send(Report::Exited(*k, p.spec.workload.clone(), e));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
     fn exec_neuron_cores(&mut self, inv: &NodeInventory) {
@@ -453,6 +444,44 @@ impl Agent {
         absent_reported.retain(|k| assigned.contains(k));
         self.exec.prune(&assigned);
     }
+}
+
+/// Discovery on its own thread: NVML calls block, and its event wait returns as soon as a GPU
+/// turns unhealthy, so the change is reported at once.
+fn start_discovery(
+    mut discovery: Discovery,
+    mut seen: BTreeMap<(String, u32), DeviceInfo>,
+    every: Duration,
+) -> Result<mpsc::UnboundedReceiver<NodeInventory>, BoxError> {
+    let (inv_tx, inv_rx) = mpsc::unbounded_channel::<NodeInventory>();
+    std::thread::Builder::new()
+        .name("discovery".into())
+        .spawn(move || loop {
+            discovery.watch(every);
+            let mut inv = discovery.discover();
+            merge_seen(&mut seen, &mut inv);
+            if inv_tx.send(inv).is_err() {
+                return;
+            }
+        })?;
+    Ok(inv_rx)
+}
+
+/// The node's three connections: assignments and the lease, reports, logs.
+fn node_clients(cfg: &AgentConfig) -> Result<(Client, Client, Client), BoxError> {
+    let files = TlsFiles::for_identity(
+        &cfg.certs,
+        &Identity::Node {
+            node: cfg.node.clone(),
+        },
+    );
+    let stem = files
+        .cert
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let client = || Client::new(cfg.coordinators.clone(), &cfg.certs, &stem);
+    Ok((client()?, client()?, client()?))
 }
 
 /// A pod's status as users read it: `Pulling 48.0 MiB: 25%`, `Creating`. Whole percents, so a

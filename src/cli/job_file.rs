@@ -75,29 +75,7 @@ impl JobFlags {
         file: Option<&std::path::Path>,
         identity: Option<&str>,
     ) -> anyhow::Result<SubmitInput> {
-        let (mut v, origin) = match file {
-            Some(p) if p.as_os_str() == "-" => {
-                let mut text = String::new();
-                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-                    .context("cannot read the job from standard input")?;
-                (
-                    parse_job_text(&text, "standard input")?,
-                    "standard input".to_string(),
-                )
-            }
-            Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .with_context(|| format!("cannot read job file {}", p.display()))?;
-                (
-                    parse_job_text(&text, &p.display().to_string())?,
-                    p.display().to_string(),
-                )
-            }
-            None => (
-                Value::Object(Default::default()),
-                "the command line".to_string(),
-            ),
-        };
+        let (mut v, origin) = read_source(file)?;
         // A Kubernetes Job, PyTorchJob or Pod as HyperPod users submit them to Kueue.
         if let Some(job) = crate::k8s::job_from_manifest(&v, &origin)? {
             v = job;
@@ -136,6 +114,39 @@ impl JobFlags {
         if self.host_network {
             obj.insert("host_network".into(), Value::Bool(true));
         }
+        self.merge_lists(obj, &origin)?;
+        self.merge_requests(obj, &origin)?;
+        if !obj.contains_key("team") {
+            if let Some(team) = identity.and_then(|s| s.strip_prefix("user-")) {
+                obj.insert("team".into(), Value::String(team.to_string()));
+            }
+        }
+        if !obj.contains_key("name") {
+            let base = self
+                .command
+                .first()
+                .and_then(|c| std::path::Path::new(c).file_stem())
+                .map(|s| s.to_string_lossy().to_lowercase())
+                .filter(|s| {
+                    !s.is_empty()
+                        && s.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                })
+                .unwrap_or_else(|| "job".to_string());
+            obj.insert(
+                "name".into(),
+                Value::String(format!("{base}-{}", token_suffix())),
+            );
+        }
+        job_from_value(v, &origin)
+    }
+
+    /// `--mount`, `--env` and `--label` added to the file's lists.
+    fn merge_lists(
+        &self,
+        obj: &mut serde_json::Map<String, Value>,
+        origin: &str,
+    ) -> anyhow::Result<()> {
         if !self.mount.is_empty() {
             let list = obj
                 .entry("mounts")
@@ -173,6 +184,15 @@ impl JobFlags {
                 labels.insert(k.trim().to_string(), Value::String(v.trim().to_string()));
             }
         }
+        Ok(())
+    }
+
+    /// `--gpus`, `--cpus`, `--memory` and `--request` over the file's requests.
+    fn merge_requests(
+        &self,
+        obj: &mut serde_json::Map<String, Value>,
+        origin: &str,
+    ) -> anyhow::Result<()> {
         let mut requests: Vec<(String, String)> = Vec::new();
         for (k, v) in [
             ("gpu", &self.gpus),
@@ -200,30 +220,36 @@ impl JobFlags {
                 req.insert(k, Value::String(v));
             }
         }
-        if !obj.contains_key("team") {
-            if let Some(team) = identity.and_then(|s| s.strip_prefix("user-")) {
-                obj.insert("team".into(), Value::String(team.to_string()));
-            }
-        }
-        if !obj.contains_key("name") {
-            let base = self
-                .command
-                .first()
-                .and_then(|c| std::path::Path::new(c).file_stem())
-                .map(|s| s.to_string_lossy().to_lowercase())
-                .filter(|s| {
-                    !s.is_empty()
-                        && s.chars()
-                            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-                })
-                .unwrap_or_else(|| "job".to_string());
-            obj.insert(
-                "name".into(),
-                Value::String(format!("{base}-{}", token_suffix())),
-            );
-        }
-        job_from_value(v, &origin)
+        Ok(())
     }
+}
+
+/// The job's text as a value, and where it came from: a file, standard input (`-`), or nothing
+/// (the command line alone).
+fn read_source(file: Option<&std::path::Path>) -> anyhow::Result<(Value, String)> {
+    Ok(match file {
+        Some(p) if p.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .context("cannot read the job from standard input")?;
+            (
+                parse_job_text(&text, "standard input")?,
+                "standard input".to_string(),
+            )
+        }
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read job file {}", p.display()))?;
+            (
+                parse_job_text(&text, &p.display().to_string())?,
+                p.display().to_string(),
+            )
+        }
+        None => (
+            Value::Object(Default::default()),
+            "the command line".to_string(),
+        ),
+    })
 }
 
 pub(crate) fn parse_job_text(text: &str, origin: &str) -> anyhow::Result<Value> {

@@ -347,14 +347,15 @@ fn node_dir(job: &ContainerJob, pod_dir: &Path) -> PathBuf {
         job.lock_dir.clone()
     }
 }
-
-async fn create_and_start(
+/// What the container is made of: the image's process and user as the job overrides them, the
+/// assigned devices (GPUs through the node's CDI specs where it has them), mounts and limits.
+async fn pod_container(
     ctd: &Containerd,
     job: &ContainerJob,
     pulled: &super::pull::Pulled,
     id: &str,
     dir: &Path,
-) -> Result<(u32, Option<OutputEnd>), String> {
+) -> Result<PodContainer, String> {
     let args = spec::process_args(&pulled.config, &job.command, &job.args)?;
     let user = job
         .user
@@ -398,7 +399,7 @@ async fn create_and_start(
         .clone()
         .or_else(|| pulled.config.working_dir.clone().filter(|w| !w.is_empty()))
         .unwrap_or_else(|| "/".into());
-    let pod = PodContainer {
+    Ok(PodContainer {
         hostname: job.hostname.clone(),
         args,
         env,
@@ -427,7 +428,17 @@ async fn create_and_start(
         memlock_unlimited: job.devices.get("efa").is_some_and(|e| !e.is_empty()),
         nofile: spec::nofile_limit(),
         cdi,
-    };
+    })
+}
+
+async fn create_and_start(
+    ctd: &Containerd,
+    job: &ContainerJob,
+    pulled: &super::pull::Pulled,
+    id: &str,
+    dir: &Path,
+) -> Result<(u32, Option<OutputEnd>), String> {
+    let pod = pod_container(ctd, job, pulled, id, dir).await?;
     let spec_json = serde_json::to_vec(&spec::render(&pod)).map_err(|e| e.to_string())?;
     // A container left by an earlier try of this same pod goes first.
     ctd.remove_container(id, &job.snapshotter)

@@ -183,28 +183,9 @@ pub fn assigned_devices(
 }
 
 /// Renders the spec (JSON, as containerd stores it with the container).
-pub fn render(p: &PodContainer) -> Value {
-    let caps: Vec<&str> = vec![
-        "CAP_CHOWN",
-        "CAP_DAC_OVERRIDE",
-        "CAP_FSETID",
-        "CAP_FOWNER",
-        "CAP_MKNOD",
-        "CAP_NET_RAW",
-        "CAP_SETGID",
-        "CAP_SETUID",
-        "CAP_SETFCAP",
-        "CAP_SETPCAP",
-        "CAP_NET_BIND_SERVICE",
-        "CAP_SYS_CHROOT",
-        "CAP_KILL",
-        "CAP_AUDIT_WRITE",
-    ];
-    let nofile = if p.nofile == 0 { 1024 } else { p.nofile };
-    let mut rlimits = vec![json!({"type": "RLIMIT_NOFILE", "hard": nofile, "soft": nofile})];
-    if p.memlock_unlimited {
-        rlimits.push(json!({"type": "RLIMIT_MEMLOCK", "hard": u64::MAX, "soft": u64::MAX}));
-    }
+/// The standard file systems, the host's name files with the host network, the pod's bind
+/// mounts and the CDI spec's.
+fn mounts(p: &PodContainer) -> Vec<Value> {
     let mut mounts = vec![
         json!({"destination": "/proc", "type": "proc", "source": "proc",
                "options": ["nosuid", "noexec", "nodev"]}),
@@ -246,6 +227,11 @@ pub fn render(p: &PodContainer) -> Value {
         mounts.push(json!({"destination": m.container_path, "type": kind,
                            "source": m.host_path, "options": options}));
     }
+    mounts
+}
+
+/// The CDI spec's hooks, by the OCI hook they run at.
+fn hooks(p: &PodContainer) -> serde_json::Map<String, Value> {
     let mut hooks = serde_json::Map::new();
     for h in &p.cdi.hooks {
         let mut hook = json!({"path": h.path});
@@ -265,19 +251,11 @@ pub fn render(p: &PodContainer) -> Value {
             list.push(hook);
         }
     }
-    let mut user = json!({"uid": p.uid, "gid": p.gid});
-    if !p.cdi.additional_gids.is_empty() {
-        user["additionalGids"] = json!(p.cdi.additional_gids);
-    }
-    let mut namespaces = vec![
-        json!({"type": "pid"}),
-        json!({"type": "ipc"}),
-        json!({"type": "uts"}),
-        json!({"type": "mount"}),
-    ];
-    if !p.host_network {
-        namespaces.push(json!({"type": "network"}));
-    }
+    hooks
+}
+
+/// The cgroup's device rules and limits, and the device nodes made in the container.
+fn resources_and_devices(p: &PodContainer) -> (Value, Vec<Value>) {
     // The standard devices every container may use, then the assigned ones.
     let mut allow = vec![json!({"allow": false, "access": "rwm"})];
     for (maj, min) in [
@@ -322,6 +300,47 @@ pub fn render(p: &PodContainer) -> Value {
             "shares": (p.cpu_millis.saturating_mul(1024) / 1000).max(2),
         });
     }
+    (resources, devices)
+}
+
+pub fn render(p: &PodContainer) -> Value {
+    let caps: Vec<&str> = vec![
+        "CAP_CHOWN",
+        "CAP_DAC_OVERRIDE",
+        "CAP_FSETID",
+        "CAP_FOWNER",
+        "CAP_MKNOD",
+        "CAP_NET_RAW",
+        "CAP_SETGID",
+        "CAP_SETUID",
+        "CAP_SETFCAP",
+        "CAP_SETPCAP",
+        "CAP_NET_BIND_SERVICE",
+        "CAP_SYS_CHROOT",
+        "CAP_KILL",
+        "CAP_AUDIT_WRITE",
+    ];
+    let nofile = if p.nofile == 0 { 1024 } else { p.nofile };
+    let mut rlimits = vec![json!({"type": "RLIMIT_NOFILE", "hard": nofile, "soft": nofile})];
+    if p.memlock_unlimited {
+        rlimits.push(json!({"type": "RLIMIT_MEMLOCK", "hard": u64::MAX, "soft": u64::MAX}));
+    }
+    let mounts = mounts(p);
+    let hooks = hooks(p);
+    let mut user = json!({"uid": p.uid, "gid": p.gid});
+    if !p.cdi.additional_gids.is_empty() {
+        user["additionalGids"] = json!(p.cdi.additional_gids);
+    }
+    let mut namespaces = vec![
+        json!({"type": "pid"}),
+        json!({"type": "ipc"}),
+        json!({"type": "uts"}),
+        json!({"type": "mount"}),
+    ];
+    if !p.host_network {
+        namespaces.push(json!({"type": "network"}));
+    }
+    let (resources, devices) = resources_and_devices(p);
     let mut spec = json!({
         "ociVersion": "1.0.2",
         "process": {
