@@ -464,12 +464,8 @@ impl Diag {
     }
 }
 
-fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
-    let team = &st.teams[wl.team.idx()];
-    let mut ctx = Ctx::new(st, 0);
-    let mut d = Diag::default();
-
-    // Requeued after an eviction: preempted (who, why, when) or another cause (node failure).
+/// Why it is pending again after an eviction, and the last scheduling decision about it.
+fn requeue_lines(st: &State, wl: &Workload, out: &mut Vec<String>) {
     if let Some(rq) = wl.condition("Requeued").filter(|c| c.status) {
         match &wl.preempted_by {
             Some(p) if &*rq.reason == "Preempted" => {
@@ -506,8 +502,10 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
         )),
         None => out.push("not considered by a scheduling cycle yet".into()),
     }
+}
 
-    // Victims it chose that are still leaving.
+/// Victims it chose that are still leaving: whether there are any.
+fn leaving_victims(st: &State, wl: &Workload, d: &mut Diag) -> bool {
     let leaving: Vec<&Workload> = st
         .workloads
         .values()
@@ -552,6 +550,79 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
                 .into(),
         );
     }
+    !leaving.is_empty()
+}
+
+/// Under StrictFIFO, whether the first of the workloads `ahead` in the team's queue that does
+/// not fit blocks it (and says which).
+fn strict_fifo_blocked(
+    st: &State,
+    ctx: &mut Ctx,
+    wl: &Workload,
+    ahead: &[WlId],
+    d: &mut Diag,
+) -> bool {
+    let team = &st.teams[wl.team.idx()];
+    if team.spec.queueing != QueueingStrategy::StrictFIFO || ahead.is_empty() {
+        return false;
+    }
+    let full_of = |w: &Workload| scheduler::full_counts(w);
+    let mut blocker = None;
+    for id in ahead {
+        let w = st.workload(*id);
+        let a = scheduler::assign(ctx, w, &full_of(w), false);
+        if a.mode != Mode::Fit {
+            let mut why = a.messages.join("; ");
+            if let Some(now) = numbers_now(st, w) {
+                why = if why.is_empty() {
+                    format!("now: {now}")
+                } else {
+                    format!("{why}; now: {now}")
+                };
+            }
+            blocker = Some((w, why));
+            break;
+        }
+    }
+    if let Some((b, why)) = blocker {
+        d.lines.push(format!(
+            "blocked by StrictFIFO: team {} admits in queue order and {} ahead of it does not fit{}",
+            team.name(),
+            b.spec.name,
+            if why.is_empty() { String::new() } else { format!(" ({why})") }
+        ));
+        d.suggest(format!("{} is admitted or cancelled", b.spec.name));
+        return true;
+    }
+    false
+}
+
+/// What the scheduler would do with it now, in words.
+fn verdict(mode: Mode, blocked: bool) -> String {
+    match mode {
+        Mode::Fit if blocked => "fits on its own (quota and nodes), but waits (see below)".to_string(),
+        Mode::Fit => {
+            "fits now (quota and nodes): it would be admitted in the next cycle unless workloads ahead of it take the room"
+                .to_string()
+        }
+        Mode::Preempt | Mode::Reclaim => {
+            "it can be admitted only by preempting other workloads (see below)".to_string()
+        }
+        Mode::NoCandidates => {
+            "it does not fit and no workload may be preempted for it".to_string()
+        }
+        Mode::NoFit => "it does not fit in any of its team's flavors".to_string(),
+    }
+}
+
+fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
+    let team = &st.teams[wl.team.idx()];
+    let mut ctx = Ctx::new(st, 0);
+    let mut d = Diag::default();
+
+    requeue_lines(st, wl, out);
+
+    let leaving = leaving_victims(st, wl, &mut d);
 
     // StrictFIFO: the first workload ahead that does not fit blocks the team.
     let queue: Vec<WlId> = team.pending.iter().map(|k| k.id).collect();
@@ -559,37 +630,9 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
         .iter()
         .position(|x| *x == wl.id)
         .unwrap_or(queue.len());
-    let mut blocked = !leaving.is_empty();
-    if team.spec.queueing == QueueingStrategy::StrictFIFO && pos > 0 {
-        let full_of = |w: &Workload| scheduler::full_counts(w);
-        let mut blocker = None;
-        for id in &queue[..pos] {
-            let w = st.workload(*id);
-            let a = scheduler::assign(&mut ctx, w, &full_of(w), false);
-            if a.mode != Mode::Fit {
-                let mut why = a.messages.join("; ");
-                if let Some(now) = numbers_now(st, w) {
-                    why = if why.is_empty() {
-                        format!("now: {now}")
-                    } else {
-                        format!("{why}; now: {now}")
-                    };
-                }
-                blocker = Some((w, why));
-                break;
-            }
-        }
-        if let Some((b, why)) = blocker {
-            d.lines.push(format!(
-                "blocked by StrictFIFO: team {} admits in queue order and {} ahead of it does not fit{}",
-                team.name(),
-                b.spec.name,
-                if why.is_empty() { String::new() } else { format!(" ({why})") }
-            ));
-            d.suggest(format!("{} is admitted or cancelled", b.spec.name));
-            blocked = true;
-        }
-    }
+    // Both are said: the evictions and the workload ahead.
+    let fifo_blocked = strict_fifo_blocked(st, &mut ctx, wl, &queue[..pos], &mut d);
+    let blocked = leaving || fifo_blocked;
 
     // Per pod set and flavor: the first blocking check, with numbers.
     let full = scheduler::full_counts(wl);
@@ -709,26 +752,330 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
             }
         ));
     }
-    let verdict = match a.mode {
-        Mode::Fit if blocked => "fits on its own (quota and nodes), but waits (see below)".to_string(),
-        Mode::Fit => {
-            "fits now (quota and nodes): it would be admitted in the next cycle unless workloads ahead of it take the room"
-                .to_string()
-        }
-        Mode::Preempt | Mode::Reclaim => {
-            "it can be admitted only by preempting other workloads (see below)".to_string()
-        }
-        Mode::NoCandidates => {
-            "it does not fit and no workload may be preempted for it".to_string()
-        }
-        Mode::NoFit => "it does not fit in any of its team's flavors".to_string(),
-    };
+    let verdict = verdict(a.mode, blocked);
     out.push(format!("now: {verdict}"));
     out.append(&mut d.lines);
     if !d.ifs.is_empty() && (a.mode != Mode::Fit || blocked) {
         out.push(format!("would be admitted if {}", d.ifs.join(", or if ")));
     }
     queue_lines(st, &mut ctx, wl, &queue, pos, out);
+}
+
+/// The names a flavor's lines are written with.
+struct Over<'a> {
+    head: &'a str,
+    tname: &'a str,
+    rname: &'a str,
+    fname: &'a str,
+    earlier_txt: &'a str,
+}
+
+/// A request above the most the team can ever use: its borrowing limit, or all it could
+/// borrow from its cohort, with the quota that would let it run.
+fn over_potential(
+    st: &State,
+    c: &Over,
+    (r, fr, cohort): (ResId, FrId, CohortId),
+    val: i64,
+    q: allot_common::ResourceQuota,
+    (potential, reserved, pool): (i64, i64, i64),
+    d: &mut Diag,
+) {
+    let Over {
+        head,
+        tname,
+        rname,
+        fname,
+        earlier_txt,
+    } = *c;
+    let r = &r;
+    let n = |v: i64| qty(st, *r, v);
+    match q.borrowing_limit {
+        Some(bl) if q.nominal + bl <= potential => {
+            d.lines.push(format!(
+                "{head}: exceeds the borrowing limit: requests {}{earlier_txt}, team {tname}'s nominal {} + borrowing limit {} allow at most {}, over by {} (ExceedsMaxQuota)",
+                n(val),
+                n(q.nominal),
+                n(bl),
+                n(q.nominal + bl),
+                n(val - q.nominal - bl)
+            ));
+            if val <= reserved + pool {
+                d.suggest(format!(
+                    "{tname}'s borrow limit for {rname} in {fname} were {}",
+                    st.names.format_qty(*r, val - q.nominal)
+                ));
+            } else {
+                d.suggest(format!(
+                    "{tname}'s nominal for {rname} in {fname} were {}",
+                    st.names.format_qty(*r, val)
+                ));
+            }
+        }
+        _ => {
+            let owned = cohort_owned(st, cohort, fr);
+            d.lines.push(format!(
+                "{head}: exceeds the most team {tname} can ever use: requests {}{earlier_txt}, at most {} (the cohort's lendable pool {}{}, its own lendable nominal included, plus {} of nominal it never lends), over by {} (ExceedsMaxQuota)",
+                n(val),
+                n(potential),
+                st.names.format_qty(*r, pool),
+                if owned > 0 {
+                    format!(" of which {} owned by the cohort", st.names.format_qty(*r, owned))
+                } else {
+                    String::new()
+                },
+                st.names.format_qty(*r, reserved),
+                n(val - potential)
+            ));
+            d.suggest(format!(
+                "{tname}'s nominal for {rname} in {fname} were {}",
+                st.names.format_qty(*r, q.nominal + val - potential)
+            ));
+        }
+    }
+}
+
+/// The other teams of its cohort holding some of `fr`'s lendable pool: (borrowed above their
+/// nominal, in the pool, team), borrowers first.
+fn pool_users(ctx: &Ctx, t: TeamId, fr: FrId) -> Vec<(i64, i64, TeamId)> {
+    let st = ctx.st;
+    let cohort = &st.cohorts[st.teams[t.idx()].cohort.idx()];
+    let mut users: Vec<(i64, i64, TeamId)> = Vec::new();
+    for m in &cohort.members {
+        if *m == t {
+            continue;
+        }
+        let mt = &st.teams[m.idx()];
+        let mu = ctx.acct.usage(*m, fr);
+        let in_pool = (mu - mt.reserved(fr)).max(0);
+        if in_pool > 0 {
+            let nominal = mt.quota(fr).map(|q| q.nominal).unwrap_or(0);
+            users.push(((mu - nominal).max(0), in_pool, *m));
+        }
+    }
+    users.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    users
+}
+
+/// Who holds the lendable pool of `fr`, in words.
+fn pool_line(
+    ctx: &Ctx,
+    users: &[(i64, i64, TeamId)],
+    r: ResId,
+    fr: FrId,
+    pool: i64,
+    pool_used: i64,
+) -> String {
+    let st = ctx.st;
+    let r = &r;
+    let (f, _) = st.names.fr_parts(fr);
+    let (rname, fname) = (st.names.resource_name(*r), st.names.flavor_name(f));
+    format!(
+        "  lendable pool of {rname} in {fname}: {}, in use {}: {}",
+        st.names.format_qty(*r, pool),
+        st.names.format_qty(*r, pool_used),
+        users
+            .iter()
+            .map(|(b, _, m)| {
+                let mt = &st.teams[m.idx()];
+                let mu = ctx.acct.usage(*m, fr);
+                let nominal = mt.quota(fr).map(|q| q.nominal).unwrap_or(0);
+                if *b > 0 {
+                    format!(
+                        "team {} uses {} (borrowing {} above its nominal {})",
+                        mt.name(),
+                        st.names.format_qty(*r, mu),
+                        st.names.format_qty(*r, *b),
+                        st.names.format_qty(*r, nominal)
+                    )
+                } else {
+                    format!(
+                        "team {} uses {} of its nominal {}",
+                        mt.name(),
+                        st.names.format_qty(*r, mu),
+                        st.names.format_qty(*r, nominal)
+                    )
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// Whether nodes of the flavor have room for the pod set once its quota fits; if not, says
+/// why and what preemption could free.
+fn node_room(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    (ps, f, count): (usize, FlavorId, u32),
+    usage_here: &[(FrId, i64)],
+    borrows: bool,
+    head: &str,
+    d: &mut Diag,
+) -> bool {
+    let st = ctx.st;
+    let fname = st.names.flavor_name(f);
+    let reqs = &wl.pod_reqs[ps];
+    if !ctx.acct.nodes.has_flavor(f) {
+        d.lines.push(format!(
+            "{head}: quota fits but the cluster has no nodes of {fname}"
+        ));
+        d.suggest(format!("nodes of {fname} joined the cluster"));
+        return false;
+    }
+    match ctx.acct.nodes.try_place(f, reqs, count) {
+        Ok(()) => true,
+        Err(fail) => {
+            d.lines.push(format!(
+                "{head}: quota fits{} but no node has room: {} of {} pod(s) can be placed; {}",
+                if borrows { " (by borrowing)" } else { "" },
+                fail.placed,
+                fail.wanted,
+                node_summary(st, &ctx.acct.nodes, f, reqs)
+            ));
+            d.suggest(format!(
+                "nodes of {fname} had room for {} more pod(s) of {}",
+                fail.wanted - fail.placed,
+                per_pod(st, reqs)
+            ));
+            let here = (ps, f, count);
+            preemption_lines_for(ctx, wl, usage_here, here, BTreeSet::new(), true, d);
+            false
+        }
+    }
+}
+
+/// Ways out when the cohort's pool or the borrowing limit binds: which other teams freeing
+/// what is missing, or which borrowing limit, would let it run.
+fn suggest_lenders(
+    st: &State,
+    c: &Over,
+    r: ResId,
+    users: &[(i64, i64, TeamId)],
+    (miss_bl, miss_pool): (i64, i64),
+    bl_needed: Option<i64>,
+    d: &mut Diag,
+) {
+    let Over {
+        tname,
+        rname,
+        fname,
+        ..
+    } = *c;
+    let r = &r;
+    let n = |v: i64| qty(st, *r, v);
+    if miss_bl == 0 {
+        // The pool binds: another team freeing what is missing.
+        let single: Vec<TeamId> = users
+            .iter()
+            .filter(|(_, p, _)| *p >= miss_pool)
+            .map(|(_, _, m)| *m)
+            .collect();
+        for m in &single {
+            d.suggest(format!(
+                "team {} frees {} in {fname}",
+                st.teams[m.idx()].name(),
+                n(miss_pool)
+            ));
+        }
+        let total: i64 = users.iter().map(|(_, p, _)| *p).sum();
+        if single.is_empty() && total >= miss_pool && users.len() > 1 {
+            d.suggest(format!(
+                "teams {} free {} in {fname} together",
+                users
+                    .iter()
+                    .map(|(_, _, m)| st.teams[m.idx()].name())
+                    .collect::<Vec<_>>()
+                    .join(" and "),
+                n(miss_pool)
+            ));
+        }
+    } else if miss_pool == 0 {
+        if let Some(bl) = bl_needed {
+            d.suggest(format!(
+                "{tname}'s borrow limit for {rname} in {fname} were {}",
+                st.names.format_qty(*r, bl)
+            ));
+        }
+    } else if let (Some(bl), Some(u)) = (bl_needed, users.iter().find(|(_, p, _)| *p >= miss_pool))
+    {
+        d.suggest(format!(
+            "team {} frees {} in {fname} and {tname}'s borrow limit for {rname} in {fname} were {}",
+            st.teams[u.2.idx()].name(),
+            n(miss_pool),
+            st.names.format_qty(*r, bl)
+        ));
+    }
+}
+
+/// What a pod set requests of one resource beside what is available and what is missing,
+/// and what binds: the borrowing limit, the cohort's pool, or no cohort.
+fn short_line(
+    st: &State,
+    c: &Over,
+    r: ResId,
+    (val, avail, usage): (i64, i64, i64),
+    q: allot_common::ResourceQuota,
+    (miss_bl, miss_pool, pool_free, pool): (i64, i64, i64, i64),
+    cohort: &crate::state::CohortRt,
+) -> String {
+    let Over {
+        head,
+        tname,
+        earlier_txt,
+        ..
+    } = *c;
+    let r = &r;
+    let n = |v: i64| qty(st, *r, v);
+    let missing = val - avail;
+    let mut line = format!(
+        "{head}: requests {}{earlier_txt}, available {}, missing {}; team {tname} uses {} of nominal {}",
+        n(val),
+        n(avail),
+        n(missing),
+        st.names.format_qty(*r, usage),
+        st.names.format_qty(*r, q.nominal)
+    );
+    if miss_bl > 0 {
+        let bl = q.borrowing_limit.unwrap_or(0);
+        line.push_str(&format!(
+            "; borrowing limit reached: borrowing {} of at most {}",
+            st.names.format_qty(*r, (usage - q.nominal).max(0)),
+            st.names.format_qty(*r, bl)
+        ));
+    }
+    if miss_pool > 0 {
+        if cohort.private {
+            line.push_str("; the team has no cohort to borrow from");
+        } else {
+            line.push_str(&format!(
+                "; cohort {} has not enough unused lendable quota: {} free of {}",
+                cohort.name,
+                st.names.format_qty(*r, pool_free),
+                st.names.format_qty(*r, pool)
+            ));
+        }
+    }
+    line
+}
+
+/// The pod set fits in this flavor: within the team's nominal, or by borrowing how much.
+fn fits_line(ctx: &Ctx, t: TeamId, usage_here: &[(FrId, i64)], head: &str) -> String {
+    let st = ctx.st;
+    let tname = st.teams[t.idx()].name();
+    let borrowed = quota::borrowed_part(st, &ctx.acct, t, usage_here);
+    if borrowed.is_empty() {
+        format!("{head}: fits within team {tname}'s nominal quota")
+    } else {
+        format!(
+            "{head}: fits by borrowing {} from the cohort",
+            borrowed
+                .iter()
+                .map(|(r, v)| qty(st, *r, *v))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
 }
 
 /// The first blocking check of one flavor for one pod set, with numbers.
@@ -782,49 +1129,22 @@ fn check_flavor(
         let pool = cohort.pool.get(fr);
         let potential = quota::potential_available(st, t, fr);
         if val > potential {
-            match q.borrowing_limit {
-                Some(bl) if q.nominal + bl <= potential => {
-                    d.lines.push(format!(
-                        "{head}: exceeds the borrowing limit: requests {}{earlier_txt}, team {tname}'s nominal {} + borrowing limit {} allow at most {}, over by {} (ExceedsMaxQuota)",
-                        n(val),
-                        n(q.nominal),
-                        n(bl),
-                        n(q.nominal + bl),
-                        n(val - q.nominal - bl)
-                    ));
-                    if val <= reserved + pool {
-                        d.suggest(format!(
-                            "{tname}'s borrow limit for {rname} in {fname} were {}",
-                            st.names.format_qty(*r, val - q.nominal)
-                        ));
-                    } else {
-                        d.suggest(format!(
-                            "{tname}'s nominal for {rname} in {fname} were {}",
-                            st.names.format_qty(*r, val)
-                        ));
-                    }
-                }
-                _ => {
-                    let owned = cohort_owned(st, team.cohort, fr);
-                    d.lines.push(format!(
-                        "{head}: exceeds the most team {tname} can ever use: requests {}{earlier_txt}, at most {} (the cohort's lendable pool {}{}, its own lendable nominal included, plus {} of nominal it never lends), over by {} (ExceedsMaxQuota)",
-                        n(val),
-                        n(potential),
-                        st.names.format_qty(*r, pool),
-                        if owned > 0 {
-                            format!(" of which {} owned by the cohort", st.names.format_qty(*r, owned))
-                        } else {
-                            String::new()
-                        },
-                        st.names.format_qty(*r, reserved),
-                        n(val - potential)
-                    ));
-                    d.suggest(format!(
-                        "{tname}'s nominal for {rname} in {fname} were {}",
-                        st.names.format_qty(*r, q.nominal + val - potential)
-                    ));
-                }
-            }
+            let c = Over {
+                head,
+                tname,
+                rname: rname.as_str(),
+                fname,
+                earlier_txt: &earlier_txt,
+            };
+            over_potential(
+                st,
+                &c,
+                (*r, fr, team.cohort),
+                val,
+                q,
+                (potential, reserved, pool),
+                d,
+            );
             return;
         }
         let avail = quota::available(st, &ctx.acct, t, fr);
@@ -843,130 +1163,35 @@ fn check_flavor(
         let miss_bl = bl_room
             .map(|room| (val - own_free - room).max(0))
             .unwrap_or(0);
-        let mut line = format!(
-            "{head}: requests {}{earlier_txt}, available {}, missing {}; team {tname} uses {} of nominal {}",
-            n(val),
-            n(avail),
-            n(missing),
-            st.names.format_qty(*r, usage),
-            st.names.format_qty(*r, q.nominal)
-        );
-        if miss_bl > 0 {
-            let bl = q.borrowing_limit.unwrap_or(0);
-            line.push_str(&format!(
-                "; borrowing limit reached: borrowing {} of at most {}",
-                st.names.format_qty(*r, (usage - q.nominal).max(0)),
-                st.names.format_qty(*r, bl)
-            ));
-        }
-        if miss_pool > 0 {
-            if cohort.private {
-                line.push_str("; the team has no cohort to borrow from");
-            } else {
-                line.push_str(&format!(
-                    "; cohort {} has not enough unused lendable quota: {} free of {}",
-                    cohort.name,
-                    st.names.format_qty(*r, pool_free),
-                    st.names.format_qty(*r, pool)
-                ));
-            }
-        }
-        d.lines.push(line);
+        let c = Over {
+            head,
+            tname,
+            rname: rname.as_str(),
+            fname,
+            earlier_txt: &earlier_txt,
+        };
+        let limits = (miss_bl, miss_pool, pool_free, pool);
+        d.lines.push(short_line(
+            st,
+            &c,
+            *r,
+            (val, avail, usage),
+            q,
+            limits,
+            cohort,
+        ));
         // Who holds the pool, borrowers first.
-        let mut users: Vec<(i64, i64, TeamId)> = Vec::new();
-        for m in &cohort.members {
-            if *m == t {
-                continue;
-            }
-            let mt = &st.teams[m.idx()];
-            let mu = ctx.acct.usage(*m, fr);
-            let in_pool = (mu - mt.reserved(fr)).max(0);
-            if in_pool > 0 {
-                let nominal = mt.quota(fr).map(|q| q.nominal).unwrap_or(0);
-                users.push(((mu - nominal).max(0), in_pool, *m));
-            }
-        }
-        users.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+        let users = pool_users(ctx, t, fr);
         if miss_pool > 0 && !cohort.private && !users.is_empty() {
-            d.lines.push(format!(
-                "  lendable pool of {rname} in {fname}: {}, in use {}: {}",
-                st.names.format_qty(*r, pool),
-                st.names.format_qty(*r, pool_used),
-                users
-                    .iter()
-                    .map(|(b, _, m)| {
-                        let mt = &st.teams[m.idx()];
-                        let mu = ctx.acct.usage(*m, fr);
-                        let nominal = mt.quota(fr).map(|q| q.nominal).unwrap_or(0);
-                        if *b > 0 {
-                            format!(
-                                "team {} uses {} (borrowing {} above its nominal {})",
-                                mt.name(),
-                                st.names.format_qty(*r, mu),
-                                st.names.format_qty(*r, *b),
-                                st.names.format_qty(*r, nominal)
-                            )
-                        } else {
-                            format!(
-                                "team {} uses {} of its nominal {}",
-                                mt.name(),
-                                st.names.format_qty(*r, mu),
-                                st.names.format_qty(*r, nominal)
-                            )
-                        }
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            d.lines
+                .push(pool_line(ctx, &users, *r, fr, pool, pool_used));
         }
         // Ways out. The team's own workloads freeing `missing` always works.
         // The borrowing limit that leaves room for the request: own_free + room >= val.
         let bl_needed = q
             .borrowing_limit
             .map(|_| val - own_free + usage.max(reserved) - q.nominal);
-        if miss_bl == 0 {
-            // The pool binds: another team freeing what is missing.
-            let single: Vec<TeamId> = users
-                .iter()
-                .filter(|(_, p, _)| *p >= miss_pool)
-                .map(|(_, _, m)| *m)
-                .collect();
-            for m in &single {
-                d.suggest(format!(
-                    "team {} frees {} in {fname}",
-                    st.teams[m.idx()].name(),
-                    n(miss_pool)
-                ));
-            }
-            let total: i64 = users.iter().map(|(_, p, _)| *p).sum();
-            if single.is_empty() && total >= miss_pool && users.len() > 1 {
-                d.suggest(format!(
-                    "teams {} free {} in {fname} together",
-                    users
-                        .iter()
-                        .map(|(_, _, m)| st.teams[m.idx()].name())
-                        .collect::<Vec<_>>()
-                        .join(" and "),
-                    n(miss_pool)
-                ));
-            }
-        } else if miss_pool == 0 {
-            if let Some(bl) = bl_needed {
-                d.suggest(format!(
-                    "{tname}'s borrow limit for {rname} in {fname} were {}",
-                    st.names.format_qty(*r, bl)
-                ));
-            }
-        } else if let (Some(bl), Some(u)) =
-            (bl_needed, users.iter().find(|(_, p, _)| *p >= miss_pool))
-        {
-            d.suggest(format!(
-                "team {} frees {} in {fname} and {tname}'s borrow limit for {rname} in {fname} were {}",
-                st.teams[u.2.idx()].name(),
-                n(miss_pool),
-                st.names.format_qty(*r, bl)
-            ));
-        }
+        suggest_lenders(st, &c, *r, &users, (miss_bl, miss_pool), bl_needed, d);
         if usage >= missing {
             d.suggest(format!("team {tname} frees {} in {fname}", n(missing)));
         }
@@ -994,49 +1219,13 @@ fn check_flavor(
     let borrows = usage_here
         .iter()
         .any(|(fr, v)| quota::borrows_with(st, &ctx.acct, t, *fr, *v));
-    if st.placement && covers_all {
-        let reqs = &wl.pod_reqs[ps];
-        if !ctx.acct.nodes.has_flavor(f) {
-            d.lines.push(format!(
-                "{head}: quota fits but the cluster has no nodes of {fname}"
-            ));
-            d.suggest(format!("nodes of {fname} joined the cluster"));
-            return;
-        }
-        match ctx.acct.nodes.try_place(f, reqs, count) {
-            Ok(()) => {}
-            Err(fail) => {
-                d.lines.push(format!(
-                    "{head}: quota fits{} but no node has room: {} of {} pod(s) can be placed; {}",
-                    if borrows { " (by borrowing)" } else { "" },
-                    fail.placed,
-                    fail.wanted,
-                    node_summary(st, &ctx.acct.nodes, f, reqs)
-                ));
-                d.suggest(format!(
-                    "nodes of {fname} had room for {} more pod(s) of {}",
-                    fail.wanted - fail.placed,
-                    per_pod(st, reqs)
-                ));
-                let here = (ps, f, count);
-                preemption_lines_for(ctx, wl, &usage_here, here, BTreeSet::new(), true, d);
-                return;
-            }
-        }
+    if st.placement
+        && covers_all
+        && !node_room(ctx, wl, (ps, f, count), &usage_here, borrows, head, d)
+    {
+        return;
     }
-    let borrowed = quota::borrowed_part(st, &ctx.acct, t, &usage_here);
-    d.lines.push(if borrowed.is_empty() {
-        format!("{head}: fits within team {tname}'s nominal quota")
-    } else {
-        format!(
-            "{head}: fits by borrowing {} from the cohort",
-            borrowed
-                .iter()
-                .map(|(r, v)| qty(st, *r, *v))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    });
+    d.lines.push(fits_line(ctx, t, &usage_here, head));
 }
 
 /// Quota of `fr` the cohort itself owns (its own quota, and idle capacity under
@@ -1368,15 +1557,8 @@ fn why_no_victims(
     parts.join("; ")
 }
 
-/// Its place in its team's queue and in the cohort's order, and the cohort's standing.
-fn queue_lines(
-    st: &State,
-    ctx: &mut Ctx,
-    wl: &Workload,
-    queue: &[WlId],
-    pos: usize,
-    out: &mut Vec<String>,
-) {
+/// Its place in its team's queue, and the first few ahead of it.
+fn team_queue_line(st: &State, wl: &Workload, queue: &[WlId], pos: usize) -> String {
     let team = &st.teams[wl.team.idx()];
     let ahead: Vec<String> = queue[..pos]
         .iter()
@@ -1391,7 +1573,7 @@ fn queue_lines(
             )
         })
         .collect();
-    out.push(format!(
+    format!(
         "queue: position {} of {} in team {}'s queue ({}; by priority, then submit time){}",
         pos + 1,
         queue.len(),
@@ -1413,8 +1595,12 @@ fn queue_lines(
                 }
             )
         }
-    ));
-    // Cohort order: the teams' queues merged by the scheduler's own entry key.
+    )
+}
+
+/// Its place in the cohort's order: the teams' queues merged by the scheduler's own entry key.
+fn cohort_order_line(st: &State, ctx: &mut Ctx, wl: &Workload) -> String {
+    let team = &st.teams[wl.team.idx()];
     let cohort = &st.cohorts[team.cohort.idx()];
     let mut queues: Vec<(TeamId, Vec<scheduler::EntryKey>)> = Vec::new();
     for m in &cohort.members {
@@ -1502,8 +1688,14 @@ fn queue_lines(
             }
         ));
     }
-    out.push(line);
-    // Standing of the cohort's teams on the pairs this workload could use.
+    line
+}
+
+/// The standing of the cohort's teams on the pairs this workload could use, and the cohort's
+/// lendable pool of each.
+fn standing_lines(st: &State, wl: &Workload, out: &mut Vec<String>) {
+    let team = &st.teams[wl.team.idx()];
+    let cohort = &st.cohorts[team.cohort.idx()];
     let mut frs: Vec<FrId> = Vec::new();
     for g in &team.groups {
         for f in &g.flavors {
@@ -1565,4 +1757,18 @@ fn queue_lines(
             ));
         }
     }
+}
+
+/// Its place in its team's queue and in the cohort's order, and the cohort's standing.
+fn queue_lines(
+    st: &State,
+    ctx: &mut Ctx,
+    wl: &Workload,
+    queue: &[WlId],
+    pos: usize,
+    out: &mut Vec<String>,
+) {
+    out.push(team_queue_line(st, wl, queue, pos));
+    out.push(cohort_order_line(st, ctx, wl));
+    standing_lines(st, wl, out);
 }
