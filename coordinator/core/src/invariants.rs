@@ -16,7 +16,33 @@ impl State {
 
 pub fn check(st: &State) -> Result<(), String> {
     st.acct.nodes.check_derived()?;
-    // Each team's shape index groups its queue as it is, with what each entry shows.
+    check_shapes(st)?;
+    // Accounted usage equals the sum of what holders were admitted with.
+    let mut held = Held {
+        usage: vec![FrVec::default(); st.teams.len()],
+        devices: BTreeMap::new(),
+        node_used: BTreeMap::new(),
+    };
+    for wl in st.workloads.values() {
+        check_workload(st, wl, &mut held)?;
+    }
+    check_team_usage(st, &held.usage)?;
+    for c in 0..st.cohorts.len() {
+        quota::cohort_within_pool(st, &st.acct, CohortId(c as u32))?;
+    }
+    check_nodes(st, &held)
+}
+
+/// What admitted workloads hold, added up: usage per team, devices and node use.
+struct Held {
+    usage: Vec<FrVec>,
+    /// (node, resource, device index) -> the workload given it.
+    devices: BTreeMap<(NodeId, ResId, u8), String>,
+    node_used: BTreeMap<(NodeId, ResId), i64>,
+}
+
+/// Each team's shape index groups its queue as it is, with what each entry shows.
+fn check_shapes(st: &State) -> Result<(), String> {
     for t in &st.teams {
         if !t.shapes.built {
             continue;
@@ -42,100 +68,105 @@ pub fn check(st: &State) -> Result<(), String> {
             .differs_from(&whole)
             .map_err(|e| format!("team {}: shape index: {e}", t.name()))?;
     }
-    // Accounted usage equals the sum of what holders were admitted with.
-    let mut usage: Vec<FrVec> = vec![FrVec::default(); st.teams.len()];
-    let mut devices: BTreeMap<(NodeId, ResId, u8), String> = BTreeMap::new();
-    let mut node_used: BTreeMap<(NodeId, ResId), i64> = BTreeMap::new();
-    for wl in st.workloads.values() {
-        let holds = st.teams[wl.team.idx()].admitted.contains(&wl.id);
-        if holds != wl.state.holds_quota() {
+    Ok(())
+}
+
+/// One workload: its state, queue and admitted-set membership agree; a holder's gang is whole
+/// and placed; what it holds is added to `held`.
+fn check_workload(st: &State, wl: &crate::state::Workload, held: &mut Held) -> Result<(), String> {
+    let holds = st.teams[wl.team.idx()].admitted.contains(&wl.id);
+    if holds != wl.state.holds_quota() {
+        return Err(format!(
+            "workload {} is {} but admitted-set membership is {holds}",
+            wl.spec.name,
+            wl.state.as_str()
+        ));
+    }
+    let key = wl.queue_key();
+    let queued = st.teams[wl.team.idx()].pending.contains(&key);
+    if queued != (wl.state == crate::state::WlState::Pending) {
+        return Err(format!(
+            "workload {} is {} but queue membership is {queued}",
+            wl.spec.name,
+            wl.state.as_str()
+        ));
+    }
+    if queued && wl.queued_shape != 0 && wl.queued_shape != key.shape {
+        return Err(format!(
+            "workload {} changed shape while queued",
+            wl.spec.name
+        ));
+    }
+    if !wl.state.holds_quota() {
+        if wl.admission.is_some() {
             return Err(format!(
-                "workload {} is {} but admitted-set membership is {holds}",
+                "workload {} is {} yet has an admission",
                 wl.spec.name,
                 wl.state.as_str()
             ));
         }
-        let key = wl.queue_key();
-        let queued = st.teams[wl.team.idx()].pending.contains(&key);
-        if queued != (wl.state == crate::state::WlState::Pending) {
+        return Ok(());
+    }
+    let Some(adm) = &wl.admission else {
+        return Err(format!(
+            "workload {} holds quota without an admission",
+            wl.spec.name
+        ));
+    };
+    // Gang: every pod set admitted, at a count within min..=count, every pod placed.
+    if adm.pod_sets.len() != wl.spec.pod_sets.len() {
+        return Err(format!(
+            "workload {}: {} of {} pod sets admitted",
+            wl.spec.name,
+            adm.pod_sets.len(),
+            wl.spec.pod_sets.len()
+        ));
+    }
+    for (i, (a, ps)) in adm.pod_sets.iter().zip(&wl.spec.pod_sets).enumerate() {
+        if a.count > ps.count || a.count < ps.min_count.unwrap_or(ps.count) {
             return Err(format!(
-                "workload {} is {} but queue membership is {queued}",
-                wl.spec.name,
-                wl.state.as_str()
+                "workload {} pod set {}: count {} outside its range",
+                wl.spec.name, ps.name, a.count
             ));
         }
-        if queued && wl.queued_shape != 0 && wl.queued_shape != key.shape {
-            return Err(format!(
-                "workload {} changed shape while queued",
-                wl.spec.name
-            ));
-        }
-        if !wl.state.holds_quota() {
-            if wl.admission.is_some() {
+        if st.placement && !wl.pod_reqs[i].is_empty() {
+            let placed = adm.placement.iter().filter(|(k, _)| *k == i).count();
+            if placed != a.count as usize {
                 return Err(format!(
-                    "workload {} is {} yet has an admission",
-                    wl.spec.name,
-                    wl.state.as_str()
-                ));
-            }
-            continue;
-        }
-        let Some(adm) = &wl.admission else {
-            return Err(format!(
-                "workload {} holds quota without an admission",
-                wl.spec.name
-            ));
-        };
-        // Gang: every pod set admitted, at a count within min..=count, every pod placed.
-        if adm.pod_sets.len() != wl.spec.pod_sets.len() {
-            return Err(format!(
-                "workload {}: {} of {} pod sets admitted",
-                wl.spec.name,
-                adm.pod_sets.len(),
-                wl.spec.pod_sets.len()
-            ));
-        }
-        for (i, (a, ps)) in adm.pod_sets.iter().zip(&wl.spec.pod_sets).enumerate() {
-            if a.count > ps.count || a.count < ps.min_count.unwrap_or(ps.count) {
-                return Err(format!(
-                    "workload {} pod set {}: count {} outside its range",
+                    "workload {} pod set {}: {placed} pods placed, {} admitted",
                     wl.spec.name, ps.name, a.count
                 ));
             }
-            if st.placement && !wl.pod_reqs[i].is_empty() {
-                let placed = adm.placement.iter().filter(|(k, _)| *k == i).count();
-                if placed != a.count as usize {
+        }
+    }
+    for (fr, v) in &adm.usage {
+        held.usage[wl.team.idx()].add(*fr, *v);
+    }
+    for (_, p) in &adm.placement {
+        let node = st.acct.nodes.node(p.node);
+        for (r, v) in &p.req {
+            *held.node_used.entry((p.node, *r)).or_insert(0) += v;
+        }
+        for (r, idx) in &p.devices {
+            for d in idx {
+                if let Some(other) = held.devices.insert((p.node, *r, *d), wl.spec.name.clone()) {
                     return Err(format!(
-                        "workload {} pod set {}: {placed} pods placed, {} admitted",
-                        wl.spec.name, ps.name, a.count
+                        "device {} {} on node {} given to both {} and {}",
+                        st.names.resource_name(*r),
+                        d,
+                        node.name,
+                        other,
+                        wl.spec.name
                     ));
                 }
             }
         }
-        for (fr, v) in &adm.usage {
-            usage[wl.team.idx()].add(*fr, *v);
-        }
-        for (_, p) in &adm.placement {
-            let node = st.acct.nodes.node(p.node);
-            for (r, v) in &p.req {
-                *node_used.entry((p.node, *r)).or_insert(0) += v;
-            }
-            for (r, idx) in &p.devices {
-                for d in idx {
-                    if let Some(other) = devices.insert((p.node, *r, *d), wl.spec.name.clone()) {
-                        return Err(format!(
-                            "device {} {} on node {} given to both {} and {}",
-                            st.names.resource_name(*r),
-                            d,
-                            node.name,
-                            other,
-                            wl.spec.name
-                        ));
-                    }
-                }
-            }
-        }
     }
+    Ok(())
+}
+
+/// Each team's accounted usage is what its admitted workloads use, within its limits.
+fn check_team_usage(st: &State, usage: &[FrVec]) -> Result<(), String> {
     for (i, t) in st.teams.iter().enumerate() {
         let n = usage[i].0.len().max(st.acct.team_usage[i].0.len());
         for k in 0..n {
@@ -190,10 +221,12 @@ pub fn check(st: &State) -> Result<(), String> {
             }
         }
     }
-    for c in 0..st.cohorts.len() {
-        quota::cohort_within_pool(st, &st.acct, CohortId(c as u32))?;
-    }
-    // Nodes: never over capacity, and accounting matches the placements.
+    Ok(())
+}
+
+/// Nodes: never over capacity, and accounting matches the placements.
+fn check_nodes(st: &State, held: &Held) -> Result<(), String> {
+    let (devices, node_used) = (&held.devices, &held.node_used);
     for (id, node) in st.acct.nodes.nodes.iter().enumerate() {
         let nid = NodeId(id as u32);
         for r in &node.res {
