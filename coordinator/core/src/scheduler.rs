@@ -1048,7 +1048,7 @@ fn schedule_with(
     }
     let mut victim_teams: BTreeSet<TeamId> = BTreeSet::new();
     let mut preemptor_teams: BTreeSet<TeamId> = BTreeSet::new();
-    let mut memo: BTreeMap<ShapeKey, (u64, Arc<str>, Arc<str>)> = BTreeMap::new();
+    let mut memo: ShapeMemo = BTreeMap::new();
     // Whether a preemptor was judged (its outcome is not kept: see `CycleCache::settled`).
     let mut preemptor_judged = false;
     // Whether every decision so far admitted (what the cycle found at its end then holds on
@@ -1079,7 +1079,7 @@ fn schedule_with(
             {
                 plan.considered += 1;
                 plan.pending.push((key.6, reason.clone(), message.clone()));
-                let mut memos = Memos {
+                let memos = Memos {
                     ctx: &mut ctx,
                     fast_memo: &mut fast_memo,
                     key_parts: &mut key_parts,
@@ -1087,119 +1087,24 @@ fn schedule_with(
                     victim_teams: &victim_teams,
                     preemptor_teams: &preemptor_teams,
                 };
-                tour.run_ahead(t, &mut memos, &mut plan);
-                tour.advance(&mut ctx, t, generation, &mut key_parts);
+                tour.move_on(t, memos, &mut plan);
                 continue;
             }
         }
         let wl = st.workload(key.6);
         plan.considered += 1;
-        let shape = if fast {
-            Err((
-                head_fp.unwrap_or_else(|| wl.shape_fingerprint()),
-                if time_matters(st, wl.team) {
-                    wl.submit_time
-                } else {
-                    0
-                },
-                wl.preempting.is_some(),
-            ))
-        } else {
-            Ok(shape_key(st, wl))
-        };
-        let memoised = match &shape {
-            Ok(k) => memo
-                .get(k)
-                .filter(|(g, _, _)| *g == generation)
-                .map(|(_, r, m)| (r, m)),
-            Err(k) => fast_memo
-                .get(k)
-                .filter(|f| f.holds(&ctx.changes))
-                .map(|f| (&f.value.0, &f.value.1)),
-        };
         preemptor_judged |= wl.preempting.is_some();
-        // What was observed of it (`Witness`), where a wait kept for its shape was looked at.
-        let mut seen = None;
-        // Whether it is judged here (not a wait found before).
-        let mut judged = false;
-        // What its judgement reads, where its wait was recognised (`witnessed`).
-        let mut known_reads = None;
-        let outcome = match memoised {
-            Some((reason, message)) => Outcome::Pending {
-                reason: reason.clone(),
-                message: message.clone(),
-                hold: Vec::new(),
-            },
-            _ => match shape
-                .as_ref()
-                .err()
-                .map(|k| (k, tour.request_of(k.0, wl)))
-                .and_then(|(k, request)| {
-                    let (witnesses, observer) = (&tour.witnesses, &mut tour.observer);
-                    witnessed(witnesses, observer, &mut ctx, (wl, request), k, &mut seen)
-                }) {
-                Some(known) => {
-                    tour.recognised += 1;
-                    known_reads = Some(known.reads.clone());
-                    Outcome::Pending {
-                        reason: known.wait.0.clone(),
-                        message: known.wait.1.clone(),
-                        hold: Vec::new(),
-                    }
-                }
-                // The texts workloads already show, where they say the same (`Texts`).
-                None => {
-                    judged = true;
-                    match process(&mut ctx, wl) {
-                        Outcome::Pending {
-                            reason,
-                            message,
-                            hold,
-                        } => Outcome::Pending {
-                            reason: st.texts.shared(reason),
-                            message: st.texts.shared(message),
-                            hold,
-                        },
-                        o => o,
-                    }
-                }
-            },
-        };
+        let (outcome, how) = judge(
+            &mut ctx,
+            &mut tour,
+            (&memo, &fast_memo),
+            generation,
+            wl,
+            head_fp,
+        );
         let outcome = deferred(st, wl, outcome, &victim_teams, &preemptor_teams);
-        if let Outcome::Pending {
-            reason,
-            message,
-            hold,
-        } = &outcome
-        {
-            if hold.is_empty() {
-                match shape {
-                    Ok(k) => {
-                        memo.insert(k, (generation, reason.clone(), message.clone()));
-                    }
-                    Err(k) => {
-                        let reads = known_reads.unwrap_or_else(|| tour.reads_of(k.0, wl));
-                        let found = (reason.clone(), message.clone());
-                        if judged {
-                            let request = tour.request_of(k.0, wl);
-                            remember(
-                                (&mut tour.witnesses, &mut tour.observer),
-                                &mut ctx,
-                                (wl, request),
-                                k,
-                                seen,
-                                (&found, &reads),
-                            );
-                        }
-                        let clock = ctx.changes.clock;
-                        fast_memo.insert(k, Found::new(generation, clock, reads, found));
-                        if !k.2 {
-                            tour.judged[wl.team.idx()].push(k.0);
-                        }
-                    }
-                }
-            }
-        }
+        let found = (&mut memo, &mut fast_memo);
+        keep_wait(&outcome, how, found, generation, &mut tour, &mut ctx, wl);
         if let Outcome::Preempting(victims, _) = &outcome {
             preemptor_teams.insert(wl.team);
             for v in victims {
@@ -1223,133 +1128,11 @@ fn schedule_with(
             tour.take_back_after(&place, &mut plan);
             tour.new_window();
         }
-        let mut blocked = false;
-        let mut rekey: BTreeSet<TeamId> = BTreeSet::new();
-        // A preemption whose victims were all withdrawn admissions frees its room at once:
-        // nothing has to stop, so the preemptor is admitted in this same cycle.
-        let outcome = match outcome {
-            Outcome::Preempting(victims, a)
-                if victims.iter().all(|v| ctx.planned.contains_key(&v.id)) =>
-            {
-                for v in &victims {
-                    ctx.remove(v.id);
-                    let vt = st.workload(v.id).team;
-                    if vt != t {
-                        rekey.insert(vt);
-                    }
-                    withdraw(&mut ctx, &mut plan, wl, v);
-                }
-                let mut fit = a.clone();
-                fit.mode = Mode::Fit;
-                fit.victims = None;
-                match try_assignment(&mut ctx, wl, &fit) {
-                    Some(o @ Outcome::Admitted(_)) => o,
-                    _ => Outcome::Pending {
-                        reason: "WaitingForQuota".into(),
-                        message: a.messages.join("; ").into(),
-                        hold: Vec::new(),
-                    },
-                }
-            }
-            o => o,
-        };
-        match outcome {
-            Outcome::Admitted(adm) => {
-                for (_, p) in &adm.placement {
-                    let _ = ctx.acct.nodes.take_exact(p);
-                }
-                ctx.acct.add_all(st, wl.team, &adm.usage, 1);
-                ctx.plan(wl.id, wl.team, adm.clone());
-                plan.admissions.push(PlannedAdmission {
-                    wl: wl.id,
-                    admission: adm,
-                });
-            }
-            Outcome::Preempting(victims, a) => {
-                let names: Vec<String> = victims
-                    .iter()
-                    .map(|v| st.workload(v.id).spec.name.clone())
-                    .collect();
-                for v in &victims {
-                    ctx.remove(v.id);
-                    let vt = st.workload(v.id).team;
-                    if vt != t {
-                        rekey.insert(vt);
-                    }
-                    if ctx.planned.contains_key(&v.id) {
-                        // Decided earlier in this cycle and not started: withdraw it instead.
-                        withdraw(&mut ctx, &mut plan, wl, v);
-                        continue;
-                    }
-                    if st.workload(v.id).state == crate::state::WlState::Evicting {
-                        // Already on its way out (grace period running): waiting for it is not
-                        // a new decision, so a settled cluster stays settled.
-                        continue;
-                    }
-                    plan.preemptions.push(PlannedPreemption {
-                        victim: v.id,
-                        preemptor: wl.id,
-                        reason: v.reason,
-                        message: preemption::victim_message(st, wl, v),
-                    });
-                }
-                plan.targets.push((wl.id, a.flavors.clone()));
-                // Reserve what the preemptor will take, so later workloads cannot.
-                ctx.acct.add_all(st, wl.team, &a.usage, 1);
-                if st.placement {
-                    if let Ok(p) = ctx.place_all(wl, &a.place) {
-                        drop(p);
-                    }
-                }
-                // Victims hold their room until they are gone (those stopping now and those
-                // already on their way out alike): nothing else may be planned into it in this
-                // cycle. Withdrawn plans hold nothing (no admission in the state).
-                for v in &victims {
-                    ctx.hold(v.id);
-                }
-                plan.pending.push((
-                    wl.id,
-                    crate::plan::WAITING_FOR_VICTIMS.into(),
-                    format!(
-                        "{}. Pending the preemption of {} workload(s): {}",
-                        if a.messages.is_empty() {
-                            "waiting for room".to_string()
-                        } else {
-                            a.messages.join("; ")
-                        },
-                        victims.len(),
-                        names.join(", ")
-                    )
-                    .into(),
-                ));
-                blocked = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
-            }
-            Outcome::Pending {
-                reason,
-                message,
-                hold,
-            } => {
-                for (fr, h) in &hold {
-                    ctx.acct.add_usage(st, wl.team, *fr, *h);
-                }
-                plan.pending.push((wl.id, reason, message));
-                blocked = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
-            }
-        }
+        let (blocked, rekey) = carry_out(&mut ctx, &mut plan, wl, t, outcome);
         if blocked {
-            // StrictFIFO: the head blocks the rest of its team for this cycle.
-            let reason: Arc<str> = "WaitingForQuota".into();
-            let message: Arc<str> = format!(
-                "StrictFIFO: waiting behind {} in team {}",
-                wl.spec.name,
-                st.teams[t.idx()].name()
-            )
-            .into();
-            for id in tour.cursors[t.idx()].take().into_iter().flatten() {
-                plan.pending.push((id, reason.clone(), message.clone()));
-            }
+            block_team(&mut tour, &mut plan, wl, t);
         } else {
-            let mut memos = Memos {
+            let memos = Memos {
                 ctx: &mut ctx,
                 fast_memo: &mut fast_memo,
                 key_parts: &mut key_parts,
@@ -1357,8 +1140,7 @@ fn schedule_with(
                 victim_teams: &victim_teams,
                 preemptor_teams: &preemptor_teams,
             };
-            tour.run_ahead(t, &mut memos, &mut plan);
-            tour.advance(&mut ctx, t, generation, &mut key_parts);
+            tour.move_on(t, memos, &mut plan);
         }
         for vt in rekey {
             tour.rekey(&mut ctx, vt);
@@ -1366,16 +1148,189 @@ fn schedule_with(
     }
     tour.commit_all(&mut plan);
     keep(&mut fast_memo, &mut key_parts, true);
+    let found = (fast_memo, key_parts);
+    let flags = (generation, admits_only, preemptor_judged);
+    finish_cycle(cache, &mut tour, &plan, &ctx, found, flags);
+    plan
+}
+
+/// A reference cycle's waits by exact shape, for one generation.
+type ShapeMemo = BTreeMap<ShapeKey, (u64, Arc<str>, Arc<str>)>;
+
+/// How a head's outcome was come by: its shape (the reference's exact key, or the fast one),
+/// whether it was judged here, what its judgement reads where its wait was recognised, and
+/// what was observed of it (`Witness`).
+struct Judgement {
+    shape: Result<ShapeKey, FastShape>,
+    judged: bool,
+    known_reads: Option<Arc<Reads>>,
+    seen: Option<Option<Witness>>,
+}
+
+/// The outcome for head `wl`: a wait kept for its shape that still holds, one a witness
+/// recognises, or its judgement (`process`).
+fn judge(
+    ctx: &mut Ctx,
+    tour: &mut Tournament,
+    (memo, fast_memo): (&ShapeMemo, &FastMemo),
+    generation: u64,
+    wl: &Workload,
+    head_fp: Option<u128>,
+) -> (Outcome, Judgement) {
+    let st = ctx.st;
+    let fast = tour.fast;
+    let shape = if fast {
+        Err((
+            head_fp.unwrap_or_else(|| wl.shape_fingerprint()),
+            if time_matters(st, wl.team) {
+                wl.submit_time
+            } else {
+                0
+            },
+            wl.preempting.is_some(),
+        ))
+    } else {
+        Ok(shape_key(st, wl))
+    };
+    let memoised = match &shape {
+        Ok(k) => memo
+            .get(k)
+            .filter(|(g, _, _)| *g == generation)
+            .map(|(_, r, m)| (r, m)),
+        Err(k) => fast_memo
+            .get(k)
+            .filter(|f| f.holds(&ctx.changes))
+            .map(|f| (&f.value.0, &f.value.1)),
+    };
+    // What was observed of it (`Witness`), where a wait kept for its shape was looked at.
+    let mut seen = None;
+    // Whether it is judged here (not a wait found before).
+    let mut judged = false;
+    // What its judgement reads, where its wait was recognised (`witnessed`).
+    let mut known_reads = None;
+    let outcome = match memoised {
+        Some((reason, message)) => Outcome::Pending {
+            reason: reason.clone(),
+            message: message.clone(),
+            hold: Vec::new(),
+        },
+        _ => match shape
+            .as_ref()
+            .err()
+            .map(|k| (k, tour.request_of(k.0, wl)))
+            .and_then(|(k, request)| {
+                let (witnesses, observer) = (&tour.witnesses, &mut tour.observer);
+                witnessed(witnesses, observer, ctx, (wl, request), k, &mut seen)
+            }) {
+            Some(known) => {
+                tour.recognised += 1;
+                known_reads = Some(known.reads.clone());
+                Outcome::Pending {
+                    reason: known.wait.0.clone(),
+                    message: known.wait.1.clone(),
+                    hold: Vec::new(),
+                }
+            }
+            // The texts workloads already show, where they say the same (`Texts`).
+            None => {
+                judged = true;
+                match process(ctx, wl) {
+                    Outcome::Pending {
+                        reason,
+                        message,
+                        hold,
+                    } => Outcome::Pending {
+                        reason: st.texts.shared(reason),
+                        message: st.texts.shared(message),
+                        hold,
+                    },
+                    o => o,
+                }
+            }
+        },
+    };
+    let how = Judgement {
+        shape,
+        judged,
+        known_reads,
+        seen,
+    };
+    (outcome, how)
+}
+
+/// Keeps a wait that holds nothing for the head's shape: for this generation in the reference
+/// cycle, and in the fast one with what it read (and its witness, where it was judged here).
+fn keep_wait(
+    outcome: &Outcome,
+    how: Judgement,
+    (memo, fast_memo): (&mut ShapeMemo, &mut FastMemo),
+    generation: u64,
+    tour: &mut Tournament,
+    ctx: &mut Ctx,
+    wl: &Workload,
+) {
+    let Judgement {
+        shape,
+        judged,
+        known_reads,
+        seen,
+    } = how;
+    if let Outcome::Pending {
+        reason,
+        message,
+        hold,
+    } = &outcome
+    {
+        if hold.is_empty() {
+            match shape {
+                Ok(k) => {
+                    memo.insert(k, (generation, reason.clone(), message.clone()));
+                }
+                Err(k) => {
+                    let reads = known_reads.unwrap_or_else(|| tour.reads_of(k.0, wl));
+                    let found = (reason.clone(), message.clone());
+                    if judged {
+                        let request = tour.request_of(k.0, wl);
+                        remember(
+                            (&mut tour.witnesses, &mut tour.observer),
+                            ctx,
+                            (wl, request),
+                            k,
+                            seen,
+                            (&found, &reads),
+                        );
+                    }
+                    let clock = ctx.changes.clock;
+                    fast_memo.insert(k, Found::new(generation, clock, reads, found));
+                    if !k.2 {
+                        tour.judged[wl.team.idx()].push(k.0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Keeps what the next cycle can use: what this one found on the state its plan leaves (when
+/// every decision admitted), the reads, requests and witnesses, and whether it settled.
+fn finish_cycle(
+    mut cache: Option<&mut CycleCache>,
+    tour: &mut Tournament,
+    plan: &Plan,
+    ctx: &Ctx,
+    (fast_memo, key_parts): (FastMemo, KeyParts),
+    (generation, admits_only, preemptor_judged): (u64, bool, bool),
+) {
     if let Some(c) = cache
         .as_deref_mut()
         .filter(|_| generation > 0 && admits_only)
     {
         c.store_after(
-            st,
+            ctx.st,
             &plan.admissions,
             &ctx.acct,
-            std::mem::take(&mut fast_memo),
-            std::mem::take(&mut key_parts),
+            fast_memo,
+            key_parts,
             &ctx.changes,
         );
     }
@@ -1388,7 +1343,150 @@ fn schedule_with(
             c.mark_settled();
         }
     }
-    plan
+}
+
+/// StrictFIFO: a head that waits blocks the rest of its team for this cycle.
+fn block_team(tour: &mut Tournament, plan: &mut Plan, wl: &Workload, t: TeamId) {
+    let st = tour.st;
+    let reason: Arc<str> = "WaitingForQuota".into();
+    let message: Arc<str> = format!(
+        "StrictFIFO: waiting behind {} in team {}",
+        wl.spec.name,
+        st.teams[t.idx()].name()
+    )
+    .into();
+    for id in tour.cursors[t.idx()].take().into_iter().flatten() {
+        plan.pending.push((id, reason.clone(), message.clone()));
+    }
+}
+
+/// Carries out one decision on the cycle's working state and its plan: an admission takes its
+/// room; a preemption withdraws or evicts its victims and reserves what the preemptor will
+/// take (at once, when every victim was a withdrawn admission of this cycle); a wait holds
+/// what it must. Returns whether it blocks the rest of team `t` (StrictFIFO) and the victims'
+/// teams whose queue keys changed.
+fn carry_out(
+    ctx: &mut Ctx,
+    plan: &mut Plan,
+    wl: &Workload,
+    t: TeamId,
+    outcome: Outcome,
+) -> (bool, BTreeSet<TeamId>) {
+    let st = ctx.st;
+    let mut blocked = false;
+    let mut rekey: BTreeSet<TeamId> = BTreeSet::new();
+    // A preemption whose victims were all withdrawn admissions frees its room at once:
+    // nothing has to stop, so the preemptor is admitted in this same cycle.
+    let outcome = match outcome {
+        Outcome::Preempting(victims, a)
+            if victims.iter().all(|v| ctx.planned.contains_key(&v.id)) =>
+        {
+            for v in &victims {
+                ctx.remove(v.id);
+                let vt = st.workload(v.id).team;
+                if vt != t {
+                    rekey.insert(vt);
+                }
+                withdraw(ctx, plan, wl, v);
+            }
+            let mut fit = a.clone();
+            fit.mode = Mode::Fit;
+            fit.victims = None;
+            match try_assignment(ctx, wl, &fit) {
+                Some(o @ Outcome::Admitted(_)) => o,
+                _ => Outcome::Pending {
+                    reason: "WaitingForQuota".into(),
+                    message: a.messages.join("; ").into(),
+                    hold: Vec::new(),
+                },
+            }
+        }
+        o => o,
+    };
+    match outcome {
+        Outcome::Admitted(adm) => {
+            for (_, p) in &adm.placement {
+                let _ = ctx.acct.nodes.take_exact(p);
+            }
+            ctx.acct.add_all(st, wl.team, &adm.usage, 1);
+            ctx.plan(wl.id, wl.team, adm.clone());
+            plan.admissions.push(PlannedAdmission {
+                wl: wl.id,
+                admission: adm,
+            });
+        }
+        Outcome::Preempting(victims, a) => {
+            let names: Vec<String> = victims
+                .iter()
+                .map(|v| st.workload(v.id).spec.name.clone())
+                .collect();
+            for v in &victims {
+                ctx.remove(v.id);
+                let vt = st.workload(v.id).team;
+                if vt != t {
+                    rekey.insert(vt);
+                }
+                if ctx.planned.contains_key(&v.id) {
+                    // Decided earlier in this cycle and not started: withdraw it instead.
+                    withdraw(ctx, plan, wl, v);
+                    continue;
+                }
+                if st.workload(v.id).state == crate::state::WlState::Evicting {
+                    // Already on its way out (grace period running): waiting for it is not
+                    // a new decision, so a settled cluster stays settled.
+                    continue;
+                }
+                plan.preemptions.push(PlannedPreemption {
+                    victim: v.id,
+                    preemptor: wl.id,
+                    reason: v.reason,
+                    message: preemption::victim_message(st, wl, v),
+                });
+            }
+            plan.targets.push((wl.id, a.flavors.clone()));
+            // Reserve what the preemptor will take, so later workloads cannot.
+            ctx.acct.add_all(st, wl.team, &a.usage, 1);
+            if st.placement {
+                if let Ok(p) = ctx.place_all(wl, &a.place) {
+                    drop(p);
+                }
+            }
+            // Victims hold their room until they are gone (those stopping now and those
+            // already on their way out alike): nothing else may be planned into it in this
+            // cycle. Withdrawn plans hold nothing (no admission in the state).
+            for v in &victims {
+                ctx.hold(v.id);
+            }
+            plan.pending.push((
+                wl.id,
+                crate::plan::WAITING_FOR_VICTIMS.into(),
+                format!(
+                    "{}. Pending the preemption of {} workload(s): {}",
+                    if a.messages.is_empty() {
+                        "waiting for room".to_string()
+                    } else {
+                        a.messages.join("; ")
+                    },
+                    victims.len(),
+                    names.join(", ")
+                )
+                .into(),
+            ));
+            blocked = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
+        }
+        Outcome::Pending {
+            reason,
+            message,
+            hold,
+        } => {
+            for (fr, h) in &hold {
+                ctx.acct.add_usage(st, wl.team, *fr, *h);
+            }
+            plan.pending.push((wl.id, reason, message));
+            blocked = st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO;
+        }
+    }
+    (blocked, rekey)
 }
 
 /// The wait last found for fast shape `k` (not a preemptor's), where what judging its entry
@@ -1837,6 +1935,13 @@ impl<'a> Tournament<'a> {
     /// are plain and whose shape was found waiting and still holds (fast cycle, teams that
     /// are not StrictFIFO). The team's previous run goes into the plan first: it is placed
     /// before the team's last turn, so no later decision can come before it.
+    /// Past team `t`'s head: settles what follows it where it can (`run_ahead`), then moves the
+    /// team's cursor on.
+    fn move_on(&mut self, t: TeamId, mut memos: Memos<'_, '_>, plan: &mut Plan) {
+        self.run_ahead(t, &mut memos, plan);
+        self.advance(memos.ctx, t, memos.generation, memos.key_parts);
+    }
+
     fn run_ahead(&mut self, t: TeamId, memos: &mut Memos<'_, '_>, plan: &mut Plan) {
         let st = self.st;
         if !self.fast || st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO {
