@@ -1060,6 +1060,198 @@ fn fair_sharing_search(
     search_within(ctx, wl, usage, place, f_set, false)
 }
 
+/// Whether taking a candidate off a team passes strategy `s`: the preemptor's share after its
+/// admission `p` against the team's share before (`t0`) and after (`t1`). The final-share test
+/// is strict: at `P == T1` the eviction leaves the two teams where they were, so the victim,
+/// requeued, may pass the same test against the preemptor, and a cohort of equal teams (whose
+/// dominant resource the workloads do not move) preempts round and round. An eviction that
+/// lands exactly level still passes the initial-share test (`P < T0`), one per team, in the
+/// second pass.
+fn passes(s: FairSharingStrategy, p: Share, t0: Share, t1: Share) -> bool {
+    match s {
+        FairSharingStrategy::LessThanOrEqualToFinalShare => p < t1,
+        FairSharingStrategy::LessThanInitialShare => p < t0,
+    }
+}
+
+/// A team's share as the search compares it: the preemptor's own after its admission.
+fn share_of(ctx: &Ctx, t: TeamId, usage: &[(FrId, i64)], tid: TeamId) -> Share {
+    if tid == t {
+        quota::share(ctx.st, &ctx.acct, t, usage)
+    } else {
+        ctx.share(tid)
+    }
+}
+
+/// The teams the fair-sharing search may take a candidate from (the preemptor's, and those
+/// borrowing a contested pair), by share, highest first, ties to the lowest team id: `pick`
+/// takes the first with a candidate left. Shares and borrowing change only when a candidate
+/// is taken off, and a team without candidates left has none later, so the order is walked
+/// once between removals (each pick looked at every team of the cohort). It starts from the
+/// cohort's borrowers in order, kept for the cycle's searches while the accounting is
+/// unchanged (`ranked_borrowers`), with the preemptor's team placed at its share after
+/// admission; a removal moves only the team that lost the candidate (its share and borrowing
+/// are its own usage's).
+#[derive(Default)]
+struct Ranking {
+    ranked: Vec<(Share, TeamId)>,
+    /// How many removals the order has taken in (`None`: not built yet).
+    after: Option<usize>,
+    cursor: usize,
+}
+
+impl Ranking {
+    fn rank_in(&mut self, share: Share, tid: TeamId) {
+        let at = (self.ranked).partition_point(|(s, x)| *s > share || (*s == share && *x < tid));
+        self.ranked.insert(at, (share, tid));
+    }
+
+    /// The team with the highest share that still has candidates in `pools`; ties go to the
+    /// lowest team id.
+    fn pick(
+        &mut self,
+        ctx: &Ctx,
+        pools: &mut Pools,
+        removed: &[(Cand, PreemptReason)],
+        (wl, usage, f_set): (&Workload, &[(FrId, i64)], &BTreeSet<FrId>),
+    ) -> Option<TeamId> {
+        let st = ctx.st;
+        let t = wl.team;
+        match self.after {
+            Some(n) if n == removed.len() => {}
+            Some(n) if n < removed.len() => {
+                for (c, _) in &removed[n..] {
+                    let m = c.team;
+                    self.ranked.retain(|(_, x)| *x != m);
+                    if m == t || borrowing_in(ctx, m, f_set) {
+                        self.rank_in(share_of(ctx, t, usage, m), m);
+                    }
+                }
+                self.after = Some(removed.len());
+                self.cursor = 0;
+            }
+            _ => {
+                let cohort = st.teams[t.idx()].cohort;
+                self.ranked.clear();
+                self.ranked.extend(
+                    ranked_borrowers(ctx, cohort, f_set)
+                        .iter()
+                        .filter(|(_, m)| *m != t && pools.teams.binary_search(m).is_ok()),
+                );
+                self.rank_in(share_of(ctx, t, usage, t), t);
+                self.after = Some(removed.len());
+                self.cursor = 0;
+            }
+        }
+        // Debug builds (every test) check the order against ranking every team again.
+        #[cfg(debug_assertions)]
+        {
+            let mut all: Vec<(Share, TeamId)> = pools
+                .teams
+                .iter()
+                .filter(|&&tid| tid == t || borrowing_in(ctx, tid, f_set))
+                .map(|&tid| (share_of(ctx, t, usage, tid), tid))
+                .collect();
+            all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            assert_eq!(
+                self.ranked, all,
+                "the fair-sharing search's kept order is stale"
+            );
+        }
+        let mut picked = None;
+        while let Some(&(_, tid)) = self.ranked.get(self.cursor) {
+            if pools.has_next(ctx, wl, tid, f_set) {
+                picked = Some(tid);
+                break;
+            }
+            self.cursor += 1;
+        }
+        // Debug builds (every test) check the pick against a scan of every team.
+        #[cfg(debug_assertions)]
+        {
+            let mut best: Option<(Share, TeamId)> = None;
+            for tid in pools.teams.clone() {
+                if (tid == t || borrowing_in(ctx, tid, f_set))
+                    && pools.has_next(ctx, wl, tid, f_set)
+                {
+                    let s = share_of(ctx, t, usage, tid);
+                    if best.as_ref().is_none_or(|(bs, _)| s > *bs) {
+                        best = Some((s, tid));
+                    }
+                }
+            }
+            assert_eq!(picked, best.map(|(_, tid)| tid));
+        }
+        picked
+    }
+}
+
+/// The second pass's pick: the team with the highest share among those with a candidate left
+/// in `pool` and not picked yet (`used`); ties go to the lowest team id.
+fn pick_retry(
+    ctx: &Ctx,
+    pool: &BTreeMap<TeamId, VecDeque<Cand>>,
+    used: &BTreeSet<TeamId>,
+    (t, usage, f_set): (TeamId, &[(FrId, i64)], &BTreeSet<FrId>),
+) -> Option<TeamId> {
+    let mut best: Option<(Share, TeamId)> = None;
+    for (tid, q) in pool {
+        if q.is_empty() || used.contains(tid) {
+            continue;
+        }
+        if *tid != t && !borrowing_in(ctx, *tid, f_set) {
+            continue;
+        }
+        let s = share_of(ctx, t, usage, *tid);
+        if best.as_ref().is_none_or(|(bs, _)| s > *bs) {
+            best = Some((s, *tid));
+        }
+    }
+    best.map(|(_, tid)| tid)
+}
+
+/// What a search is for: the workload, its usage, where its pods go, the contested pairs.
+type Want<'w> = (
+    &'w Workload,
+    &'w [(FrId, i64)],
+    &'w [(usize, FlavorId, u32)],
+    &'w BTreeSet<FrId>,
+);
+
+/// The second strategy's pass over the candidates the first passed over: one per team, by
+/// share. Whether the workload fits after it (`None`: the search's bound no longer holds).
+fn second_pass(
+    ctx: &mut Ctx,
+    pools: &mut Pools,
+    mut retry: BTreeMap<TeamId, VecDeque<Cand>>,
+    s2: FairSharingStrategy,
+    (wl, usage, place, f_set): Want,
+    removed: &mut Vec<(Cand, PreemptReason)>,
+) -> Option<bool> {
+    let st = ctx.st;
+    let t = wl.team;
+    let mut used: BTreeSet<TeamId> = BTreeSet::new();
+    while let Some(target) = pick_retry(ctx, &retry, &used, (t, usage, f_set)) {
+        used.insert(target);
+        let p = quota::share(st, &ctx.acct, t, usage);
+        let t0 = ctx.share(target);
+        let Some(c) = retry.get_mut(&target).and_then(|q| q.pop_front()) else {
+            continue;
+        };
+        if passes(s2, p, t0, t0) {
+            if !pools.bound_holds(ctx, wl, usage, place, f_set) {
+                return None;
+            }
+            ctx.remove(c.id);
+            removed.push((c, PreemptReason::InCohortFairSharing));
+            if ctx.fits(wl, usage, place, true) {
+                return Some(true);
+            }
+        }
+    }
+    Some(false)
+}
+
 /// `fair_sharing_search`, with every team in reach of its bound when `everyone` (see
 /// `Pools::reach`).
 fn search_within(
@@ -1080,130 +1272,12 @@ fn search_within(
         .copied()
         .unwrap_or(FairSharingStrategy::LessThanOrEqualToFinalShare);
     let second = strategies.get(1).copied();
-    // The final-share test is strict: at `P == T1` the eviction leaves the two teams where they
-    // were, so the victim, requeued, may pass the same test against the preemptor, and a
-    // cohort of equal teams (whose dominant resource the workloads do not move) preempts
-    // round and round. An eviction that lands exactly level still passes the initial-share
-    // test (`P < T0`), one per team, in the second pass.
-    let passes = |s: FairSharingStrategy, p: Share, t0: Share, t1: Share| match s {
-        FairSharingStrategy::LessThanOrEqualToFinalShare => p < t1,
-        FairSharingStrategy::LessThanInitialShare => p < t0,
-    };
-    // The team with the highest share that still has candidates (in the search's pools, or
-    // in the second pass's `retry`); ties go to the lowest team id.
-    let share_of = |ctx: &Ctx, tid: TeamId| {
-        if tid == t {
-            quota::share(ctx.st, &ctx.acct, t, usage)
-        } else {
-            ctx.share(tid)
-        }
-    };
-    // The teams that may be picked (the preemptor's, and those borrowing a contested pair) by
-    // share, highest first, ties to the lowest team id: `pick_pool` takes the first with a
-    // candidate left. Shares and borrowing change only when a candidate is taken off, and a
-    // team without candidates left has none later, so the order is walked once between
-    // removals (each pick looked at every team of the cohort). It starts from the cohort's
-    // borrowers in order, kept for the cycle's searches while the accounting is unchanged
-    // (`ranked_borrowers`), with the preemptor's team placed at its share after admission; a
-    // removal moves only the team that lost the candidate (its share and borrowing are its
-    // own usage's).
-    let mut ranked: Vec<(Share, TeamId)> = Vec::new();
-    let mut ranked_after: Option<usize> = None;
-    let mut cursor = 0usize;
-    let rank_in = |ranked: &mut Vec<(Share, TeamId)>, share: Share, tid: TeamId| {
-        let at = ranked.partition_point(|(s, x)| *s > share || (*s == share && *x < tid));
-        ranked.insert(at, (share, tid));
-    };
-    let mut pick_pool =
-        |ctx: &Ctx, pools: &mut Pools, removed: &[(Cand, PreemptReason)]| -> Option<TeamId> {
-            match ranked_after {
-                Some(n) if n == removed.len() => {}
-                Some(n) if n < removed.len() => {
-                    for (c, _) in &removed[n..] {
-                        let m = c.team;
-                        ranked.retain(|(_, x)| *x != m);
-                        if m == t || borrowing_in(ctx, m, f_set) {
-                            rank_in(&mut ranked, share_of(ctx, m), m);
-                        }
-                    }
-                    ranked_after = Some(removed.len());
-                    cursor = 0;
-                }
-                _ => {
-                    let cohort = st.teams[t.idx()].cohort;
-                    ranked.clear();
-                    ranked.extend(
-                        ranked_borrowers(ctx, cohort, f_set)
-                            .iter()
-                            .filter(|(_, m)| *m != t && pools.teams.binary_search(m).is_ok()),
-                    );
-                    rank_in(&mut ranked, share_of(ctx, t), t);
-                    ranked_after = Some(removed.len());
-                    cursor = 0;
-                }
-            }
-            // Debug builds (every test) check the order against ranking every team again.
-            #[cfg(debug_assertions)]
-            {
-                let mut all: Vec<(Share, TeamId)> = pools
-                    .teams
-                    .iter()
-                    .filter(|&&tid| tid == t || borrowing_in(ctx, tid, f_set))
-                    .map(|&tid| (share_of(ctx, tid), tid))
-                    .collect();
-                all.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-                assert_eq!(ranked, all, "the fair-sharing search's kept order is stale");
-            }
-            let mut picked = None;
-            while let Some(&(_, tid)) = ranked.get(cursor) {
-                if pools.has_next(ctx, wl, tid, f_set) {
-                    picked = Some(tid);
-                    break;
-                }
-                cursor += 1;
-            }
-            // Debug builds (every test) check the pick against a scan of every team.
-            #[cfg(debug_assertions)]
-            {
-                let mut best: Option<(Share, TeamId)> = None;
-                for tid in pools.teams.clone() {
-                    if (tid == t || borrowing_in(ctx, tid, f_set))
-                        && pools.has_next(ctx, wl, tid, f_set)
-                    {
-                        let s = share_of(ctx, tid);
-                        if best.as_ref().is_none_or(|(bs, _)| s > *bs) {
-                            best = Some((s, tid));
-                        }
-                    }
-                }
-                assert_eq!(picked, best.map(|(_, tid)| tid));
-            }
-            picked
-        };
-    let pick = |ctx: &Ctx,
-                pool: &BTreeMap<TeamId, VecDeque<Cand>>,
-                used: &BTreeSet<TeamId>|
-     -> Option<TeamId> {
-        let mut best: Option<(Share, TeamId)> = None;
-        for (tid, q) in pool {
-            if q.is_empty() || used.contains(tid) {
-                continue;
-            }
-            if *tid != t && !borrowing_in(ctx, *tid, f_set) {
-                continue;
-            }
-            let s = share_of(ctx, *tid);
-            if best.as_ref().is_none_or(|(bs, _)| s > *bs) {
-                best = Some((s, *tid));
-            }
-        }
-        best.map(|(_, tid)| tid)
-    };
+    let mut ranking = Ranking::default();
     let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
     let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
     let mut fit = false;
     let mut hopeless = false;
-    'outer: while let Some(target) = pick_pool(ctx, &mut pools, &removed) {
+    'outer: while let Some(target) = ranking.pick(ctx, &mut pools, &removed, (wl, usage, f_set)) {
         if target == t {
             if !pools.bound_holds(ctx, wl, usage, place, f_set) {
                 return None;
@@ -1297,26 +1371,8 @@ fn search_within(
     }
     if !fit && !hopeless {
         if let Some(s2) = second {
-            let mut used: BTreeSet<TeamId> = BTreeSet::new();
-            while let Some(target) = pick(ctx, &retry, &used) {
-                used.insert(target);
-                let p = quota::share(st, &ctx.acct, t, usage);
-                let t0 = ctx.share(target);
-                let Some(c) = retry.get_mut(&target).and_then(|q| q.pop_front()) else {
-                    continue;
-                };
-                if passes(s2, p, t0, t0) {
-                    if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                        return None;
-                    }
-                    ctx.remove(c.id);
-                    removed.push((c, PreemptReason::InCohortFairSharing));
-                    if ctx.fits(wl, usage, place, true) {
-                        fit = true;
-                        break;
-                    }
-                }
-            }
+            let at = (wl, usage, place, f_set);
+            fit = second_pass(ctx, &mut pools, retry, s2, at, &mut removed)?;
         }
     }
     if fit {

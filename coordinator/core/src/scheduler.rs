@@ -135,7 +135,6 @@ fn assign_among(
 ) -> Assignment {
     let st = ctx.st;
     let team = &st.teams[wl.team.idx()];
-    let fung = team.spec.flavor_fungibility;
     let mut acc: BTreeMap<FrId, i64> = BTreeMap::new();
     let mut flavors_out = Vec::new();
     let mut messages = Vec::new();
@@ -178,40 +177,21 @@ fn assign_among(
                 continue;
             }
             let covers_all = group_reqs.len() == reqs.len();
-            let mut best: Option<FlavorEval> = None;
-            let mut group_reasons: Vec<String> = Vec::new();
             let kept_flavor = kept
                 .and_then(|k| k.get(i))
                 .and_then(|k| k.iter().find(|(r, _)| g.resources.contains(r)))
                 .map(|(_, f)| *f);
-            for &f in &g.flavors {
-                if wl.pinned.is_some_and(|p| p != f) || kept_flavor.is_some_and(|k| k != f) {
-                    continue;
-                }
-                let ev = eval_flavor(ctx, wl, i, count, f, &group_reqs, &acc, covers_all, quick);
-                group_reasons.extend(ev.reasons.iter().cloned());
-                let stop = match ev.mode {
-                    Mode::Fit => {
-                        !ev.borrows || fung.when_can_borrow == WhenCanBorrow::MayStopSearch
-                    }
-                    Mode::Preempt | Mode::Reclaim => {
-                        fung.when_can_preempt == WhenCanPreempt::MayStopSearch
-                    }
-                    _ => false,
-                };
-                let better = match &best {
-                    None => ev.mode > Mode::NoFit,
-                    Some(b) => preferred(&ev, b, fung.preference),
-                };
-                if better {
-                    best = Some(ev);
-                } else if best.is_none() && ev.exceeds_max {
-                    reason = "ExceedsMaxQuota";
-                }
-                if stop {
-                    break;
-                }
-            }
+            let here = (i, count, covers_all, quick);
+            let (best, mut group_reasons) = best_flavor(
+                ctx,
+                wl,
+                &g.flavors,
+                kept_flavor,
+                here,
+                &group_reqs,
+                &acc,
+                &mut reason,
+            );
             match best {
                 Some(ev) if ev.mode > Mode::NoFit => {
                     if single && covers_all {
@@ -252,42 +232,18 @@ fn assign_among(
                 }
                 _ => {
                     if !quick && group_reasons.is_empty() {
-                        group_reasons.push(match wl.pinned {
-                            Some(p) => format!(
-                                "instance type {} is not among the flavors for {}",
-                                st.names.flavor_name(p),
-                                describe_res(st, &group_reqs)
-                            ),
-                            None => format!("no flavor for {}", describe_res(st, &group_reqs)),
-                        });
+                        group_reasons.push(no_flavor(st, wl, &group_reqs));
                     }
                     ps_reasons.extend(group_reasons);
                     ps_mode = Mode::NoFit;
                 }
             }
         }
-        // Placement for pod sets whose resources span groups (checked after the choice).
-        if st.placement && ps_mode == Mode::Fit && !placement_checked {
-            if let Some(f) = single_flavor {
-                match ctx.acct.nodes.place(f, reqs, count) {
-                    Ok(allocs) => tentative.extend(allocs),
-                    Err(_) => {
-                        ps_reasons.push(format!(
-                            "no room on nodes of flavor {} for pod set {}: {}",
-                            st.names.flavor_name(f),
-                            ps.name,
-                            ctx.acct.nodes.describe_room(f, reqs, &st.names)
-                        ));
-                        ps_mode = Mode::NoFit;
-                    }
-                }
-            }
-        } else if st.placement && ps_mode == Mode::Fit {
-            // Keep this pod set's pods allocated so later pod sets see them.
-            if let Some(f) = single_flavor {
-                if let Ok(allocs) = ctx.acct.nodes.place(f, reqs, count) {
-                    tentative.extend(allocs);
-                }
+        if st.placement && ps_mode == Mode::Fit {
+            let here = (ps, count, placement_checked);
+            if let Err(why) = hold_pods(ctx, single_flavor, reqs, here, &mut tentative) {
+                ps_reasons.push(why);
+                ps_mode = Mode::NoFit;
             }
         }
         if let Some(f) = single_flavor {
@@ -323,6 +279,90 @@ fn assign_among(
     }
 }
 
+/// The flavor a group's resources of one pod set go to: each of the group's flavors in order
+/// (the pinned or kept one alone), until one may stop the search (flavor fungibility); the
+/// best found, and every reason a flavor gave.
+#[allow(clippy::too_many_arguments)]
+fn best_flavor(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    flavors: &[FlavorId],
+    kept_flavor: Option<FlavorId>,
+    (i, count, covers_all, quick): (usize, u32, bool, bool),
+    group_reqs: &[(ResId, i64)],
+    acc: &BTreeMap<FrId, i64>,
+    reason: &mut &'static str,
+) -> (Option<FlavorEval>, Vec<String>) {
+    let fung = ctx.st.teams[wl.team.idx()].spec.flavor_fungibility;
+    let mut best: Option<FlavorEval> = None;
+    let mut group_reasons: Vec<String> = Vec::new();
+    for &f in flavors {
+        if wl.pinned.is_some_and(|p| p != f) || kept_flavor.is_some_and(|k| k != f) {
+            continue;
+        }
+        let ev = eval_flavor(ctx, wl, i, count, f, group_reqs, acc, covers_all, quick);
+        group_reasons.extend(ev.reasons.iter().cloned());
+        let stop = match ev.mode {
+            Mode::Fit => !ev.borrows || fung.when_can_borrow == WhenCanBorrow::MayStopSearch,
+            Mode::Preempt | Mode::Reclaim => fung.when_can_preempt == WhenCanPreempt::MayStopSearch,
+            _ => false,
+        };
+        let better = match &best {
+            None => ev.mode > Mode::NoFit,
+            Some(b) => preferred(&ev, b, fung.preference),
+        };
+        if better {
+            best = Some(ev);
+        } else if best.is_none() && ev.exceeds_max {
+            *reason = "ExceedsMaxQuota";
+        }
+        if stop {
+            break;
+        }
+    }
+    (best, group_reasons)
+}
+
+/// Holds a fitting pod set's pods on its flavor's nodes so later pod sets see them; where its
+/// resources span groups (`placement_checked` false), this is its placement check.
+fn hold_pods(
+    ctx: &mut Ctx,
+    single_flavor: Option<FlavorId>,
+    reqs: &[(ResId, i64)],
+    (ps, count, placement_checked): (&allot_common::PodSet, u32, bool),
+    tentative: &mut Vec<PodAlloc>,
+) -> Result<(), String> {
+    let st = ctx.st;
+    let Some(f) = single_flavor else {
+        return Ok(());
+    };
+    match ctx.acct.nodes.place(f, reqs, count) {
+        Ok(allocs) => tentative.extend(allocs),
+        Err(_) if !placement_checked => {
+            return Err(format!(
+                "no room on nodes of flavor {} for pod set {}: {}",
+                st.names.flavor_name(f),
+                ps.name,
+                ctx.acct.nodes.describe_room(f, reqs, &st.names)
+            ))
+        }
+        Err(_) => {}
+    }
+    Ok(())
+}
+
+/// Why no flavor of a group takes its resources, where no flavor said why.
+fn no_flavor(st: &State, wl: &Workload, group_reqs: &[(ResId, i64)]) -> String {
+    match wl.pinned {
+        Some(p) => format!(
+            "instance type {} is not among the flavors for {}",
+            st.names.flavor_name(p),
+            describe_res(st, group_reqs)
+        ),
+        None => format!("no flavor for {}", describe_res(st, group_reqs)),
+    }
+}
+
 fn describe_res(st: &State, reqs: &[(ResId, i64)]) -> String {
     reqs.iter()
         .map(|(r, _)| st.names.resource_name(*r).to_string())
@@ -345,7 +385,6 @@ fn eval_flavor(
     let st = ctx.st;
     let t = wl.team;
     let team = &st.teams[t.idx()];
-    let fname = st.names.flavor_name(f);
     let mut ev = FlavorEval {
         flavor: f,
         mode: Mode::Fit,
@@ -357,6 +396,44 @@ fn eval_flavor(
         exceeds_max: false,
         victims: None,
     };
+    let Some(usage_here) = flavor_quota(ctx, wl, (f, count), group_reqs, acc, &mut ev) else {
+        return ev;
+    };
+    if ev.mode == Mode::NoFit {
+        return ev;
+    }
+    // Placement on the flavor's nodes, with this workload's earlier pod sets already placed.
+    if st.placement && covers_all && !flavor_room(ctx, wl, (ps, f, count), &mut ev) {
+        return ev;
+    }
+    if ev.mode == Mode::Preempt && quick {
+        // Without a search, assume preemption inside the team could bring it within nominal.
+        ev.borrows = usage_here
+            .iter()
+            .any(|(fr, val)| *val > team.quota(*fr).map(|q| q.nominal).unwrap_or(0));
+    }
+    if ev.mode == Mode::Preempt && !quick {
+        let here = (ps, f, count);
+        choose_victims(ctx, wl, here, covers_all, &usage_here, &mut ev);
+    }
+    ev
+}
+
+/// The quota check of one flavor for one pod set, resource by resource: what it would use of
+/// each pair (`None` where `ev` is decided already: no quota, or more than the team can ever
+/// have); `ev` says whether it borrows, and which pairs it would preempt for.
+fn flavor_quota(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    (f, count): (FlavorId, u32),
+    group_reqs: &[(ResId, i64)],
+    acc: &BTreeMap<FrId, i64>,
+    ev: &mut FlavorEval,
+) -> Option<Vec<(FrId, i64)>> {
+    let st = ctx.st;
+    let t = wl.team;
+    let team = &st.teams[t.idx()];
+    let fname = st.names.flavor_name(f);
     let mut usage_here: Vec<(FrId, i64)> = Vec::new();
     for (r, per_pod) in group_reqs {
         let rname = st.names.resource_name(*r);
@@ -372,7 +449,7 @@ fn eval_flavor(
                 )
             });
             ev.mode = Mode::NoFit;
-            return ev;
+            return None;
         };
         let q = team.quota(fr).copied().unwrap_or_default();
         let earlier = acc.get(&fr).copied().unwrap_or(0);
@@ -411,7 +488,7 @@ fn eval_flavor(
                     )
                 }),
             }
-            return ev;
+            return None;
         }
         if usage + val > q.nominal {
             ev.borrows = true;
@@ -437,95 +514,108 @@ fn eval_flavor(
             }
         }
     }
-    if ev.mode == Mode::NoFit {
-        return ev;
+    Some(usage_here)
+}
+
+/// Whether the flavor's nodes are there; where they lack room, what they add to the contested
+/// pairs (or that the pods cannot be split over them).
+fn flavor_room(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    (ps, f, count): (usize, FlavorId, u32),
+    ev: &mut FlavorEval,
+) -> bool {
+    let st = ctx.st;
+    let fname = st.names.flavor_name(f);
+    let reqs = &wl.pod_reqs[ps];
+    if !ctx.acct.nodes.has_flavor(f) {
+        ev.note(|| format!("no nodes of flavor {fname} in the cluster"));
+        ev.mode = Mode::NoFit;
+        return false;
     }
-    // Placement on the flavor's nodes, with this workload's earlier pod sets already placed.
-    if st.placement && covers_all {
-        let reqs = &wl.pod_reqs[ps];
-        if !ctx.acct.nodes.has_flavor(f) {
-            ev.note(|| format!("no nodes of flavor {fname} in the cluster"));
-            ev.mode = Mode::NoFit;
-            return ev;
-        }
-        let shortfall = if ev.mode == Mode::Preempt {
-            // Quota is short already: what the nodes add to the contested pairs.
-            node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
-        } else if let Err(fail) = ctx.acct.nodes.try_place(f, reqs, count) {
-            // The room left on the flavor's nodes is said when the workload is read, as above.
-            ev.note(|| {
-                format!(
-                    "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit)",
-                    wl.spec.pod_sets[ps].name, fail.placed, fail.wanted
-                )
+    let shortfall = if ev.mode == Mode::Preempt {
+        // Quota is short already: what the nodes add to the contested pairs.
+        node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
+    } else if let Err(fail) = ctx.acct.nodes.try_place(f, reqs, count) {
+        // The room left on the flavor's nodes is said when the workload is read, as above.
+        ev.note(|| {
+            format!(
+                "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit)",
+                wl.spec.pod_sets[ps].name, fail.placed, fail.wanted
+            )
+        });
+        ev.mode = Mode::Preempt;
+        node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
+    } else {
+        NodeShortfall::Room
+    };
+    match shortfall {
+        NodeShortfall::Room => {}
+        NodeShortfall::Pairs(pairs) => ev.contested.extend(pairs),
+        NodeShortfall::Split => ev.placement_short = true,
+    }
+    true
+}
+
+/// The victims a pod set short of quota or room would preempt in this flavor, and whether it
+/// then borrows; none found: it waits.
+fn choose_victims(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    (ps, f, count): (usize, FlavorId, u32),
+    covers_all: bool,
+    usage_here: &[(FrId, i64)],
+    ev: &mut FlavorEval,
+) {
+    let st = ctx.st;
+    let t = wl.team;
+    let place = if st.placement && covers_all {
+        vec![(ps, f, count)]
+    } else {
+        Vec::new()
+    };
+    let contested_flavors: BTreeSet<FlavorId> = if ev.placement_short {
+        [f].into()
+    } else {
+        BTreeSet::new()
+    };
+    match preemption::find_victims(
+        ctx,
+        wl,
+        usage_here,
+        &place,
+        &ev.contested,
+        &contested_flavors,
+    ) {
+        Some(v) if !v.is_empty() => {
+            ev.victims = Some(v.clone());
+            ev.mode = if v.iter().all(|x| ctx.st.workload(x.id).team != t) {
+                Mode::Reclaim
+            } else {
+                Mode::Preempt
+            };
+            // The borrow level counts after the victims are gone (Kueue does the same).
+            ev.borrows = usage_here.iter().any(|(fr, val)| {
+                let freed: i64 = v
+                    .iter()
+                    .map(|x| ctx.st.workload(x.id))
+                    .filter(|w| w.team == t)
+                    .filter_map(|w| ctx.admission_of(w.id))
+                    .flat_map(|a| a.usage.iter())
+                    .filter(|(u, _)| u == fr)
+                    .map(|(_, q)| *q)
+                    .sum();
+                quota::borrows_with(st, &ctx.acct, t, *fr, val - freed)
             });
-            ev.mode = Mode::Preempt;
-            node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
-        } else {
-            NodeShortfall::Room
-        };
-        match shortfall {
-            NodeShortfall::Room => {}
-            NodeShortfall::Pairs(pairs) => ev.contested.extend(pairs),
-            NodeShortfall::Split => ev.placement_short = true,
+        }
+        Some(_) => ev.mode = Mode::Fit,
+        None => {
+            if ctx.fits_once_victims_leave {
+                ev.note(|| WAITS_FOR_LEAVERS.to_string());
+            }
+            ev.mode = Mode::NoCandidates;
         }
     }
-    if ev.mode == Mode::Preempt && quick {
-        // Without a search, assume preemption inside the team could bring it within nominal.
-        ev.borrows = usage_here
-            .iter()
-            .any(|(fr, val)| *val > team.quota(*fr).map(|q| q.nominal).unwrap_or(0));
-    }
-    if ev.mode == Mode::Preempt && !quick {
-        let place = if st.placement && covers_all {
-            vec![(ps, f, count)]
-        } else {
-            Vec::new()
-        };
-        let contested_flavors: BTreeSet<FlavorId> = if ev.placement_short {
-            [f].into()
-        } else {
-            BTreeSet::new()
-        };
-        match preemption::find_victims(
-            ctx,
-            wl,
-            &usage_here,
-            &place,
-            &ev.contested,
-            &contested_flavors,
-        ) {
-            Some(v) if !v.is_empty() => {
-                ev.victims = Some(v.clone());
-                ev.mode = if v.iter().all(|x| ctx.st.workload(x.id).team != t) {
-                    Mode::Reclaim
-                } else {
-                    Mode::Preempt
-                };
-                // The borrow level counts after the victims are gone (Kueue does the same).
-                ev.borrows = usage_here.iter().any(|(fr, val)| {
-                    let freed: i64 = v
-                        .iter()
-                        .map(|x| ctx.st.workload(x.id))
-                        .filter(|w| w.team == t)
-                        .filter_map(|w| ctx.admission_of(w.id))
-                        .flat_map(|a| a.usage.iter())
-                        .filter(|(u, _)| u == fr)
-                        .map(|(_, q)| *q)
-                        .sum();
-                    quota::borrows_with(st, &ctx.acct, t, *fr, val - freed)
-                });
-            }
-            Some(_) => ev.mode = Mode::Fit,
-            None => {
-                if ctx.fits_once_victims_leave {
-                    ev.note(|| WAITS_FOR_LEAVERS.to_string());
-                }
-                ev.mode = Mode::NoCandidates;
-            }
-        }
-    }
-    ev
 }
 
 /// Why a workload waits that fits once the workloads preempted in its cycle (for others) have
