@@ -864,11 +864,15 @@ class CertsJob(unittest.TestCase):
         self.assertEqual(self.run_job(["gpu-1", "gpu-2"]), [0, 0, 0], getattr(self, "last_stderr", ""))
         self.assertEqual(read_text(os.path.join(self.store, "selector")), "allot/agent=true")
         ca = self.secret("allot-ca")
-        self.assertEqual(set(ca), {"ca.pem", "ca-key.pem"})
+        self.assertEqual(set(ca), {"ca.pem", "ca-key.pem", "web-session.key"})
+        self.assertRegex(ca["web-session.key"].strip(), r"^[0-9a-f]{64}$")
         coord = self.secret("allot-coordinator-certs")
         self.assertEqual(
-            set(coord), {"ca.pem"} | {f"coordinator-{i}{s}.pem" for i in (1, 2, 3) for s in ("", "-key")}
+            set(coord),
+            {"ca.pem", "web-session.key"} | {f"coordinator-{i}{s}.pem" for i in (1, 2, 3) for s in ("", "-key")},
         )
+        # Every coordinator signs and reads dashboard sessions with the same key.
+        self.assertEqual(coord["web-session.key"], ca["web-session.key"])
         nodes = self.secret("allot-node-certs")
         self.assertEqual(set(nodes), {"ca.pem", "node-gpu-1.pem", "node-gpu-1-key.pem", "node-gpu-2.pem", "node-gpu-2-key.pem"})
         self.assertEqual(set(self.secret("allot-admin-cert")), {"ca.pem", "admin-admin.pem", "admin-admin-key.pem"})

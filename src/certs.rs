@@ -9,8 +9,9 @@ use anyhow::bail;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum CertsCmd {
-    /// Create the cluster CA (ca.pem and ca-key.pem, valid 10 years). Keep ca-key.pem secret:
-    /// whoever holds it can issue certificates for any role.
+    /// Create the cluster CA (ca.pem and ca-key.pem, valid 10 years) and the dashboard's session
+    /// key (web-session.key). Keep both secret: whoever holds ca-key.pem can issue certificates
+    /// for any role, and web-session.key signs browser sessions.
     Init {
         /// Directory for the CA files (created if missing).
         #[arg(long, default_value = "certs")]
@@ -18,6 +19,13 @@ pub enum CertsCmd {
         /// Replace an existing CA; certificates issued by the old one stop being accepted.
         #[arg(long)]
         force: bool,
+    },
+    /// Make the dashboard's session key (web-session.key, 64 hexadecimal digits) in the
+    /// directory unless it has one; every coordinator reads it from its certificate directory.
+    WebKey {
+        /// Directory of the certificates.
+        #[arg(long, default_value = "certs")]
+        dir: PathBuf,
     },
     /// Issue a certificate and key signed by the cluster CA, written as <role>-<name>.pem and
     /// <role>-<name>-key.pem next to the CA.
@@ -71,6 +79,23 @@ pub fn run(cmd: CertsCmd) -> anyhow::Result<()> {
                 tls::CA_DAYS,
                 tls::CA_KEY_FILE,
             );
+            if allot_coordinator::web_session::ensure_key(&dir).map_err(anyhow::Error::msg)? {
+                println!(
+                    "wrote {} (signs dashboard sessions; give it to every coordinator with its \
+                     certificate, and keep it secret)",
+                    dir.join("web-session.key").display()
+                );
+            }
+        }
+        CertsCmd::WebKey { dir } => {
+            let made =
+                allot_coordinator::web_session::ensure_key(&dir).map_err(anyhow::Error::msg)?;
+            let path = dir.join("web-session.key");
+            if made {
+                println!("wrote {} (keep it secret)", path.display());
+            } else {
+                println!("{} is there; kept", path.display());
+            }
         }
         CertsCmd::Issue {
             dir,

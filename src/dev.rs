@@ -157,6 +157,8 @@ fn ensure_certs(certs: &Path, replicas: u32, nodes: &[String]) -> anyhow::Result
     if !certs.join(tls::CA_CERT_FILE).exists() {
         tls::init_ca(certs, false).map_err(|e| anyhow!("creating the dev CA: {e}"))?;
     }
+    // One dashboard key for every replica: a session from one is taken by the others.
+    allot_coordinator::web_session::ensure_key(certs).map_err(|e| anyhow!("{e}"))?;
     let mut ids: Vec<Identity> = vec![
         Identity::Admin {
             name: "admin".into(),

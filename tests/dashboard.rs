@@ -76,15 +76,7 @@ fn the_dashboard_shows_the_cluster_as_it_is_and_keeps_teams_apart() {
     );
     setup_team(&c, "team-a");
     setup_team(&c, "team-b");
-    let _g1 = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
-    let _g2 = c.start_agent("g5-2", "ml.g5.8xlarge", 1, 3.0);
-    wait_for(30, "two registered nodes", || {
-        (c.cli_ok("admin-admin", &["get", "nodes"])
-            .matches("Ready")
-            .count()
-            == 2)
-            .then_some(())
-    });
+    let (_g1, _g2) = two_gpu_nodes(&c);
     submit(
         &c,
         "user-team-a",
@@ -248,4 +240,37 @@ fn the_dashboard_shows_the_cluster_as_it_is_and_keeps_teams_apart() {
     );
     let bare = http_get(&addr, "/ui/api/teams").unwrap_or_default();
     assert!(bare.starts_with("HTTP/1.1 401"), "{bare}");
+
+    // The replicas share the cluster's session key: a session from the leader is good at a
+    // follower (a Service spreads a browser's requests over them).
+    let link = login_link(&c, "user-team-b", l);
+    let path = link.trim_start_matches(&format!("http://127.0.0.1:{}", c.http[l]));
+    let login = http_get(&addr, path).unwrap_or_default();
+    let cookie = (login.lines())
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .and_then(|v| v.split(';').next())
+        .unwrap_or_else(|| panic!("no session cookie: {login}"))
+        .to_string();
+    let other = format!("127.0.0.1:{}", c.http[(l + 1) % 3]);
+    let me = http_get_with(&other, "/ui/api/whoami", &cookie);
+    assert!(
+        me.starts_with("HTTP/1.1 200") && me.contains("team-b"),
+        "{me}"
+    );
+}
+
+/// GET `path` with a cookie.
+fn http_get_with(addr: &str, path: &str, cookie: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
 }

@@ -18,15 +18,7 @@ fn drain_moves_work_off_a_node_until_it_is_uncordoned() {
     let c = Cluster::new(1, 10_000);
     create_scheduler_config(&c, "FairShare=Enabled");
     setup_team(&c, "team-a");
-    let _a1 = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
-    let _a2 = c.start_agent("g5-2", "ml.g5.8xlarge", 1, 3.0);
-    wait_for(30, "two registered nodes", || {
-        (c.cli_ok("admin-admin", &["get", "nodes"])
-            .matches("Ready")
-            .count()
-            == 2)
-            .then_some(())
-    });
+    let (_a1, _a2) = two_gpu_nodes(&c);
     c.cli_ok(
         "user-team-a",
         &[

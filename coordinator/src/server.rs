@@ -917,7 +917,10 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         applied_tx,
         input: input_tx.clone(),
     };
-    let web_sessions = Arc::new(crate::web_session::WebSessions::open(&cfg.data_dir)?);
+    let web_sessions = Arc::new(crate::web_session::WebSessions::open(
+        &cfg.certs,
+        &cfg.data_dir,
+    )?);
     let http_bound = Arc::new(std::sync::OnceLock::new());
     let web = Arc::new(crate::web::Web::new(
         web_sessions.clone(),

@@ -1,7 +1,9 @@
 //! Who a browser is: one-time login tickets (`allot dashboard` asks for one over the API, with
 //! the user's certificate) and the session cookies they are exchanged for, both signed with
-//! this replica's key (HMAC-SHA256; `web-session.key` in its data directory, made on first
-//! start). A token says who (an admin or a team user, as the certificate did), what it is
+//! HMAC-SHA256 under `web-session.key`: the cluster's, beside the certificates (`allot certs
+//! init` and the Kubernetes certificate Job make it), so that any replica takes what another
+//! issued (a Service spreads a browser's requests over them); else the replica's own, made in
+//! its data directory on first start. A token says who (an admin or a team user, as the certificate did), what it is
 //! (ticket or session) and until when; a ticket is taken once.
 
 use std::collections::BTreeMap;
@@ -44,26 +46,26 @@ pub struct WebSessions {
 }
 
 impl WebSessions {
-    /// The replica's key from `data_dir`, made (32 random bytes, mode 0600) if there is none.
-    pub fn open(data_dir: &Path) -> Result<WebSessions, String> {
-        let path = data_dir.join(KEY_FILE);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) if b.len() == 32 => b,
-            Ok(b) => {
-                return Err(format!(
-                    "{} holds {} bytes; a web session key is 32 (delete it to make a new one, \
-                     which signs every browser out)",
-                    path.display(),
-                    b.len()
-                ))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let mut b = vec![0u8; 32];
-                ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
-                    .map_err(|_| "the system gave no random bytes for the web session key")?;
-                write_private(&path, &b)?;
-                b
-            }
+    /// The cluster's key from `certs_dir` where there is one, else the replica's own from
+    /// `data_dir`, made there (32 random bytes, mode 0600) if there is none.
+    pub fn open(certs_dir: &Path, data_dir: &Path) -> Result<WebSessions, String> {
+        let shared = certs_dir.join(KEY_FILE);
+        let path = if shared.exists() {
+            shared
+        } else {
+            data_dir.join(KEY_FILE)
+        };
+        let bytes = match std::fs::read_to_string(&path) {
+            Ok(text) => unhex(text.trim())
+                .filter(|b| b.len() == 32)
+                .ok_or_else(|| {
+                    format!(
+                        "{} is not a web session key: expected 64 hexadecimal digits (32 bytes); \
+                     delete it to make a new one, which signs every browser out",
+                        path.display()
+                    )
+                })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => make_key(&path)?,
             Err(e) => return Err(format!("reading {}: {e}", path.display())),
         };
         Ok(WebSessions::with_key(&bytes))
@@ -138,6 +140,25 @@ impl WebSessions {
         }
         Ok(who)
     }
+}
+
+/// Makes the cluster's session key in `dir` (where the certificates are) unless there is one:
+/// `allot certs init` and `allot dev` call it. Returns whether it made one.
+pub fn ensure_key(dir: &Path) -> Result<bool, String> {
+    let path = dir.join(KEY_FILE);
+    if path.exists() {
+        return Ok(false);
+    }
+    make_key(&path)?;
+    Ok(true)
+}
+
+fn make_key(path: &Path) -> Result<Vec<u8>, String> {
+    let mut b = vec![0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+        .map_err(|_| "the system gave no random bytes for the web session key")?;
+    write_private(path, format!("{}\n", hex(&b)).as_bytes())?;
+    Ok(b)
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
@@ -223,9 +244,10 @@ mod tests {
     #[test]
     fn the_key_is_made_once_and_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let a = WebSessions::open(dir.path()).unwrap();
+        let certs = tempfile::tempdir().unwrap();
+        let a = WebSessions::open(certs.path(), dir.path()).unwrap();
         let (t, _) = a.issue(&team_a(), Kind::Session, 0);
-        let b = WebSessions::open(dir.path()).unwrap();
+        let b = WebSessions::open(certs.path(), dir.path()).unwrap();
         assert_eq!(b.verify(&t, Kind::Session, 0), Ok(team_a()));
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.path().join(KEY_FILE))
@@ -234,7 +256,22 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
         std::fs::write(dir.path().join(KEY_FILE), b"short").unwrap();
-        let e = WebSessions::open(dir.path()).err().unwrap();
-        assert!(e.contains("holds 5 bytes"), "{e}");
+        let e = WebSessions::open(certs.path(), dir.path()).err().unwrap();
+        assert!(e.contains("expected 64 hexadecimal digits"), "{e}");
+    }
+
+    /// Replicas sharing the certificates' key take each other's sessions; their own keys
+    /// would not.
+    #[test]
+    fn a_shared_key_beside_the_certificates_serves_every_replica() {
+        let certs = tempfile::tempdir().unwrap();
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        assert_eq!(ensure_key(certs.path()), Ok(true));
+        assert_eq!(ensure_key(certs.path()), Ok(false), "made once");
+        let r1 = WebSessions::open(certs.path(), d1.path()).unwrap();
+        let r2 = WebSessions::open(certs.path(), d2.path()).unwrap();
+        let (t, _) = r1.issue(&team_a(), Kind::Session, 0);
+        assert_eq!(r2.verify(&t, Kind::Session, 0), Ok(team_a()));
+        assert!(!d1.path().join(KEY_FILE).exists(), "no replica key made");
     }
 }

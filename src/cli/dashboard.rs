@@ -23,7 +23,7 @@ pub async fn login(c: &mut Client, address: Option<String>) -> anyhow::Result<St
     let secs = (expires_ms - allot_common::timefmt::now_ms()).max(0) / 1000;
     Ok(format!(
         "http://{base}/ui/login?ticket={ticket}\n\
-         (open it within {secs}s; it signs one browser in for 12 hours, to this coordinator only)"
+         (open it within {secs}s; it signs one browser in for 12 hours)"
     ))
 }
 

@@ -81,6 +81,8 @@ impl Cluster {
         for id in 1..=n as u64 {
             tls::issue(&certs, &Identity::Coordinator { id }, &[], &[], 2).expect("coordinator");
         }
+        // As `allot certs init` makes it: the dashboard's key, shared by every replica.
+        allot_coordinator::web_session::ensure_key(&certs).expect("web session key");
         let mut c = Cluster {
             addrs: (0..n)
                 .map(|_| format!("127.0.0.1:{}", udp_port()))
@@ -307,6 +309,20 @@ pub fn one_gpu_cluster() -> (Cluster, AgentProc) {
             .then_some(())
     });
     (c, agent)
+}
+
+/// Two one-GPU nodes (ml.g5.8xlarge) `g5-1` and `g5-2`, registered and ready.
+pub fn two_gpu_nodes(c: &Cluster) -> (AgentProc, AgentProc) {
+    let a1 = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
+    let a2 = c.start_agent("g5-2", "ml.g5.8xlarge", 1, 3.0);
+    wait_for(30, "two registered nodes", || {
+        (c.cli_ok("admin-admin", &["get", "nodes"])
+            .matches("Ready")
+            .count()
+            == 2)
+            .then_some(())
+    });
+    (a1, a2)
 }
 
 pub fn setup_team(c: &Cluster, team: &str) {
