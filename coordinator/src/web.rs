@@ -15,6 +15,7 @@ use axum::routing::get;
 use axum::Router;
 
 use allot_common::api::{ApiError, Body, ErrorKind, HistoryFilter, Reply, WorkloadFilter};
+use allot_common::timefmt::now_ms;
 use allot_common::usage::{UsageBy, UsageQuery};
 use allot_net::client::Client;
 use allot_net::tls::Identity;
@@ -153,13 +154,6 @@ fn page(text: &'static str, kind: &'static str) -> Response {
         text,
     )
         .into_response()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 async fn login(State(web): State<Arc<Web>>, Query(q): Query<HashMap<String, String>>) -> Response {

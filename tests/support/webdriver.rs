@@ -183,7 +183,10 @@ impl Browser {
     /// Saves a PNG of the window.
     pub fn screenshot(&self, path: &Path) {
         let v = self.cmd("GET", "screenshot", None);
-        let png = base64_decode(v.as_str().expect("a base64 screenshot"));
+        use base64::Engine;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().expect("a screenshot"))
+            .expect("a base64 screenshot");
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).expect("artifact dir");
         }
@@ -204,29 +207,4 @@ impl Drop for Browser {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
-}
-
-fn base64_decode(s: &str) -> Vec<u8> {
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0);
-    for v in s.bytes().filter_map(val) {
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    out
 }
