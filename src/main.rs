@@ -15,7 +15,6 @@ mod config;
 mod coordinator_cmd;
 mod dev;
 mod failover;
-mod k8s;
 mod memory;
 mod scenario;
 mod simulate;

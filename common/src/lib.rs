@@ -6,6 +6,7 @@ pub mod array;
 pub mod catalog;
 pub mod hyperpod;
 pub mod image;
+pub mod kubernetes;
 pub mod names;
 pub mod policy;
 pub mod quota;

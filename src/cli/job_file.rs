@@ -77,7 +77,9 @@ impl JobFlags {
     ) -> anyhow::Result<SubmitInput> {
         let (mut v, origin) = read_source(file)?;
         // A Kubernetes Job, PyTorchJob or Pod as HyperPod users submit them to Kueue.
-        if let Some(job) = crate::k8s::job_from_manifest(&v, &origin)? {
+        if let Some(job) =
+            allot_common::kubernetes::job_from_manifest(&v, &origin).map_err(anyhow::Error::msg)?
+        {
             v = job;
         }
         let obj = v

@@ -1212,6 +1212,35 @@ mod tests {
     }
 
     #[test]
+    fn kubernetes_manifests_become_the_workloads_they_describe() {
+        // What allot_common::kubernetes gives is a workload allot's job-file reader accepts.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bert.yaml");
+        std::fs::write(
+            &p,
+            "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: bert\n  labels: \
+             {kueue.x-k8s.io/queue-name: hyperpod-ns-nlp-localqueue}\nspec:\n  \
+             pytorchReplicaSpecs:\n    Master:\n      replicas: 1\n      template:\n        \
+             spec:\n          containers:\n            - name: pytorch\n              \
+             image: repo/bert:1\n              resources: {limits: {nvidia.com/gpu: 1}}\n    \
+             Worker:\n      replicas: 2\n      template:\n        spec:\n          \
+             containers:\n            - name: pytorch\n              image: repo/bert:1\n              \
+             resources: {limits: {nvidia.com/gpu: 4}}\n",
+        )
+        .unwrap();
+        let j = read_job(&p).unwrap();
+        assert_eq!(
+            (j.spec.name.as_str(), j.spec.team.as_str()),
+            ("bert", "nlp")
+        );
+        let sets: Vec<(&str, u32)> = (j.spec.pod_sets.iter())
+            .map(|s| (s.name.as_str(), s.count))
+            .collect();
+        assert_eq!(sets, vec![("master", 1), ("worker", 2)]);
+        assert_eq!(j.run.unwrap().image.as_deref(), Some("repo/bert:1"));
+    }
+
+    #[test]
     fn job_files_carry_an_image_and_its_container_settings() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("job.yaml");
