@@ -412,7 +412,7 @@ fn report(
             rows.push(row);
         }
     }
-    out.push_str(&crate::cli::table(&header, &rows));
+    out.push_str(&crate::cli::render::table(&header, &rows));
     err.sort_by(f64::total_cmp);
     let mean = if err.is_empty() {
         0.0

@@ -20,7 +20,7 @@ use clap::{Args, Subcommand};
 mod dashboard;
 mod follow;
 mod job_file;
-mod render;
+pub(crate) mod render;
 mod usage;
 
 use crate::client::{api, Client, ClientOpts};
@@ -30,7 +30,7 @@ use follow::*;
 pub use follow::{parse_duration, pod_logs, LogTarget, WaitFor};
 pub use job_file::JobFlags;
 use render::*;
-pub use render::{table, Format, HistoryFormat};
+pub use render::{Format, HistoryFormat};
 
 #[derive(Args, Debug, Clone)]
 pub struct Out {
