@@ -10,9 +10,9 @@
 //! when it was. Workloads submitted before the period that had not ended at its start are
 //! carried in: the replay submits them at the start, in their order, and a run under way then
 //! counts from there; their waits began before the period and are left out of the wait
-//! figures and the fidelity. The recorded GPU-hours (held, and borrowed above the team's nominal) are the
-//! usage ledger's for the whole hours the period touches; the replays' are counted from their
-//! admissions to their releases.
+//! figures and the fidelity. The recorded GPU-hours (held, and borrowed above the team's
+//! nominal) are the usage ledger's for the whole hours the period touches; the replays' are
+//! counted from their admissions to their releases.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

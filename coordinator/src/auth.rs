@@ -116,6 +116,11 @@ pub(crate) fn check_submit_team(who: &Identity, team: &str) -> Result<(), ApiErr
     }
 }
 
+/// Whether `who` is a person (an admin or a team user), not a node or a coordinator.
+pub(crate) fn is_person(who: &Identity) -> bool {
+    matches!(who, Identity::Admin { .. } | Identity::User { .. })
+}
+
 /// The request and identity a coordinator's `OnBehalf` carries: an admin's or a team user's,
 /// never an agent's or another coordinator's, and never wrapped twice.
 pub(crate) fn on_behalf(
@@ -132,7 +137,7 @@ pub(crate) fn on_behalf(
             format!("on behalf of {identity:?}: {e}"),
         )
     })?;
-    if !matches!(as_who, Identity::Admin { .. } | Identity::User { .. }) {
+    if !is_person(&as_who) {
         return Err(ApiError::new(
             ErrorKind::Invalid,
             format!("on behalf of {as_who}: only admins and team users are forwarded"),

@@ -222,7 +222,7 @@ async fn read(body: Body, who: &Identity, sh: &Shared) -> Response {
 
 /// A one-time login for this replica's dashboard, for an admin or a team user.
 fn web_ticket(who: &Identity, sh: &Shared) -> Response {
-    if !matches!(who, Identity::Admin { .. } | Identity::User { .. }) {
+    if !is_person(who) {
         return Err(forbidden(who, "sign in to the dashboard"));
     }
     let http = sh.http.get().ok_or_else(|| {

@@ -62,12 +62,7 @@ impl Web {
     async fn ask(&self, who: &Identity, body: Body) -> Result<Reply, ApiError> {
         let mut guard = self.client.lock().await;
         let client = self.connect(&mut guard)?;
-        let r = client
-            .call(Body::OnBehalf {
-                identity: who.uri(),
-                body: Box::new(body),
-            })
-            .await;
+        let r = client.call(on_behalf(who, body)).await;
         match r {
             Ok(r) => r,
             Err(e) => {
@@ -92,13 +87,9 @@ impl Web {
     async fn log_tail(&self, who: &Identity, body: Body) -> Result<Vec<u8>, ApiError> {
         let mut guard = self.client.lock().await;
         let client = self.connect(&mut guard)?;
-        let wrapped = Body::OnBehalf {
-            identity: who.uri(),
-            body: Box::new(body),
-        };
         let unavailable = |e: String| ApiError::new(ErrorKind::Unavailable, e);
         let (mut frame, mut rest) = client
-            .stream(wrapped)
+            .stream(on_behalf(who, body))
             .await
             .map_err(|e| unavailable(e.to_string()))?;
         let mut out = Vec::new();
@@ -119,6 +110,14 @@ impl Web {
                 Err(e) => return Err(unavailable(format!("the log stream broke: {e}"))),
             }
         }
+    }
+}
+
+/// `body` as `who` sends it, for the leader to answer.
+fn on_behalf(who: &Identity, body: Body) -> Body {
+    Body::OnBehalf {
+        identity: who.uri(),
+        body: Box::new(body),
     }
 }
 

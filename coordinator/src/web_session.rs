@@ -3,8 +3,8 @@
 //! HMAC-SHA256 under `web-session.key`: the cluster's, beside the certificates (`allot certs
 //! init` and the Kubernetes certificate Job make it), so that any replica takes what another
 //! issued (a Service spreads a browser's requests over them); else the replica's own, made in
-//! its data directory on first start. A token says who (an admin or a team user, as the certificate did), what it is
-//! (ticket or session) and until when; a ticket is taken once.
+//! its data directory on first start. A token says who (an admin or a team user, as the
+//! certificate did), what it is (ticket or session) and until when; a ticket is taken once.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -60,8 +60,9 @@ impl WebSessions {
                 .filter(|b| b.len() == 32)
                 .ok_or_else(|| {
                     format!(
-                        "{} is not a web session key: expected 64 hexadecimal digits (32 bytes); \
-                     delete it to make a new one, which signs every browser out",
+                        "{} is not a web session key: expected 64 hexadecimal digits (32 bytes), \
+                         as `allot certs web-key` writes; remove it and make a new one (every \
+                         browser is signed out)",
                         path.display()
                     )
                 })?,

@@ -6,6 +6,7 @@ const REFRESH_MS = 3000;
 const RES = ['gpu', 'neuron', 'cpu', 'memory'];
 const LABEL = { gpu: 'GPUs', neuron: 'Neuron devices', cpu: 'vCPU', memory: 'Memory', efa: 'EFA' };
 const SVGNS = 'http://www.w3.org/2000/svg';
+const IDLE_COLOUR = '#c9d3e0';
 let me = null;
 let timer = null;
 let generation = 0;
@@ -73,6 +74,13 @@ function ago(ms) {
   return `${(s / 86400).toFixed(1)}d`;
 }
 const when = (ms) => (ms ? new Date(ms).toLocaleString() : '');
+
+// A legend's colour square.
+function swatch(colour) {
+  const i = h('i');
+  i.style.background = colour;
+  return i;
+}
 
 function bar(used, total) {
   const pct = total > 0 ? Math.min(100, (100 * used) / total) : 0;
@@ -165,16 +173,12 @@ function teamSplit(ts, r, cap) {
     s.append(svg('rect', { x, y: 0, width: w, height: 24, fill: colour },
       svg('title', {}, `${t.name}: ${fmt(r, used)} (borrowed ${fmt(r, val(t.borrowed, r))})`)));
     x += w;
-    const i = h('i');
-    i.style.background = colour;
     const borrowed = val(t.borrowed, r);
-    legend.push(h('span', {}, i, `${t.name} ${fmt(r, used)} of ${fmt(r, val(t.nominal, r))}`,
+    legend.push(h('span', {}, swatch(colour), `${t.name} ${fmt(r, used)} of ${fmt(r, val(t.nominal, r))}`,
       borrowed ? ` (${fmt(r, borrowed)} borrowed)` : ''));
   });
-  s.append(svg('rect', { x, y: 0, width: Math.max(0, W - x), height: 24, fill: '#c9d3e0' }));
-  const idle = h('i');
-  idle.style.background = '#c9d3e0';
-  legend.push(h('span', {}, idle, 'idle'));
+  s.append(svg('rect', { x, y: 0, width: Math.max(0, W - x), height: 24, fill: IDLE_COLOUR }));
+  legend.push(h('span', {}, swatch(IDLE_COLOUR), 'idle'));
   return h('div', {}, s, h('div', { class: 'legend' }, legend));
 }
 
@@ -379,9 +383,7 @@ function dayChart(dayList, teamList, lines, unit) {
     s.append(svg('text', { x, y: H + 14 }, d.slice(5)));
   });
   const legend = h('div', { class: 'legend' }, teamList.map((t, j) => {
-    const i = h('i');
-    i.style.background = TEAM_COLOURS[j % TEAM_COLOURS.length];
-    return h('span', {}, i, t);
+    return h('span', {}, swatch(TEAM_COLOURS[j % TEAM_COLOURS.length]), t);
   }));
   return h('div', {}, s, legend);
 }

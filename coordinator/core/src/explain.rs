@@ -788,8 +788,7 @@ fn over_potential(
         fname,
         earlier_txt,
     } = *c;
-    let r = &r;
-    let n = |v: i64| qty(st, *r, v);
+    let n = |v: i64| qty(st, r, v);
     match q.borrowing_limit {
         Some(bl) if q.nominal + bl <= potential => {
             d.lines.push(format!(
@@ -803,12 +802,12 @@ fn over_potential(
             if val <= reserved + pool {
                 d.suggest(format!(
                     "{tname}'s borrow limit for {rname} in {fname} were {}",
-                    st.names.format_qty(*r, val - q.nominal)
+                    st.names.format_qty(r, val - q.nominal)
                 ));
             } else {
                 d.suggest(format!(
                     "{tname}'s nominal for {rname} in {fname} were {}",
-                    st.names.format_qty(*r, val)
+                    st.names.format_qty(r, val)
                 ));
             }
         }
@@ -818,18 +817,18 @@ fn over_potential(
                 "{head}: exceeds the most team {tname} can ever use: requests {}{earlier_txt}, at most {} (the cohort's lendable pool {}{}, its own lendable nominal included, plus {} of nominal it never lends), over by {} (ExceedsMaxQuota)",
                 n(val),
                 n(potential),
-                st.names.format_qty(*r, pool),
+                st.names.format_qty(r, pool),
                 if owned > 0 {
-                    format!(" of which {} owned by the cohort", st.names.format_qty(*r, owned))
+                    format!(" of which {} owned by the cohort", st.names.format_qty(r, owned))
                 } else {
                     String::new()
                 },
-                st.names.format_qty(*r, reserved),
+                st.names.format_qty(r, reserved),
                 n(val - potential)
             ));
             d.suggest(format!(
                 "{tname}'s nominal for {rname} in {fname} were {}",
-                st.names.format_qty(*r, q.nominal + val - potential)
+                st.names.format_qty(r, q.nominal + val - potential)
             ));
         }
     }
@@ -867,13 +866,12 @@ fn pool_line(
     pool_used: i64,
 ) -> String {
     let st = ctx.st;
-    let r = &r;
     let (f, _) = st.names.fr_parts(fr);
-    let (rname, fname) = (st.names.resource_name(*r), st.names.flavor_name(f));
+    let (rname, fname) = (st.names.resource_name(r), st.names.flavor_name(f));
     format!(
         "  lendable pool of {rname} in {fname}: {}, in use {}: {}",
-        st.names.format_qty(*r, pool),
-        st.names.format_qty(*r, pool_used),
+        st.names.format_qty(r, pool),
+        st.names.format_qty(r, pool_used),
         users
             .iter()
             .map(|(b, _, m)| {
@@ -884,16 +882,16 @@ fn pool_line(
                     format!(
                         "team {} uses {} (borrowing {} above its nominal {})",
                         mt.name(),
-                        st.names.format_qty(*r, mu),
-                        st.names.format_qty(*r, *b),
-                        st.names.format_qty(*r, nominal)
+                        st.names.format_qty(r, mu),
+                        st.names.format_qty(r, *b),
+                        st.names.format_qty(r, nominal)
                     )
                 } else {
                     format!(
                         "team {} uses {} of its nominal {}",
                         mt.name(),
-                        st.names.format_qty(*r, mu),
-                        st.names.format_qty(*r, nominal)
+                        st.names.format_qty(r, mu),
+                        st.names.format_qty(r, nominal)
                     )
                 }
             })
@@ -962,8 +960,7 @@ fn suggest_lenders(
         fname,
         ..
     } = *c;
-    let r = &r;
-    let n = |v: i64| qty(st, *r, v);
+    let n = |v: i64| qty(st, r, v);
     if miss_bl == 0 {
         // The pool binds: another team freeing what is missing.
         let single: Vec<TeamId> = users
@@ -994,7 +991,7 @@ fn suggest_lenders(
         if let Some(bl) = bl_needed {
             d.suggest(format!(
                 "{tname}'s borrow limit for {rname} in {fname} were {}",
-                st.names.format_qty(*r, bl)
+                st.names.format_qty(r, bl)
             ));
         }
     } else if let (Some(bl), Some(u)) = (bl_needed, users.iter().find(|(_, p, _)| *p >= miss_pool))
@@ -1003,7 +1000,7 @@ fn suggest_lenders(
             "team {} frees {} in {fname} and {tname}'s borrow limit for {rname} in {fname} were {}",
             st.teams[u.2.idx()].name(),
             n(miss_pool),
-            st.names.format_qty(*r, bl)
+            st.names.format_qty(r, bl)
         ));
     }
 }
@@ -1025,23 +1022,22 @@ fn short_line(
         earlier_txt,
         ..
     } = *c;
-    let r = &r;
-    let n = |v: i64| qty(st, *r, v);
+    let n = |v: i64| qty(st, r, v);
     let missing = val - avail;
     let mut line = format!(
         "{head}: requests {}{earlier_txt}, available {}, missing {}; team {tname} uses {} of nominal {}",
         n(val),
         n(avail),
         n(missing),
-        st.names.format_qty(*r, usage),
-        st.names.format_qty(*r, q.nominal)
+        st.names.format_qty(r, usage),
+        st.names.format_qty(r, q.nominal)
     );
     if miss_bl > 0 {
         let bl = q.borrowing_limit.unwrap_or(0);
         line.push_str(&format!(
             "; borrowing limit reached: borrowing {} of at most {}",
-            st.names.format_qty(*r, (usage - q.nominal).max(0)),
-            st.names.format_qty(*r, bl)
+            st.names.format_qty(r, (usage - q.nominal).max(0)),
+            st.names.format_qty(r, bl)
         ));
     }
     if miss_pool > 0 {
@@ -1051,8 +1047,8 @@ fn short_line(
             line.push_str(&format!(
                 "; cohort {} has not enough unused lendable quota: {} free of {}",
                 cohort.name,
-                st.names.format_qty(*r, pool_free),
-                st.names.format_qty(*r, pool)
+                st.names.format_qty(r, pool_free),
+                st.names.format_qty(r, pool)
             ));
         }
     }

@@ -26,7 +26,7 @@ pub fn recorded(m: &Machine, since: Time, until: Time) -> Recorded {
             let last = run.and_then(|r| r.windows.last());
             // A run under way at the start counts from the start.
             let ran = match (last, ended) {
-                (Some(l), Some(_)) => l.to.map(|to| to - l.from.max(since)),
+                (Some(l), Some(_)) => l.to.map(|to| (to - l.from.max(since)).max(0)),
                 _ => None,
             };
             RecordedWorkload {
