@@ -1,10 +1,10 @@
 //! The leader's decisions, without I/O: agent leases, when to run a scheduling cycle, which plan
 //! to propose, the submit fast path. Time comes in as an argument (`Millis` on a monotonic clock
 //! for leases and cadence, wall-clock milliseconds for the entries' timestamps) and nothing here
-//! reads a clock, sleeps, or touches the network, so the seeded simulation
-//! (`tests/raft_sim.rs`) runs this very code with simulated agents, as the server does with real
-//! ones. The server (`server.rs`) is its shell: it feeds inputs in, runs cycle jobs (on its own
-//! thread when the backlog is large), and sends what comes out.
+//! reads a clock, sleeps, or touches the network. It lives inside the sans-I/O node
+//! (`node.rs`), which the server (`server.rs`) and the seeded simulation (`tests/raft_sim.rs`)
+//! both drive: the node calls it in its turn and hands cycle jobs to the shell, which runs them
+//! (on a thread of their own when the backlog is large).
 //!
 //! Every entry point first brings the driver's view of leadership up to date
 //! (`sync_role`): a replica that has just become leader starts every node's lease afresh from

@@ -11,6 +11,7 @@ pub mod journal;
 pub mod leader;
 pub mod logs;
 pub mod metrics;
+pub mod node;
 pub mod priority;
 pub mod raft_inputs;
 pub mod raftlog;

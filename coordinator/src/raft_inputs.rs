@@ -6,14 +6,14 @@
 use std::time::{Duration, Instant};
 
 use allot_common::api::Response;
-use allot_core::machine::{Command, Machine};
+use allot_core::machine::Command;
 use raft::eraftpb::Message;
 use tokio::sync::oneshot;
 
 use crate::leader::CycleDone;
 use crate::raftlog::SnapshotFile;
 
-pub(crate) type Query = Box<dyn FnOnce(&Machine) -> Response + Send>;
+pub(crate) use crate::node::Query;
 
 pub(crate) enum Input {
     Raft(Message),
@@ -47,9 +47,8 @@ pub(crate) struct SnapshotDone {
     pub(crate) data: Result<Vec<u8>, String>,
     /// The file the data was written to, unless that failed (then it goes into redb).
     pub(crate) file: Option<SnapshotFile>,
-    /// Copying the machine (on the raft thread), encoding it and storing the file (on the
-    /// snapshot's).
-    pub(crate) took: [Duration; 3],
+    /// Encoding it and storing the file (on the snapshot's thread).
+    pub(crate) took: [Duration; 2],
 }
 
 /// What the rest of the process can see of the raft thread.

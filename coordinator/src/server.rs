@@ -6,7 +6,7 @@
 //! which wait for a read index confirmed by a quorum before they run against the applied state.
 //! The leader also runs the scheduler there and proposes each cycle's plan as one log entry.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -17,21 +17,23 @@ use allot_common::api::{
 };
 use allot_common::timefmt::now_ms;
 pub use allot_common::BoxError;
-use allot_core::machine::{Command, Entry as Cmd, Machine};
+use allot_core::machine::Machine;
 use allot_net::tls::{self, Identity, TlsFiles};
 use allot_net::wire;
 use raft::eraftpb::{Message, MessageType};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::{node_scope, on_behalf, workload_scope};
-use crate::leader::{Leader, LeaderConfig, Millis, RoleChange};
+use crate::leader::{CycleDone, CycleJob, LeaderConfig, Lost, Millis};
 use crate::metrics::Metrics;
+use crate::node::{Io, Node, NodeConfig, Proposed};
 pub use crate::priority::RaftPriority;
 pub use crate::raft_inputs::Status;
-use crate::raft_inputs::{Input, Query, SnapshotDone};
-use crate::raftlog::RedbDisk;
+use crate::raft_inputs::{Input, SnapshotDone};
+use crate::raftlog::{RedbDisk, SnapshotStore};
 use crate::replica::{
     decode_message, encode_message, EncodedSnapshot, Replica, ReplicaConfig, SnapshotCodec,
+    SnapshotJob,
 };
 use crate::requests::handle_request;
 use crate::shared::{Shared, WRITE_TIMEOUT};
@@ -68,22 +70,23 @@ fn storage_failed(e: impl std::fmt::Display) -> ! {
 
 // ------------------------------------------------------------------------------ raft thread
 
+/// The raft thread's shell around the sans-I/O `Node`: the clock, the peer senders, the
+/// threads that encode snapshots and compute large cycles, and what the rest of the process
+/// sees (status, metrics, the applied index).
 struct RaftLoop {
-    rep: Replica<RedbDisk>,
-    /// The leader's decisions (leases, cycles, plans, the fast path), without I/O.
-    leader: Leader,
+    node: Node<RedbDisk, oneshot::Sender<Response>>,
     /// The monotonic clock's origin for the driver's `Millis`.
     origin: Instant,
     peers: BTreeMap<u64, mpsc::UnboundedSender<Message>>,
-    waiters: HashMap<u64, (oneshot::Sender<Response>, Instant)>,
-    pending_reads: HashMap<u64, (Query, oneshot::Sender<Response>)>,
-    ready_reads: Vec<(u64, Query, oneshot::Sender<Response>)>,
     status: Arc<Mutex<Status>>,
     metrics: Arc<Metrics>,
     applied_tx: tokio::sync::watch::Sender<u64>,
     /// Where snapshots encoded and cycles computed off the raft thread come back.
     input: mpsc::UnboundedSender<Input>,
     space: DiskSpace,
+    /// How snapshots are encoded, and where their files go.
+    encode_machine: fn(&Machine) -> Result<Vec<u8>, String>,
+    snapshot_files: SnapshotStore,
 }
 
 /// The free space of the data directory's file system, looked at no more than every 100 ms.
@@ -157,126 +160,37 @@ impl RaftLoop {
         self.origin.elapsed().as_millis() as Millis
     }
 
-    /// Leader only: proposes `NodeLost` for agents silent for longer than their leases allow.
-    fn check_leases(&mut self) {
-        let now = self.now();
-        for l in self.leader.poll_leases(&mut self.rep, now, now_ms()) {
-            tracing::warn!("node {} declared lost: {}", l.node, l.reason);
-        }
-    }
-
     fn handle(&mut self, input: Input) {
+        let now = self.now();
         match input {
-            Input::Raft(m) => {
-                // raft-rs refuses stale or unexpected messages; nothing changes then.
-                let _ = self.rep.step(m);
-            }
+            Input::Raft(m) => self.node.handle_raft(m),
             Input::Propose { cmd, reply } => {
-                if self.rep.is_leader() {
-                    if let Some(e) = self.space.refusal(self.rep.id()) {
+                if self.node.is_leader() {
+                    if let Some(e) = self.space.refusal(self.node.replica().id()) {
                         let _ = reply.send(Err(e));
                         return;
                     }
                 }
-                let token = self.leader.token();
-                let wall = now_ms();
                 let t0 = Instant::now();
-                let cmd = self
-                    .leader
-                    .fast_path(&self.rep, *cmd, wall, token, self.now());
-                if matches!(cmd, Command::SubmitPlanned { .. }) {
+                if self.node.handle_propose(*cmd, reply, now, now_ms()) == Proposed::Planned {
                     self.metrics
                         .cycle_seconds
                         .observe(t0.elapsed().as_secs_f64());
                 }
-                match self.rep.propose(token, &Cmd { now: wall, cmd }) {
-                    Ok(()) => {
-                        self.waiters.insert(token, (reply, Instant::now()));
-                    }
-                    Err(e) => {
-                        self.leader.handle_refused(token);
-                        let _ = reply.send(Err(e));
-                    }
-                }
             }
-            Input::Read { query, reply } => {
-                let token = self.leader.token();
-                match self.rep.read_index(token) {
-                    Ok(()) => {
-                        self.pending_reads.insert(token, (query, reply));
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
-            }
-            Input::Unreachable(id) => self.rep.report_unreachable(id),
-            Input::SnapshotStatus(id, ok) => self.rep.report_snapshot(id, ok),
-            Input::Heartbeat(node) => {
-                let now = self.now();
-                self.leader.handle_heartbeat(&self.rep, &node, now);
-            }
+            Input::Read { query, reply } => self.node.handle_read(query, reply),
+            Input::Unreachable(id) => self.node.handle_unreachable(id),
+            Input::SnapshotStatus(id, ok) => self.node.handle_snapshot_status(id, ok),
+            Input::Heartbeat(node) => self.node.handle_heartbeat(&node, now),
             Input::CycleDone(done, took) => {
                 self.metrics.cycle_seconds.observe(took.as_secs_f64());
-                let now = self.now();
-                self.leader.handle_cycle_done(&mut self.rep, done, now);
+                self.node.handle_cycle_done(done, now);
             }
             Input::RefreshMetrics(done) => {
-                self.metrics.update(&self.rep);
+                self.metrics.update(self.node.replica());
                 let _ = done.send(());
             }
             Input::SnapshotEncoded(done) => self.finish_snapshot(done),
-        }
-    }
-
-    /// Starts encoding a snapshot on its own thread when one is due: the raft thread only
-    /// copies the machine (copy-on-write, a few milliseconds), and writes the bytes when they
-    /// come back (`Input::SnapshotEncoded`). Encoding on this thread held every commit up for
-    /// as long as it took: tens of milliseconds with a thousand nodes.
-    fn start_snapshot(&mut self) {
-        let t0 = Instant::now();
-        let job = match self.rep.take_snapshot_job() {
-            Ok(Some(job)) => job,
-            Ok(None) => return,
-            Err(e) => storage_failed(e),
-        };
-        let copy = t0.elapsed();
-        let done = self.input.clone();
-        let encode_machine = self.rep.codec().encode_machine;
-        let files = self.rep.disk().snapshot_store();
-        let (index, term) = (job.index, job.term);
-        let spawned = crate::priority::in_background(
-            format!("snapshot-{}", self.rep.id()),
-            move || {
-                let t0 = Instant::now();
-                let data = encode_machine(&job.machine);
-                let encode = t0.elapsed();
-                drop(job);
-                let t1 = Instant::now();
-                let file = match &data {
-                    Ok(d) => {
-                        match files.write(index, d) {
-                            Ok(f) => Some(f),
-                            Err(e) => {
-                                tracing::warn!("{e}; the snapshot at {index} goes into the log's database instead");
-                                None
-                            }
-                        }
-                    }
-                    Err(_) => None,
-                };
-                let _ = done.send(Input::SnapshotEncoded(SnapshotDone {
-                    index,
-                    term,
-                    data,
-                    file,
-                    took: [copy, encode, t1.elapsed()],
-                }));
-            },
-        );
-        if let Err(e) = spawned {
-            tracing::warn!("could not start a thread to encode the snapshot at {index}: {e}");
-            self.rep.snapshot_failed(index);
         }
     }
 
@@ -291,10 +205,10 @@ impl RaftLoop {
         let data = match data {
             Ok(d) => d,
             Err(e) => {
-                self.rep.snapshot_failed(index);
+                self.node.snapshot_failed(index);
                 tracing::error!(
                     "could not encode the snapshot at index {index}: {e}; the next attempt comes at index {}",
-                    self.rep.next_snapshot_at()
+                    self.node.replica().next_snapshot_at()
                 );
                 return;
             }
@@ -302,7 +216,7 @@ impl RaftLoop {
         let bytes = data.len();
         let in_file = file.is_some();
         let t0 = Instant::now();
-        if let Err(e) = self.rep.finish_snapshot(EncodedSnapshot {
+        if let Err(e) = self.node.handle_snapshot_encoded(EncodedSnapshot {
             index,
             term,
             data,
@@ -312,148 +226,28 @@ impl RaftLoop {
         }
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         tracing::info!(
-            "snapshot at index {index}: {bytes} bytes; on the raft thread copied in {:.1} ms and recorded in {:.1} ms; on its own thread encoded in {:.1} ms{}",
-            ms(took[0]),
+            "snapshot at index {index}: {bytes} bytes; recorded on the raft thread in {:.1} ms; on its own thread encoded in {:.1} ms{}",
             ms(t0.elapsed()),
-            ms(took[1]),
+            ms(took[0]),
             if in_file {
-                format!(" and written to its file in {:.1} ms", ms(took[2]))
+                format!(" and written to its file in {:.1} ms", ms(took[1]))
             } else {
                 String::new()
             }
         );
     }
 
-    /// Runs the cycle the driver asks for: on this thread when the backlog is small, else on
-    /// a thread of its own, whose plan comes back as `Input::CycleDone`.
-    fn schedule(&mut self) {
-        let now = self.now();
-        let Some(job) = self.leader.poll_cycle(&self.rep, now, now_ms()) else {
-            return;
-        };
-        if job.backlog() <= INLINE_CYCLE_BACKLOG {
-            let t0 = Instant::now();
-            let done = job.run();
-            self.metrics
-                .cycle_seconds
-                .observe(t0.elapsed().as_secs_f64());
-            self.leader.handle_cycle_done(&mut self.rep, done, now);
-            return;
-        }
-        let back = self.input.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("cycle-{}", self.rep.id()))
-            .spawn(move || {
-                let t0 = Instant::now();
-                let done = job.run();
-                let _ = back.send(Input::CycleDone(done, t0.elapsed()));
-            });
-        if let Err(e) = spawned {
-            // The driver gives the cycle up after its retry interval and asks again.
-            tracing::warn!("could not start a thread for a scheduling cycle: {e}");
-        }
-    }
-
-    async fn drain_ready(&mut self) -> Result<(), BoxError> {
-        let mut answered = false;
-        while let Some((rd, early)) = self.rep.ready_begin() {
-            let peers = &self.peers;
-            let send = |msgs: Vec<Message>| {
-                for m in msgs {
-                    if let Some(tx) = peers.get(&m.to) {
-                        let _ = tx.send(m);
-                    }
-                }
-            };
-            if !early.is_empty() {
-                send(early);
-                // The leader's appends leave before its own write blocks this thread: the
-                // peer senders and QUIC run on it, and get their turn here.
-                tokio::task::yield_now().await;
-            }
-            let (rd, persisted) = self.rep.ready_write(rd)?;
-            if !persisted.is_empty() {
-                send(persisted);
-                // A follower's acknowledgement is what the leader waits on: it leaves before
-                // this replica spends time applying.
-                tokio::task::yield_now().await;
-                // Sending it woke the leader, often onto this CPU when replicas share a machine
-                // (and the kernel packs threads onto few CPUs). Giving the CPU up here lets the
-                // leader commit and answer before this replica applies; with nothing else to
-                // run it returns at once. Measured with `allot bench`: submit-to-admit p50 0.50
-                // ms before, 0.45 ms after.
-                std::thread::yield_now();
-            }
-            self.rep.ready_apply(rd)?;
-            send(self.rep.take_messages());
-            for a in self.rep.take_applied() {
-                self.leader.handle_applied(&a);
-                if let Some(t) = a.token {
-                    if let Some((w, _)) = self.waiters.remove(&t) {
-                        let _ = w.send(a.result);
-                        answered = true;
-                    }
-                }
-            }
-            for (token, index) in self.rep.take_reads() {
-                if let Some((q, r)) = self.pending_reads.remove(&token) {
-                    self.ready_reads.push((index, q, r));
-                }
-            }
-        }
-        let applied = self.rep.applied_index();
-        let mut keep = Vec::new();
-        for (index, q, r) in std::mem::take(&mut self.ready_reads) {
-            if index <= applied {
-                let _ = r.send(q(&self.rep.machine));
-            } else {
-                keep.push((index, q, r));
-            }
-        }
-        self.ready_reads = keep;
-        self.applied_tx.send_if_modified(|a| {
-            let changed = *a != applied;
-            *a = applied;
-            changed
-        });
-        if answered {
-            // The replies go out (their tasks share this thread) before the scheduler runs.
-            tokio::task::yield_now().await;
-        }
-        Ok(())
-    }
-
-    fn after(&mut self) {
-        let leader = self.rep.is_leader();
-        let now = self.now();
-        if self.leader.sync_role(&self.rep, now) == RoleChange::Lost {
-            // Proposals may still commit under the new leader, but this replica cannot tell
-            // its clients; they retry (idempotently) elsewhere.
-            let e = self.rep.not_leader();
-            for (_, (w, _)) in self.waiters.drain() {
-                let _ = w.send(Err(e.clone()));
-            }
-            for (_, (_, r)) in self.pending_reads.drain() {
-                let _ = r.send(Err(e.clone()));
-            }
-        }
-        let stale: Vec<u64> = self
-            .waiters
-            .iter()
-            .filter(|(_, (_, t))| t.elapsed() > WRITE_TIMEOUT)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in stale {
-            self.waiters.remove(&k);
-        }
+    /// What the rest of the process sees, after each turn.
+    fn publish(&mut self) {
+        let rep = self.node.replica();
         if let Ok(mut s) = self.status.lock() {
-            s.leader = self.rep.leader();
-            s.term = self.rep.term();
-            s.commit = self.rep.commit_index();
-            s.applied = self.rep.applied_index();
-            s.is_leader = leader;
+            s.leader = rep.leader();
+            s.term = rep.term();
+            s.commit = rep.commit_index();
+            s.applied = rep.applied_index();
+            s.is_leader = rep.is_leader();
             s.beat = Some(Instant::now());
-            s.limits = self.rep.machine.limits;
+            s.limits = rep.machine.limits;
         }
     }
 
@@ -473,24 +267,168 @@ impl RaftLoop {
                 }
             }
             if Instant::now() >= next_tick {
-                self.rep.tick();
+                self.node.tick();
                 next_tick += tick;
                 if next_tick < Instant::now() {
                     next_tick = Instant::now() + tick;
                 }
             }
-            self.check_leases();
-            // Schedule as soon as something changed, not at the next tick.
-            for _ in 0..2 {
-                self.schedule();
-                if let Err(e) = self.drain_ready().await {
-                    storage_failed(e);
-                }
+            let now = self.now();
+            let mut io = ServerIo {
+                id: self.node.replica().id(),
+                peers: &self.peers,
+                metrics: &self.metrics,
+                applied_tx: &self.applied_tx,
+                input: &self.input,
+                encode_machine: self.encode_machine,
+                snapshot_files: &self.snapshot_files,
+            };
+            if let Err(e) = self.node.turn(&mut io, now, now_ms()).await {
+                storage_failed(e);
             }
-            self.after();
-            self.start_snapshot();
-            self.leader.prepare_scratch(&self.rep);
+            self.publish();
         }
+    }
+}
+
+/// The turn's outputs on the raft thread: peer senders on this thread's runtime (the thread
+/// yields to them where the node says it may), replies through their oneshot channels, large
+/// cycles and snapshot encoding on threads of their own.
+struct ServerIo<'a> {
+    id: u64,
+    peers: &'a BTreeMap<u64, mpsc::UnboundedSender<Message>>,
+    metrics: &'a Metrics,
+    applied_tx: &'a tokio::sync::watch::Sender<u64>,
+    input: &'a mpsc::UnboundedSender<Input>,
+    encode_machine: fn(&Machine) -> Result<Vec<u8>, String>,
+    snapshot_files: &'a SnapshotStore,
+}
+
+impl Io for ServerIo<'_> {
+    type Reply = oneshot::Sender<Response>;
+
+    async fn send_early(&mut self, msgs: Vec<Message>) {
+        self.send(msgs);
+        // The leader's appends leave before its own write blocks this thread: the peer
+        // senders and QUIC run on it, and get their turn here.
+        tokio::task::yield_now().await;
+    }
+
+    async fn written(&mut self, msgs: Vec<Message>) {
+        if msgs.is_empty() {
+            return;
+        }
+        self.send(msgs);
+        // A follower's acknowledgement is what the leader waits on: it leaves before this
+        // replica spends time applying.
+        tokio::task::yield_now().await;
+        // Sending it woke the leader, often onto this CPU when replicas share a machine (and
+        // the kernel packs threads onto few CPUs). Giving the CPU up here lets the leader
+        // commit and answer before this replica applies; with nothing else to run it returns
+        // at once. Measured with `allot bench`: submit-to-admit p50 0.50 ms before, 0.45 ms
+        // after.
+        std::thread::yield_now();
+    }
+
+    fn send(&mut self, msgs: Vec<Message>) {
+        for m in msgs {
+            if let Some(tx) = self.peers.get(&m.to) {
+                let _ = tx.send(m);
+            }
+        }
+    }
+
+    fn answer(&mut self, to: Self::Reply, response: Response) {
+        let _ = to.send(response);
+    }
+
+    async fn drained(&mut self, applied: u64, answered: bool) {
+        self.applied_tx.send_if_modified(|a| {
+            let changed = *a != applied;
+            *a = applied;
+            changed
+        });
+        if answered {
+            // The replies go out (their tasks share this thread) before the scheduler runs.
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// On this thread when the backlog is small, else on a thread of its own, whose plan comes
+    /// back as `Input::CycleDone`.
+    fn cycle(&mut self, job: CycleJob) -> Option<CycleDone> {
+        if job.backlog() <= INLINE_CYCLE_BACKLOG {
+            let t0 = Instant::now();
+            let done = job.run();
+            self.metrics
+                .cycle_seconds
+                .observe(t0.elapsed().as_secs_f64());
+            return Some(done);
+        }
+        let back = self.input.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("cycle-{}", self.id))
+            .spawn(move || {
+                let t0 = Instant::now();
+                let done = job.run();
+                let _ = back.send(Input::CycleDone(done, t0.elapsed()));
+            });
+        if let Err(e) = spawned {
+            // The driver gives the cycle up after its retry interval and asks again.
+            tracing::warn!("could not start a thread for a scheduling cycle: {e}");
+        }
+        None
+    }
+
+    /// Encodes the snapshot on its own thread: the raft thread only copied the machine
+    /// (copy-on-write, a few milliseconds), and writes the bytes when they come back
+    /// (`Input::SnapshotEncoded`). Encoding on the raft thread held every commit up for as
+    /// long as it took: tens of milliseconds with a thousand nodes.
+    fn snapshot(&mut self, job: SnapshotJob) {
+        let done = self.input.clone();
+        let encode_machine = self.encode_machine;
+        let files = self.snapshot_files.clone();
+        let (index, term) = (job.index, job.term);
+        let spawned = crate::priority::in_background(format!("snapshot-{}", self.id), move || {
+            let t0 = Instant::now();
+            let data = encode_machine(&job.machine);
+            let encode = t0.elapsed();
+            drop(job);
+            let t1 = Instant::now();
+            let file = match &data {
+                Ok(d) => match files.write(index, d) {
+                    Ok(f) => Some(f),
+                    Err(e) => {
+                        tracing::warn!(
+                            "{e}; the snapshot at {index} goes into the log's database instead"
+                        );
+                        None
+                    }
+                },
+                Err(_) => None,
+            };
+            let _ = done.send(Input::SnapshotEncoded(SnapshotDone {
+                index,
+                term,
+                data,
+                file,
+                took: [encode, t1.elapsed()],
+            }));
+        });
+        if let Err(e) = spawned {
+            tracing::warn!("could not start a thread to encode the snapshot at {index}: {e}");
+            let _ = self.input.send(Input::SnapshotEncoded(SnapshotDone {
+                index,
+                term,
+                data: Err(format!("no thread to encode it: {e}")),
+                file: None,
+                took: [Duration::ZERO; 2],
+            }));
+        }
+    }
+
+    fn lost(&mut self, l: Lost) {
+        tracing::warn!("node {} declared lost: {}", l.node, l.reason);
     }
 }
 
@@ -896,16 +834,20 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     }));
     let metrics = Arc::new(Metrics::new(cfg.id));
     let lp = RaftLoop {
-        rep,
+        encode_machine: rep.codec().encode_machine,
+        snapshot_files: rep.disk().snapshot_store(),
+        node: Node::new(
+            rep,
+            NodeConfig {
+                leader: LeaderConfig {
+                    schedule_interval_ms: cfg.schedule_interval_ms,
+                    retry_ms: WRITE_TIMEOUT.as_millis() as u64,
+                    ..LeaderConfig::default()
+                },
+                write_timeout_ms: WRITE_TIMEOUT.as_millis() as u64,
+            },
+        ),
         peers: BTreeMap::new(),
-        waiters: HashMap::new(),
-        pending_reads: HashMap::new(),
-        ready_reads: Vec::new(),
-        leader: Leader::new(LeaderConfig {
-            schedule_interval_ms: cfg.schedule_interval_ms,
-            retry_ms: WRITE_TIMEOUT.as_millis() as u64,
-            ..LeaderConfig::default()
-        }),
         origin: Instant::now(),
         space: DiskSpace {
             dir: cfg.data_dir.clone(),

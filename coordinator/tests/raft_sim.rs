@@ -1,7 +1,8 @@
 //! Deterministic simulation of 3 and 5 coordinator replicas and the agents of three nodes: the
-//! real `Replica` (raft-rs, the log cache, the state machine) and the real leader driver
-//! (`leader::Leader`: agent leases, cycles, plan proposals, the hand-over of leadership) on a
-//! simulated network and disks, with message loss, delay, reordering, partitions, crashes that
+//! server's own sans-I/O node (`node::Node`: the replica with raft-rs, the log cache and the
+//! state machine; the leader driver with agent leases, cycles, plan proposals, the submit fast
+//! path and the hand-over of leadership; waiting writes and their answers; one turn in the
+//! order the server runs it) on a simulated network and disks, with message loss, delay, reordering, partitions, crashes that
 //! lose unsynced writes, and agents that crash, restart and are cut off. Time is passed in (a
 //! step is 100 ms); cycles are computed at once or a few steps later, as the server computes
 //! large ones on their own thread. The simulated agents behave as `agent/` does: they sync with
@@ -26,17 +27,19 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use allot_common::api::Response;
 use allot_common::api::{
     ActivationState, ComputeQuotaInput, NodeAssignments, NodeReport, PodExit, RunSpec, SubmitInput,
 };
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::{Catalog, PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
-use allot_coordinator::leader::{CycleJob, Leader, LeaderConfig};
+use allot_coordinator::leader::{CycleDone, CycleJob, LeaderConfig, Lost};
+use allot_coordinator::node::{Io, Node, NodeConfig};
 use allot_coordinator::raftlog::MemDisk;
 use allot_coordinator::replica::{
-    EncodedSnapshot, Replica, ReplicaConfig, Sent, SnapshotCodec, SnapshotJob,
+    Applied, EncodedSnapshot, Replica, ReplicaConfig, SnapshotCodec, SnapshotJob,
 };
-use allot_core::machine::{Command, Entry as Cmd};
+use allot_core::machine::Command;
 use allot_core::{Event, WlState};
 use raft::eraftpb::Message;
 
@@ -75,7 +78,9 @@ struct Sim {
     seed: u64,
     rng: Rng,
     n: usize,
-    nodes: Vec<Option<Replica<MemDisk>>>,
+    /// Each replica as the server runs it (`node::Node`: the replica, the leader's driver,
+    /// waiting writes and reads), or `None` while it is down.
+    nodes: Vec<Option<Node<MemDisk, ()>>>,
     disks: Vec<MemDisk>,
     net: Vec<InFlight>,
     seq: u64,
@@ -91,7 +96,6 @@ struct Sim {
     /// Per replica: the incarnation and applied index its applied entries and state were last
     /// checked at. Only what it applied since is checked again; a restart checks all anew.
     checked: Vec<(u64, u64)>,
-    next_token: u64,
     acknowledged: BTreeSet<String>,
     /// Submits acknowledged as admitted by their own entry (the fast path's plan applied).
     admitted_in_submit: usize,
@@ -106,8 +110,6 @@ struct Sim {
     incarnation: Vec<u64>,
     /// Snapshots written from background jobs, over the run.
     background_written: u64,
-    /// Each replica's leader driver (the server's own `leader::Leader`), new with each start.
-    drivers: Vec<Leader>,
     /// Cycles being computed "elsewhere": (replica, incarnation, the step they finish, job).
     cycles: Vec<(usize, u64, u64, CycleJob)>,
     agents: Vec<Agent>,
@@ -240,7 +242,6 @@ impl Sim {
             committed: BTreeMap::new(),
             digests: BTreeMap::new(),
             checked: vec![(0, 0); n],
-            next_token: 1,
             acknowledged: BTreeSet::new(),
             admitted_in_submit: 0,
             submitted: 0,
@@ -250,7 +251,6 @@ impl Sim {
             jobs: Vec::new(),
             incarnation: vec![0; n],
             background_written: 0,
-            drivers: Vec::new(),
             cycles: Vec::new(),
             agents: (0..AGENTS)
                 .map(|k| Agent {
@@ -272,7 +272,6 @@ impl Sim {
             node_failures: 0,
             pods_started: 0,
         };
-        sim.drivers = (0..n).map(|_| Self::driver()).collect();
         for i in 0..n {
             let r = sim.open(i);
             sim.nodes.push(Some(r));
@@ -300,24 +299,6 @@ impl Sim {
         c
     }
 
-    /// Takes replica `i`'s due snapshot job, to finish a few steps from now.
-    fn take_job(&mut self, i: usize) {
-        let Some(r) = self.nodes[i].as_mut() else {
-            return;
-        };
-        match r.take_snapshot_job() {
-            Ok(Some(job)) => {
-                let at = self.step + 1 + self.rng.below(8);
-                self.jobs.push((i, self.incarnation[i], at, job));
-            }
-            Ok(None) => {}
-            Err(e) => {
-                let msg = format!("replica {} take_snapshot_job: {e}", i + 1);
-                self.fail(&msg)
-            }
-        }
-    }
-
     /// Finishes the jobs due now: encodes the copy and writes it (synced, or lost in a crash).
     fn finish_jobs(&mut self) {
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.jobs)
@@ -332,8 +313,8 @@ impl Sim {
                 continue;
             };
             let data = encode_machine(&job.machine);
-            let before = r.snapshot_index();
-            if let Err(e) = r.finish_snapshot(EncodedSnapshot {
+            let before = r.replica().snapshot_index();
+            if let Err(e) = r.handle_snapshot_encoded(EncodedSnapshot {
                 index: job.index,
                 term: job.term,
                 data,
@@ -342,7 +323,7 @@ impl Sim {
                 let msg = format!("replica {} finish_snapshot: {e}", i + 1);
                 self.fail(&msg)
             }
-            if r.snapshot_index() != before {
+            if r.replica().snapshot_index() != before {
                 self.background_written += 1;
             }
             self.disks[i].sync();
@@ -356,12 +337,20 @@ impl Sim {
         self.incarnation[i] += 1;
     }
 
-    fn driver() -> Leader {
-        Leader::new(LeaderConfig {
-            schedule_interval_ms: 1_000,
-            lease_check_ms: 100,
-            retry_ms: 2_000,
-        })
+    fn node_config() -> NodeConfig {
+        NodeConfig {
+            leader: LeaderConfig {
+                schedule_interval_ms: 1_000,
+                lease_check_ms: 100,
+                retry_ms: 2_000,
+            },
+            write_timeout_ms: 2_000,
+        }
+    }
+
+    /// Replica `i`, if it is up.
+    fn rep(&self, i: usize) -> Option<&Replica<MemDisk>> {
+        self.nodes[i].as_ref().map(Node::replica)
     }
 
     fn now(&self) -> u64 {
@@ -372,12 +361,12 @@ impl Sim {
         (self.step * STEP_MS) as i64
     }
 
-    fn open(&mut self, i: usize) -> Replica<MemDisk> {
-        // A new process: its driver starts afresh too.
-        self.drivers[i] = Self::driver();
+    /// Replica `i` started anew: a new process, its driver and waiters afresh too.
+    fn open(&mut self, i: usize) -> Node<MemDisk, ()> {
         let cfg = self.cfg(i);
-        Replica::open(cfg, self.disks[i].clone(), codec(), &self.logger)
-            .unwrap_or_else(|e| self.fail(&format!("replica {} failed to open: {e}", i + 1)))
+        let rep = Replica::open(cfg, self.disks[i].clone(), codec(), &self.logger)
+            .unwrap_or_else(|e| self.fail(&format!("replica {} failed to open: {e}", i + 1)));
+        Node::new(rep, Self::node_config())
     }
 
     fn fail(&self, what: &str) -> ! {
@@ -424,7 +413,7 @@ impl Sim {
     fn lost(&mut self, m: &Message) {
         if m.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
             if let Some(r) = self.nodes[(m.from - 1) as usize].as_mut() {
-                r.report_snapshot(m.to, false);
+                r.handle_snapshot_status(m.to, false);
             }
         }
     }
@@ -451,12 +440,11 @@ impl Sim {
             }
             let is_snap = f.msg.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot;
             if let Some(r) = self.nodes[(to - 1) as usize].as_mut() {
-                // Errors here are raft-rs refusing a stale message; they change nothing.
-                let _ = r.step(f.msg);
+                r.handle_raft(f.msg);
             }
             if is_snap {
                 if let Some(r) = self.nodes[(from - 1) as usize].as_mut() {
-                    r.report_snapshot(to, true);
+                    r.handle_snapshot_status(to, true);
                 }
             }
         }
@@ -466,12 +454,12 @@ impl Sim {
         (0..self.n).find(|&i| self.nodes[i].as_ref().is_some_and(|r| r.is_leader()))
     }
 
+    /// A write to replica `i`, as a request handler hands it in (its answer comes out of a
+    /// later turn).
     fn propose(&mut self, i: usize, cmd: Command) {
-        let token = self.next_token;
-        self.next_token += 1;
-        let now = self.step as i64 * 100;
+        let (now, wall) = (self.now(), self.wall());
         if let Some(r) = self.nodes[i].as_mut() {
-            let _ = r.propose(token, &Cmd { now, cmd });
+            r.handle_propose(cmd, (), now, wall);
         }
     }
 
@@ -544,12 +532,13 @@ impl Sim {
                 run: Some(RunSpec::default()),
                 client_token: Some(format!("tok-{}", self.submitted)),
             };
-            // Half the submits take the leader's fast path: the plan for the state right
-            // after the submit, computed on this replica's applied state whether or not other
-            // entries are in flight (the server waits until none is), so the apply-time check
-            // of the expected id and the plan's verification are both exercised.
+            // Half the submits come with a plan made here, a test input: the plan for the
+            // state right after the submit, computed on this replica's applied state whether
+            // or not other entries are in flight (the leader's fast path waits until none is),
+            // so the apply-time check of the expected id and the plan's verification see stale
+            // plans. The others go through the node's own fast path.
             let now = self.step as i64 * 100;
-            let planned = match self.nodes[i].as_ref() {
+            let planned = match self.nodes[i].as_ref().map(Node::replica) {
                 Some(r) if self.rng.chance(500) => r.machine.plan_submit(&input, now),
                 _ => None,
             };
@@ -588,7 +577,7 @@ impl Sim {
 
     /// Whether workload `name` has a pod on a simulated agent's node, as replica `i` sees it.
     fn on_agent_node(&self, i: usize, name: &str) -> bool {
-        let Some(r) = self.nodes[i].as_ref() else {
+        let Some(r) = self.rep(i) else {
             return false;
         };
         let st = &r.machine.state;
@@ -604,8 +593,8 @@ impl Sim {
 
     /// A random workload, as replica `i` sees it, whose state passes `pred`.
     fn pick_workload(&mut self, i: usize, pred: impl Fn(WlState) -> bool) -> Option<String> {
-        let ws: Vec<String> = self.nodes[i]
-            .as_ref()?
+        let ws: Vec<String> = self
+            .rep(i)?
             .machine
             .state
             .workloads
@@ -619,15 +608,35 @@ impl Sim {
         Some(ws[self.rng.below(ws.len() as u64) as usize].clone())
     }
 
-    /// Runs replica `i`'s leader driver, as the server's raft loop does each turn: leases,
-    /// then a cycle when one is due, computed now or a few steps later ("on another thread").
-    fn lead(&mut self, i: usize) {
+    /// Replica `i`'s turn (`Node::turn`, as the server's raft loop runs it): leases, cycles
+    /// (computed now or a few steps later, "on another thread"), the Ready loop, answers. The
+    /// replica may crash after its write and before the sync: then nothing of the turn after
+    /// the write leaves.
+    fn turn(&mut self, i: usize) {
         let (now, wall) = (self.now(), self.wall());
+        let mut io = SimIo {
+            disk: self.disks[i].clone(),
+            crash: self.faults_on && self.faults.network && self.rng.chance(3),
+            crashed: false,
+            inline_cycle: self.rng.chance(500),
+            early: Vec::new(),
+            after: Vec::new(),
+            answers: Vec::new(),
+            evicted: Vec::new(),
+            cycles: Vec::new(),
+            snapshots: Vec::new(),
+            lost: Vec::new(),
+        };
         let Some(r) = self.nodes[i].as_mut() else {
             return;
         };
-        let d = &mut self.drivers[i];
-        for l in d.poll_leases(r, now, wall) {
+        if let Err(e) = run_now(r.turn(&mut io, now, wall)) {
+            let msg = format!("replica {} turn: {e}", i + 1);
+            self.fail(&msg)
+        }
+        // The leader's appends are on the network even if the write is then lost.
+        self.send(std::mem::take(&mut io.early));
+        for l in &io.lost {
             self.log.push(format!(
                 "step {}: replica {} declares {} lost: {}",
                 self.step,
@@ -636,15 +645,38 @@ impl Sim {
                 l.reason
             ));
         }
-        let Some(job) = d.poll_cycle(r, now, wall) else {
+        if io.crashed {
+            self.crash(i);
+            self.log.push(format!(
+                "step {}: replica {} crashed mid-write",
+                self.step,
+                i + 1
+            ));
             return;
-        };
-        if self.rng.chance(500) {
-            d.handle_cycle_done(r, job.run(), now);
-        } else {
+        }
+        self.send(std::mem::take(&mut io.after));
+        for job in io.cycles {
             let at = self.step + 1 + self.rng.below(5);
             self.cycles.push((i, self.incarnation[i], at, job));
         }
+        for job in io.snapshots {
+            let at = self.step + 1 + self.rng.below(8);
+            self.jobs.push((i, self.incarnation[i], at, job));
+        }
+        for message in io.evicted {
+            self.node_failures += 1;
+            self.log
+                .push(format!("step {}: replica {}: {message}", self.step, i + 1));
+        }
+        for answer in io.answers {
+            if let Ok(allot_common::api::Reply::Submitted { name, state, .. }) = answer {
+                self.acknowledged.insert(name);
+                if state == "Admitted" {
+                    self.admitted_in_submit += 1;
+                }
+            }
+        }
+        self.check_applied(i);
     }
 
     /// Cycles computed elsewhere come back (to a replica that may have crashed or lost its
@@ -660,77 +692,18 @@ impl Sim {
                 continue;
             }
             if let Some(r) = self.nodes[i].as_mut() {
-                self.drivers[i].handle_cycle_done(r, job.run(), now);
+                r.handle_cycle_done(job.run(), now);
             }
         }
     }
 
-    fn ready(&mut self, i: usize) {
-        let Some(r) = self.nodes[i].as_mut() else {
+    /// What replica `i` applied since it was last checked: the same entries as every other
+    /// replica at each index, the same state at each applied index, the state's invariants.
+    fn check_applied(&mut self, i: usize) {
+        let Some(r) = self.rep(i) else {
             return;
         };
-        let mut early = Vec::new();
-        let mut after_write = Vec::new();
-        let res = r.handle_ready_with(&mut |m, when| match when {
-            Sent::BeforeWrite => early.extend(m),
-            Sent::AfterWrite => after_write.extend(m),
-        });
-        // The leader's appends leave before its own write; they are on the network even if
-        // the write is then lost. What needs the write waits for the sync below.
-        self.send(early);
-        match res {
-            Ok(_) => {}
-            Err(e) => {
-                let msg = format!("replica {} handle_ready: {e}", i + 1);
-                self.fail(&msg)
-            }
-        }
-        // Crash after the write and before the fsync returns: nothing staged survives, nothing
-        // of this Ready was sent or acknowledged.
-        if self.faults_on && self.faults.network && self.rng.chance(3) {
-            self.crash(i);
-            self.log.push(format!(
-                "step {}: replica {} crashed mid-write",
-                self.step,
-                i + 1
-            ));
-            return;
-        }
-        self.disks[i].sync();
-        self.send(after_write);
-        let r = self.nodes[i].as_mut().expect("present");
-        let msgs = r.take_messages();
-        let applied = r.take_applied();
-        let applied_index = r.applied_index();
-        let id = r.id();
-        self.send(msgs);
-        self.take_job(i);
-        for a in &applied {
-            self.drivers[i].handle_applied(a);
-            for e in &a.events {
-                // Only agents' nodes: the random commands fail `node-N`s on purpose.
-                if let Event::Evicted {
-                    reason, message, ..
-                } = e
-                {
-                    if reason == "NodeFailures" && message.starts_with("node agent-") {
-                        self.node_failures += 1;
-                        self.log
-                            .push(format!("step {}: replica {}: {message}", self.step, i + 1));
-                    }
-                }
-            }
-        }
-        for a in applied {
-            if a.token.is_some() {
-                if let Ok(allot_common::api::Reply::Submitted { name, state, .. }) = &a.result {
-                    self.acknowledged.insert(name.clone());
-                    if state == "Admitted" {
-                        self.admitted_in_submit += 1;
-                    }
-                }
-            }
-        }
+        let (applied_index, id) = (r.applied_index(), r.id());
         // Nothing applied since the last check of this incarnation: nothing new to check.
         let since = match self.checked[i] {
             (inc, at) if inc == self.incarnation[i] && at <= applied_index => {
@@ -743,7 +716,7 @@ impl Sim {
         };
         self.checked[i] = (self.incarnation[i], applied_index);
         // State machine safety: every replica applies the same entry at an index.
-        let r = self.nodes[i].as_ref().expect("present");
+        let r = self.nodes[i].as_ref().expect("present").replica();
         let seen_in_term = r.term();
         let mut differs = None;
         for e in r.log_entries() {
@@ -793,7 +766,7 @@ impl Sim {
 
     fn check_leaders(&mut self) {
         for i in 0..self.n {
-            let Some(r) = self.nodes[i].as_ref() else {
+            let Some(r) = self.rep(i) else {
                 continue;
             };
             if !r.is_leader() {
@@ -816,7 +789,7 @@ impl Sim {
             // Leader completeness: a leader holds every entry committed in an earlier term (that
             // it has not compacted). A deposed leader that has not heard of its successor yet
             // may hold other entries at indexes its successor committed.
-            let r = self.nodes[i].as_ref().expect("present");
+            let r = self.nodes[i].as_ref().expect("present").replica();
             let must_hold = |c: &Committed| c.seen_in_term < term;
             let max_committed = self
                 .committed
@@ -919,14 +892,13 @@ impl Sim {
     /// Whether replica `i` would get a read index confirmed: it leads, and a majority of the
     /// replicas (itself included) are up, connected to it and in no later term.
     fn confirms_reads(&self, i: usize) -> bool {
-        let Some(r) = self.nodes[i].as_ref().filter(|r| r.is_leader()) else {
+        let Some(r) = self.rep(i).filter(|r| r.is_leader()) else {
             return false;
         };
         let (id, term) = (r.id(), r.term());
         let votes = (0..self.n)
             .filter(|&j| {
-                self.nodes[j]
-                    .as_ref()
+                self.rep(j)
                     .is_some_and(|o| self.connected(id, o.id()) && o.term() <= term)
             })
             .count();
@@ -1043,7 +1015,8 @@ impl Sim {
                     let confirmed = self.confirms_reads(replica);
                     let r = self.nodes[replica].as_mut().expect("reached");
                     // The server counts the heartbeat before it tries the read.
-                    self.drivers[replica].handle_heartbeat(r, &node, now);
+                    r.handle_heartbeat(&node, now);
+                    let r = r.replica();
                     let answer = if confirmed {
                         Ok(Box::new(allot_core::views::assignments(&r.machine, &node)))
                     } else {
@@ -1083,17 +1056,9 @@ impl Sim {
                     }
                 }
                 AgentMsg::Report { replica, cmd, .. } => {
-                    let Some(r) = self.nodes[replica].as_mut() else {
-                        continue;
-                    };
-                    let token = self.drivers[replica].token();
-                    let _ = r.propose(
-                        token,
-                        &Cmd {
-                            now: wall,
-                            cmd: *cmd,
-                        },
-                    );
+                    if let Some(r) = self.nodes[replica].as_mut() {
+                        r.handle_propose(*cmd, (), now, wall);
+                    }
                 }
             }
         }
@@ -1239,10 +1204,7 @@ impl Sim {
                 }
             }
             for i in 0..self.n {
-                self.lead(i);
-            }
-            for i in 0..self.n {
-                self.ready(i);
+                self.turn(i);
             }
             self.check_leaders();
             self.check_no_overlap();
@@ -1276,16 +1238,14 @@ impl Sim {
             self.deliver();
             self.finish_jobs();
             self.finish_cycles();
-            // The agents and drivers go quiet for the last steps, so the log stops growing.
+            // The agents go quiet for the last steps (less than a lease, so no node is lost),
+            // so the log stops growing.
             let quiet = self.step >= end - 40;
             if !quiet {
                 self.agents_step();
-                for i in 0..self.n {
-                    self.lead(i);
-                }
             }
             for i in 0..self.n {
-                self.ready(i);
+                self.turn(i);
             }
             self.check_leaders();
             self.check_no_overlap();
@@ -1293,9 +1253,9 @@ impl Sim {
         let Some(l) = self.leader() else {
             self.fail("no leader after healing every fault");
         };
-        let commit = self.nodes[l].as_ref().expect("leader").commit_index();
+        let commit = self.rep(l).expect("leader").commit_index();
         for i in 0..self.n {
-            let r = self.nodes[i].as_ref().expect("all up");
+            let r = self.rep(i).expect("all up");
             if r.applied_index() < commit {
                 self.fail(&format!(
                     "replica {} applied {} after healing, the leader committed {commit}",
@@ -1312,6 +1272,102 @@ impl Sim {
                 }
             }
         }
+    }
+}
+
+/// A turn's outputs in the simulation, handed on to the simulated network and threads once
+/// the turn is over.
+struct SimIo {
+    disk: MemDisk,
+    /// Drawn before the turn: the replica crashes after its (first) write, before the sync.
+    crash: bool,
+    crashed: bool,
+    /// Drawn before the turn: a cycle due now runs at once (as the server runs small ones).
+    inline_cycle: bool,
+    early: Vec<Message>,
+    after: Vec<Message>,
+    answers: Vec<Response>,
+    /// Evictions of agents' nodes for node failures, as applied.
+    evicted: Vec<String>,
+    cycles: Vec<CycleJob>,
+    snapshots: Vec<SnapshotJob>,
+    lost: Vec<Lost>,
+}
+
+impl Io for SimIo {
+    type Reply = ();
+
+    async fn send_early(&mut self, msgs: Vec<Message>) {
+        if !self.crashed {
+            self.early.extend(msgs);
+        }
+    }
+
+    async fn written(&mut self, msgs: Vec<Message>) {
+        if self.crash {
+            // Crash after the write and before the fsync returns: nothing staged survives,
+            // nothing of this Ready is sent or acknowledged.
+            self.crash = false;
+            self.crashed = true;
+        }
+        if !self.crashed {
+            self.disk.sync();
+            self.after.extend(msgs);
+        }
+    }
+
+    fn send(&mut self, msgs: Vec<Message>) {
+        if !self.crashed {
+            self.after.extend(msgs);
+        }
+    }
+
+    fn answer(&mut self, _to: (), response: Response) {
+        if !self.crashed {
+            self.answers.push(response);
+        }
+    }
+
+    async fn drained(&mut self, _applied: u64, _answered: bool) {}
+
+    fn cycle(&mut self, job: CycleJob) -> Option<CycleDone> {
+        if self.inline_cycle {
+            return Some(job.run());
+        }
+        self.cycles.push(job);
+        None
+    }
+
+    fn snapshot(&mut self, job: SnapshotJob) {
+        self.snapshots.push(job);
+    }
+
+    fn applied(&mut self, a: &Applied) {
+        for e in &a.events {
+            // Only agents' nodes: the random commands fail `node-N`s on purpose.
+            if let Event::Evicted {
+                reason, message, ..
+            } = e
+            {
+                if reason == "NodeFailures" && message.starts_with("node agent-") {
+                    self.evicted.push(message.clone());
+                }
+            }
+        }
+    }
+
+    fn lost(&mut self, l: Lost) {
+        self.lost.push(l);
+    }
+}
+
+/// Runs a turn to its end: the simulation's `Io` never waits, so one poll completes it.
+fn run_now<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => panic!("a simulated turn waited"),
     }
 }
 
@@ -1402,11 +1458,11 @@ fn a_follower_that_lost_acknowledged_entries_catches_up() {
             sim.fail("no leader");
         };
         let f = (l + 1) % 3;
-        let before = sim.nodes[f].as_ref().expect("up").last_index();
+        let before = sim.rep(f).expect("up").last_index();
         sim.crash(f);
         let lost = sim.disks[f].lose_tail(5 + (seed as usize % 10));
         let r = sim.open(f);
-        let after = r.last_index();
+        let after = r.replica().last_index();
         sim.nodes[f] = Some(r);
         sim.log.push(format!(
             "step {}: replica {} restarted with its log cut from {before} to {after}",
@@ -1421,7 +1477,7 @@ fn a_follower_that_lost_acknowledged_entries_catches_up() {
         // acknowledged submission is on every replica) cover the catch-up.
         sim.faults_on = true;
         sim.run(200);
-        let r = sim.nodes[f].as_ref().expect("up");
+        let r = sim.rep(f).expect("up");
         assert!(
             r.last_index() > before,
             "seed {seed}: replica {} did not catch up ({} <= {before})",
@@ -1451,7 +1507,7 @@ fn snapshots_are_taken_and_installed() {
     let snaps: Vec<u64> = sim
         .nodes
         .iter()
-        .map(|r| r.as_ref().map_or(0, |r| r.snapshot_index()))
+        .map(|r| r.as_ref().map_or(0, |r| r.replica().snapshot_index()))
         .collect();
     assert!(snaps.iter().all(|&s| s > 0), "snapshot indexes {snaps:?}");
     assert!(
