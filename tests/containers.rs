@@ -4,7 +4,8 @@
 //! variables and sees only its GPUs' device nodes; an image that does not exist; an eviction
 //! that runs the job's SIGTERM trap inside the container; an agent killed and restarted while
 //! a container runs (it keeps running and is adopted), also when its shim died with it; a
-//! stale attempt's container stopped and a stray container removed by the restarted agent.
+//! stale attempt's container stopped and a stray container removed by the restarted agent; the
+//! fence; and a lease that runs out while containerd is down.
 
 mod support;
 
@@ -508,6 +509,113 @@ fn the_fence_stops_containers_whose_agent_and_shims_are_gone() {
     drop(agent);
 }
 
+#[test]
+fn a_lease_that_runs_out_stops_the_container_while_containerd_is_down() {
+    let Some(mut env) = containers::Env::start("lease_without_containerd") else {
+        return;
+    };
+    let image = env.push_busybox("team-a/busybox", "1");
+    let c = Cluster::new(1, 0);
+    rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    setup_team(&c, "team-a");
+    let lease = 3.0;
+    let mut agent = c.start_agent_with("ctr-1", "ml.g5.8xlarge", 1, lease, &env.driver_args());
+    // A first process without a SIGTERM trap: only SIGKILL ends it, as for most images.
+    submit(
+        &c,
+        "unfenced.yaml",
+        &format!(
+            "name: unfenced\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ngrace: 2\n\
+             image: {image}\ncommand: [sh, -c, \"echo started; while true; do sleep 0.2; done\"]\n"
+        ),
+    );
+    wait_state(&c, &agent, "unfenced", "Running", 60);
+    let (first, pid) = task_pid(&env);
+    assert!(running(pid), "the container's process {pid} runs");
+    // The agent goes (nothing renews the lease) and so does containerd; the pod's shim stays.
+    agent.kill();
+    env.stop_containerd();
+    let t = std::time::Instant::now();
+    wait_for(
+        20,
+        "the container's process ends without containerd",
+        || (!running(pid)).then_some(()),
+    );
+    eprintln!(
+        "the process ended {:?} after the agent and containerd went (lease {lease}s)",
+        t.elapsed()
+    );
+    let logs = shim_logs(&agent);
+    assert!(logs.contains("lost containerd"), "shim logs: {logs}");
+    // containerd comes back: the ended container is removed (by its shim, or by the restarted
+    // agent as a stray), and the workload runs again (a second attempt: the node was lost).
+    env.restart_containerd();
+    agent.start();
+    wait_for(60, "the first attempt's container is removed", || {
+        let out = Command::new("ctr")
+            .arg("-a")
+            .arg(&env.socket)
+            .args(["-n", &env.namespace, "containers", "ls", "-q"])
+            .output()
+            .expect("ctr");
+        (!String::from_utf8_lossy(&out.stdout).contains(&first)).then_some(())
+    });
+    wait_state(&c, &agent, "unfenced", "Running", 60);
+    c.cli_ok("user-team-a", &["cancel", "unfenced"]);
+    let t = std::time::Instant::now();
+    while !tasks(&env).is_empty() {
+        if t.elapsed() > Duration::from_secs(60) {
+            leftover_report(&c, &env, &agent, "unfenced");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(agent);
+}
+
+/// The id and pid of the one task containerd runs in the test's namespace.
+fn task_pid(env: &containers::Env) -> (String, i32) {
+    let out = Command::new("ctr")
+        .arg("-a")
+        .arg(&env.socket)
+        .args(["-n", &env.namespace, "tasks", "ls"])
+        .output()
+        .expect("ctr");
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    out.lines()
+        .skip(1)
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            let id = f.next()?.to_string();
+            Some((id, f.next()?.parse().ok()?))
+        })
+        .unwrap_or_else(|| panic!("no task with a pid in {out:?}"))
+}
+
+/// Whether process `pid` runs (a zombie has ended).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// Every pod shim's log under the agent's data directory.
+fn shim_logs(agent: &AgentProc) -> String {
+    fn walk(dir: &std::path::Path, out: &mut String) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.file_name().is_some_and(|n| n == "shim.log") {
+                out.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+            }
+        }
+    }
+    let mut out = String::new();
+    walk(&agent.data, &mut out);
+    out
+}
+
 /// Fails with what a stuck cleanup needs to be understood: the tasks and their states, the
 /// workload's attempts, the agent's log and containerd's.
 fn leftover_report(c: &Cluster, env: &containers::Env, agent: &AgentProc, workload: &str) -> ! {
@@ -525,12 +633,13 @@ fn leftover_report(c: &Cluster, env: &containers::Env, agent: &AgentProc, worklo
         std::fs::read_to_string(env.dir.path().join("containerd.log")).unwrap_or_default();
     let tail: Vec<&str> = ctd_log.lines().rev().take(40).collect();
     panic!(
-        "tasks left 60 s after the cancel:\n{}\ncontainers:\n{}\n{}\nagent log:\n{}\n\
-         containerd log (last 40 lines, newest first):\n{}",
+        "tasks left 60 s after the end:\n{}\ncontainers:\n{}\n{}\nagent log:\n{}\n\
+         shim logs:\n{}\ncontainerd log (last 40 lines, newest first):\n{}",
         ctr("tasks"),
         ctr("containers"),
         String::from_utf8_lossy(&d.stdout),
         agent.log(),
+        shim_logs(agent),
         tail.join("\n")
     );
 }

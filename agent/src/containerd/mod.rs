@@ -19,6 +19,7 @@ pub use allot_common::image as reference;
 pub mod registry;
 pub mod run;
 pub mod spec;
+mod task_process;
 pub mod users;
 
 use std::path::{Path, PathBuf};

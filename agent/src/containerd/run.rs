@@ -7,6 +7,12 @@
 //! shim (an eviction) sends SIGTERM to the container's first process, then SIGKILL to all of
 //! its processes after the grace period. Output goes to the pod's `output.log`, written by
 //! containerd's runtime shim itself, so `allot logs` reads it as for processes.
+//!
+//! containerd may go away while a container runs (stopped, crashed, upgraded): the container
+//! goes on under its runtime shim, and so does the pod's shim, which then watches and signals
+//! the container's first process itself (`task_process`) until containerd is back. An expired
+//! lease or a stop still ends the container; an end while containerd is away is recorded with
+//! its exit code unknown, and the container is removed once containerd returns.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,7 +25,8 @@ use tokio_stream::StreamExt;
 use super::output::{self, OutputEnd};
 use super::registry::Credentials;
 use super::spec::{self, BindMount, PodContainer};
-use super::{api, container_id, Containerd, POD_LABEL, RUNTIME};
+use super::task_process::TaskProcess;
+use super::{api, container_id, CallError, Containerd, POD_LABEL, RUNTIME};
 use crate::pod_dir::{self as shim, ExitRecord, ShimArgs};
 
 /// What the agent writes for the shim: `container.json` in the pod's directory (mode 0600: it
@@ -213,7 +220,7 @@ async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
     );
     status.phase = "Running".into();
     write_status(dir, &status);
-    let code = supervise(args, &ctd, job, &id, ooms, output).await;
+    let code = supervise(args, &ctd, job, &id, Some(task_pid), ooms, output).await;
     super::pull::touch(&ctd, &pulled.name).await;
     code
 }
@@ -237,7 +244,8 @@ async fn adopt(args: &ShimArgs, ctd: &Containerd, job: &ContainerJob, id: &str) 
             let mut status = read_status(dir).unwrap_or_default();
             status.phase = "Running".into();
             write_status(dir, &status);
-            supervise(args, ctd, job, id, ooms, output).await
+            let pid = (task.status == api::STATUS_RUNNING).then_some(task.pid);
+            supervise(args, ctd, job, id, pid, ooms, output).await
         }
         Ok(None) => {
             // Created but never started, or removed: nothing runs; clean what is left.
@@ -564,19 +572,17 @@ async fn supervise(
     ctd: &Containerd,
     job: &ContainerJob,
     id: &str,
+    pid: Option<u32>,
     mut ooms: mpsc::UnboundedReceiver<String>,
     output: Option<OutputEnd>,
 ) -> i32 {
     let dir = &args.dir;
-    let wait = ctd.call::<_, api::WaitResponse>(
-        "/containerd.services.tasks.v1.Tasks/Wait",
-        api::TaskRequest {
-            container_id: id.into(),
-            exec_id: String::new(),
-        },
-        None,
-    );
-    tokio::pin!(wait);
+    // The container's first process, for when containerd cannot be asked (`task_process`).
+    let process = pid.and_then(TaskProcess::of);
+    let mut wait = Box::pin(wait_for_task(ctd, id));
+    // While containerd cannot be reached: the process watched directly, and when to look for
+    // containerd again.
+    let mut away: Option<(TaskProcess, tokio::time::Instant)> = None;
     let mut stopped = false;
     let mut lease_expired = false;
     let mut kill_at: Option<tokio::time::Instant> = None;
@@ -584,9 +590,36 @@ async fn supervise(
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let exit = loop {
         tokio::select! {
-            r = &mut wait => break r,
+            r = &mut wait, if away.is_none() => match (r, process) {
+                (Err(e), Some(p)) if p.alive() => {
+                    eprintln!(
+                        "agent-shim: lost containerd ({e}); watching the container's process {} itself until containerd is back",
+                        p.pid
+                    );
+                    away = Some((p, tokio::time::Instant::now() + CONTAINERD_RETRY));
+                }
+                (r, _) => break r.map_err(|e| format!("lost track of the container: {e}")),
+            },
             Some(c) = ooms.recv() => oom |= c == id,
             _ = tick.tick() => {
+                if let Some((p, next)) = away {
+                    if !p.alive() {
+                        break Err(
+                            "its process ended while containerd was away, so its exit code is unknown"
+                                .to_string(),
+                        );
+                    }
+                    if tokio::time::Instant::now() >= next {
+                        if ctd.task(id).await.is_ok() {
+                            eprintln!("agent-shim: containerd is back; waiting for the container through it again");
+                            wait = Box::pin(wait_for_task(ctd, id));
+                            away = None;
+                        } else {
+                            away = Some((p, tokio::time::Instant::now() + CONTAINERD_RETRY));
+                        }
+                    }
+                }
+                let direct = away.map(|(p, _)| p);
                 if kill_at.is_none() {
                     let mut grace = args.grace_ms;
                     if shim::term_requested() {
@@ -596,12 +629,13 @@ async fn supervise(
                         grace = grace.min(args.lease_ms * 4 / 5);
                     }
                     if stopped || lease_expired {
-                        kill(ctd, id, libc::SIGTERM, false).await;
+                        signal(ctd, id, direct, libc::SIGTERM).await;
                         kill_at = Some(tokio::time::Instant::now() + Duration::from_millis(grace));
                     }
                 } else if kill_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
-                    kill(ctd, id, libc::SIGKILL, true).await;
-                    kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
+                    signal(ctd, id, direct, libc::SIGKILL).await;
+                    // Again a second later, should containerd have gone in between.
+                    kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(1));
                 }
             }
         }
@@ -613,12 +647,13 @@ async fn supervise(
             oom |= c == id;
         }
     }
+    let ended_away = away.is_some();
     let (code, mut detail) = match exit {
         Ok(w) => {
             let c = w.exit_status as i32;
             (Some(c), format!("exit code {c}"))
         }
-        Err(e) => (None, format!("lost track of the container: {e}")),
+        Err(e) => (None, e),
     };
     if oom {
         detail = format!(
@@ -634,8 +669,10 @@ async fn supervise(
     let succeeded = code == Some(0) && !stopped && !lease_expired;
     // Deleting the task closes its pipes: what containerd has not copied yet would be lost.
     output_settled(&dir.join(shim::LOG_FILE), output).await;
-    if let Err(e) = ctd.remove_container(id, &job.snapshotter).await {
-        eprintln!("agent-shim: removing container {id}: {e}");
+    if !ended_away {
+        if let Err(e) = ctd.remove_container(id, &job.snapshotter).await {
+            eprintln!("agent-shim: removing container {id}: {e}");
+        }
     }
     record(
         dir,
@@ -650,5 +687,53 @@ async fn supervise(
             ended_ms: shim::now_ms(),
         },
     );
+    if ended_away {
+        remove_when_back(ctd, id, &job.snapshotter).await;
+    }
     0
+}
+
+/// How often a shim that lost containerd looks for it again.
+const CONTAINERD_RETRY: Duration = Duration::from_secs(1);
+/// How long a shim whose container ended while containerd was away waits for containerd, to
+/// remove the container, before it leaves that to the agent's clean-up of strays.
+const REMOVE_WHEN_BACK_FOR: Duration = Duration::from_secs(600);
+
+async fn wait_for_task(ctd: &Containerd, id: &str) -> Result<api::WaitResponse, CallError> {
+    ctd.call::<_, api::WaitResponse>(
+        "/containerd.services.tasks.v1.Tasks/Wait",
+        api::TaskRequest {
+            container_id: id.into(),
+            exec_id: String::new(),
+        },
+        None,
+    )
+    .await
+}
+
+/// Sends `sig` to the container: through containerd (SIGKILL to all of its processes), or
+/// while containerd is away straight to its first process (SIGKILL to it ends the container's
+/// pid namespace; SIGTERM reaches it where it has a handler, as through containerd).
+async fn signal(ctd: &Containerd, id: &str, away: Option<TaskProcess>, sig: i32) {
+    match away {
+        Some(p) => p.signal(sig),
+        None => kill(ctd, id, sig, sig == libc::SIGKILL).await,
+    }
+}
+
+/// Removes a container that ended while containerd was away, once containerd is back.
+async fn remove_when_back(ctd: &Containerd, id: &str, snapshotter: &str) {
+    let give_up = tokio::time::Instant::now() + REMOVE_WHEN_BACK_FOR;
+    loop {
+        match ctd.remove_container(id, snapshotter).await {
+            Ok(()) => return,
+            Err(e) if tokio::time::Instant::now() >= give_up => {
+                eprintln!(
+                    "agent-shim: removing container {id}: {e}; the agent removes it as a stray"
+                );
+                return;
+            }
+            Err(_) => tokio::time::sleep(CONTAINERD_RETRY).await,
+        }
+    }
 }

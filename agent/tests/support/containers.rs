@@ -42,6 +42,23 @@ fn run(cmd: &mut Command) {
     );
 }
 
+/// containerd with the test's config (written by `Env::start` in `dir`), logging to
+/// `containerd.log` there (appended to across restarts).
+fn spawn_containerd(dir: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("containerd.log"))
+        .expect("log");
+    Command::new("containerd")
+        .arg("--config")
+        .arg(dir.join("containerd.toml"))
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("containerd starts")
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -78,7 +95,6 @@ impl Env {
             .tempdir()
             .expect("temp dir");
         let socket = dir.path().join("containerd.sock");
-        let log = std::fs::File::create(dir.path().join("containerd.log")).expect("log");
         // A config that keeps this containerd away from the host's: its own plugin dirs, no CRI.
         let config = dir.path().join("containerd.toml");
         std::fs::write(
@@ -92,13 +108,7 @@ impl Env {
             ),
         )
         .expect("config");
-        let ctd = Command::new("containerd")
-            .arg("--config")
-            .arg(&config)
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("containerd starts");
+        let ctd = spawn_containerd(dir.path());
         let port = free_port();
         let reg_dir = dir.path().join("registry");
         std::fs::create_dir_all(&reg_dir).expect("registry dir");
@@ -143,6 +153,28 @@ impl Env {
             std::thread::sleep(Duration::from_millis(100));
         }
         Some(env)
+    }
+
+    /// Stops containerd at once (SIGKILL), as a crash would: the containers' runtime shims
+    /// and their processes go on.
+    pub fn stop_containerd(&mut self) {
+        let ctd = &mut self.children[0];
+        let _ = ctd.kill();
+        let _ = ctd.wait();
+    }
+
+    /// Starts containerd again on the same root, state and socket, and waits until it answers.
+    pub fn restart_containerd(&mut self) {
+        self.children[0] = spawn_containerd(self.dir.path());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "containerd did not come back: {}",
+                std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// The flags that point an agent (or `allot dev`) at this containerd and namespace.
