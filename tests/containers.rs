@@ -572,6 +572,60 @@ fn a_lease_that_runs_out_stops_the_container_while_containerd_is_down() {
     drop(agent);
 }
 
+#[test]
+fn an_agent_restarted_while_containerd_is_down_keeps_its_container() {
+    let Some(mut env) = containers::Env::start("adopt_without_containerd") else {
+        return;
+    };
+    let image = env.push_busybox("team-a/busybox", "1");
+    let c = Cluster::new(1, 0);
+    rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    setup_team(&c, "team-a");
+    let lease = 10.0;
+    let mut agent = c.start_agent_with("ctr-1", "ml.g5.8xlarge", 1, lease, &env.driver_args());
+    submit(
+        &c,
+        "kept.yaml",
+        &format!(
+            "name: kept\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ngrace: 2\n\
+             image: {image}\ncommand: [sh, -c, \"while true; do sleep 0.2; done\"]\n"
+        ),
+    );
+    wait_state(&c, &agent, "kept", "Running", 60);
+    let (_, pid) = task_pid(&env);
+    // The agent's container restarts (agent and shims gone) while containerd is down too.
+    agent.kill();
+    kill_shims(&agent);
+    env.stop_containerd();
+    agent.start();
+    // The new shim finds the container's process from the pod's record and supervises it:
+    // the pod is not reported lost, and nothing runs it a second time.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(running(pid), "the container's process {pid} was stopped");
+    let d = c.cli("admin-admin", &["describe", "workload", "kept"]);
+    let described = String::from_utf8_lossy(&d.stdout).to_string();
+    assert!(
+        state(&c, "kept").as_deref() == Some("Running") && !described.contains("ContainerLost"),
+        "{described}\nagent log:\n{}\nshim logs:\n{}",
+        agent.log(),
+        shim_logs(&agent)
+    );
+    // containerd returns; a cancel stops the container through it.
+    env.restart_containerd();
+    c.cli_ok("user-team-a", &["cancel", "kept"]);
+    wait_for(30, "the cancelled container ends", || {
+        (!running(pid)).then_some(())
+    });
+    let t = std::time::Instant::now();
+    while !tasks(&env).is_empty() {
+        if t.elapsed() > Duration::from_secs(60) {
+            leftover_report(&c, &env, &agent, "kept");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(agent);
+}
+
 /// The id and pid of the one task containerd runs in the test's namespace.
 fn task_pid(env: &containers::Env) -> (String, i32) {
     let out = Command::new("ctr")

@@ -131,6 +131,21 @@ impl Containerd {
         })
     }
 
+    /// A connection made at its first call, and again after a failure: for a shim that must go
+    /// on while containerd is away and use it once it is back.
+    pub fn connect_lazy(socket: &Path, namespace: &str) -> Result<Containerd, String> {
+        let uri = format!("unix://{}", socket.display());
+        let channel = Endpoint::from_shared(uri)
+            .map_err(|e| format!("containerd socket {}: {e}", socket.display()))?
+            .connect_timeout(Duration::from_secs(5))
+            .connect_lazy();
+        Ok(Containerd {
+            channel,
+            namespace: namespace.to_string(),
+            socket: socket.to_path_buf(),
+        })
+    }
+
     pub fn socket(&self) -> &Path {
         &self.socket
     }

@@ -143,7 +143,12 @@ async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
     let dir = &args.dir;
     let ctd = match Containerd::connect(&job.socket, &job.namespace).await {
         Ok(c) => c,
-        Err(e) if args.adopt => return failed(dir, "ContainerLost", e),
+        // containerd is away: the container may still run, and `adopt` supervises it without
+        // containerd until it is back.
+        Err(e) if args.adopt => match Containerd::connect_lazy(&job.socket, &job.namespace) {
+            Ok(c) => c,
+            Err(_) => return failed(dir, "ContainerLost", e),
+        },
         Err(e) => return failed(dir, "ContainerCannotRun", e),
     };
     let id = container_id(dir);
@@ -220,7 +225,11 @@ async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
     );
     status.phase = "Running".into();
     write_status(dir, &status);
-    let code = supervise(args, &ctd, job, &id, Some(task_pid), ooms, output).await;
+    let process = TaskProcess::of(task_pid);
+    if let Some(p) = process {
+        p.record(dir);
+    }
+    let code = supervise(args, &ctd, job, &id, process, ooms, output).await;
     super::pull::touch(&ctd, &pulled.name).await;
     code
 }
@@ -244,8 +253,19 @@ async fn adopt(args: &ShimArgs, ctd: &Containerd, job: &ContainerJob, id: &str) 
             let mut status = read_status(dir).unwrap_or_default();
             status.phase = "Running".into();
             write_status(dir, &status);
-            let pid = (task.status == api::STATUS_RUNNING).then_some(task.pid);
-            supervise(args, ctd, job, id, pid, ooms, output).await
+            // containerd says which process runs now; the record says it too, unless the
+            // first shim died before it wrote it.
+            let process = (task.status == api::STATUS_RUNNING)
+                .then(|| {
+                    TaskProcess::recorded(dir)
+                        .filter(|p| u32::try_from(p.pid).ok() == Some(task.pid))
+                        .or_else(|| TaskProcess::of(task.pid))
+                })
+                .flatten();
+            if let Some(p) = process {
+                p.record(dir);
+            }
+            supervise(args, ctd, job, id, process, ooms, output).await
         }
         Ok(None) => {
             // Created but never started, or removed: nothing runs; clean what is left.
@@ -256,7 +276,12 @@ async fn adopt(args: &ShimArgs, ctd: &Containerd, job: &ContainerJob, id: &str) 
                 "its container was gone when the agent restarted, with no exit recorded".into(),
             )
         }
-        Err(e) => failed(dir, "ContainerLost", e.to_string()),
+        Err(e) => match TaskProcess::recorded(dir).filter(TaskProcess::alive) {
+            // containerd is away but the container runs: supervise it without containerd
+            // until it is back (reporting it lost would run the pod twice).
+            Some(p) => supervise(args, ctd, job, id, Some(p), ooms, output).await,
+            None => failed(dir, "ContainerLost", e.to_string()),
+        },
     }
 }
 
@@ -572,13 +597,12 @@ async fn supervise(
     ctd: &Containerd,
     job: &ContainerJob,
     id: &str,
-    pid: Option<u32>,
+    process: Option<TaskProcess>,
     mut ooms: mpsc::UnboundedReceiver<String>,
     output: Option<OutputEnd>,
 ) -> i32 {
     let dir = &args.dir;
-    // The container's first process, for when containerd cannot be asked (`task_process`).
-    let process = pid.and_then(TaskProcess::of);
+    // `process`: the container's first process, for when containerd cannot be asked.
     let mut wait = Box::pin(wait_for_task(ctd, id));
     // While containerd cannot be reached: the process watched directly, and when to look for
     // containerd again.

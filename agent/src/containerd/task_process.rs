@@ -10,6 +10,9 @@
 
 use std::path::Path;
 
+/// In a pod's directory: the container's first process, `PID START`.
+const TASK_PROCESS_FILE: &str = "task.process";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TaskProcess {
     pub(crate) pid: i32,
@@ -36,6 +39,24 @@ impl TaskProcess {
 
     fn alive_in(&self, proc_root: &Path) -> bool {
         stat(proc_root, self.pid).is_some_and(|(state, start)| start == self.start && state != 'Z')
+    }
+
+    /// Keeps the process's name in the pod's directory, for a shim that adopts the pod while
+    /// containerd is away.
+    pub(crate) fn record(&self, pod_dir: &Path) {
+        let _ = crate::pod_dir::write_atomic(
+            &pod_dir.join(TASK_PROCESS_FILE),
+            format!("{} {}\n", self.pid, self.start).as_bytes(),
+        );
+    }
+
+    /// The process `record` kept in `pod_dir`, whether or not it still runs.
+    pub(crate) fn recorded(pod_dir: &Path) -> Option<TaskProcess> {
+        let text = std::fs::read_to_string(pod_dir.join(TASK_PROCESS_FILE)).ok()?;
+        let mut f = text.split_whitespace();
+        let pid = f.next()?.parse().ok().filter(|p: &i32| *p > 0)?;
+        let start = f.next()?.parse().ok()?;
+        Some(TaskProcess { pid, start })
     }
 
     /// Sends `signal` to the process if it is still the one named.
@@ -109,6 +130,19 @@ mod tests {
         assert_eq!(TaskProcess::of_in(root.path(), 77), None);
         assert_eq!(TaskProcess::of_in(root.path(), 78), None);
         assert_eq!(TaskProcess::of_in(root.path(), 0), None);
+    }
+
+    #[test]
+    fn a_recorded_process_reads_back_and_a_damaged_record_is_none() {
+        let dir = tempfile::tempdir().expect("tmp");
+        assert_eq!(TaskProcess::recorded(dir.path()), None);
+        let p = TaskProcess::of(std::process::id()).expect("this process");
+        p.record(dir.path());
+        assert_eq!(TaskProcess::recorded(dir.path()), Some(p));
+        std::fs::write(dir.path().join(TASK_PROCESS_FILE), "12 x\n").expect("write");
+        assert_eq!(TaskProcess::recorded(dir.path()), None);
+        std::fs::write(dir.path().join(TASK_PROCESS_FILE), "-4 7\n").expect("write");
+        assert_eq!(TaskProcess::recorded(dir.path()), None);
     }
 
     #[test]
