@@ -3,7 +3,9 @@
 //! leader, measure how long until the survivors elect another and how long until a workload
 //! submitted by a fresh client (as one `allot submit` is) is admitted, then restart the killed
 //! replica. Afterwards every workload must be there exactly once, and the long-running ones
-//! must still run their first attempt: a leader change may not restart anything.
+//! must still run their first attempt: a leader change may not restart anything. The agents
+//! hold 5 s leases, and their lease files are watched all along (`lease_watch`): the longest
+//! gap between two renewals and the least lease left are printed.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -19,9 +21,13 @@ use anyhow::{anyhow, bail, Context};
 use crate::bench_args::{free_port, ms, pct, peers_arg, BenchArgs};
 use crate::client::{call, watch_once, Client, ClientOpts};
 use crate::dev::{spawn, terminate, Proc};
+use crate::lease_watch::LeaseWatch;
 
 const NODES: usize = 4;
 const INSTANCE_TYPE: &str = "ml.g5.8xlarge";
+/// The agents' lease: half the default, so that a renewal slow across a leader change shows
+/// (the pods would stop, and `check` finds them restarted).
+const AGENT_LEASE: Duration = Duration::from_secs(5);
 
 /// The processes, stopped (agents first, so they stop their pods) when dropped.
 struct Procs {
@@ -250,6 +256,8 @@ impl Bench {
             self.dir.join("agents").join(n).display().to_string(),
             "--http".into(),
             "off".into(),
+            "--lease".into(),
+            AGENT_LEASE.as_secs().to_string(),
             "--coordinators".into(),
             self.addrs.join(","),
             "--certs".into(),
@@ -461,6 +469,11 @@ impl Bench {
 pub async fn run(a: &BenchArgs, kills: u32) -> anyhow::Result<()> {
     let mut b = Bench::start(a).await?;
     let before = b.long_running().await?;
+    let leases = LeaseWatch::start(
+        (1..=NODES)
+            .map(|i| b.dir.join("agents").join(format!("node-{i}")).join("lease"))
+            .collect(),
+    );
     println!(
         "3 replicas, {NODES} agents ({INSTANCE_TYPE}, 1 fake GPU each), {NODES} long-running workloads running; {kills} leader kills:"
     );
@@ -486,6 +499,15 @@ pub async fn run(a: &BenchArgs, kills: u32) -> anyhow::Result<()> {
         ms(pct(&admits, 0.5)),
         ms(pct(&admits, 0.99)),
         ms(admits.last().copied().unwrap_or_default())
+    );
+    let seen = leases.finish();
+    println!(
+        "agents' leases ({} s): {} renewals, longest gap between two {}, least left {}",
+        AGENT_LEASE.as_secs(),
+        seen.renewals,
+        ms(Duration::from_millis(seen.longest_gap_ms.max(0) as u64)),
+        seen.least_left_ms
+            .map_or("none seen".to_string(), |l| format!("{l} ms"))
     );
     b.check(kills, &before).await?;
     Ok(())

@@ -15,6 +15,7 @@ mod config;
 mod coordinator_cmd;
 mod dev;
 mod failover;
+mod lease_watch;
 mod memory;
 mod scenario;
 mod simulate;

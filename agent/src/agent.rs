@@ -542,6 +542,21 @@ async fn image_cache_task(ctd: containerd::Containerd, max_age: Duration) {
     }
 }
 
+/// How long a sync waits for a change (`wait`), and how much longer its answer may take
+/// before the replica holding it is given up on (`grace`).
+///
+/// The lease is renewed when an answer arrives and counts from when its request left. The
+/// worst moment for a leader to die is just after it answered one sync and took the next: the
+/// lease counts from the answered one's sending, one `wait` before; the next is given up
+/// `wait + grace` later; and the sync after it carries no digest, so the new leader answers it
+/// as soon as it can confirm a read. That leaves `lease - 2 × wait - grace` for the election
+/// and one round trip: 2.5 s of a 5 s lease (wait 1 s, grace 0.5 s), 5 s of a 10 s one.
+fn sync_timing(lease: Duration) -> (Duration, Duration) {
+    let wait = (lease / 5).min(Duration::from_secs(5));
+    let grace = (lease / 10).clamp(Duration::from_millis(200), Duration::from_secs(1));
+    (wait, grace)
+}
+
 /// Holds the lease: registers, long-polls for assignments, renews the lease file.
 async fn sync_task(
     cfg: AgentConfig,
@@ -552,10 +567,7 @@ async fn sync_task(
     metrics: Arc<AgentMetrics>,
 ) {
     let lease = cfg.lease;
-    // The lease is renewed when an answer arrives and counts from when its request left, so
-    // after a failure at most `lease - 2 × wait` is left: wait a fifth of the lease at most,
-    // and give up on a request one second after its wait.
-    let wait = (lease / 5).min(Duration::from_secs(5));
+    let (wait, grace) = sync_timing(lease);
     let mut registered = false;
     let mut digest = 0u64;
     let mut backoff = Duration::from_millis(100);
@@ -599,7 +611,7 @@ async fn sync_task(
             wait_ms: wait.as_millis() as u32,
         });
         let res = tokio::select! {
-            r = tokio::time::timeout(wait + Duration::from_secs(1), call) => r,
+            r = tokio::time::timeout(wait + grace, call) => r,
             _ = report_rx.changed() => {
                 // The inventory changed: report it first (the report is marked unseen again).
                 report_rx.mark_changed();
@@ -642,6 +654,7 @@ async fn sync_task(
             }
             Ok(Ok(Err(e))) => {
                 metrics.sync_errors.inc();
+                digest = 0;
                 tracing::warn!("sync refused: {e}");
                 if e.kind == ErrorKind::NotFound {
                     registered = false;
@@ -651,12 +664,16 @@ async fn sync_task(
             }
             Ok(Err(e)) => {
                 metrics.sync_errors.inc();
+                digest = 0;
                 tracing::warn!("no coordinator reachable: {e}; retrying in {backoff:?}");
                 tokio::time::sleep(jitter(backoff, &mut seed)).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
             Err(_) => {
                 metrics.sync_errors.inc();
+                // The replica that held the wait is gone or cut off (a leader killed): the
+                // next sync, wherever it lands, is answered as soon as a quorum confirms it.
+                digest = 0;
                 tracing::warn!("sync timed out; reconnecting");
                 client.reset();
             }
@@ -850,6 +867,28 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(describe_status(&s), "Creating (image cached)");
+    }
+
+    #[test]
+    fn a_sync_given_up_leaves_half_the_lease_for_the_election() {
+        for (lease_ms, wait_ms, grace_ms) in [
+            (2_000, 400, 200),
+            (5_000, 1_000, 500),
+            (10_000, 2_000, 1_000),
+            (60_000, 5_000, 1_000),
+        ] {
+            let (wait, grace) = sync_timing(Duration::from_millis(lease_ms));
+            assert_eq!(
+                (wait.as_millis(), grace.as_millis()),
+                (wait_ms, grace_ms),
+                "lease {lease_ms} ms"
+            );
+            let left = lease_ms as u128 - 2 * wait_ms - grace_ms;
+            assert!(
+                left * 2 >= lease_ms as u128,
+                "lease {lease_ms} ms leaves {left} ms"
+            );
+        }
     }
 
     #[test]
