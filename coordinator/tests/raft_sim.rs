@@ -6,8 +6,9 @@
 //! lose unsynced writes, and agents that crash, restart and are cut off. Time is passed in (a
 //! step is 100 ms); cycles are computed at once or a few steps later, as the server computes
 //! large ones on their own thread. The simulated agents behave as `agent/` does: they sync with
-//! the replica they believe leads, renew their lease from when a confirmed answer's request
-//! left, start and stop pods (with a grace period) and report how they ended; their pods outlive
+//! the replica they believe leads (a heartbeat and a read of their assignments, through the
+//! node's own read index: answered only once a quorum confirms it), renew their lease from
+//! when a confirmed answer's request left, start and stop pods (with a grace period) and report how they ended; their pods outlive
 //! the agent process and are killed when the node's lease runs out. After every step it checks:
 //! - at most one leader per term;
 //! - no committed entry is lost or changed (every replica applies the same entry at an index,
@@ -27,10 +28,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use allot_common::api::Response;
 use allot_common::api::{
     ActivationState, ComputeQuotaInput, NodeAssignments, NodeReport, PodExit, RunSpec, SubmitInput,
 };
+use allot_common::api::{Reply, Response};
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::{Catalog, PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
 use allot_coordinator::leader::{CycleDone, CycleJob, LeaderConfig, Lost};
@@ -39,7 +40,7 @@ use allot_coordinator::raftlog::MemDisk;
 use allot_coordinator::replica::{
     Applied, EncodedSnapshot, Replica, ReplicaConfig, SnapshotCodec, SnapshotJob,
 };
-use allot_core::machine::Command;
+use allot_core::machine::{Command, Machine};
 use allot_core::{Event, WlState};
 use raft::eraftpb::Message;
 
@@ -80,7 +81,7 @@ struct Sim {
     n: usize,
     /// Each replica as the server runs it (`node::Node`: the replica, the leader's driver,
     /// waiting writes and reads), or `None` while it is down.
-    nodes: Vec<Option<Node<MemDisk, ()>>>,
+    nodes: Vec<Option<Node<MemDisk, Caller>>>,
     disks: Vec<MemDisk>,
     net: Vec<InFlight>,
     seq: u64,
@@ -184,6 +185,19 @@ struct Agent {
     registered: bool,
     /// Cut off from every replica until this step.
     cut_until: u64,
+}
+
+/// Who a replica answers.
+#[derive(Clone, Copy, Debug)]
+enum Caller {
+    /// A client's or an agent's write.
+    Writer,
+    /// An agent's sync: the read of its node's assignments.
+    Sync {
+        agent: usize,
+        incarnation: u64,
+        sent: u64,
+    },
 }
 
 enum AgentMsg {
@@ -362,7 +376,7 @@ impl Sim {
     }
 
     /// Replica `i` started anew: a new process, its driver and waiters afresh too.
-    fn open(&mut self, i: usize) -> Node<MemDisk, ()> {
+    fn open(&mut self, i: usize) -> Node<MemDisk, Caller> {
         let cfg = self.cfg(i);
         let rep = Replica::open(cfg, self.disks[i].clone(), codec(), &self.logger)
             .unwrap_or_else(|e| self.fail(&format!("replica {} failed to open: {e}", i + 1)));
@@ -459,7 +473,7 @@ impl Sim {
     fn propose(&mut self, i: usize, cmd: Command) {
         let (now, wall) = (self.now(), self.wall());
         if let Some(r) = self.nodes[i].as_mut() {
-            r.handle_propose(cmd, (), now, wall);
+            r.handle_propose(cmd, Caller::Writer, now, wall);
         }
     }
 
@@ -623,6 +637,8 @@ impl Sim {
             after: Vec::new(),
             answers: Vec::new(),
             evicted: Vec::new(),
+            record_applied: !self.faults_on,
+            applied: Vec::new(),
             cycles: Vec::new(),
             snapshots: Vec::new(),
             lost: Vec::new(),
@@ -663,16 +679,48 @@ impl Sim {
             let at = self.step + 1 + self.rng.below(8);
             self.jobs.push((i, self.incarnation[i], at, job));
         }
+        for (index, kind, ev) in &io.applied {
+            self.log.push(format!(
+                "step {}: replica {} applied {kind} at {index}: {ev}",
+                self.step,
+                i + 1
+            ));
+        }
         for message in io.evicted {
             self.node_failures += 1;
             self.log
                 .push(format!("step {}: replica {}: {message}", self.step, i + 1));
         }
-        for answer in io.answers {
-            if let Ok(allot_common::api::Reply::Submitted { name, state, .. }) = answer {
-                self.acknowledged.insert(name);
-                if state == "Admitted" {
-                    self.admitted_in_submit += 1;
+        for (to, answer) in io.answers {
+            match (to, answer) {
+                (Caller::Writer, Ok(Reply::Submitted { name, state, .. })) => {
+                    self.acknowledged.insert(name);
+                    if state == "Admitted" {
+                        self.admitted_in_submit += 1;
+                    }
+                }
+                (Caller::Writer, _) => {}
+                (
+                    Caller::Sync {
+                        agent,
+                        incarnation,
+                        sent,
+                    },
+                    answer,
+                ) => {
+                    // A refusal names the leader this replica knows of, as the shell's does.
+                    let answer = match answer {
+                        Ok(Reply::Assignments(a)) => Ok(Box::new(a)),
+                        _ => Err(self.rep(i).map_or(0, |r| r.leader())),
+                    };
+                    let at = self.step + 1 + self.rng.below(3);
+                    self.agent_send(AgentMsg::Answer {
+                        agent,
+                        incarnation,
+                        sent,
+                        at,
+                        answer,
+                    });
                 }
             }
         }
@@ -889,22 +937,6 @@ impl Sim {
         self.agents[k].cut_until <= self.step && self.nodes[i].is_some()
     }
 
-    /// Whether replica `i` would get a read index confirmed: it leads, and a majority of the
-    /// replicas (itself included) are up, connected to it and in no later term.
-    fn confirms_reads(&self, i: usize) -> bool {
-        let Some(r) = self.rep(i).filter(|r| r.is_leader()) else {
-            return false;
-        };
-        let (id, term) = (r.id(), r.term());
-        let votes = (0..self.n)
-            .filter(|&j| {
-                self.rep(j)
-                    .is_some_and(|o| self.connected(id, o.id()) && o.term() <= term)
-            })
-            .count();
-        votes > self.n / 2
-    }
-
     fn agent_send(&mut self, msg: AgentMsg) {
         if self.faults_on && self.faults.agents && self.rng.chance(20) {
             return;
@@ -1012,24 +1044,20 @@ impl Sim {
                         continue;
                     }
                     let node = self.agents[agent].node.clone();
-                    let confirmed = self.confirms_reads(replica);
                     let r = self.nodes[replica].as_mut().expect("reached");
-                    // The server counts the heartbeat before it tries the read.
+                    // As the server's sync handler: the heartbeat counts first, then a read of
+                    // the assignments confirmed by a quorum (its answer leaves in a later turn).
                     r.handle_heartbeat(&node, now);
-                    let r = r.replica();
-                    let answer = if confirmed {
-                        Ok(Box::new(allot_core::views::assignments(&r.machine, &node)))
-                    } else {
-                        Err(r.leader())
-                    };
-                    let at = step + 1 + self.rng.below(3);
-                    self.agent_send(AgentMsg::Answer {
-                        agent,
-                        incarnation,
-                        sent,
-                        at,
-                        answer,
-                    });
+                    r.handle_read(
+                        Box::new(move |m: &Machine| {
+                            Ok(Reply::Assignments(allot_core::views::assignments(m, &node)))
+                        }),
+                        Caller::Sync {
+                            agent,
+                            incarnation,
+                            sent,
+                        },
+                    );
                 }
                 AgentMsg::Answer {
                     agent,
@@ -1057,7 +1085,7 @@ impl Sim {
                 }
                 AgentMsg::Report { replica, cmd, .. } => {
                     if let Some(r) = self.nodes[replica].as_mut() {
-                        r.handle_propose(*cmd, (), now, wall);
+                        r.handle_propose(*cmd, Caller::Writer, now, wall);
                     }
                 }
             }
@@ -1228,6 +1256,10 @@ impl Sim {
             }
         }
         let end = self.step + 400;
+        // What the leader had committed 2 s before the end: every replica must have applied
+        // it by then. (The leader's driver goes on deciding to the end, so the log may still
+        // grow in the last steps.)
+        let mut committed_before_end = None;
         for _ in 0..400 {
             self.step += 1;
             for i in 0..self.n {
@@ -1238,9 +1270,15 @@ impl Sim {
             self.deliver();
             self.finish_jobs();
             self.finish_cycles();
-            // The agents go quiet for the last steps (less than a lease, so no node is lost),
-            // so the log stops growing.
-            let quiet = self.step >= end - 40;
+            // The agents go quiet for the last 3 s (with a sync's round trip before it, less
+            // than a lease, so no node is lost), so that what they report has settled.
+            let quiet = self.step >= end - 30;
+            if self.step == end - 20 {
+                committed_before_end = self
+                    .leader()
+                    .and_then(|l| self.rep(l))
+                    .map(|r| r.commit_index());
+            }
             if !quiet {
                 self.agents_step();
             }
@@ -1250,15 +1288,17 @@ impl Sim {
             self.check_leaders();
             self.check_no_overlap();
         }
-        let Some(l) = self.leader() else {
+        if self.leader().is_none() {
             self.fail("no leader after healing every fault");
+        }
+        let Some(commit) = committed_before_end else {
+            self.fail("no leader 2 s before the end, after healing every fault");
         };
-        let commit = self.rep(l).expect("leader").commit_index();
         for i in 0..self.n {
             let r = self.rep(i).expect("all up");
             if r.applied_index() < commit {
                 self.fail(&format!(
-                    "replica {} applied {} after healing, the leader committed {commit}",
+                    "replica {} applied {} after healing, the leader had committed {commit} 2 s before",
                     i + 1,
                     r.applied_index()
                 ));
@@ -1286,16 +1326,20 @@ struct SimIo {
     inline_cycle: bool,
     early: Vec<Message>,
     after: Vec<Message>,
-    answers: Vec<Response>,
+    answers: Vec<(Caller, Response)>,
     /// Evictions of agents' nodes for node failures, as applied.
     evicted: Vec<String>,
+    /// Whether to keep what was applied (for the log, while the cluster heals at the end).
+    record_applied: bool,
+    /// What was applied: (index, kind, events).
+    applied: Vec<(u64, &'static str, String)>,
     cycles: Vec<CycleJob>,
     snapshots: Vec<SnapshotJob>,
     lost: Vec<Lost>,
 }
 
 impl Io for SimIo {
-    type Reply = ();
+    type Reply = Caller;
 
     async fn send_early(&mut self, msgs: Vec<Message>) {
         if !self.crashed {
@@ -1322,9 +1366,9 @@ impl Io for SimIo {
         }
     }
 
-    fn answer(&mut self, _to: (), response: Response) {
+    fn answer(&mut self, to: Caller, response: Response) {
         if !self.crashed {
-            self.answers.push(response);
+            self.answers.push((to, response));
         }
     }
 
@@ -1343,6 +1387,10 @@ impl Io for SimIo {
     }
 
     fn applied(&mut self, a: &Applied) {
+        if self.record_applied {
+            self.applied
+                .push((a.index, a.kind, format!("{:?}", a.events)));
+        }
         for e in &a.events {
             // Only agents' nodes: the random commands fail `node-N`s on purpose.
             if let Event::Evicted {
