@@ -16,16 +16,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use allot_common::api::{
-    ApiError, Body, DeviceInfo, ErrorKind, NodeAssignments, NodeReport, PodExit, Reply,
+    ApiError, Body, DeviceInfo, ErrorKind, NodeAssignments, NodeReport, PodAssignment, PodExit,
+    Reply,
 };
 use allot_net::client::Client;
 use allot_net::tls::{Identity, TlsFiles};
 use tokio::sync::{mpsc, watch};
 
 use crate::containerd::{self, ContainerdConfig};
-use crate::executor::{key_of, ExecConfig, Executor, Pod, PodKey, PodPhase};
+use crate::executor::{ExecConfig, Executor, Pod, PodPhase};
 use crate::inventory::{Discovery, InventoryConfig, NodeInventory};
 use crate::metrics::AgentMetrics;
+use crate::reconcile::{devices_of, key_of, Action, PodKey, Reconciler, Seen};
 use crate::shim;
 
 #[derive(Clone, Debug)]
@@ -125,6 +127,8 @@ pub struct Agent {
     awaiting_start: BTreeSet<PodKey>,
     /// The progress last told to the cluster, per pod awaiting its start.
     told: BTreeMap<PodKey, String>,
+    /// What to start and stop (`reconcile.rs`), from the assignments and the pods here.
+    reconciler: Reconciler,
 }
 
 impl Agent {
@@ -160,6 +164,7 @@ impl Agent {
             metrics: Arc::new(AgentMetrics::new()),
             awaiting_start,
             told: BTreeMap::new(),
+            reconciler: Reconciler::default(),
         })
     }
 
@@ -233,7 +238,6 @@ impl Agent {
         }
 
         let mut queued: BTreeSet<PodKey> = BTreeSet::new();
-        let mut absent_reported: BTreeSet<PodKey> = BTreeSet::new();
         let mut last: Option<NodeAssignments> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -273,7 +277,7 @@ impl Agent {
             self.report_starting(&out_tx);
             self.report_exits(&mut queued, &out_tx);
             if let Some(a) = &last {
-                self.reconcile(a, &out_tx, &mut absent_reported);
+                self.reconcile(a, &out_tx);
             }
             self.metrics.set_pods(&self.exec);
         }
@@ -371,78 +375,69 @@ impl Agent {
     }
 
     /// Converges the node's pods to `a`.
-    fn reconcile(
-        &mut self,
-        a: &NodeAssignments,
-        out: &mpsc::UnboundedSender<Report>,
-        absent_reported: &mut BTreeSet<PodKey>,
-    ) {
-        let assigned: BTreeSet<PodKey> = a.pods.iter().map(key_of).collect();
-        // Stop what runs without an assignment, or is assigned to stop.
-        let stop_now: Vec<(PodKey, String)> = self
+    /// Applies what the reconciler decides from the assignments and the pods here.
+    fn reconcile(&mut self, a: &NodeAssignments, out: &mpsc::UnboundedSender<Report>) {
+        let seen: BTreeMap<PodKey, Seen> = self
             .exec
             .pods
             .iter()
-            .filter(|(_, p)| matches!(p.phase, PodPhase::Running))
-            .filter_map(|(k, _)| match a.pods.iter().find(|x| key_of(x) == *k) {
-                None => Some((*k, "no longer assigned to this node".to_string())),
-                Some(x) => x.stop.clone().map(|why| (*k, why)),
+            .map(|(k, p)| {
+                let seen = Seen {
+                    running: matches!(p.phase, PodPhase::Running),
+                    holds: if p.holds_devices() {
+                        devices_of(&p.spec)
+                    } else {
+                        Vec::new()
+                    },
+                };
+                (*k, seen)
             })
             .collect();
-        for (k, why) in stop_now {
-            self.exec.stop(&k, &why);
-        }
-        // Start what is assigned and has never run here.
-        let mut busy = self.exec.busy_devices();
-        for p in &a.pods {
-            let k = key_of(p);
-            if p.stop.is_some() {
-                if !self.exec.pods.contains_key(&k) && absent_reported.insert(k) {
+        for action in self.reconciler.plan(a, &seen) {
+            match action {
+                Action::Stop { key, why } => self.exec.stop(&key, &why),
+                Action::Gone(p) => {
                     // Asked to stop a pod that never ran here: say it is gone so the eviction
                     // completes.
-                    let _ = out.send(Report::failed(k, p, "not running on this node".into()));
+                    let _ = out.send(Report::failed(
+                        key_of(&p),
+                        &p,
+                        "not running on this node".into(),
+                    ));
                 }
-                continue;
-            }
-            if self.exec.pods.contains_key(&k) {
-                continue;
-            }
-            let wants: Vec<(String, u8)> = p
-                .devices
-                .iter()
-                .flat_map(|(r, v)| v.iter().map(move |i| (r.clone(), *i)))
-                .collect();
-            if let Some(d) = wants.iter().find(|d| busy.contains(*d)) {
-                tracing::info!(
+                Action::Wait { pod, device } => tracing::info!(
                     "{} rank {} waits: {} {} is still held by a pod that is stopping",
-                    p.workload,
-                    p.rank,
-                    d.0,
-                    d.1
-                );
-                continue;
-            }
-            match self.exec.start(p) {
-                Ok(()) => {
-                    self.metrics.starts.inc();
-                    busy.extend(wants);
-                    if p.run.image.is_some() {
-                        // Reported once its container runs (after the pull).
-                        self.awaiting_start.insert(k);
-                    } else {
-                        let _ = out.send(Report::Started(k, p.workload.clone(), vec![p.rank]));
-                    }
-                }
-                Err(e) => {
-                    tracing::error!("could not start {} rank {}: {e}", p.workload, p.rank);
-                    let detail = format!("the agent could not start it: {e}");
-                    let _ = out.send(Report::failed(k, p, detail));
-                    absent_reported.insert(k);
-                }
+                    pod.workload,
+                    pod.rank,
+                    device.0,
+                    device.1
+                ),
+                Action::Start(p) => self.start(&p, out),
             }
         }
-        absent_reported.retain(|k| assigned.contains(k));
+        let assigned: BTreeSet<PodKey> = a.pods.iter().map(key_of).collect();
         self.exec.prune(&assigned);
+    }
+
+    fn start(&mut self, p: &PodAssignment, out: &mpsc::UnboundedSender<Report>) {
+        let k = key_of(p);
+        match self.exec.start(p) {
+            Ok(()) => {
+                self.metrics.starts.inc();
+                if p.run.image.is_some() {
+                    // Reported once its container runs (after the pull).
+                    self.awaiting_start.insert(k);
+                } else {
+                    let _ = out.send(Report::Started(k, p.workload.clone(), vec![p.rank]));
+                }
+            }
+            Err(e) => {
+                tracing::error!("could not start {} rank {}: {e}", p.workload, p.rank);
+                let detail = format!("the agent could not start it: {e}");
+                let _ = out.send(Report::failed(k, p, detail));
+                self.reconciler.start_failed(k);
+            }
+        }
     }
 }
 

@@ -22,12 +22,7 @@ use crate::containerd::ContainerdConfig;
 use crate::inventory::sysfs::MAX_CORES_PER_DEVICE;
 use crate::shim::{self, ExitRecord, ShimArgs};
 
-/// (workload id, attempt, rank).
-pub type PodKey = (u64, u32, u32);
-
-pub fn key_of(a: &PodAssignment) -> PodKey {
-    (a.workload_id, a.attempt, a.rank)
-}
+pub use crate::reconcile::{key_of, PodKey};
 
 #[derive(Debug)]
 pub enum PodPhase {

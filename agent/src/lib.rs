@@ -10,4 +10,5 @@ pub mod inventory;
 pub mod logs;
 pub mod metrics;
 pub mod pod_dir;
+pub mod reconcile;
 pub mod shim;

@@ -1,15 +1,17 @@
 //! Deterministic simulation of 3 and 5 coordinator replicas and the agents of three nodes: the
-//! server's own sans-I/O node (`node::Node`: the replica with raft-rs, the log cache and the
-//! state machine; the leader driver with agent leases, cycles, plan proposals, the submit fast
-//! path and the hand-over of leadership; waiting writes and their answers; one turn in the
-//! order the server runs it) on a simulated network and disks, with message loss, delay, reordering, partitions, crashes that
-//! lose unsynced writes, and agents that crash, restart and are cut off. Time is passed in (a
-//! step is 100 ms); cycles are computed at once or a few steps later, as the server computes
-//! large ones on their own thread. The simulated agents behave as `agent/` does: they sync with
-//! the replica they believe leads (a heartbeat and a read of their assignments, through the
-//! node's own read index: answered only once a quorum confirms it), renew their lease from
-//! when a confirmed answer's request left, start and stop pods (with a grace period) and report how they ended; their pods outlive
-//! the agent process and are killed when the node's lease runs out. After every step it checks:
+//! server's own sans-I/O node (`node::Node`: the replica with raft-rs, the log cache and the state
+//! machine; the leader driver with agent leases, cycles, plan proposals, the submit fast path and
+//! the hand-over of leadership; waiting writes and their answers; one turn in the order the server
+//! runs it) on a simulated network and disks, with message loss, delay, reordering, partitions,
+//! crashes that lose unsynced writes, and agents that crash, restart and are cut off. Time is
+//! passed in (a step is 100 ms); cycles are computed at once or a few steps later, as the server
+//! computes large ones on their own thread. The simulated agents behave as `agent/` does: they sync
+//! with the replica they believe leads (a heartbeat and a read of their assignments, through the
+//! node's own read index: answered only once a quorum confirms it), renew their lease from when a
+//! confirmed answer's request left, decide what to start and stop with the agent's own reconciler
+//! (`allot_agent::reconcile`), start and stop pods (with a grace period) and report how they ended;
+//! their pods outlive the agent process and are killed when the node's lease runs out. After
+//! every step it checks:
 //! - at most one leader per term;
 //! - no committed entry is lost or changed (every replica applies the same entry at an index,
 //!   and every leader holds every entry committed before its term);
@@ -28,6 +30,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use allot_agent::reconcile::{key_of, Action as ReconcileAction, PodKey, Reconciler, Seen};
 use allot_common::api::{
     ActivationState, ComputeQuotaInput, NodeAssignments, NodeReport, PodExit, RunSpec, SubmitInput,
 };
@@ -158,6 +161,7 @@ impl Faults {
 /// One pod a simulated node runs, as its shim would.
 #[derive(Clone, Debug)]
 struct SimPod {
+    workload: String,
     attempt: u32,
     /// Set when it was told to stop (or finished, or lost its lease): the step it is gone, and
     /// how it ended (succeeded, lost).
@@ -172,11 +176,13 @@ struct Agent {
     incarnation: u64,
     /// The lease file: wall-clock milliseconds until which pods may run.
     lease_until: i64,
-    /// (workload, rank) -> the pod.
-    pods: BTreeMap<(String, u32), SimPod>,
-    /// Pods that ended: (workload, attempt, rank) -> (succeeded, lost). Reported while the
-    /// cluster still lists them.
-    done: BTreeMap<(String, u32, u32), (bool, bool)>,
+    /// The pods that run or stop, by (workload id, attempt, rank).
+    pods: BTreeMap<PodKey, SimPod>,
+    /// Pods that ended: -> (workload, succeeded, lost). Reported while the cluster still lists
+    /// them, and never started again.
+    done: BTreeMap<PodKey, (String, bool, bool)>,
+    /// The agent's own decisions (`allot_agent::reconcile`), afresh with each process.
+    reconciler: Reconciler,
     /// The replica it talks to (index).
     target: usize,
     /// A sync in flight since this step.
@@ -274,6 +280,7 @@ impl Sim {
                     lease_until: 0,
                     pods: BTreeMap::new(),
                     done: BTreeMap::new(),
+                    reconciler: Reconciler::default(),
                     target: k % n,
                     syncing: None,
                     next_sync: 1,
@@ -916,6 +923,7 @@ impl Sim {
                     let a = &mut self.agents[k];
                     a.alive = true;
                     a.registered = false;
+                    a.reconciler = Reconciler::default();
                     a.next_sync = self.step;
                     self.log
                         .push(format!("step {}: agent {} restarted", self.step, a.node));
@@ -951,11 +959,11 @@ impl Sim {
         // The shims: pods stop when told to (after their grace), finish by themselves, and are
         // killed when the node's lease runs out, whether or not the agent process lives.
         for k in 0..AGENTS {
-            let finish: Vec<(String, u32)> = self.agents[k]
+            let finish: Vec<PodKey> = self.agents[k]
                 .pods
                 .iter()
                 .filter(|(_, p)| p.stopping.is_none())
-                .map(|(key, _)| key.clone())
+                .map(|(key, _)| *key)
                 .filter(|_| self.rng.chance(10))
                 .collect();
             let a = &mut self.agents[k];
@@ -971,16 +979,16 @@ impl Sim {
                     }
                 }
             }
-            let gone: Vec<(String, u32)> = a
+            let gone: Vec<PodKey> = a
                 .pods
                 .iter()
                 .filter(|(_, p)| p.stopping.is_some_and(|(at, _, _)| at <= step))
-                .map(|(key, _)| key.clone())
+                .map(|(key, _)| *key)
                 .collect();
-            for (w, rank) in gone {
-                if let Some(p) = a.pods.remove(&(w.clone(), rank)) {
+            for key in gone {
+                if let Some(p) = a.pods.remove(&key) {
                     let (_, ok, lost) = p.stopping.expect("stopping");
-                    a.done.insert((w, p.attempt, rank), (ok, lost));
+                    a.done.insert(key, (p.workload, ok, lost));
                 }
             }
         }
@@ -1121,32 +1129,47 @@ impl Sim {
             a.registered = false;
         }
         let wall = (step * STEP_MS) as i64;
-        let mut wanted = BTreeSet::new();
+        // What ended and the cluster still lists is reported (as the agent's exit reports).
         for p in &assigned.pods {
-            let key = (p.workload.clone(), p.rank);
-            wanted.insert((key.clone(), p.attempt));
-            if let Some(&(ok, lost)) = a.done.get(&(p.workload.clone(), p.attempt, p.rank)) {
-                reports.push((p.workload.clone(), p.attempt, p.rank, ok, lost));
-                continue;
+            if let Some((w, ok, lost)) = a.done.get(&key_of(p)) {
+                reports.push((w.clone(), p.attempt, p.rank, *ok, *lost));
             }
-            match a.pods.get_mut(&key) {
-                Some(pod)
-                    if pod.attempt == p.attempt && p.stop.is_some() && pod.stopping.is_none() =>
-                {
-                    pod.stopping = Some((step + grace, false, false));
+        }
+        // The rest is the agent's own reconciler, applied to the simulated node.
+        let seen: BTreeMap<PodKey, Seen> = a
+            .pods
+            .iter()
+            .map(|(k, p)| {
+                let running = p.stopping.is_none();
+                (
+                    *k,
+                    Seen {
+                        running,
+                        holds: Vec::new(),
+                    },
+                )
+            })
+            .chain(a.done.keys().map(|k| (*k, Seen::default())))
+            .collect();
+        for action in a.reconciler.plan(&assigned, &seen) {
+            match action {
+                ReconcileAction::Stop { key, .. } => {
+                    if let Some(pod) = a.pods.get_mut(&key) {
+                        pod.stopping = Some((step + grace, false, false));
+                    }
                 }
-                // Running as it should, or an older attempt of it, stopped first (below).
-                Some(_) => {}
-                None if p.stop.is_some() => {
-                    // Told to stop a pod this node never ran: it has ended.
+                ReconcileAction::Gone(p) => {
                     a.done
-                        .insert((p.workload.clone(), p.attempt, p.rank), (false, false));
+                        .insert(key_of(&p), (p.workload.clone(), false, false));
                     reports.push((p.workload.clone(), p.attempt, p.rank, false, false));
                 }
-                None if wall < a.lease_until => {
+                ReconcileAction::Wait { .. } => {}
+                // A shim does not start a pod once the node's lease has run out.
+                ReconcileAction::Start(p) if wall < a.lease_until => {
                     a.pods.insert(
-                        key,
+                        key_of(&p),
                         SimPod {
+                            workload: p.workload.clone(),
                             attempt: p.attempt,
                             stopping: None,
                         },
@@ -1157,12 +1180,8 @@ impl Sim {
                         p.workload, p.attempt, p.rank
                     ));
                 }
-                None => {}
-            }
-        }
-        for (key, pod) in a.pods.iter_mut() {
-            if !wanted.contains(&(key.clone(), pod.attempt)) && pod.stopping.is_none() {
-                pod.stopping = Some((step + grace, false, false));
+                // Planned again at the next answer.
+                ReconcileAction::Start(_) => {}
             }
         }
         for (workload, attempt, rank, succeeded, lost) in reports {
@@ -1195,9 +1214,9 @@ impl Sim {
     fn check_no_overlap(&self) {
         let mut running: BTreeMap<&str, BTreeMap<u32, Vec<&str>>> = BTreeMap::new();
         for a in &self.agents {
-            for ((w, _), p) in &a.pods {
+            for p in a.pods.values() {
                 running
-                    .entry(w.as_str())
+                    .entry(p.workload.as_str())
                     .or_default()
                     .entry(p.attempt)
                     .or_default()
@@ -1252,6 +1271,7 @@ impl Sim {
             if !a.alive {
                 a.alive = true;
                 a.registered = false;
+                a.reconciler = Reconciler::default();
                 a.next_sync = self.step;
             }
         }
