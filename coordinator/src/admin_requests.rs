@@ -4,16 +4,17 @@
 
 use std::ops::ControlFlow;
 
-use allot_common::api::{ApiError, Body, ErrorKind, RegistryCredentialView, Reply, Response};
+use allot_common::api::{ApiError, Body, ErrorKind, RegistryCredentialView, Reply};
 use allot_core::machine::{Command, Machine, SchedulerConfigSet};
 use allot_net::tls::Identity;
 
 use crate::auth::*;
 use crate::config_text;
-use crate::shared::Shared;
+use crate::route::Route;
 
-/// The answer to `body` if it is one of these requests; otherwise `body` back.
-pub(crate) async fn handle(body: Body, who: &Identity, sh: &Shared) -> ControlFlow<Response, Body> {
+/// What `body` becomes if it is one of these requests (or why `who` may not make it);
+/// otherwise `body` back.
+pub(crate) fn route(body: Body, who: &Identity) -> ControlFlow<Result<Route, ApiError>, Body> {
     match body {
         b @ (Body::CreateComputeQuota(..)
         | Body::UpdateComputeQuota { .. }
@@ -27,17 +28,17 @@ pub(crate) async fn handle(body: Body, who: &Identity, sh: &Shared) -> ControlFl
         | Body::DeleteRegistryCredentials { .. }
         | Body::ListRegistryCredentials { .. }
         | Body::CordonNode { .. }
-        | Body::DrainNode { .. }) => ControlFlow::Break(answer(b, who, sh).await),
+        | Body::DrainNode { .. }) => ControlFlow::Break(answer(b, who)),
         other => ControlFlow::Continue(other),
     }
 }
 
-async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
+fn answer(body: Body, who: &Identity) -> Result<Route, ApiError> {
     match body {
         Body::CreateComputeQuota(input) => {
             admin_only(who, "create compute quotas")?;
             allot_core::machine::check_quota_input(&input)?;
-            sh.propose(Command::CreateComputeQuota(input)).await
+            Ok(Route::Propose(Command::CreateComputeQuota(input)))
         }
         Body::UpdateComputeQuota {
             input,
@@ -45,35 +46,32 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
         } => {
             admin_only(who, "update compute quotas")?;
             allot_core::machine::check_quota_input(&input)?;
-            sh.propose(Command::UpdateComputeQuota {
+            Ok(Route::Propose(Command::UpdateComputeQuota {
                 input,
                 target_version,
-            })
-            .await
+            }))
         }
         Body::DeleteComputeQuota { name } => {
             admin_only(who, "delete compute quotas")?;
-            sh.propose(Command::DeleteComputeQuota { name }).await
+            Ok(Route::Propose(Command::DeleteComputeQuota { name }))
         }
         Body::DescribeComputeQuota { name } => {
-            sh.read(Box::new(move |m: &Machine| match m.quotas.get(&name) {
-                Some(q) => Ok(Reply::Quota(q.view())),
-                None => Err(ApiError::new(
-                    ErrorKind::NotFound,
-                    format!(
-                        "unknown compute quota {name:?}; compute quotas: {}",
-                        m.quotas.keys().cloned().collect::<Vec<_>>().join(", ")
-                    ),
-                )),
-            }))
-            .await
+            Ok(Route::Read(Box::new(move |m: &Machine| {
+                match m.quotas.get(&name) {
+                    Some(q) => Ok(Reply::Quota(q.view())),
+                    None => Err(ApiError::new(
+                        ErrorKind::NotFound,
+                        format!(
+                            "unknown compute quota {name:?}; compute quotas: {}",
+                            m.quotas.keys().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    )),
+                }
+            })))
         }
-        Body::ListComputeQuotas => {
-            sh.read(Box::new(|m: &Machine| {
-                Ok(Reply::Quotas(m.quotas.values().map(|q| q.view()).collect()))
-            }))
-            .await
-        }
+        Body::ListComputeQuotas => Ok(Route::Read(Box::new(|m: &Machine| {
+            Ok(Reply::Quotas(m.quotas.values().map(|q| q.view()).collect()))
+        }))),
         Body::CreateSchedulerConfig {
             name,
             config,
@@ -85,7 +83,7 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
             allot_common::names::check_entity_name("scheduler config", &name)
                 .map_err(|e| ApiError::new(ErrorKind::Invalid, e))?;
             let set = config_text::request(name, None, &config, limits, description, stability)?;
-            propose_config(sh, set).await
+            Ok(config_route(set))
         }
         Body::UpdateSchedulerConfig {
             name,
@@ -98,10 +96,10 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
             admin_only(who, "update the cluster scheduler config")?;
             let target = Some(target_version);
             let set = config_text::request(name, target, &config, limits, description, stability)?;
-            propose_config(sh, set).await
+            Ok(config_route(set))
         }
-        Body::DescribeSchedulerConfig => {
-            sh.read(Box::new(|m: &Machine| match &m.scheduler_config {
+        Body::DescribeSchedulerConfig => Ok(Route::Read(Box::new(|m: &Machine| {
+            match &m.scheduler_config {
                 Some(r) => Ok(Reply::SchedulerConfig(config_text::with_text(
                     r.view.clone(),
                     &m.state.policy,
@@ -110,9 +108,8 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
                     ErrorKind::NotFound,
                     "the cluster has no scheduler config; create one with create-cluster-scheduler-config",
                 )),
-            }))
-            .await
-        }
+            }
+        }))),
         Body::PutRegistryCredentials {
             team,
             registry,
@@ -121,17 +118,18 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
             check_team_secret(who, &team, "store registry credentials")?;
             allot_common::image::check_registry_credentials(&registry, &credentials)
                 .map_err(|e| ApiError::new(ErrorKind::Invalid, e))?;
-            sh.propose(Command::PutRegistryCredentials {
+            Ok(Route::Propose(Command::PutRegistryCredentials {
                 team,
                 registry,
                 credentials,
-            })
-            .await
+            }))
         }
         Body::DeleteRegistryCredentials { team, registry } => {
             check_team_secret(who, &team, "delete registry credentials")?;
-            sh.propose(Command::DeleteRegistryCredentials { team, registry })
-                .await
+            Ok(Route::Propose(Command::DeleteRegistryCredentials {
+                team,
+                registry,
+            }))
         }
         Body::ListRegistryCredentials { team } => {
             let scope = team_scope(who, "list registry credentials")?;
@@ -139,12 +137,14 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
                 if mine != t {
                     return Err(forbidden(
                         who,
-                        &format!("list team {t:?}'s registry credentials; it acts for {mine:?} only"),
+                        &format!(
+                            "list team {t:?}'s registry credentials; it acts for {mine:?} only"
+                        ),
                     ));
                 }
             }
             let want = scope.or(team);
-            sh.read(Box::new(move |m: &Machine| {
+            Ok(Route::Read(Box::new(move |m: &Machine| {
                 Ok(Reply::RegistryCredentials(
                     m.registry_credentials
                         .iter()
@@ -158,17 +158,20 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
                         })
                         .collect(),
                 ))
-            }))
-            .await
+            })))
         }
         Body::CordonNode { name, cordoned } => {
-            let what = if cordoned { "cordon nodes" } else { "uncordon nodes" };
+            let what = if cordoned {
+                "cordon nodes"
+            } else {
+                "uncordon nodes"
+            };
             admin_only(who, what)?;
-            sh.propose(Command::CordonNode { name, cordoned }).await
+            Ok(Route::Propose(Command::CordonNode { name, cordoned }))
         }
         Body::DrainNode { name } => {
             admin_only(who, "drain nodes")?;
-            sh.propose(Command::DrainNode { name }).await
+            Ok(Route::Propose(Command::DrainNode { name }))
         }
         _ => Err(ApiError::new(
             ErrorKind::Invalid,
@@ -177,13 +180,11 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
     }
 }
 
-/// Proposes a scheduler config change; the reply shows the config as the policy set renders.
-async fn propose_config(sh: &Shared, set: SchedulerConfigSet) -> Response {
+/// A scheduler config change; the answer shows the config as the policy set renders.
+fn config_route(set: SchedulerConfigSet) -> Route {
     let policy = set.policy.clone();
-    match sh.propose(Command::SetSchedulerConfig(set)).await? {
-        Reply::SchedulerConfig(view) => Ok(Reply::SchedulerConfig(config_text::with_text(
-            view, &policy,
-        ))),
-        other => Ok(other),
+    Route::Config {
+        cmd: Command::SetSchedulerConfig(set),
+        policy,
     }
 }

@@ -1,61 +1,44 @@
-//! An agent's requests: registering its node, reporting its inventory and health, syncing for its
-//! assignments (the lease), the pods it started and that ended, their progress, and the log
-//! requests it polls for. Each is bound to the node its certificate names.
+//! An agent's writes: registering its node, reporting its inventory and health, the pods it
+//! started and that ended. Each is bound to the node its certificate names. (Its syncs, pod
+//! progress and log polls are the shell's: `requests.rs`.)
 
 use std::ops::ControlFlow;
-use std::time::Duration;
 
-use allot_common::api::{ApiError, Body, ErrorKind, Reply, Response};
-use allot_core::machine::{Command, Machine};
-use allot_core::views;
+use allot_common::api::{ApiError, Body, ErrorKind};
+use allot_core::machine::Command;
 use allot_net::tls::Identity;
 
 use crate::auth::*;
-use crate::raft_inputs::Input;
-use crate::shared::{Shared, MAX_SYNC_WAIT_MS};
+use crate::route::Route;
 
-/// The answer to `body` if it is one of these requests; otherwise `body` back.
-pub(crate) async fn handle(body: Body, who: &Identity, sh: &Shared) -> ControlFlow<Response, Body> {
+/// What `body` becomes if it is one of these requests (or why `who` may not make it);
+/// otherwise `body` back.
+pub(crate) fn route(body: Body, who: &Identity) -> ControlFlow<Result<Route, ApiError>, Body> {
     match body {
-        b @ (Body::PodProgress { .. }
-        | Body::RegisterNode { .. }
+        b @ (Body::RegisterNode { .. }
         | Body::SetNodeHealth { .. }
         | Body::WorkloadStarted { .. }
         | Body::WorkloadExited { .. }
         | Body::ReportNode(..)
-        | Body::LogPoll { .. }
-        | Body::AgentSync { .. }
         | Body::PodsStarted { .. }
-        | Body::PodsExited { .. }) => ControlFlow::Break(answer(b, who, sh).await),
+        | Body::PodsExited { .. }) => ControlFlow::Break(answer(b, who)),
         other => ControlFlow::Continue(other),
     }
 }
 
-async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
-    match body {
-        Body::PodProgress {
-            node,
-            workload_id,
-            rank,
-            status,
-        } => {
-            node_scope(who, &node, "report pod progress")?;
-            let status: String = status.chars().take(200).collect();
-            sh.record_progress(workload_id, rank, status);
-            Ok(Reply::Done)
-        }
+fn answer(body: Body, who: &Identity) -> Result<Route, ApiError> {
+    let cmd = match body {
         Body::RegisterNode {
             name,
             instance_type,
             capacity,
         } => {
             node_scope(who, &name, "register nodes")?;
-            sh.propose(Command::RegisterNode {
+            Command::RegisterNode {
                 name,
                 instance_type,
                 capacity,
-            })
-            .await
+            }
         }
         Body::SetNodeHealth {
             name,
@@ -63,25 +46,23 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
             reason,
         } => {
             node_scope(who, &name, "report node health")?;
-            sh.propose(Command::SetNodeHealth {
+            Command::SetNodeHealth {
                 name,
                 healthy,
                 reason,
-            })
-            .await
+            }
         }
         Body::WorkloadStarted { name } => {
             let node = report_scope(who)?;
-            sh.propose(Command::WorkloadStarted { name, node }).await
+            Command::WorkloadStarted { name, node }
         }
         Body::WorkloadExited { name, succeeded } => {
             let node = report_scope(who)?;
-            sh.propose(Command::WorkloadExited {
+            Command::WorkloadExited {
                 name,
                 succeeded,
                 node,
-            })
-            .await
+            }
         }
         Body::ReportNode(report) => {
             node_scope(who, &report.name, "report nodes")?;
@@ -90,28 +71,12 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
             // find it silent again between the registration and the first sync, and fail the
             // node it just took back (requeueing what was placed on it meanwhile).
             if report.lease_ms > 0 {
-                let _ = sh.input.send(Input::Heartbeat(report.name.clone()));
+                return Ok(Route::Report {
+                    node: report.name.clone(),
+                    cmd: Command::ReportNode(report),
+                });
             }
-            sh.propose(Command::ReportNode(report)).await
-        }
-        Body::LogPoll { node, wait_ms } => {
-            node_scope(who, &node, "poll for log requests")?;
-            sh.leader_only()?;
-            let wait = Duration::from_millis(u64::from(wait_ms.min(MAX_SYNC_WAIT_MS)));
-            Ok(Reply::LogRequests(sh.logs.poll(&node, wait).await))
-        }
-        Body::AgentSync {
-            node,
-            known_digest,
-            wait_ms,
-        } => {
-            node_scope(who, &node, "sync")?;
-            let _ = sh.input.send(Input::Heartbeat(node.clone()));
-            sh.long_poll(known_digest, wait_ms, move |m: &Machine| {
-                let a = views::assignments(m, &node);
-                (a.digest, Reply::Assignments(a))
-            })
-            .await
+            Command::ReportNode(report)
         }
         Body::PodsStarted {
             node,
@@ -121,14 +86,13 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
             ranks,
         } => {
             let node = node_scope(who, &node, "report pods")?;
-            sh.propose(Command::PodsStarted {
+            Command::PodsStarted {
                 node,
                 workload,
                 workload_id: Some(workload_id),
                 attempt,
                 ranks,
-            })
-            .await
+            }
         }
         Body::PodsExited {
             node,
@@ -138,18 +102,20 @@ async fn answer(body: Body, who: &Identity, sh: &Shared) -> Response {
             exits,
         } => {
             let node = node_scope(who, &node, "report pods")?;
-            sh.propose(Command::PodsExited {
+            Command::PodsExited {
                 node,
                 workload,
                 workload_id: Some(workload_id),
                 attempt,
                 exits,
-            })
-            .await
+            }
         }
-        _ => Err(ApiError::new(
-            ErrorKind::Invalid,
-            "a request routed to the agent handlers that is not one of theirs",
-        )),
-    }
+        _ => {
+            return Err(ApiError::new(
+                ErrorKind::Invalid,
+                "a request routed to the agent handlers that is not one of theirs",
+            ))
+        }
+    };
+    Ok(Route::Propose(cmd))
 }

@@ -284,7 +284,8 @@ impl Connection {
 /// only certificates that submitted within the last `burst / rate` seconds.
 #[derive(Default)]
 pub struct SubmitRates {
-    buckets: BTreeMap<String, (f64, std::time::Instant)>,
+    /// Per certificate: the tokens left, and when (milliseconds on the node's clock).
+    buckets: BTreeMap<String, (f64, u64)>,
 }
 
 impl SubmitRates {
@@ -294,16 +295,16 @@ impl SubmitRates {
         who: &str,
         n: usize,
         limits: &allot_common::api::AdmissionLimits,
-        now: std::time::Instant,
+        now: u64,
     ) -> Result<(), String> {
+        let since = |at: u64| now.saturating_sub(at) as f64 / 1000.0;
         let rate = f64::from(limits.submits_per_second.max(1));
         let burst = f64::from(limits.submit_burst.max(1));
         // Forget buckets that have refilled: they would start full anyway.
-        self.buckets.retain(|_, (level, at)| {
-            *level + now.saturating_duration_since(*at).as_secs_f64() * rate < burst
-        });
+        self.buckets
+            .retain(|_, (level, at)| *level + since(*at) * rate < burst);
         let (level, at) = self.buckets.get(who).copied().unwrap_or((burst, now));
-        let level = (level + now.saturating_duration_since(at).as_secs_f64() * rate).min(burst);
+        let level = (level + since(at) * rate).min(burst);
         let want = n as f64;
         if want > burst {
             return Err(format!(
@@ -341,7 +342,7 @@ mod tests {
             submit_burst: 100,
         };
         let mut r = SubmitRates::default();
-        let t0 = std::time::Instant::now();
+        let t0 = 1_000_000u64;
         r.take("a", 60, &limits, t0).unwrap();
         r.take("a", 40, &limits, t0).unwrap();
         let e = r.take("a", 5, &limits, t0).unwrap_err();
@@ -350,14 +351,13 @@ mod tests {
         // Another certificate has its own bucket.
         r.take("b", 100, &limits, t0).unwrap();
         // Half a second later, 5 fit again, and no more.
-        let t1 = t0 + Duration::from_millis(500);
+        let t1 = t0 + 500;
         r.take("a", 5, &limits, t1).unwrap();
         assert!(r.take("a", 1, &limits, t1).is_err());
         let e = r.take("c", 101, &limits, t1).unwrap_err();
         assert!(e.contains("more than the burst of 100"), "{e}");
         // Once full again, buckets are forgotten.
-        r.take("c", 1, &limits, t1 + Duration::from_secs(60))
-            .unwrap();
+        r.take("c", 1, &limits, t1 + 60_000).unwrap();
         assert_eq!(r.buckets.len(), 1, "only c's, just used");
     }
 

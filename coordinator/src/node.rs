@@ -22,17 +22,23 @@
 
 use std::collections::BTreeMap;
 
-use allot_common::api::{ApiError, ErrorKind, Response};
-use allot_core::machine::{Command, Entry as Cmd, Machine};
+use std::ops::ControlFlow;
+
+use allot_common::api::{ApiError, Body, ErrorKind, Reply, Response};
+use allot_core::machine::{Command, Entry as Cmd};
+use allot_net::tls::Identity;
 use raft::eraftpb::Message;
+
+use crate::budget::SubmitRates;
 
 use crate::leader::{CycleDone, CycleJob, Leader, LeaderConfig, Lost, Millis};
 use crate::raftlog::Disk;
 use crate::replica::{Applied, EncodedSnapshot, Replica, ReplicaError, SnapshotJob};
 
-/// A read: runs against the applied state once a quorum has confirmed this replica leads at
-/// an index it has applied.
-pub type Query = Box<dyn FnOnce(&Machine) -> Response + Send>;
+pub use crate::route::{Query, Route};
+
+/// What becomes of an answer before its caller gets it.
+type Post = Box<dyn FnOnce(Response) -> Response + Send>;
 
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -85,8 +91,9 @@ pub struct Node<D: Disk, R> {
     rep: Replica<D>,
     leader: Leader,
     write_timeout_ms: u64,
-    /// Writes waiting to be applied, by token: who to answer, and since when.
-    waiters: BTreeMap<u64, (R, Millis)>,
+    /// Writes waiting to be applied, by token: who to answer, since when, and what becomes
+    /// of the answer.
+    waiters: BTreeMap<u64, (R, Millis, Option<Post>)>,
     /// Reads waiting for their read index, by token.
     pending_reads: BTreeMap<u64, (Query, R)>,
     /// Reads with their index, waiting for it to be applied.
@@ -97,6 +104,8 @@ pub struct Node<D: Disk, R> {
     /// driver notices role changes too, at its own entry points; this is the node's own view,
     /// so that what waited on a leadership is failed whichever of them noticed first.
     led_in: Option<u64>,
+    /// Each user certificate's submissions, against the submission rate (while leading).
+    rates: SubmitRates,
 }
 
 impl<D: Disk, R> Node<D, R> {
@@ -110,6 +119,7 @@ impl<D: Disk, R> Node<D, R> {
             ready_reads: Vec::new(),
             outbox: Vec::new(),
             led_in: None,
+            rates: SubmitRates::default(),
         }
     }
 
@@ -159,12 +169,23 @@ impl<D: Disk, R> Node<D, R> {
     /// A write: a submit the leader can admit at once is planned in its own entry (the fast
     /// path); everything goes into the log stamped with `wall` and is answered once applied.
     pub fn handle_propose(&mut self, cmd: Command, reply: R, now: Millis, wall: i64) -> Proposed {
+        self.propose(cmd, reply, None, now, wall)
+    }
+
+    fn propose(
+        &mut self,
+        cmd: Command,
+        reply: R,
+        post: Option<Post>,
+        now: Millis,
+        wall: i64,
+    ) -> Proposed {
         let token = self.leader.token();
         let cmd = self.leader.fast_path(&self.rep, cmd, wall, token, now);
         let planned = matches!(cmd, Command::SubmitPlanned { .. });
         match self.rep.propose(token, &Cmd { now: wall, cmd }) {
             Ok(()) => {
-                self.waiters.insert(token, (reply, now));
+                self.waiters.insert(token, (reply, now, post));
                 if planned {
                     Proposed::Planned
                 } else {
@@ -175,6 +196,92 @@ impl<D: Disk, R> Node<D, R> {
                 self.leader.handle_refused(token);
                 self.outbox.push((reply, Err(e)));
                 Proposed::Refused
+            }
+        }
+    }
+
+    /// What an API request from `who` becomes (`Route`), or why `who` may not make it: the
+    /// admin's, the agents' and the users' handlers, in turn. `wall` is the time reads of
+    /// usage count to. A request only the shell serves (streams, long polls, its soft state)
+    /// is refused as unknown here.
+    pub fn route(body: Body, who: &Identity, wall: i64) -> Result<Route, ApiError> {
+        let body = match crate::admin_requests::route(body, who) {
+            ControlFlow::Break(r) => return r,
+            ControlFlow::Continue(b) => b,
+        };
+        let body = match crate::agent_requests::route(body, who) {
+            ControlFlow::Break(r) => return r,
+            ControlFlow::Continue(b) => b,
+        };
+        match crate::user_requests::route(body, who, wall) {
+            ControlFlow::Break(r) => r,
+            ControlFlow::Continue(_) => Err(ApiError::new(
+                ErrorKind::Invalid,
+                "a request the coordinator's network side serves (a stream, a long poll, a login), not the cluster's state",
+            )),
+        }
+    }
+
+    /// An API request from `who`: routed (`route`), then carried out (`handle_route`); a
+    /// refusal is answered in the next turn.
+    pub fn handle_request(
+        &mut self,
+        body: Body,
+        who: &Identity,
+        reply: R,
+        now: Millis,
+        wall: i64,
+    ) -> Proposed {
+        match Self::route(body, who, wall) {
+            Ok(route) => self.handle_route(route, who, reply, now, wall),
+            Err(e) => {
+                self.outbox.push((reply, Err(e)));
+                Proposed::Refused
+            }
+        }
+    }
+
+    /// Carries out a routed request: submissions are counted against a user's rate first
+    /// (while leading; a follower's answer is a redirect), an agent's registration is heard as
+    /// a heartbeat, writes are proposed and reads wait for their read index.
+    pub fn handle_route(
+        &mut self,
+        route: Route,
+        who: &Identity,
+        reply: R,
+        now: Millis,
+        wall: i64,
+    ) -> Proposed {
+        match route {
+            Route::Propose(cmd) => self.propose(cmd, reply, None, now, wall),
+            Route::Submits { cmd, count } => {
+                if let (Identity::User { .. }, true) = (who, self.rep.is_leader()) {
+                    let limits = self.rep.machine.limits;
+                    let who = who.to_string();
+                    if let Err(e) = self.rates.take(&who, count, &limits, now) {
+                        let e = ApiError::new(ErrorKind::LimitExceeded, format!("{who}: {e}"));
+                        self.outbox.push((reply, Err(e)));
+                        return Proposed::Refused;
+                    }
+                }
+                self.propose(cmd, reply, None, now, wall)
+            }
+            Route::Config { cmd, policy } => {
+                let post: Post = Box::new(move |r| match r {
+                    Ok(Reply::SchedulerConfig(view)) => Ok(Reply::SchedulerConfig(
+                        crate::config_text::with_text(view, &policy),
+                    )),
+                    other => other,
+                });
+                self.propose(cmd, reply, Some(post), now, wall)
+            }
+            Route::Report { node, cmd } => {
+                self.handle_heartbeat(&node, now);
+                self.propose(cmd, reply, None, now, wall)
+            }
+            Route::Read(q) => {
+                self.handle_read(q, reply);
+                Proposed::Waiting
             }
         }
     }
@@ -238,7 +345,7 @@ impl<D: Disk, R> Node<D, R> {
                 ErrorKind::Unavailable,
                 "leadership changed before the write was applied; it may or may not have been: retry (submits with the same client token are idempotent)",
             );
-            for (_, (w, _)) in std::mem::take(&mut self.waiters) {
+            for (_, (w, _, _)) in std::mem::take(&mut self.waiters) {
                 io.answer(w, Err(unknown.clone()));
             }
             let again = if leads.is_some() {
@@ -256,7 +363,7 @@ impl<D: Disk, R> Node<D, R> {
         self.led_in = leads;
         let timeout = self.write_timeout_ms;
         self.waiters
-            .retain(|_, (_, since)| now.saturating_sub(*since) <= timeout);
+            .retain(|_, (_, since, _)| now.saturating_sub(*since) <= timeout);
         if let Some(job) = self.rep.take_snapshot_job()? {
             io.snapshot(job);
         }
@@ -279,8 +386,12 @@ impl<D: Disk, R> Node<D, R> {
                 self.leader.handle_applied(&a);
                 io.applied(&a);
                 if let Some(t) = a.token {
-                    if let Some((w, _)) = self.waiters.remove(&t) {
-                        io.answer(w, a.result);
+                    if let Some((w, _, post)) = self.waiters.remove(&t) {
+                        let answer = match post {
+                            Some(p) => p(a.result),
+                            None => a.result,
+                        };
+                        io.answer(w, answer);
                         answered = true;
                     }
                 }
@@ -310,7 +421,7 @@ mod tests {
     use super::*;
     use crate::raftlog::MemDisk;
     use crate::replica::{ReplicaConfig, SnapshotCodec};
-    use allot_common::api::{ErrorKind, Reply};
+    use allot_core::machine::Machine;
 
     /// What a test's turns put out: messages for the peers and answers by caller.
     #[derive(Default)]

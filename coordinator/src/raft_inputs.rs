@@ -5,20 +5,22 @@
 
 use std::time::{Duration, Instant};
 
-use allot_common::api::Response;
-use allot_core::machine::Command;
+use allot_common::api::{Body, Response};
+use allot_net::tls::Identity;
 use raft::eraftpb::Message;
 use tokio::sync::oneshot;
 
 use crate::leader::CycleDone;
 use crate::raftlog::SnapshotFile;
 
-pub(crate) use crate::node::Query;
+pub(crate) use crate::route::Query;
 
 pub(crate) enum Input {
     Raft(Message),
-    Propose {
-        cmd: Box<Command>,
+    /// An API request the node routes (checks who asks, translates, proposes or reads).
+    Request {
+        body: Box<Body>,
+        who: Identity,
         reply: oneshot::Sender<Response>,
     },
     Read {

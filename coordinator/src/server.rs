@@ -164,15 +164,24 @@ impl RaftLoop {
         let now = self.now();
         match input {
             Input::Raft(m) => self.node.handle_raft(m),
-            Input::Propose { cmd, reply } => {
-                if self.node.is_leader() {
+            Input::Request { body, who, reply } => {
+                let wall = now_ms();
+                let route =
+                    match Node::<RedbDisk, oneshot::Sender<Response>>::route(*body, &who, wall) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            return;
+                        }
+                    };
+                if route.writes() && self.node.is_leader() {
                     if let Some(e) = self.space.refusal(self.node.replica().id()) {
                         let _ = reply.send(Err(e));
                         return;
                     }
                 }
                 let t0 = Instant::now();
-                if self.node.handle_propose(*cmd, reply, now, now_ms()) == Proposed::Planned {
+                if self.node.handle_route(route, &who, reply, now, wall) == Proposed::Planned {
                     self.metrics
                         .cycle_seconds
                         .observe(t0.elapsed().as_secs_f64());
@@ -879,7 +888,6 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         peers: Arc::new(cfg.peers.clone()),
         applied: applied_rx,
         budgets: budgets.clone(),
-        submits: Arc::new(Mutex::new(crate::budget::SubmitRates::default())),
         logs: Arc::new(crate::logs::LogRelay::default()),
         progress: Arc::new(Mutex::new(BTreeMap::new())),
         web: web_sessions.clone(),

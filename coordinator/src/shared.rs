@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use allot_common::api::{ApiError, ErrorKind, Reply, Response};
-use allot_core::machine::{Command, Machine};
+use allot_common::api::{ApiError, Body, ErrorKind, Reply, Response};
+use allot_core::machine::Machine;
 use allot_net::tls::Identity;
 use tokio::sync::{mpsc, oneshot};
 
@@ -29,8 +29,6 @@ pub(crate) struct Shared {
     pub(crate) applied: tokio::sync::watch::Receiver<u64>,
     /// What clients may hold: connections, request bytes in flight.
     pub(crate) budgets: Arc<crate::budget::Budgets>,
-    /// Each user certificate's submissions, against the submission rate.
-    pub(crate) submits: Arc<Mutex<crate::budget::SubmitRates>>,
     /// Pod logs on their way from agents to readers.
     pub(crate) logs: Arc<crate::logs::LogRelay>,
     /// What pods that do not run yet are doing, as agents said: (workload id, rank) ->
@@ -83,25 +81,6 @@ impl Shared {
 }
 
 impl Shared {
-    /// Takes `n` submissions from `who`'s rate (users only), or says which limit it reached.
-    /// Only the leader counts: a follower's answer is a redirect.
-    pub(crate) fn check_submit_rate(&self, who: &Identity, n: usize) -> Result<(), ApiError> {
-        let Identity::User { .. } = who else {
-            return Ok(());
-        };
-        let status = self.status();
-        if !status.is_leader {
-            return Ok(());
-        }
-        let mut rates = self
-            .submits
-            .lock()
-            .map_err(|_| ApiError::new(ErrorKind::Unavailable, "rate lock poisoned"))?;
-        rates
-            .take(&who.to_string(), n, &status.limits, Instant::now())
-            .map_err(|e| ApiError::new(ErrorKind::LimitExceeded, format!("{who}: {e}")))
-    }
-
     pub(crate) fn status(&self) -> Status {
         self.status.lock().map(|s| s.clone()).unwrap_or_default()
     }
@@ -129,11 +108,14 @@ impl Shared {
         }
         e
     }
-    pub(crate) async fn propose(&self, cmd: Command) -> Response {
+    /// `body` from `who`, routed by the node on the raft thread (a write waits to be
+    /// applied, a read for a quorum to confirm it).
+    pub(crate) async fn request(&self, body: Body, who: &Identity) -> Response {
         let (tx, rx) = oneshot::channel();
         self.input
-            .send(Input::Propose {
-                cmd: Box::new(cmd),
+            .send(Input::Request {
+                body: Box::new(body),
+                who: who.clone(),
                 reply: tx,
             })
             .map_err(|_| {
@@ -147,7 +129,10 @@ impl Shared {
             )),
             Err(_) => Err(ApiError::new(
                 ErrorKind::Unavailable,
-                format!("the write was not applied within {}s; retry", WRITE_TIMEOUT.as_secs()),
+                format!(
+                    "no answer within {}s (a write may or may not have been applied); retry",
+                    WRITE_TIMEOUT.as_secs()
+                ),
             )),
         }
     }

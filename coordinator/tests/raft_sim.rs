@@ -34,7 +34,7 @@ use allot_agent::reconcile::{key_of, Action as ReconcileAction, PodKey, Reconcil
 use allot_common::api::{
     ActivationState, ComputeQuotaInput, NodeAssignments, NodeReport, PodExit, RunSpec, SubmitInput,
 };
-use allot_common::api::{Reply, Response};
+use allot_common::api::{Body, Reply, Response};
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::{Catalog, PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
 use allot_coordinator::leader::{CycleDone, CycleJob, LeaderConfig, Lost};
@@ -45,6 +45,7 @@ use allot_coordinator::replica::{
 };
 use allot_core::machine::{Command, Machine};
 use allot_core::{Event, WlState};
+use allot_net::tls::Identity;
 use raft::eraftpb::Message;
 
 struct Rng(u64);
@@ -221,10 +222,13 @@ enum AgentMsg {
         at: u64,
         answer: Result<Box<NodeAssignments>, u64>,
     },
+    /// An agent's request (a registration, the pods that ended), as its node's certificate
+    /// sends it.
     Report {
         replica: usize,
         at: u64,
-        cmd: Box<Command>,
+        node: String,
+        body: Box<Body>,
     },
 }
 
@@ -475,8 +479,17 @@ impl Sim {
         (0..self.n).find(|&i| self.nodes[i].as_ref().is_some_and(|r| r.is_leader()))
     }
 
-    /// A write to replica `i`, as a request handler hands it in (its answer comes out of a
-    /// later turn).
+    /// An API request from `who` to replica `i`, as the server hands it to its node (its
+    /// answer comes out of a later turn).
+    fn request(&mut self, i: usize, body: Body, who: &Identity) {
+        let (now, wall) = (self.now(), self.wall());
+        if let Some(r) = self.nodes[i].as_mut() {
+            r.handle_request(body, who, Caller::Writer, now, wall);
+        }
+    }
+
+    /// A command proposed to replica `i` as it is: a test input the API would not make (a
+    /// plan computed here, an end reported for a node without an agent).
     fn propose(&mut self, i: usize, cmd: Command) {
         let (now, wall) = (self.now(), self.wall());
         if let Some(r) = self.nodes[i].as_mut() {
@@ -569,7 +582,15 @@ impl Sim {
                     id: id.0,
                     plan,
                 },
-                None => Command::Submit(input),
+                None => {
+                    // A team's user submits, as the API takes it: checked against who asks
+                    // and the submission rate, then the fast path.
+                    let who = Identity::User {
+                        team: input.spec.team.clone(),
+                    };
+                    self.request(i, Body::Submit(input), &who);
+                    return;
+                }
             }
         } else if k < 78 {
             // An agent reports an end: finish a running one, or complete an eviction.
@@ -589,7 +610,11 @@ impl Sim {
             let Some(name) = self.pick_workload(i, |s| s == WlState::Pending) else {
                 return;
             };
-            Command::Cancel { name, team: None }
+            let admin = Identity::Admin {
+                name: "admin".into(),
+            };
+            self.request(i, Body::Cancel { name, team: None }, &admin);
+            return;
         } else {
             return;
         };
@@ -1016,12 +1041,13 @@ impl Sim {
             }
             let (target, incarnation, registered) = (a.target, a.incarnation, a.registered);
             if !registered {
-                let cmd = Command::ReportNode(self.report_of(k));
+                let body = Body::ReportNode(self.report_of(k));
                 let at = step + 1 + self.rng.below(3);
                 self.agent_send(AgentMsg::Report {
                     replica: target,
                     at,
-                    cmd: Box::new(cmd),
+                    node: self.agents[k].node.clone(),
+                    body: Box::new(body),
                 });
             }
             let at = step + 1 + self.rng.below(3);
@@ -1091,9 +1117,15 @@ impl Sim {
                         }
                     }
                 }
-                AgentMsg::Report { replica, cmd, .. } => {
+                AgentMsg::Report {
+                    replica,
+                    node,
+                    body,
+                    ..
+                } => {
                     if let Some(r) = self.nodes[replica].as_mut() {
-                        r.handle_propose(*cmd, Caller::Writer, now, wall);
+                        let who = Identity::Node { node };
+                        r.handle_request(*body, &who, Caller::Writer, now, wall);
                     }
                 }
             }
@@ -1132,7 +1164,7 @@ impl Sim {
         // What ended and the cluster still lists is reported (as the agent's exit reports).
         for p in &assigned.pods {
             if let Some((w, ok, lost)) = a.done.get(&key_of(p)) {
-                reports.push((w.clone(), p.attempt, p.rank, *ok, *lost));
+                reports.push((w.clone(), p.workload_id, p.attempt, p.rank, *ok, *lost));
             }
         }
         // The rest is the agent's own reconciler, applied to the simulated node.
@@ -1161,7 +1193,14 @@ impl Sim {
                 ReconcileAction::Gone(p) => {
                     a.done
                         .insert(key_of(&p), (p.workload.clone(), false, false));
-                    reports.push((p.workload.clone(), p.attempt, p.rank, false, false));
+                    reports.push((
+                        p.workload.clone(),
+                        p.workload_id,
+                        p.attempt,
+                        p.rank,
+                        false,
+                        false,
+                    ));
                 }
                 ReconcileAction::Wait { .. } => {}
                 // A shim does not start a pod once the node's lease has run out.
@@ -1184,14 +1223,14 @@ impl Sim {
                 ReconcileAction::Start(_) => {}
             }
         }
-        for (workload, attempt, rank, succeeded, lost) in reports {
+        for (workload, workload_id, attempt, rank, succeeded, lost) in reports {
             self.log.push(format!(
                 "step {step}: {node} reports {workload} attempt {attempt} rank {rank} ended (ok {succeeded}, lost {lost})"
             ));
-            let cmd = Command::PodsExited {
-                node: Some(node.clone()),
+            let body = Body::PodsExited {
+                node: node.clone(),
                 workload,
-                workload_id: None,
+                workload_id,
                 attempt,
                 exits: vec![PodExit {
                     rank,
@@ -1205,7 +1244,8 @@ impl Sim {
             self.agent_send(AgentMsg::Report {
                 replica: target,
                 at,
-                cmd: Box::new(cmd),
+                node: node.clone(),
+                body: Box::new(body),
             });
         }
     }
