@@ -21,7 +21,6 @@
 //!    starts from.
 
 use std::collections::BTreeMap;
-
 use std::ops::ControlFlow;
 
 use allot_common::api::{ApiError, Body, ErrorKind, Reply, Response};
