@@ -41,15 +41,21 @@ fn wait_state(c: &Cluster, agent: &AgentProc, name: &str, want: &str, secs: u64)
     }
 }
 
-/// Tasks containerd runs in the test's namespace.
-fn tasks(env: &containers::Env) -> Vec<String> {
+/// What `ctr ARGS` prints for the test's containerd and namespace.
+fn ctr(env: &containers::Env, args: &[&str]) -> String {
     let out = Command::new("ctr")
         .arg("-a")
         .arg(&env.socket)
-        .args(["-n", &env.namespace, "tasks", "ls", "-q"])
+        .args(["-n", &env.namespace])
+        .args(args)
         .output()
         .expect("ctr");
-    String::from_utf8_lossy(&out.stdout)
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// Tasks containerd runs in the test's namespace.
+fn tasks(env: &containers::Env) -> Vec<String> {
+    ctr(env, &["tasks", "ls", "-q"])
         .lines()
         .map(|l| l.trim().to_string())
         .filter(|l| !l.is_empty())
@@ -461,14 +467,7 @@ fn the_fence_stops_containers_whose_agent_and_shims_are_gone() {
     // Stopped within the lease, the fence's second and 4/5 of a lease: before the cluster
     // (two leases after the last renewal) would run the work again.
     wait_for(10, "the fence stops the container", || {
-        let out = Command::new("ctr")
-            .arg("-a")
-            .arg(&env.socket)
-            .args(["-n", &env.namespace, "tasks", "ls"])
-            .output()
-            .expect("ctr");
-        let out = String::from_utf8_lossy(&out.stdout).to_string();
-        (!out.contains("RUNNING")).then_some(())
+        (!ctr(&env, &["tasks", "ls"]).contains("RUNNING")).then_some(())
     });
     let took = t.elapsed();
     assert!(
@@ -499,37 +498,56 @@ fn the_fence_stops_containers_whose_agent_and_shims_are_gone() {
     // CI (every test at once on two cores) a task was twice left past the wait, 30 s and then
     // 60 s, and never here: the report says what was left (`.config/nextest.toml` gives the
     // test a second try meanwhile, and nextest prints the first try's report).
-    let t = std::time::Instant::now();
-    while !tasks(&env).is_empty() {
-        if t.elapsed() > Duration::from_secs(60) {
-            leftover_report(&c, &env, &agent, "fenced");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_no_tasks(&c, &env, &agent, "fenced");
     drop(agent);
 }
 
-#[test]
-fn a_lease_that_runs_out_stops_the_container_while_containerd_is_down() {
-    let Some(mut env) = containers::Env::start("lease_without_containerd") else {
-        return;
-    };
+/// A one-node cluster on its own containerd, its agent holding `lease_s` leases, running
+/// workload `name` as a busybox container whose first process loops without a SIGTERM trap
+/// (only SIGKILL ends it, as for most images), with a grace of 2 s. `None` where the test skips.
+fn one_container(
+    test: &str,
+    lease_s: f64,
+    name: &str,
+) -> Option<(containers::Env, Cluster, AgentProc)> {
+    let env = containers::Env::start(test)?;
     let image = env.push_busybox("team-a/busybox", "1");
     let c = Cluster::new(1, 0);
     rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
     setup_team(&c, "team-a");
-    let lease = 3.0;
-    let mut agent = c.start_agent_with("ctr-1", "ml.g5.8xlarge", 1, lease, &env.driver_args());
-    // A first process without a SIGTERM trap: only SIGKILL ends it, as for most images.
+    let agent = c.start_agent_with("ctr-1", "ml.g5.8xlarge", 1, lease_s, &env.driver_args());
     submit(
         &c,
-        "unfenced.yaml",
+        &format!("{name}.yaml"),
         &format!(
-            "name: unfenced\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ngrace: 2\n\
+            "name: {name}\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ngrace: 2\n\
              image: {image}\ncommand: [sh, -c, \"echo started; while true; do sleep 0.2; done\"]\n"
         ),
     );
-    wait_state(&c, &agent, "unfenced", "Running", 60);
+    wait_state(&c, &agent, name, "Running", 60);
+    Some((env, c, agent))
+}
+
+/// Waits up to 60 s for containerd to run no task in the test's namespace, or fails with what
+/// was left.
+fn wait_no_tasks(c: &Cluster, env: &containers::Env, agent: &AgentProc, workload: &str) {
+    let t = std::time::Instant::now();
+    while !tasks(env).is_empty() {
+        if t.elapsed() > Duration::from_secs(60) {
+            leftover_report(c, env, agent, workload);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_lease_that_runs_out_stops_the_container_while_containerd_is_down() {
+    let lease = 3.0;
+    let Some((mut env, c, mut agent)) =
+        one_container("lease_without_containerd", lease, "unfenced")
+    else {
+        return;
+    };
     let (first, pid) = task_pid(&env);
     assert!(running(pid), "the container's process {pid} runs");
     // The agent goes (nothing renews the lease) and so does containerd; the pod's shim stays.
@@ -552,46 +570,20 @@ fn a_lease_that_runs_out_stops_the_container_while_containerd_is_down() {
     env.restart_containerd();
     agent.start();
     wait_for(60, "the first attempt's container is removed", || {
-        let out = Command::new("ctr")
-            .arg("-a")
-            .arg(&env.socket)
-            .args(["-n", &env.namespace, "containers", "ls", "-q"])
-            .output()
-            .expect("ctr");
-        (!String::from_utf8_lossy(&out.stdout).contains(&first)).then_some(())
+        (!ctr(&env, &["containers", "ls", "-q"]).contains(&first)).then_some(())
     });
     wait_state(&c, &agent, "unfenced", "Running", 60);
     c.cli_ok("user-team-a", &["cancel", "unfenced"]);
-    let t = std::time::Instant::now();
-    while !tasks(&env).is_empty() {
-        if t.elapsed() > Duration::from_secs(60) {
-            leftover_report(&c, &env, &agent, "unfenced");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_no_tasks(&c, &env, &agent, "unfenced");
     drop(agent);
 }
 
 #[test]
 fn an_agent_restarted_while_containerd_is_down_keeps_its_container() {
-    let Some(mut env) = containers::Env::start("adopt_without_containerd") else {
+    let Some((mut env, c, mut agent)) = one_container("adopt_without_containerd", 10.0, "kept")
+    else {
         return;
     };
-    let image = env.push_busybox("team-a/busybox", "1");
-    let c = Cluster::new(1, 0);
-    rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
-    setup_team(&c, "team-a");
-    let lease = 10.0;
-    let mut agent = c.start_agent_with("ctr-1", "ml.g5.8xlarge", 1, lease, &env.driver_args());
-    submit(
-        &c,
-        "kept.yaml",
-        &format!(
-            "name: kept\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ngrace: 2\n\
-             image: {image}\ncommand: [sh, -c, \"while true; do sleep 0.2; done\"]\n"
-        ),
-    );
-    wait_state(&c, &agent, "kept", "Running", 60);
     let (_, pid) = task_pid(&env);
     // The agent's container restarts (agent and shims gone) while containerd is down too.
     agent.kill();
@@ -616,25 +608,13 @@ fn an_agent_restarted_while_containerd_is_down_keeps_its_container() {
     wait_for(30, "the cancelled container ends", || {
         (!running(pid)).then_some(())
     });
-    let t = std::time::Instant::now();
-    while !tasks(&env).is_empty() {
-        if t.elapsed() > Duration::from_secs(60) {
-            leftover_report(&c, &env, &agent, "kept");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_no_tasks(&c, &env, &agent, "kept");
     drop(agent);
 }
 
 /// The id and pid of the one task containerd runs in the test's namespace.
 fn task_pid(env: &containers::Env) -> (String, i32) {
-    let out = Command::new("ctr")
-        .arg("-a")
-        .arg(&env.socket)
-        .args(["-n", &env.namespace, "tasks", "ls"])
-        .output()
-        .expect("ctr");
-    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    let out = ctr(env, &["tasks", "ls"]);
     out.lines()
         .skip(1)
         .find_map(|l| {
@@ -673,15 +653,6 @@ fn shim_logs(agent: &AgentProc) -> String {
 /// Fails with what a stuck cleanup needs to be understood: the tasks and their states, the
 /// workload's attempts, the agent's log and containerd's.
 fn leftover_report(c: &Cluster, env: &containers::Env, agent: &AgentProc, workload: &str) -> ! {
-    let ctr = |what: &str| {
-        let o = Command::new("ctr")
-            .arg("-a")
-            .arg(&env.socket)
-            .args(["-n", &env.namespace, what, "ls"])
-            .output()
-            .expect("ctr");
-        String::from_utf8_lossy(&o.stdout).to_string()
-    };
     let d = c.cli("admin-admin", &["describe", "workload", workload]);
     let ctd_log =
         std::fs::read_to_string(env.dir.path().join("containerd.log")).unwrap_or_default();
@@ -689,8 +660,8 @@ fn leftover_report(c: &Cluster, env: &containers::Env, agent: &AgentProc, worklo
     panic!(
         "tasks left 60 s after the end:\n{}\ncontainers:\n{}\n{}\nagent log:\n{}\n\
          shim logs:\n{}\ncontainerd log (last 40 lines, newest first):\n{}",
-        ctr("tasks"),
-        ctr("containers"),
+        ctr(env, &["tasks", "ls"]),
+        ctr(env, &["containers", "ls"]),
         String::from_utf8_lossy(&d.stdout),
         agent.log(),
         shim_logs(agent),

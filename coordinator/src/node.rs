@@ -75,6 +75,17 @@ pub trait Io {
     fn lost(&mut self, _l: Lost) {}
 }
 
+/// Runs a turn to its end where the shell's `Io` never waits (the simulation's, a test's): one
+/// poll completes it. Panics if it would wait, which such an `Io` never does.
+pub fn run_now<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => panic!("a turn waited, but its Io never waits"),
+    }
+}
+
 /// What `handle_propose` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Proposed {
@@ -448,16 +459,6 @@ mod tests {
             Some(job.run())
         }
         fn snapshot(&mut self, _job: SnapshotJob) {}
-    }
-
-    /// The turn's future completes at once: `TestIo` never waits.
-    fn run_now<F: std::future::Future>(f: F) -> F::Output {
-        let mut f = std::pin::pin!(f);
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match f.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(out) => out,
-            std::task::Poll::Pending => panic!("a test turn waited"),
-        }
     }
 
     /// Three nodes; `cut` is a node whose messages are dropped both ways.

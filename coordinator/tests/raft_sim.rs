@@ -38,7 +38,7 @@ use allot_common::api::{Body, Reply, Response};
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::{Catalog, PodSet, PriorityRef, ResourceName, Resources, WorkloadSpec};
 use allot_coordinator::leader::{CycleDone, CycleJob, LeaderConfig, Lost};
-use allot_coordinator::node::{Io, Node, NodeConfig};
+use allot_coordinator::node::{run_now, Io, Node, NodeConfig};
 use allot_coordinator::raftlog::MemDisk;
 use allot_coordinator::replica::{
     Applied, EncodedSnapshot, Replica, ReplicaConfig, SnapshotCodec, SnapshotJob,
@@ -1466,16 +1466,6 @@ impl Io for SimIo {
 
     fn lost(&mut self, l: Lost) {
         self.lost.push(l);
-    }
-}
-
-/// Runs a turn to its end: the simulation's `Io` never waits, so one poll completes it.
-fn run_now<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match f.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(out) => out,
-        std::task::Poll::Pending => panic!("a simulated turn waited"),
     }
 }
 
