@@ -18,6 +18,7 @@ use allot_common::api::{ApiError, Body, ErrorKind, HistoryFilter, Reply, Workloa
 use allot_common::timefmt::now_ms;
 use allot_common::usage::{UsageBy, UsageQuery};
 use allot_net::client::Client;
+use allot_net::log_stream::{read_log_stream, LogStreamError};
 use allot_net::tls::Identity;
 
 use crate::web_session::{Kind, WebSessions};
@@ -88,27 +89,23 @@ impl Web {
         let mut guard = self.client.lock().await;
         let client = self.connect(&mut guard)?;
         let unavailable = |e: String| ApiError::new(ErrorKind::Unavailable, e);
-        let (mut frame, mut rest) = client
+        let (frame, mut rest) = client
             .stream(on_behalf(who, body))
             .await
             .map_err(|e| unavailable(e.to_string()))?;
         let mut out = Vec::new();
-        loop {
-            match frame {
-                Ok(Reply::LogChunk(b)) => {
-                    out.extend_from_slice(&b);
-                    if out.len() > LOG_TAIL {
-                        out.drain(..out.len() - LOG_TAIL);
-                    }
-                }
-                Ok(_) => return Err(unavailable("an answer that is no log".into())),
-                Err(e) => return Err(e),
+        let read = read_log_stream(frame, &mut rest, |b| {
+            out.extend_from_slice(&b);
+            if out.len() > LOG_TAIL {
+                out.drain(..out.len() - LOG_TAIL);
             }
-            match allot_net::wire::read_frame::<_, allot_common::api::Response>(&mut rest).await {
-                Ok(Some(f)) => frame = f,
-                Ok(None) => return Ok(out),
-                Err(e) => return Err(unavailable(format!("the log stream broke: {e}"))),
-            }
+            Ok(())
+        })
+        .await;
+        match read {
+            Ok(()) => Ok(out),
+            Err(LogStreamError::Refused(e)) => Err(e),
+            Err(e) => Err(unavailable(e.to_string())),
         }
     }
 }

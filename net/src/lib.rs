@@ -4,5 +4,6 @@
 //! only.
 
 pub mod client;
+pub mod log_stream;
 pub mod tls;
 pub mod wire;

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use allot_common::api::{ArrayView, Body, NodeView, Reply, WorkloadFilter, WorkloadView};
+use allot_net::log_stream::{read_log_stream, LogStreamError};
 use anyhow::bail;
 
 use super::render::{table, workload_row, WORKLOAD_HEADER};
@@ -49,26 +50,22 @@ pub async fn pod_logs(
             attempt,
             follow,
         };
-        let (mut frame, mut rest) = c.stream(body).await?;
-        loop {
-            match frame {
-                Ok(Reply::LogChunk(b)) => {
-                    out.write_all(&b)?;
-                    out.flush()?;
-                }
-                Ok(other) => bail!("unexpected answer: {other:?}"),
-                // This node has no such log: try the next.
-                Err(e) if e.kind == allot_common::api::ErrorKind::NotFound => {
-                    last = e.message;
-                    break;
-                }
-                Err(e) => bail!("{:?}: {}", e.kind, e.message),
+        let (first, mut rest) = c.stream(body).await?;
+        let read = read_log_stream(first, &mut rest, |b| {
+            out.write_all(&b)?;
+            out.flush()
+        })
+        .await;
+        match read {
+            Ok(()) => return Ok(()),
+            // This node has no such log: try the next.
+            Err(LogStreamError::Refused(e)) if e.kind == allot_common::api::ErrorKind::NotFound => {
+                last = e.message;
             }
-            match allot_net::wire::read_frame::<_, allot_common::api::Response>(&mut rest).await {
-                Ok(Some(f)) => frame = f,
-                Ok(None) => return Ok(()),
-                Err(e) => bail!("the log stream from node {} broke: {e}", n.name),
+            Err(LogStreamError::Broke(e)) => {
+                bail!("the log stream from node {} broke: {e}", n.name)
             }
+            Err(e) => bail!("{e}"),
         }
     }
     bail!("{last}")
