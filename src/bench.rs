@@ -396,6 +396,8 @@ async fn deep_backlog(
     let before = cycle_histogram(leader_http).await?;
     let deep = latency_rounds(c, base, a, "deep-probe").await?;
     let after = cycle_histogram(leader_http).await?;
+    let reclaims = reclaim_probes(c, a, &gpu, per_node, pending).await?;
+    let after_reclaims = cycle_histogram(leader_http).await?;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let changes = watcher.await.map_err(|e| anyhow!("leader watcher: {e}"))?;
     deep.print(&format!("submit-to-admit with {pending} pending"));
@@ -415,10 +417,160 @@ async fn deep_backlog(
         ms(pct(&deep.lat, 0.99)),
         ms(pct(&idle.lat, 0.99)),
     );
+    reclaims.print(pending);
+    let show = |q| match histogram_pct(&after, &after_reclaims, q) {
+        Some(s) if s.is_finite() => format!("<= {}", ms(Duration::from_secs_f64(s))),
+        Some(_) => "above the histogram's largest bucket".into(),
+        None => "no cycle".into(),
+    };
+    println!(
+        "leader's scheduling cycles during the reclaims: p50 {}, p99 {} (histogram buckets)",
+        show(0.5),
+        show(0.99)
+    );
     if changes > 0 {
         bail!("the leadership changed {changes} time(s) with the backlog waiting");
     }
     Ok(())
+}
+
+/// What `reclaim_probes` measured, each sorted.
+struct Reclaims {
+    /// Submit to the scheduler's plan committed: the victim chosen and evicting.
+    planned: Vec<Duration>,
+    /// Submit to admitted, the victim's end reported as its node's agent would.
+    admitted: Vec<Duration>,
+    /// Probes that found a node free (a backlog workload had not taken it back yet).
+    free: usize,
+}
+
+impl Reclaims {
+    fn print(&self, pending: usize) {
+        let show = |lat: &[Duration]| {
+            format!(
+                "p50 {}, p90 {}, p99 {}, max {}",
+                ms(pct(lat, 0.5)),
+                ms(pct(lat, 0.9)),
+                ms(pct(lat, 0.99)),
+                ms(lat.last().copied().unwrap_or_default())
+            )
+        };
+        println!(
+            "a node's GPUs for team-0, reclaimed by preempting a borrower, with {pending} pending ({} samples; {} found a node free and are left out): plan committed {}; admitted once the victim's end is reported {}",
+            self.planned.len(),
+            self.free,
+            show(&self.planned),
+            show(&self.admitted),
+        );
+    }
+}
+
+/// Probes that must preempt: team-0 asks for a whole node's GPUs while the other teams'
+/// backlog borrows every GPU, team-0's nominal share included. Each is timed to the plan that
+/// preempts a borrower (committed: the probe's pending condition names the victim), then, with the
+/// victim's end reported as its node's agent would (the bench's nodes have none), to its
+/// admission. Each probe is then cancelled, and the next waits until a backlog workload has
+/// taken the freed node back.
+async fn reclaim_probes(
+    c: &mut Client,
+    a: &BenchArgs,
+    gpu: &ResourceName,
+    per_node: i64,
+    pending: usize,
+) -> anyhow::Result<Reclaims> {
+    let mut out = Reclaims {
+        planned: Vec::new(),
+        admitted: Vec::new(),
+        free: 0,
+    };
+    let mut waiting = pending;
+    for i in 0..a.samples.min(200) {
+        let full = refilled(c, waiting).await?;
+        let name = format!("reclaim-{i}");
+        let t = Instant::now();
+        let reply = call(
+            c,
+            Body::Submit(job(name.clone(), "team-0".into(), gpu, per_node)),
+        )
+        .await?;
+        if matches!(&reply, Reply::Submitted { state, .. } if state != "Pending") || !full {
+            out.free += 1;
+        } else {
+            let victim = victim_of(c, &name, t).await?;
+            out.planned.push(t.elapsed());
+            call(
+                c,
+                Body::WorkloadExited {
+                    name: victim,
+                    succeeded: false,
+                },
+            )
+            .await?;
+            wait_admitted(c, &name, t).await?;
+            out.admitted.push(t.elapsed());
+        }
+        waiting = pending_now(c).await?.saturating_sub(1);
+        call(c, Body::Cancel { name, team: None }).await?;
+    }
+    out.planned.sort();
+    out.admitted.sort();
+    Ok(out)
+}
+
+/// The workload `name`'s last scheduling decision preempts, as its pending condition says
+/// (`describe`, a cheap read): polled until it names the victim (or 10 s have passed).
+async fn victim_of(c: &mut Client, name: &str, since: Instant) -> anyhow::Result<String> {
+    const MARK: &str = "Pending the preemption of ";
+    loop {
+        let w = match call(
+            c,
+            Body::DescribeWorkload {
+                name: name.into(),
+                team: None,
+            },
+        )
+        .await?
+        {
+            Reply::Workload(w) => w,
+            other => bail!("unexpected answer to describe: {other:?}"),
+        };
+        let victim = w.conditions.iter().find_map(|cond| {
+            let m = &cond.message;
+            let rest = &m[m.find(MARK)? + MARK.len()..];
+            let names = rest.split_once(": ")?.1;
+            names.split(", ").next().map(|v| v.trim().to_string())
+        });
+        if let Some(v) = victim.filter(|v| !v.is_empty()) {
+            return Ok(v);
+        }
+        if since.elapsed() > Duration::from_secs(10) {
+            bail!(
+                "{name}: no preemption planned within 10s: {:?}",
+                w.conditions
+            );
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+}
+
+/// Workloads pending in the cluster.
+async fn pending_now(c: &mut Client) -> anyhow::Result<usize> {
+    Ok(match call(c, Body::GetTeams).await? {
+        Reply::Teams(ts) => ts.iter().map(|t| t.pending as usize).sum::<usize>(),
+        _ => 0,
+    })
+}
+
+/// Waits up to 5 s until no more than `target` workloads are pending; says whether it came.
+async fn refilled(c: &mut Client, target: usize) -> anyhow::Result<bool> {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        if pending_now(c).await? <= target {
+            return Ok(true);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(false)
 }
 
 /// Waits, with the server's long poll, until workload `name` leaves Pending.
