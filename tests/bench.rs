@@ -78,6 +78,11 @@ fn a_deep_backlog_bench_measures_the_rounds_again_with_the_backlog_waiting() {
         "leader's scheduling cycles during those rounds: p50 ",
         "submit-to-admit p99 with the backlog / idle p99: ",
         "leadership changes: 0",
+        // Every probe that must preempt found the cluster full, and was planned and admitted.
+        "a node's GPUs for team-0, reclaimed by preempting a borrower, with ",
+        "(20 samples; 0 found a node free and are left out): plan committed p50 ",
+        "; admitted once the victim's end is reported p50 ",
+        "leader's scheduling cycles during the reclaims: p50 ",
     ] {
         assert!(
             stdout.contains(expected),
@@ -124,6 +129,8 @@ fn the_failover_bench_kills_leaders_and_checks_nothing_was_lost_or_restarted() {
         "elections: p50 ",
         "kill to first admission (a new client per submit, as the CLI): p50 ",
         "workloads lost: 0, duplicated: 0, long-running ones restarted: 0 of 4",
+        "agents' leases (5 s): ",
+        ", longest gap between two ",
     ] {
         assert!(
             stdout.contains(expected),
