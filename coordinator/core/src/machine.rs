@@ -316,7 +316,7 @@ pub struct Machine {
     pub arrays: BTreeMap<(String, String), crate::job_records::ArrayRecord>,
     /// Pod times of each workload's last attempt, and when it finished; forgotten with it.
     #[serde(default)]
-    pub history: BTreeMap<WlId, crate::job_records::PodHistory>,
+    pub(crate) history: BTreeMap<WlId, crate::job_records::PodHistory>,
     /// Teams' registry credentials: team -> registry host -> user and password.
     #[serde(default)]
     pub registry_credentials: BTreeMap<String, BTreeMap<String, allot_common::image::Credentials>>,

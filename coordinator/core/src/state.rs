@@ -40,7 +40,7 @@ pub struct TeamRt {
     /// Quota per (flavor, resource), sorted by id.
     pub quotas: Vec<(FrId, ResourceQuota)>,
     quota_idx: Vec<Option<ResourceQuota>>,
-    pub groups: Vec<GroupRt>,
+    pub(crate) groups: Vec<GroupRt>,
     /// Pending workloads in queue order: higher priority, earlier submission, name. Shared
     /// between copies of the state (one per cycle the leader computes) until one side changes
     /// it, like the workloads.
@@ -51,10 +51,10 @@ pub struct TeamRt {
     /// kept as entries come and go: with the length, what a scheduler cache compares to tell
     /// whether a queue changed without holding (and so later copying) it. Not stored.
     #[serde(skip)]
-    pub queue_sum: u128,
+    pub(crate) queue_sum: u128,
     /// The queue by shape, with what each shape's entries show (not saved; see `ShapeIndex`).
     #[serde(skip)]
-    pub shapes: ShapeIndex,
+    pub(crate) shapes: ShapeIndex,
 }
 
 /// A queue entry's term in `TeamRt::queue_sum` (splitmix64 twice).
@@ -157,8 +157,8 @@ pub struct Workload {
     pub submit_time: Time,
     pub state: WlState,
     /// Per pod set: per-pod requests with interned resource ids.
-    pub pod_reqs: Vec<Vec<(ResId, i64)>>,
-    pub pinned: Option<FlavorId>,
+    pub(crate) pod_reqs: Vec<Vec<(ResId, i64)>>,
+    pub(crate) pinned: Option<FlavorId>,
     pub admission: Option<Admission>,
     pub admitted_at: Option<Time>,
     pub conditions: Vec<Condition>,
@@ -174,9 +174,9 @@ pub struct Workload {
     /// With `preempting`: the flavors (per pod set, per resource) its victims were chosen for.
     /// The scheduler tries them first, so the preemptor lands in the room it made.
     #[serde(default)]
-    pub preempting_flavors: Option<PodSetFlavors>,
+    pub(crate) preempting_flavors: Option<PodSetFlavors>,
     /// Why it is being evicted, once eviction started.
-    pub eviction: Option<(String, String)>,
+    pub(crate) eviction: Option<(String, String)>,
     /// How many times it was admitted: names one run of its pods, so that an instruction or a
     /// report about an earlier run never touches a later one.
     #[serde(default)]
@@ -188,7 +188,7 @@ pub struct Workload {
     /// While pending: the shape fingerprint its queue entry carries (0 in a state read back,
     /// where it is computed again when needed).
     #[serde(skip)]
-    pub queued_shape: u128,
+    pub(crate) queued_shape: u128,
 }
 
 /// Who preempted a workload, why and when.
@@ -390,14 +390,14 @@ pub struct State {
     pub policy: ClusterPolicy,
     pub names: Interner,
     pub teams: Vec<TeamRt>,
-    pub team_ids: BTreeMap<String, TeamId>,
+    pub(crate) team_ids: BTreeMap<String, TeamId>,
     pub cohorts: Vec<CohortRt>,
-    pub cohort_specs: BTreeMap<String, CohortSpec>,
+    pub(crate) cohort_specs: BTreeMap<String, CohortSpec>,
     /// Copy-on-write, like the node set: copying the state (for a snapshot written off the
     /// raft thread) shares every workload until one changes.
     pub workloads: WlMap<Arc<Workload>>,
     /// Workloads by (name, team): a name is unique within its team only.
-    pub by_name: NameMap,
+    pub(crate) by_name: NameMap,
     pub acct: Acct,
     /// Whether admission must place pods on nodes (false: quota-only, as `allot simulate`
     /// without nodes).
@@ -409,28 +409,28 @@ pub struct State {
     /// Warnings about the configuration (quota above capacity).
     pub warnings: Vec<String>,
     /// Workloads whose `preempting` mark is set.
-    pub preemptors: BTreeSet<WlId>,
+    pub(crate) preemptors: BTreeSet<WlId>,
     /// Per cohort: pool usage above the pool left behind when the pool shrank (a node failed
     /// under idle sharing, a quota was lowered). Running work is not evicted for it; it only
     /// shrinks as work leaves, and admissions never add to it.
-    pub pool_excess: Vec<FrVec>,
+    pub(crate) pool_excess: Vec<FrVec>,
     /// Per team: usage above nominal + borrowing limit (or on a flavor it no longer has quota
     /// for) left when its quota was lowered under running work. Like `pool_excess`, it only
     /// shrinks as work leaves.
-    pub team_excess: Vec<FrVec>,
+    pub(crate) team_excess: Vec<FrVec>,
     /// Finished workloads dropped by `forget_finished` so far: an eviction chain may pass
     /// through one, so a scheduler cache keyed on the state counts them.
     #[serde(default)]
-    pub forgotten: u64,
+    pub(crate) forgotten: u64,
     /// The last instant at which plans preempted workloads, and their victims (in the order
     /// they were preempted): those that hold quota again at that instant are not preempted
     /// again in it (`Workload::preempted_at`). An index for the scheduler's cache, which
     /// compares these between cycles; the rule reads the workloads themselves.
     #[serde(default)]
-    pub preempted_at: (Time, Vec<WlId>),
+    pub(crate) preempted_at: (Time, Vec<WlId>),
     /// The pending texts workloads show, shared by content (not saved: addresses only).
     #[serde(skip)]
-    pub texts: crate::texts::Texts,
+    pub(crate) texts: crate::texts::Texts,
 }
 
 impl State {
