@@ -401,16 +401,7 @@ async fn deep_backlog(
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let changes = watcher.await.map_err(|e| anyhow!("leader watcher: {e}"))?;
     deep.print(&format!("submit-to-admit with {pending} pending"));
-    let show = |q| match histogram_pct(&before, &after, q) {
-        Some(s) if s.is_finite() => format!("<= {}", ms(Duration::from_secs_f64(s))),
-        Some(_) => "above the histogram's largest bucket".into(),
-        None => "no cycle".into(),
-    };
-    println!(
-        "leader's scheduling cycles during those rounds: p50 {}, p99 {} (histogram buckets)",
-        show(0.5),
-        show(0.99)
-    );
+    print_cycles("those rounds", &before, &after);
     println!(
         "submit-to-admit p99 with the backlog / idle p99: {:.2}x ({} / {}); leadership changes: {changes}",
         pct(&deep.lat, 0.99).as_secs_f64() / pct(&idle.lat, 0.99).as_secs_f64().max(1e-9),
@@ -418,20 +409,26 @@ async fn deep_backlog(
         ms(pct(&idle.lat, 0.99)),
     );
     reclaims.print(pending);
-    let show = |q| match histogram_pct(&after, &after_reclaims, q) {
+    print_cycles("the reclaims", &after, &after_reclaims);
+    if changes > 0 {
+        bail!("the leadership changed {changes} time(s) with the backlog waiting");
+    }
+    Ok(())
+}
+
+/// The leader's scheduling cycles between two readings of its histogram, p50 and p99 as
+/// bucket bounds.
+fn print_cycles(during: &str, before: &[(f64, u64)], after: &[(f64, u64)]) {
+    let show = |q| match histogram_pct(before, after, q) {
         Some(s) if s.is_finite() => format!("<= {}", ms(Duration::from_secs_f64(s))),
         Some(_) => "above the histogram's largest bucket".into(),
         None => "no cycle".into(),
     };
     println!(
-        "leader's scheduling cycles during the reclaims: p50 {}, p99 {} (histogram buckets)",
+        "leader's scheduling cycles during {during}: p50 {}, p99 {} (histogram buckets)",
         show(0.5),
         show(0.99)
     );
-    if changes > 0 {
-        bail!("the leadership changed {changes} time(s) with the backlog waiting");
-    }
-    Ok(())
 }
 
 /// What `reclaim_probes` measured, each sorted.

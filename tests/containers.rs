@@ -612,6 +612,39 @@ fn an_agent_restarted_while_containerd_is_down_keeps_its_container() {
     drop(agent);
 }
 
+#[test]
+fn a_pod_started_while_containerd_is_down_waits_for_it_and_runs() {
+    let Some((mut env, c, agent)) = one_container("start_without_containerd", 10.0, "first") else {
+        return;
+    };
+    c.cli_ok("user-team-a", &["cancel", "first"]);
+    wait_no_tasks(&c, &env, &agent, "first");
+    env.stop_containerd();
+    let image = format!("{}/team-a/busybox:1", env.registry);
+    submit(
+        &c,
+        "later.yaml",
+        &format!(
+            "name: later\nteam: team-a\nrequests: {{gpu: 1, cpu: 1, memory: 1Gi}}\ngrace: 2\n\
+             image: {image}\ncommand: [sh, -c, \"echo started; while true; do sleep 0.2; done\"]\n"
+        ),
+    );
+    // The pod waits and says why; the workload neither fails nor runs.
+    wait_for(30, "the pod says it waits for containerd", || {
+        let d = c.cli("user-team-a", &["describe", "workload", "later"]);
+        String::from_utf8_lossy(&d.stdout)
+            .contains("WaitingForContainerd")
+            .then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(state(&c, "later").as_deref(), Some("Admitted"));
+    env.restart_containerd();
+    wait_state(&c, &agent, "later", "Running", 60);
+    c.cli_ok("user-team-a", &["cancel", "later"]);
+    wait_no_tasks(&c, &env, &agent, "later");
+    drop(agent);
+}
+
 /// The id and pid of the one task containerd runs in the test's namespace.
 fn task_pid(env: &containers::Env) -> (String, i32) {
     let out = ctr(env, &["tasks", "ls"]);

@@ -504,7 +504,7 @@ async fn sweep_containers(
     let ctd = match containerd::Containerd::connect(&c.socket, &c.namespace).await {
         Ok(ctd) => ctd,
         Err(e) => {
-            tracing::warn!("{e}; pods with an image will fail until containerd is reachable");
+            tracing::warn!("{e}; pods with an image wait until containerd is reachable");
             return None;
         }
     };

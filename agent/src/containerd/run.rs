@@ -78,7 +78,7 @@ pub const STATUS_FILE: &str = "status.json";
 /// What the pod is doing before it runs: written by the shim, read by the agent.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodStatus {
-    /// `Pulling`, `Creating`, `Running`.
+    /// `WaitingForContainerd`, `Pulling`, `Creating`, `Running`.
     pub phase: String,
     pub pulled_bytes: u64,
     pub total_bytes: u64,
@@ -149,7 +149,30 @@ async fn run_async(args: &ShimArgs, job: &ContainerJob) -> i32 {
             Ok(c) => c,
             Err(_) => return failed(dir, "ContainerLost", e),
         },
-        Err(e) => return failed(dir, "ContainerCannotRun", e),
+        // containerd is away (restarting, upgraded): the pod waits for it, as it would for a
+        // slow pull, until it is back or the pod is stopped.
+        Err(e) => {
+            eprintln!("agent-shim: {e}; waiting for containerd");
+            write_status(
+                dir,
+                &PodStatus {
+                    phase: "WaitingForContainerd".into(),
+                    ..Default::default()
+                },
+            );
+            let back = async {
+                loop {
+                    tokio::time::sleep(CONTAINERD_RETRY).await;
+                    if let Ok(c) = Containerd::connect(&job.socket, &job.namespace).await {
+                        return c;
+                    }
+                }
+            };
+            tokio::select! {
+                c = back => c,
+                why = stop_requested(args) => return stopped_before_start(dir, why),
+            }
+        }
     };
     let id = container_id(dir);
     if args.adopt {
