@@ -371,10 +371,7 @@ async fn deep_backlog(
     let mut last = usize::MAX;
     let mut still = 0;
     let pending = loop {
-        let p = match call(c, Body::GetTeams).await? {
-            Reply::Teams(ts) => ts.iter().map(|t| t.pending as usize).sum::<usize>(),
-            _ => 0,
-        };
+        let p = pending_now(c).await?;
         still = if p == last { still + 1 } else { 0 };
         last = p;
         if still >= 3 {
@@ -800,10 +797,7 @@ async fn sustained(c: &mut Client, opts: &ClientOpts, a: &BenchArgs) -> anyhow::
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let el = t0.elapsed();
-    let pending = match call(c, Body::GetTeams).await? {
-        Reply::Teams(ts) => ts.iter().map(|t| t.pending as usize).sum::<usize>(),
-        _ => 0,
-    };
+    let pending = pending_now(c).await?;
     println!(
         "sustained: {admitted} workloads submitted (in {}) and admitted durably in {} = {:.0} admissions/s ({} still pending)",
         ms(submitted_in),

@@ -561,20 +561,6 @@ impl Executor {
         }
     }
 
-    /// Devices held by pods that are running or stopping: (resource, index).
-    pub fn busy_devices(&self) -> BTreeSet<(String, u8)> {
-        self.pods
-            .values()
-            .filter(|p| p.holds_devices())
-            .flat_map(|p| {
-                p.spec
-                    .devices
-                    .iter()
-                    .flat_map(|(r, v)| v.iter().map(move |i| (r.clone(), *i)))
-            })
-            .collect()
-    }
-
     /// Stops every pod and waits for them (used when the agent is told to stop its pods on exit).
     pub fn stop_all(&mut self, why: &str) {
         let keys: Vec<PodKey> = self.pods.keys().copied().collect();

@@ -86,6 +86,28 @@ pub fn run_now<F: std::future::Future>(f: F) -> F::Output {
     }
 }
 
+/// What an API request from `who` becomes (`Route`), or why `who` may not make it: the
+/// admin's, the agents' and the users' handlers, in turn. `wall` is the time reads of
+/// usage count to. A request only the shell serves (streams, long polls, its soft state)
+/// is refused as unknown here.
+pub fn route(body: Body, who: &Identity, wall: i64) -> Result<Route, ApiError> {
+    let body = match crate::admin_requests::route(body, who) {
+        ControlFlow::Break(r) => return r,
+        ControlFlow::Continue(b) => b,
+    };
+    let body = match crate::agent_requests::route(body, who) {
+        ControlFlow::Break(r) => return r,
+        ControlFlow::Continue(b) => b,
+    };
+    match crate::user_requests::route(body, who, wall) {
+        ControlFlow::Break(r) => r,
+        ControlFlow::Continue(_) => Err(ApiError::new(
+            ErrorKind::Invalid,
+            "a request the coordinator's network side serves (a stream, a long poll, a login), not the cluster's state",
+        )),
+    }
+}
+
 /// What `handle_propose` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Proposed {
@@ -210,28 +232,6 @@ impl<D: Disk, R> Node<D, R> {
         }
     }
 
-    /// What an API request from `who` becomes (`Route`), or why `who` may not make it: the
-    /// admin's, the agents' and the users' handlers, in turn. `wall` is the time reads of
-    /// usage count to. A request only the shell serves (streams, long polls, its soft state)
-    /// is refused as unknown here.
-    pub fn route(body: Body, who: &Identity, wall: i64) -> Result<Route, ApiError> {
-        let body = match crate::admin_requests::route(body, who) {
-            ControlFlow::Break(r) => return r,
-            ControlFlow::Continue(b) => b,
-        };
-        let body = match crate::agent_requests::route(body, who) {
-            ControlFlow::Break(r) => return r,
-            ControlFlow::Continue(b) => b,
-        };
-        match crate::user_requests::route(body, who, wall) {
-            ControlFlow::Break(r) => r,
-            ControlFlow::Continue(_) => Err(ApiError::new(
-                ErrorKind::Invalid,
-                "a request the coordinator's network side serves (a stream, a long poll, a login), not the cluster's state",
-            )),
-        }
-    }
-
     /// An API request from `who`: routed (`route`), then carried out (`handle_route`); a
     /// refusal is answered in the next turn.
     pub fn handle_request(
@@ -242,7 +242,7 @@ impl<D: Disk, R> Node<D, R> {
         now: Millis,
         wall: i64,
     ) -> Proposed {
-        match Self::route(body, who, wall) {
+        match route(body, who, wall) {
             Ok(route) => self.handle_route(route, who, reply, now, wall),
             Err(e) => {
                 self.outbox.push((reply, Err(e)));

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::leader::{CycleDone, CycleJob, Lost, Millis};
 use crate::metrics::Metrics;
-use crate::node::{Io, Node, Proposed};
+use crate::node::{route, Io, Node, Proposed};
 use crate::raft_inputs::{Input, SnapshotDone, Status};
 use crate::raftlog::{RedbDisk, SnapshotStore};
 use crate::replica::{EncodedSnapshot, SnapshotJob};
@@ -125,14 +125,13 @@ impl RaftLoop {
             Input::Raft(m) => self.node.handle_raft(m),
             Input::Request { body, who, reply } => {
                 let wall = now_ms();
-                let route =
-                    match Node::<RedbDisk, oneshot::Sender<Response>>::route(*body, &who, wall) {
-                        Ok(r) => r,
-                        Err(e) => {
-                            let _ = reply.send(Err(e));
-                            return;
-                        }
-                    };
+                let route = match route(*body, &who, wall) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        return;
+                    }
+                };
                 if route.writes() && self.node.is_leader() {
                     if let Some(e) = self.space.refusal(self.node.replica().id()) {
                         let _ = reply.send(Err(e));

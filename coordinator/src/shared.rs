@@ -108,26 +108,41 @@ impl Shared {
         }
         e
     }
+    /// Hands an input to the raft thread and waits up to the write timeout for its answer (a
+    /// redirect names the leader's address).
+    async fn ask(
+        &self,
+        input: impl FnOnce(oneshot::Sender<Response>) -> Input,
+    ) -> Result<Response, Unanswered> {
+        let (tx, rx) = oneshot::channel();
+        self.input
+            .send(input(tx))
+            .map_err(|_| Unanswered::ShuttingDown)?;
+        match tokio::time::timeout(WRITE_TIMEOUT, rx).await {
+            Ok(Ok(r)) => Ok(r.map_err(|e| self.with_leader(e))),
+            Ok(Err(_)) => Err(Unanswered::Dropped),
+            Err(_) => Err(Unanswered::TimedOut),
+        }
+    }
+
     /// `body` from `who`, routed by the node on the raft thread (a write waits to be
     /// applied, a read for a quorum to confirm it).
     pub(crate) async fn request(&self, body: Body, who: &Identity) -> Response {
-        let (tx, rx) = oneshot::channel();
-        self.input
-            .send(Input::Request {
+        let asked = self
+            .ask(|reply| Input::Request {
                 body: Box::new(body),
                 who: who.clone(),
-                reply: tx,
+                reply,
             })
-            .map_err(|_| {
-                ApiError::new(ErrorKind::Unavailable, "the coordinator is shutting down")
-            })?;
-        match tokio::time::timeout(WRITE_TIMEOUT, rx).await {
-            Ok(Ok(r)) => r.map_err(|e| self.with_leader(e)),
-            Ok(Err(_)) => Err(ApiError::new(
+            .await;
+        match asked {
+            Ok(r) => r,
+            Err(Unanswered::ShuttingDown) => Err(shutting_down()),
+            Err(Unanswered::Dropped) => Err(ApiError::new(
                 ErrorKind::Unavailable,
                 "leadership changed before the write was applied; it may or may not have been: retry (submits with the same client token are idempotent)",
             )),
-            Err(_) => Err(ApiError::new(
+            Err(Unanswered::TimedOut) => Err(ApiError::new(
                 ErrorKind::Unavailable,
                 format!(
                     "no answer within {}s (a write may or may not have been applied); retry",
@@ -174,18 +189,25 @@ impl Shared {
     }
 
     pub(crate) async fn read(&self, query: Query) -> Response {
-        let (tx, rx) = oneshot::channel();
-        self.input
-            .send(Input::Read { query, reply: tx })
-            .map_err(|_| {
-                ApiError::new(ErrorKind::Unavailable, "the coordinator is shutting down")
-            })?;
-        match tokio::time::timeout(WRITE_TIMEOUT, rx).await {
-            Ok(Ok(r)) => r.map_err(|e| self.with_leader(e)),
-            _ => Err(ApiError::new(
+        match self.ask(|reply| Input::Read { query, reply }).await {
+            Ok(r) => r,
+            Err(Unanswered::ShuttingDown) => Err(shutting_down()),
+            Err(_) => Err(ApiError::new(
                 ErrorKind::Unavailable,
                 "the read could not be confirmed by a quorum; retry",
             )),
         }
     }
+}
+
+/// Why an input handed to the raft thread got no answer.
+enum Unanswered {
+    ShuttingDown,
+    /// The raft thread dropped it (a write it forgot, its leadership lost).
+    Dropped,
+    TimedOut,
+}
+
+fn shutting_down() -> ApiError {
+    ApiError::new(ErrorKind::Unavailable, "the coordinator is shutting down")
 }
