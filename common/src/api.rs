@@ -684,6 +684,9 @@ pub enum Body {
         identity: String,
         body: Box<Body>,
     },
+    /// A leader asks a peer replica which format versions it reads (upgrades: see the
+    /// coordinator's `format.rs`). Only coordinators may send it. Protocol 3.
+    FormatProbe,
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -916,6 +919,10 @@ pub enum Reply {
         ticket: String,
         http: String,
         expires_ms: i64,
+    },
+    /// The answer to `Body::FormatProbe`: the newest format the replica reads.
+    Format {
+        reads: u32,
     },
 }
 

@@ -193,7 +193,7 @@ async fn serve_request(
     };
     // Logs stream: their handlers own the streams.
     let request = match request {
-        Ok(Some(req)) if req.version == wire::PROTOCOL_VERSION => match req.body {
+        Ok(Some(req)) if speaks(&shared, req.version) => match req.body {
             Body::Logs {
                 workload,
                 team,
@@ -235,12 +235,13 @@ async fn serve_request(
         other => other,
     };
     let resp: Response = match request {
-        Ok(Some(req)) if req.version != wire::PROTOCOL_VERSION => Err(ApiError::new(
+        Ok(Some(req)) if !speaks(&shared, req.version) => Err(ApiError::new(
             ErrorKind::Version,
             format!(
-                "client speaks protocol version {}, this coordinator speaks {}; use a matching allot",
+                "the request is in protocol version {}, and this coordinator answers versions {} to {}; use a matching allot",
                 req.version,
-                wire::PROTOCOL_VERSION
+                wire::OLDEST_PROTOCOL_VERSION,
+                shared.protocol
             ),
         )),
         Ok(Some(req)) => handle_request(req.body, &who, &shared).await,
@@ -251,6 +252,67 @@ async fn serve_request(
         )),
     };
     respond(&mut send, &who, resp).await;
+}
+
+/// Whether this coordinator answers requests in protocol `version`.
+fn speaks(shared: &Shared, version: u32) -> bool {
+    (wire::OLDEST_PROTOCOL_VERSION..=shared.protocol).contains(&version)
+}
+
+/// Asks the coordinator at `addr` which formats it reads: `None` when it cannot be reached,
+/// `Some(0)` when it answers with an error (a release from before versioned formats cannot
+/// read the question).
+pub(crate) async fn probe_format(
+    endpoint: &quinn::Endpoint,
+    client: &quinn::ClientConfig,
+    addr: &str,
+) -> Option<u32> {
+    let ask = async {
+        let conn = connect(endpoint, client, addr).await.ok()?;
+        let (mut send, mut recv) = conn.open_bi().await.ok()?;
+        let req = Request {
+            version: wire::protocol_of(&Body::FormatProbe),
+            body: Body::FormatProbe,
+        };
+        wire::write_frame(&mut send, &req).await.ok()?;
+        let _ = send.finish();
+        let resp = wire::read_frame::<_, Response>(&mut recv).await.ok()??;
+        conn.close(0u32.into(), b"");
+        Some(match resp {
+            Ok(Reply::Format { reads }) => reads,
+            _ => 0,
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(2), ask)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// While this replica leads a cluster whose format is below what it reads, asks `peer` every
+/// two seconds which formats it reads, and hands the answer to the raft loop.
+pub(crate) async fn format_prober(
+    peer: u64,
+    addr: String,
+    endpoint: quinn::Endpoint,
+    client: quinn::ClientConfig,
+    shared: Shared,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        if !shared.status().wants_formats {
+            continue;
+        }
+        if let Some(reads) = probe_format(&endpoint, &client, &addr).await {
+            if shared
+                .input
+                .send(Input::PeerFormat { peer, reads })
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
 }
 
 /// Writes `resp` as the stream's one reply and ends the stream.

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod budget;
 pub mod config_text;
 pub mod connections;
+pub mod format;
 pub mod http;
 pub mod journal;
 pub mod leader;

@@ -138,7 +138,17 @@ pub struct Node<D: Disk, R> {
     led_in: Option<u64>,
     /// Each user certificate's submissions, against the submission rate (while leading).
     rates: SubmitRates,
+    /// The formats each peer said it reads, and when (`handle_peer_format`).
+    peer_formats: BTreeMap<u64, (u32, Millis)>,
+    /// When this leader last proposed raising the cluster's format.
+    format_proposed: Option<Millis>,
 }
+
+/// How long a peer's word on the formats it reads counts: a replica may be replaced by an
+/// older build before the cluster's format is raised, so only recent answers raise it.
+const FORMAT_WORD_MS: Millis = 10_000;
+/// How long a proposal to raise the format is given before it is made again.
+const FORMAT_RETRY_MS: Millis = 5_000;
 
 impl<D: Disk, R> Node<D, R> {
     pub fn new(rep: Replica<D>, cfg: NodeConfig) -> Self {
@@ -152,6 +162,8 @@ impl<D: Disk, R> Node<D, R> {
             outbox: Vec::new(),
             led_in: None,
             rates: SubmitRates::default(),
+            peer_formats: BTreeMap::new(),
+            format_proposed: None,
         }
     }
 
@@ -191,6 +203,56 @@ impl<D: Disk, R> Node<D, R> {
     /// Whether a snapshot sent to `peer` got there.
     pub fn handle_snapshot_status(&mut self, peer: u64, delivered: bool) {
         self.rep.report_snapshot(peer, delivered);
+    }
+
+    /// A peer replica said it reads formats up to `reads` (the shell asks while
+    /// `wants_peer_formats`).
+    pub fn handle_peer_format(&mut self, peer: u64, reads: u32, now: Millis) {
+        self.peer_formats.insert(peer, (reads, now));
+    }
+
+    /// Whether this replica leads a cluster whose format is below the one it reads: then the
+    /// shell asks the peers which they read, and the turn raises the format once all do.
+    pub fn wants_peer_formats(&self) -> bool {
+        self.rep.is_leader() && self.rep.machine.format < self.rep.format_reads()
+    }
+
+    /// The format every voter reads, by its own recent word (this replica's own, the peers'
+    /// answers within `FORMAT_WORD_MS`; a voter not heard from reads only format 0).
+    fn voters_read(&self, now: Millis) -> u32 {
+        let id = self.rep.id();
+        self.rep
+            .voters()
+            .iter()
+            .map(|&v| match self.peer_formats.get(&v) {
+                _ if v == id => self.rep.format_reads(),
+                Some(&(reads, at)) if now.saturating_sub(at) <= FORMAT_WORD_MS => reads,
+                _ => 0,
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Leader only: proposes raising the cluster's format once every voter reads a newer one.
+    fn raise_format(&mut self, now: Millis, wall: i64) {
+        if !self.wants_peer_formats() {
+            return;
+        }
+        let version = self.voters_read(now);
+        let retry = self
+            .format_proposed
+            .is_none_or(|at| now.saturating_sub(at) >= FORMAT_RETRY_MS);
+        if version <= self.rep.machine.format || !retry {
+            return;
+        }
+        let token = self.leader.token();
+        let cmd = Cmd {
+            now: wall,
+            cmd: Command::SetFormat { version },
+        };
+        if self.rep.propose(token, &cmd).is_ok() {
+            self.format_proposed = Some(now);
+        }
     }
 
     /// An agent's heartbeat (counted while this replica leads).
@@ -371,6 +433,7 @@ impl<D: Disk, R> Node<D, R> {
             }
         }
         self.led_in = leads;
+        self.raise_format(now, wall);
         let timeout = self.write_timeout_ms;
         self.waiters
             .retain(|_, (_, since, _)| now.saturating_sub(*since) <= timeout);

@@ -40,6 +40,11 @@ pub(crate) enum Input {
     SnapshotEncoded(SnapshotDone),
     /// A scheduling cycle computed off the raft thread, and how long it took.
     CycleDone(CycleDone, Duration),
+    /// A peer replica said which formats it reads (`connections::format_prober`).
+    PeerFormat {
+        peer: u64,
+        reads: u32,
+    },
 }
 
 /// What the snapshot thread sends back to the raft thread.
@@ -67,4 +72,7 @@ pub struct Status {
     pub beat: Option<Instant>,
     /// The admission limits in force, as last applied.
     pub limits: allot_common::api::AdmissionLimits,
+    /// This replica leads a cluster whose format is below what it reads: it asks its peers
+    /// theirs (`connections::format_prober`).
+    pub wants_formats: bool,
 }

@@ -158,6 +158,7 @@ impl RaftLoop {
                 let _ = done.send(());
             }
             Input::SnapshotEncoded(done) => self.finish_snapshot(done),
+            Input::PeerFormat { peer, reads } => self.node.handle_peer_format(peer, reads, now),
         }
     }
 
@@ -215,6 +216,7 @@ impl RaftLoop {
             s.is_leader = rep.is_leader();
             s.beat = Some(Instant::now());
             s.limits = rep.machine.limits;
+            s.wants_formats = self.node.wants_peer_formats();
         }
     }
 
@@ -250,8 +252,13 @@ impl RaftLoop {
                 encode_machine: self.encode_machine,
                 snapshot_files: &self.snapshot_files,
             };
-            if let Err(e) = self.node.turn(&mut io, now, now_ms()).await {
-                storage_failed(e);
+            match self.node.turn(&mut io, now, now_ms()).await {
+                Ok(()) => {}
+                Err(e @ crate::replica::ReplicaError::Format { .. }) => {
+                    tracing::error!("stopping the replica: {e}");
+                    std::process::exit(70);
+                }
+                Err(e) => storage_failed(e),
             }
             self.publish();
         }

@@ -11,6 +11,7 @@ use protobuf::Message as _;
 use raft::eraftpb::{Entry, EntryType, Message, MessageType, Snapshot};
 use raft::{RawNode, StateRole};
 
+use crate::format::{self, FormatError};
 use crate::raftlog::{Batch, Disk, DiskError, LogCache, SnapshotFile};
 
 #[derive(Clone, Debug)]
@@ -29,6 +30,9 @@ pub struct ReplicaConfig {
     /// Hand snapshots out as `SnapshotJob`s (a copy of the machine to encode elsewhere) instead
     /// of encoding them on the caller's thread: see `take_snapshot_job`.
     pub background_snapshots: bool,
+    /// The newest format this replica reads (`format.rs`): it tells the leader so, and stops
+    /// at an entry or a snapshot in a newer one.
+    pub format_reads: u32,
 }
 
 impl ReplicaConfig {
@@ -42,6 +46,7 @@ impl ReplicaConfig {
             snapshot_every: 10_000,
             keep_behind_snapshot: 1_000,
             background_snapshots: false,
+            format_reads: crate::format::CURRENT,
         }
     }
 }
@@ -54,6 +59,13 @@ pub enum ReplicaError {
     Raft(#[from] raft::Error),
     #[error("snapshot: {0}")]
     Snapshot(String),
+    /// A committed entry this build cannot read: applying past it would leave this replica's
+    /// state behind the others', so the replica stops.
+    #[error("log entry {index}: {error}")]
+    Format {
+        index: u64,
+        error: crate::format::FormatError,
+    },
 }
 
 /// One applied log entry.
@@ -111,27 +123,45 @@ pub struct EncodedSnapshot {
     pub file: Option<SnapshotFile>,
 }
 
-/// How the machine is encoded in snapshots and log entries.
+/// How the machine is encoded in snapshots and log entries, in a format version
+/// (`format.rs`): a snapshot in the machine's own (`Machine::format`), an entry in the one it
+/// is given; readers are given the newest format they read.
 #[derive(Clone, Copy)]
 pub struct SnapshotCodec {
     pub encode_machine: fn(&Machine) -> Result<Vec<u8>, String>,
-    pub decode_machine: fn(&[u8]) -> Result<Machine, String>,
-    pub encode_cmd: fn(&Cmd) -> Result<Vec<u8>, String>,
-    pub decode_cmd: fn(&[u8]) -> Result<Cmd, String>,
+    pub decode_machine: fn(&[u8], u32) -> Result<Machine, String>,
+    pub encode_cmd: fn(&Cmd, u32) -> Result<Vec<u8>, String>,
+    pub decode_cmd: fn(&[u8], u32) -> Result<Cmd, FormatError>,
 }
 
 impl SnapshotCodec {
     pub fn wire() -> Self {
         use allot_net::wire;
         SnapshotCodec {
-            encode_machine: |m| wire::encode_snapshot(m).map_err(|e| e.to_string()),
-            decode_machine: crate::snapshot_compat::decode_machine,
-            encode_cmd: |c| wire::encode(c).map_err(|e| e.to_string()),
+            encode_machine: |m| {
+                let b = wire::encode_snapshot(m).map_err(|e| e.to_string())?;
+                Ok(format::seal(m.format, b))
+            },
+            decode_machine: |b, reads| {
+                let (version, payload) = format::open(b, reads).map_err(|e| e.to_string())?;
+                let mut m = if version == 0 {
+                    crate::snapshot_compat::decode_machine(payload)?
+                } else {
+                    wire::decode_snapshot::<Machine>(payload).map_err(|e| e.to_string())?
+                };
+                m.format = version;
+                Ok(m)
+            },
+            encode_cmd: |c, version| {
+                let b = wire::encode(c).map_err(|e| e.to_string())?;
+                Ok(format::seal(version, b))
+            },
             // Entries in an earlier release's form are read into the current one.
-            decode_cmd: |b| {
-                wire::decode(b)
+            decode_cmd: |b, reads| {
+                let (_, payload) = format::open(b, reads)?;
+                wire::decode(payload)
                     .map(crate::config_text::upgrade)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| FormatError::Undecodable(e.to_string()))
             },
         }
     }
@@ -177,7 +207,8 @@ impl<D: Disk> Replica<D> {
         let machine = if cache.snapshot.data.is_empty() {
             Machine::new()
         } else {
-            (codec.decode_machine)(&cache.snapshot.data).map_err(ReplicaError::Snapshot)?
+            (codec.decode_machine)(&cache.snapshot.data, cfg.format_reads)
+                .map_err(ReplicaError::Snapshot)?
         };
         let rc = raft::Config {
             id: cfg.id,
@@ -305,6 +336,16 @@ impl<D: Disk> Replica<D> {
         &self.disk
     }
     /// How the machine is encoded: what a `SnapshotJob` is encoded with.
+    /// The newest format this replica reads.
+    pub fn format_reads(&self) -> u32 {
+        self.cfg.format_reads
+    }
+
+    /// The voters of the cluster, this replica among them.
+    pub fn voters(&self) -> &[u64] {
+        &self.cfg.voters
+    }
+
     pub fn codec(&self) -> SnapshotCodec {
         self.codec
     }
@@ -331,7 +372,25 @@ impl<D: Disk> Replica<D> {
         if !self.is_leader() {
             return Err(self.not_leader());
         }
-        let data = (self.codec.encode_cmd)(cmd)
+        // Written in the cluster's format, which every voter reads; a command that needs a
+        // newer one waits for the cluster to be raised to it (`SetFormat` is proposed only
+        // once every voter reads its version).
+        let needs = format::needs(&cmd.cmd);
+        let version = match &cmd.cmd {
+            allot_core::machine::Command::SetFormat { version } => *version,
+            _ => self.machine.format,
+        };
+        if needs > version || version > self.cfg.format_reads {
+            return Err(ApiError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "{} needs format {needs}, and the cluster writes format {}: upgrade every replica first",
+                    cmd.cmd.kind(),
+                    self.machine.format
+                ),
+            ));
+        }
+        let data = (self.codec.encode_cmd)(cmd, version)
             .map_err(|e| ApiError::new(ErrorKind::Invalid, format!("encoding: {e}")))?;
         self.raw
             .propose(ctx_bytes(self.cfg.id, token), data)
@@ -477,7 +536,8 @@ impl<D: Disk> Replica<D> {
             self.raw.mut_store().hard_state = hs.clone();
         }
         if let Some(s) = &install {
-            self.machine = (self.codec.decode_machine)(&s.data).map_err(ReplicaError::Snapshot)?;
+            self.machine = (self.codec.decode_machine)(&s.data, self.cfg.format_reads)
+                .map_err(ReplicaError::Snapshot)?;
             self.applied = s.get_metadata().index;
             self.last_snapshot = self.applied;
             self.snapshot_base = self.applied;
@@ -498,31 +558,41 @@ impl<D: Disk> Replica<D> {
     /// The last step of `handle_ready_with`: applies what was committed and advances raft-rs.
     pub fn ready_apply(&mut self, mut rd: raft::Ready) -> Result<(), ReplicaError> {
         let committed = rd.take_committed_entries();
-        self.apply_entries(committed);
+        self.apply_entries(committed)?;
         let mut light = self.raw.advance(rd);
         if let Some(c) = light.commit_index() {
             self.raw.mut_store().hard_state.commit = c;
         }
         self.messages.extend(light.take_messages());
-        self.apply_entries(light.take_committed_entries());
+        self.apply_entries(light.take_committed_entries())?;
         self.raw.advance_apply_to(self.applied);
         self.maybe_snapshot()?;
         Ok(())
     }
 
-    fn apply_entries(&mut self, entries: Vec<Entry>) {
+    fn apply_entries(&mut self, entries: Vec<Entry>) -> Result<(), ReplicaError> {
         for e in entries {
             if e.index <= self.applied {
                 continue;
             }
-            self.applied = e.index;
             if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
+                self.applied = e.index;
                 continue;
             }
+            let decoded = match (self.codec.decode_cmd)(&e.data, self.cfg.format_reads) {
+                Err(error @ FormatError::Newer { .. }) => {
+                    return Err(ReplicaError::Format {
+                        index: e.index,
+                        error,
+                    })
+                }
+                other => other,
+            };
+            self.applied = e.index;
             let token = parse_ctx(&e.context)
                 .filter(|(id, _)| *id == self.cfg.id)
                 .map(|(_, t)| t);
-            let (kind, result, events) = match (self.codec.decode_cmd)(&e.data) {
+            let (kind, result, events) = match decoded {
                 Ok(cmd) => {
                     let (r, ev) = self.machine.apply(&cmd);
                     (cmd.cmd.kind(), r, ev)
@@ -546,6 +616,7 @@ impl<D: Disk> Replica<D> {
                 events,
             });
         }
+        Ok(())
     }
 
     /// Snapshots the machine every `snapshot_every` entries and compacts the log behind it.

@@ -10,7 +10,6 @@ use allot_common::api::{ApiError, Body, ErrorKind, Reply, Response};
 use allot_core::machine::Machine;
 use allot_core::views;
 use allot_net::tls::Identity;
-use allot_net::wire;
 
 use crate::auth::*;
 use crate::raft_inputs::Input;
@@ -22,7 +21,7 @@ pub(crate) async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> R
         Body::Hello => {
             let s = sh.status();
             Ok(Reply::Hello {
-                version: wire::PROTOCOL_VERSION,
+                version: sh.protocol,
                 replica: sh.id,
                 leader: (s.leader != 0).then_some(s.leader),
                 leader_addr: sh.leader_addr(s.leader),
@@ -30,6 +29,15 @@ pub(crate) async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> R
             })
         }
         Body::WebTicket => web_ticket(who, sh),
+        Body::FormatProbe => match who {
+            Identity::Coordinator { .. } => Ok(Reply::Format {
+                reads: sh.format_reads,
+            }),
+            _ => Err(ApiError::new(
+                ErrorKind::Forbidden,
+                format!("{who} may not ask a replica's formats; only coordinators do"),
+            )),
+        },
         // Handled with their streams in serve_request.
         Body::Logs { .. } | Body::LogData { .. } => Err(ApiError::new(
             ErrorKind::Invalid,

@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 
 pub use allot_common::BoxError;
 use allot_net::tls::{self, Identity, TlsFiles};
+use allot_net::wire;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::connections::{peer_sender, serve_conn};
+use crate::connections::{format_prober, peer_sender, serve_conn};
 use crate::leader::LeaderConfig;
 use crate::metrics::Metrics;
 use crate::node::{Node, NodeConfig};
@@ -70,7 +71,14 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     let files = TlsFiles::for_identity(&cfg.certs, &Identity::Coordinator { id: cfg.id });
     let server_tls = tls::server_config(&files)?;
     let client_tls = tls::client_config(&files)?;
-    let rep = open_replica(&cfg)?;
+    let format_reads = crate::format::reads_from_env()?;
+    if format_reads < crate::format::CURRENT {
+        tracing::warn!(
+            "{}={format_reads}: this replica reads and writes format {format_reads} only, as an older release would (for upgrade tests)",
+            crate::format::EMULATE_ENV
+        );
+    }
+    let rep = open_replica(&cfg, format_reads)?;
     let (input_tx, input_rx) = mpsc::unbounded_channel::<Input>();
     let (applied_tx, applied_rx) = tokio::sync::watch::channel(0u64);
     let status = Arc::new(Mutex::new(Status {
@@ -128,6 +136,12 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         progress: Arc::new(Mutex::new(BTreeMap::new())),
         web: web_sessions.clone(),
         http: http_bound.clone(),
+        format_reads,
+        protocol: if format_reads == 0 {
+            wire::OLDEST_PROTOCOL_VERSION
+        } else {
+            wire::PROTOCOL_VERSION
+        },
     };
     let refresh_metrics = shared.input.clone();
     let up_rx = spawn_raft_thread(&cfg, lp, shared, input_rx, (server_tls, client_tls))?;
@@ -161,7 +175,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
 }
 
 /// The replica on its durable log in `cfg.data_dir` (repaired first if a write was torn).
-fn open_replica(cfg: &ServerConfig) -> Result<Replica<RedbDisk>, BoxError> {
+fn open_replica(cfg: &ServerConfig, format_reads: u32) -> Result<Replica<RedbDisk>, BoxError> {
     let disk = RedbDisk::open(&cfg.data_dir.join("raft.redb"))?;
     if let Some(what) = disk.repaired() {
         tracing::warn!("{what}");
@@ -174,6 +188,7 @@ fn open_replica(cfg: &ServerConfig) -> Result<Replica<RedbDisk>, BoxError> {
     // Followers further behind than this get a snapshot instead of entries.
     rcfg.keep_behind_snapshot = cfg.snapshot_every.min(1000);
     rcfg.background_snapshots = true;
+    rcfg.format_reads = format_reads;
     let logger = slog::Logger::root(tracing_slog::TracingSlogDrain, slog::o!());
     Ok(Replica::open(rcfg, disk, SnapshotCodec::wire(), &logger)?)
 }
@@ -259,6 +274,13 @@ fn connect_peers(
             client_tls.clone(),
             rx,
             shared.input.clone(),
+        ));
+        tokio::spawn(format_prober(
+            peer,
+            addr.clone(),
+            endpoint.clone(),
+            client_tls.clone(),
+            shared.clone(),
         ));
     }
 }

@@ -38,6 +38,10 @@ pub(crate) struct Shared {
     /// once it listens.
     pub(crate) web: Arc<crate::web_session::WebSessions>,
     pub(crate) http: Arc<std::sync::OnceLock<std::net::SocketAddr>>,
+    /// The newest log and snapshot format this replica reads (`format.rs`), and the newest
+    /// request protocol it answers.
+    pub(crate) format_reads: u32,
+    pub(crate) protocol: u32,
 }
 
 /// (workload id, rank) -> (status, when the agent said it).

@@ -30,7 +30,8 @@ const UPDATE: &str =
 
 /// An entry as a replica reads it from its log.
 fn read(b: &[u8]) -> Entry {
-    (SnapshotCodec::wire().decode_cmd)(b).expect("the entry decodes")
+    (SnapshotCodec::wire().decode_cmd)(b, allot_coordinator::format::CURRENT)
+        .expect("the entry decodes")
 }
 
 #[test]
@@ -154,7 +155,8 @@ fn a_snapshot_written_before_the_usage_ledger_is_read_with_one() {
         wire::decode_snapshot::<Machine>(&b).is_err(),
         "the fixture is in the older layout"
     );
-    let m = (SnapshotCodec::wire().decode_machine)(&b).expect("the old snapshot is read");
+    let m = (SnapshotCodec::wire().decode_machine)(&b, allot_coordinator::format::CURRENT)
+        .expect("the old snapshot is read");
     let holding: Vec<_> = (m.state.workloads.iter())
         .filter(|(_, w)| w.state.holds_quota())
         .map(|(id, _)| id)

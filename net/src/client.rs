@@ -281,7 +281,7 @@ impl Client {
         };
         let (mut send, recv) = conn.open_bi().await.map_err(|e| failed(&e))?;
         let req = Request {
-            version: wire::PROTOCOL_VERSION,
+            version: wire::protocol_of(body),
             body: body.clone(),
         };
         wire::write_frame(&mut send, &req)

@@ -25,8 +25,24 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// it at once instead of retrying.
 pub const CLOSE_OVER_LIMIT: u32 = 3;
 
-/// Version of the message protocol; peers exchange it when they connect.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// The newest version of the request protocol. A client sends each request in the oldest
+/// version that has it (`protocol_of`), so that it can talk to a coordinator of the release
+/// before during an upgrade; a coordinator answers every version from
+/// `OLDEST_PROTOCOL_VERSION` to its own. Version 3 added `Body::FormatProbe`.
+pub const PROTOCOL_VERSION: u32 = 3;
+
+/// The oldest request protocol a coordinator of this release answers (the release before's).
+pub const OLDEST_PROTOCOL_VERSION: u32 = 2;
+
+/// The protocol version a request is sent in: the one that introduced it.
+pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
+    use allot_common::api::Body;
+    match body {
+        Body::FormatProbe => 3,
+        Body::OnBehalf { body, .. } => protocol_of(body),
+        _ => OLDEST_PROTOCOL_VERSION,
+    }
+}
 
 /// Largest frame payload accepted or sent, in bytes (16 MiB).
 pub const MAX_FRAME: usize = 16 * 1024 * 1024;

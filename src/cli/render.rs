@@ -235,6 +235,7 @@ pub(crate) fn render(r: &Reply) -> String {
             replica, leader, ..
         } => format!("replica {replica}, leader {leader:?}\n"),
         Reply::Done => "done\n".into(),
+        Reply::Format { reads } => format!("reads formats up to {reads}\n"),
         Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
         Reply::LogChunk(b) => String::from_utf8_lossy(b).into_owned(),
         Reply::LogRequests(rs) => format!("{} log requests\n", rs.len()),

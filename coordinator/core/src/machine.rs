@@ -175,6 +175,11 @@ pub enum Command {
     DrainNode {
         name: String,
     },
+    /// Every replica reads log entries and snapshots of this format version (the leader saw
+    /// each voter say so): from this entry on, they are written in it. Never lowered.
+    SetFormat {
+        version: u32,
+    },
 }
 
 impl Command {
@@ -196,6 +201,7 @@ impl Command {
                 cordoned: false, ..
             } => "uncordon-node",
             Command::DrainNode { .. } => "drain-node",
+            Command::SetFormat { .. } => "set-format",
             Command::Submit(_) | Command::SubmitPlanned { .. } => "submit",
             Command::SubmitBatch(_) => "submit-batch",
             Command::Cancel { .. } => "cancel",
@@ -324,6 +330,11 @@ pub struct Machine {
     /// before it existed is read with an empty ledger appended (the coordinator's reader).
     #[serde(default)]
     pub usage: crate::usage::Ledger,
+    /// The format version the cluster writes its log entries and snapshots in
+    /// (`Command::SetFormat`). Not in the machine's own encoding: a snapshot carries it as
+    /// the version it is written in, and its reader sets it from there.
+    #[serde(skip)]
+    pub format: u32,
 }
 
 impl Default for Machine {
@@ -419,6 +430,7 @@ impl Machine {
             learned_types: BTreeMap::new(),
             registry_credentials: BTreeMap::new(),
             usage: crate::usage::Ledger::default(),
+            format: 0,
         }
     }
 
@@ -788,6 +800,10 @@ impl Machine {
                 Ok(Reply::Done)
             }
             Command::DrainNode { name } => self.drain_node(name, now, events),
+            Command::SetFormat { version } => {
+                self.format = self.format.max(*version);
+                Ok(Reply::Done)
+            }
             Command::NodeLost { name, reason } => self.node_lost(name, reason, now, events),
             Command::PodsStarted {
                 node,
