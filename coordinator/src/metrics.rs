@@ -24,6 +24,8 @@ pub struct Metrics {
     is_leader: Gauge,
     snapshot_index: Gauge,
     snapshots_installed: Gauge,
+    format_cluster: Gauge,
+    format_reads: Gauge,
     workloads: Family<Labels, Gauge>,
     totals: Family<Labels, Gauge>,
     team_usage: Family<Labels, Gauge>,
@@ -51,6 +53,8 @@ impl Metrics {
             is_leader: Gauge::default(),
             snapshot_index: Gauge::default(),
             snapshots_installed: Gauge::default(),
+            format_cluster: Gauge::default(),
+            format_reads: Gauge::default(),
             workloads: Family::default(),
             totals: Family::default(),
             team_usage: Family::default(),
@@ -88,6 +92,16 @@ impl Metrics {
             "raft_snapshots_installed",
             "Snapshots received from a leader since start",
             m.snapshots_installed.clone(),
+        );
+        reg.register(
+            "format_cluster",
+            "The format the cluster writes its log entries and snapshots in",
+            m.format_cluster.clone(),
+        );
+        reg.register(
+            "format_reads",
+            "The newest format this replica reads",
+            m.format_reads.clone(),
         );
         reg.register("workloads", "Workloads by state", m.workloads.clone());
         reg.register(
@@ -131,6 +145,8 @@ impl Metrics {
         self.snapshot_index.set(rep.snapshot_index() as i64);
         self.snapshots_installed
             .set(rep.snapshots_installed() as i64);
+        self.format_cluster.set(i64::from(rep.machine.format));
+        self.format_reads.set(i64::from(rep.format_reads()));
         self.update_machine(&rep.machine);
     }
 

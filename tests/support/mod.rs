@@ -24,6 +24,25 @@ pub struct Cluster {
     pub data_root: PathBuf,
     /// More `allot coordinator` arguments.
     pub extra: Vec<String>,
+    /// The build each replica runs (`BIN` unless a test says otherwise: an upgrade).
+    pub builds: Vec<Build>,
+}
+
+/// An `allot` binary and the environment it runs with.
+#[derive(Clone, Debug)]
+pub struct Build {
+    pub bin: PathBuf,
+    pub env: Vec<(String, String)>,
+}
+
+impl Build {
+    /// This checkout's build.
+    pub fn current() -> Build {
+        Build {
+            bin: BIN.into(),
+            env: Vec::new(),
+        }
+    }
 }
 
 pub fn udp_port() -> u16 {
@@ -51,6 +70,17 @@ impl Cluster {
         snapshot_every: u64,
         data_root: Option<PathBuf>,
         extra: &[&str],
+    ) -> Cluster {
+        Self::with_builds(n, snapshot_every, data_root, extra, vec![Build::current(); n])
+    }
+
+    /// `with`, replica `i` running `builds[i]`.
+    pub fn with_builds(
+        n: usize,
+        snapshot_every: u64,
+        data_root: Option<PathBuf>,
+        extra: &[&str],
+        builds: Vec<Build>,
     ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let certs = dir.path().join("certs");
@@ -92,6 +122,7 @@ impl Cluster {
             snapshot_every,
             data_root: data_root.unwrap_or_else(|| dir.path().to_path_buf()),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            builds,
             dir,
         };
         for i in 0..n {
@@ -117,7 +148,9 @@ impl Cluster {
             .append(true)
             .open(self.dir.path().join(format!("coordinator-{}.log", i + 1)))
             .expect("log file");
-        let child = Command::new(BIN)
+        let build = &self.builds[i];
+        let child = Command::new(&build.bin)
+            .envs(build.env.iter().map(|(k, v)| (k, v)))
             .args(["coordinator", "--id", &(i + 1).to_string()])
             .args(["--listen", &self.addrs[i], "--peers", &peers])
             .args(["--http", &format!("127.0.0.1:{}", self.http[i])])
@@ -356,6 +389,8 @@ pub async fn wait_leader(c: &mut Client) {
 
 /// One `allot agent` process with fake GPUs.
 pub struct AgentProc {
+    /// The build it runs (`start` uses the one set last).
+    pub build: Build,
     pub name: String,
     pub http: u16,
     pub data: PathBuf,
@@ -384,6 +419,19 @@ impl Cluster {
         gpus: u32,
         lease_s: f64,
         extra: &[String],
+    ) -> AgentProc {
+        self.start_agent_build(name, instance_type, gpus, lease_s, extra, Build::current())
+    }
+
+    /// `start_agent_with`, the agent running `build`.
+    pub fn start_agent_build(
+        &self,
+        name: &str,
+        instance_type: &str,
+        gpus: u32,
+        lease_s: f64,
+        extra: &[String],
+        build: Build,
     ) -> AgentProc {
         let _ = tls::issue(
             &self.certs(),
@@ -416,6 +464,7 @@ impl Cluster {
         ];
         let args: Vec<String> = args.into_iter().chain(extra.iter().cloned()).collect();
         let mut a = AgentProc {
+            build,
             name: name.into(),
             http,
             data,
@@ -436,7 +485,8 @@ impl AgentProc {
             .open(&self.log)
             .expect("agent log");
         self.child = Some(
-            Command::new(BIN)
+            Command::new(&self.build.bin)
+                .envs(self.build.env.iter().map(|(k, v)| (k, v)))
                 .args(&self.args)
                 .env("ALLOT_LOG", "info")
                 .stdout(Stdio::null())
