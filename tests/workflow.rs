@@ -304,3 +304,78 @@ fn arrays_run_with_their_index_and_history_says_when_where_and_how_each_ran() {
         "{d}"
     );
 }
+
+/// Issue 51, item 4: HyperPod's auto-resume through the real CLI and agent. A job that fails
+/// runs again, up to its retries, each run a new attempt; then it fails for good, and
+/// `describe` and `history` say so.
+#[test]
+fn a_failing_job_with_auto_resume_runs_again_until_its_retries_are_spent() {
+    let (c, _rt) = one_replica();
+    setup_team(&c, "team-a");
+    let _agent = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
+    wait_for(30, "a registered node", || {
+        c.cli_ok("admin-admin", &["get", "nodes"])
+            .contains("Ready")
+            .then_some(())
+    });
+    let o = c.cli(
+        "user-team-a",
+        &[
+            "submit",
+            "--name",
+            "bad",
+            "--cpus",
+            "1",
+            "--max-retry",
+            "2",
+            "--",
+            "true",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--auto-resume"), "{err}");
+    c.cli_ok(
+        "user-team-a",
+        &[
+            "submit",
+            "--name",
+            "flaky",
+            "--cpus",
+            "1",
+            "--auto-resume",
+            "--max-retry",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo attempt $ALLOT_ATTEMPT; exit 3",
+        ],
+    );
+    let o = c.cli(
+        "user-team-a",
+        &["wait", "flaky", "--for", "finished", "--timeout", "90s"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    // The last run was the third attempt.
+    let logs = c.cli_ok("user-team-a", &["logs", "flaky"]);
+    assert_eq!(logs.trim(), "attempt 3");
+    let d = c.cli_ok("user-team-a", &["describe", "workload", "flaky"]);
+    assert!(
+        d.contains("AutoResume") && d.contains("all 2 retries spent"),
+        "{d}"
+    );
+    let rows: serde_json::Value =
+        serde_json::from_str(&c.cli_ok("user-team-a", &["history", "-o", "json"])).expect("json");
+    let row = (rows.as_array().expect("rows").iter())
+        .find(|r| r["name"] == "flaky")
+        .expect("in history")
+        .clone();
+    assert_eq!(row["state"], "Failed");
+    assert!(
+        row["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("all 2 retries spent")),
+        "{row}"
+    );
+}

@@ -62,7 +62,8 @@ fn manifest(v: &Value) -> Result<Value> {
     Ok(Value::Object(out))
 }
 
-/// name, team, priority and labels from `metadata`.
+/// name, team, priority and labels from `metadata` (and the auto-resume annotations, kept as
+/// labels).
 fn metadata(v: &Value, out: &mut Map<String, Value>) -> Result<()> {
     let meta = object(v.get("metadata"), "metadata")?;
     let get = |k: &str| meta.and_then(|m| m.get(k));
@@ -99,6 +100,19 @@ fn metadata(v: &Value, out: &mut Map<String, Value>) -> Result<()> {
             _ => {
                 labels.insert(k.clone(), val.into());
             }
+        }
+    }
+    // HyperPod's resiliency annotations (auto-resume); other annotations say nothing allot uses.
+    for (k, val) in object(get("annotations"), "metadata.annotations")?
+        .into_iter()
+        .flatten()
+    {
+        if k == crate::auto_resume::ENABLE_LABEL || k == crate::auto_resume::MAX_RETRY_LABEL {
+            let val = match val {
+                Value::String(s) => s.clone(),
+                o => o.to_string(),
+            };
+            labels.insert(k.clone(), val.into());
         }
     }
     if team.is_none() {
@@ -560,6 +574,37 @@ spec:
         - name: shm
           emptyDir: {medium: Memory, sizeLimit: 8Gi}
 "#;
+
+    #[test]
+    fn auto_resume_annotations_are_kept_as_labels_and_others_are_not() {
+        let j = convert(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+  namespace: hyperpod-ns-team-a
+  annotations:
+    sagemaker.amazonaws.com/enable-job-auto-resume: "true"
+    sagemaker.amazonaws.com/job-max-retry-count: 2
+    note: not a label
+spec:
+  containers:
+    - name: c
+      image: busybox
+      command: ["true"]
+"#,
+        )
+        .unwrap()
+        .expect("a manifest");
+        assert_eq!(
+            j["labels"],
+            json!({
+                "sagemaker.amazonaws.com/enable-job-auto-resume": "true",
+                "sagemaker.amazonaws.com/job-max-retry-count": "2"
+            })
+        );
+    }
 
     #[test]
     fn hyperpod_batch_job() {

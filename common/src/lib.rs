@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod array;
+pub mod auto_resume;
 pub mod catalog;
 pub mod hyperpod;
 pub mod image;

@@ -13,6 +13,16 @@
 //! lowered: a replica of an older build can no longer join (it stops with a message saying
 //! so), and going back to it means restoring a backup taken before.
 //!
+//! A format also gates what every replica must decide alike: from format 2 on, a failed
+//! workload with auto-resume on is queued again, which a replica of a release before would
+//! mark failed instead.
+//!
+//! | format | what it added |
+//! |---|---|
+//! | 0 | (releases before versioned formats: bare bincode) |
+//! | 1 | the envelope; `SetFormat` |
+//! | 2 | auto-resume: `Machine::auto_resumed` at the end of a snapshot, and failed workloads queued again |
+//!
 //! API requests carry a protocol version (`allot_net::wire`): a client sends the oldest one
 //! that has its request, so a newer client talks to an older coordinator during an upgrade,
 //! and a coordinator answers every version from `OLDEST_PROTOCOL_VERSION` to its own.
@@ -20,14 +30,15 @@
 use allot_core::machine::Command;
 
 /// The newest format this build reads and writes.
-pub const CURRENT: u32 = 1;
+pub const CURRENT: u32 = 2;
 
 /// The first byte of an enveloped (format 1 or later) entry or snapshot.
 const ENVELOPE: u8 = 0xFF;
 
 /// Set to `0` for a build that reads and writes only what the releases before versioned
-/// formats did (format 0, protocol 2): the upgrade test's "old release" when no old binary is
-/// given. Not for production.
+/// formats did (format 0, protocol 2), or to another format below `CURRENT` for a build that
+/// stops there: the upgrade test's "old release" when no old binary is given. Not for
+/// production.
 pub const EMULATE_ENV: &str = "ALLOT_EMULATE_FORMAT";
 
 /// The newest format this process reads and writes: `CURRENT`, or less when emulating an

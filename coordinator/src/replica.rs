@@ -139,16 +139,12 @@ impl SnapshotCodec {
         use allot_net::wire;
         SnapshotCodec {
             encode_machine: |m| {
-                let b = wire::encode_snapshot(m).map_err(|e| e.to_string())?;
+                let b = crate::snapshot_compat::encode_machine(m)?;
                 Ok(format::seal(m.format, b))
             },
             decode_machine: |b, reads| {
                 let (version, payload) = format::open(b, reads).map_err(|e| e.to_string())?;
-                let mut m = if version == 0 {
-                    crate::snapshot_compat::decode_machine(payload)?
-                } else {
-                    wire::decode_snapshot::<Machine>(payload).map_err(|e| e.to_string())?
-                };
+                let mut m = crate::snapshot_compat::decode_machine(payload, version)?;
                 m.format = version;
                 Ok(m)
             },

@@ -1,28 +1,103 @@
-//! Snapshots written by earlier releases, read into the current machine. A snapshot is the
-//! machine in bincode, field by field, with no version (issue 55 is to version it): a field
-//! appended to `Machine` makes an older snapshot end too early. Each such field is appended
-//! last with an empty default, so an older snapshot reads as the current one once the default
-//! fields' own encoding is appended to it.
+//! The machine in a snapshot, in each format (`format.rs`). A snapshot is the machine in
+//! bincode, field by field; a field appended to `Machine` is absent from the snapshots of
+//! earlier formats. Each such field is appended last with an empty default, so an older
+//! snapshot reads as the current one once the default fields' own encoding is appended to it,
+//! and a snapshot for an older format is the current encoding with them cut off (they are
+//! empty while the cluster writes that format).
+//!
+//! | format | what `Machine` ends with |
+//! |---|---|
+//! | 0, before the usage ledger (2d6bbda and earlier) | `registry_credentials` |
+//! | 0 and 1 | `usage` |
+//! | 2 | `auto_resumed` |
 
 use allot_core::machine::Machine;
 use allot_net::wire;
 
-/// The machine in `b`, a snapshot of this release or of one from before the usage ledger.
-pub fn decode_machine(b: &[u8]) -> Result<Machine, String> {
-    let err = match wire::decode_snapshot::<Machine>(b) {
+/// The bincode of the fields appended in `format` (an empty map: its length, zero).
+fn tail_since(format: u32) -> &'static [u8] {
+    match format {
+        2 => &[0],
+        _ => &[],
+    }
+}
+
+/// `m` as a snapshot of its own format (`m.format`), without the envelope.
+pub fn encode_machine(m: &Machine) -> Result<Vec<u8>, String> {
+    let mut b = wire::encode_snapshot(m).map_err(|e| e.to_string())?;
+    if m.format < allot_core::machine::FORMAT_AUTO_RESUME {
+        if !m.auto_resumed.is_empty() {
+            return Err(format!(
+                "the machine has auto-resume retries at format {}, which cannot hold them",
+                m.format
+            ));
+        }
+        let tail = tail_since(2);
+        if !b.ends_with(tail) {
+            return Err("the machine's encoding does not end with its last field".into());
+        }
+        b.truncate(b.len() - tail.len());
+    }
+    Ok(b)
+}
+
+/// The machine in `b`, a snapshot of `format` (of any release of it).
+pub fn decode_machine(b: &[u8], format: u32) -> Result<Machine, String> {
+    let mut longer = b.to_vec();
+    for f in (format + 1)..=crate::format::CURRENT {
+        longer.extend_from_slice(tail_since(f));
+    }
+    let err = match wire::decode_snapshot::<Machine>(&longer) {
         Ok(m) => return Ok(m),
         Err(e) => e,
     };
-    // Before the usage ledger (2d6bbda and earlier): the ledger starts empty.
-    let tail =
+    if format > 0 {
+        return Err(err.to_string());
+    }
+    // Before the usage ledger (2d6bbda and earlier): the ledger starts empty, before the
+    // fields appended since.
+    let ledger =
         wire::encode_snapshot(&allot_core::usage::Ledger::default()).map_err(|e| e.to_string())?;
-    let mut longer = Vec::with_capacity(b.len() + tail.len());
-    longer.extend_from_slice(b);
-    longer.extend_from_slice(&tail);
-    let mut m = wire::decode_snapshot::<Machine>(&longer).map_err(|_| err.to_string())?;
+    let mut older = b.to_vec();
+    older.extend_from_slice(&ledger);
+    for f in 1..=crate::format::CURRENT {
+        older.extend_from_slice(tail_since(f));
+    }
+    let mut m = wire::decode_snapshot::<Machine>(&older).map_err(|_| err.to_string())?;
     // It counts what runs from here on. Replicas that read their old snapshots at different
     // log positions may differ on the hours of the upgrade itself; reports come from the
     // leader, and a snapshot the leader sends brings a follower its figures.
     m.usage = allot_core::usage::Ledger::seeded(&m.state);
     Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn each_format_round_trips_and_older_ones_are_shorter() {
+        let mut m = Machine::new();
+        let mut lens = BTreeMap::new();
+        for f in 0..=crate::format::CURRENT {
+            m.format = f;
+            let b = encode_machine(&m).expect("encodes");
+            let back = decode_machine(&b, f).expect("decodes");
+            assert_eq!(back.auto_resumed, m.auto_resumed);
+            lens.insert(f, b.len());
+        }
+        assert_eq!(lens[&1] + 1, lens[&2], "{lens:?}");
+        assert_eq!(lens[&0], lens[&1]);
+        // Format 2 holds what older formats cannot.
+        m.auto_resumed.insert(allot_core::WlId(7), 2);
+        m.format = 2;
+        let b = encode_machine(&m).expect("encodes");
+        assert_eq!(
+            decode_machine(&b, 2).expect("decodes").auto_resumed,
+            m.auto_resumed
+        );
+        m.format = 1;
+        assert!(encode_machine(&m).is_err());
+    }
 }

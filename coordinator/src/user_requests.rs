@@ -203,9 +203,16 @@ fn read(body: Body, who: &Identity, wall: i64) -> Result<Route, ApiError> {
 }
 
 /// A live cluster places every pod on a node: a pod set that requests nothing is refused.
+/// What a submit is checked for before it is proposed: that it can be placed at all, and its
+/// auto-resume labels. (Checks here, not where the log is applied, so that replicas of the
+/// release before, which apply the same entries, decide them alike.)
 fn check_placeable(input: &allot_common::api::SubmitInput) -> Result<(), ApiError> {
+    let invalid = |e: String| ApiError::new(ErrorKind::Invalid, e);
     input
         .spec
         .check_placeable()
-        .map_err(|e| ApiError::new(ErrorKind::Invalid, e.to_string()))
+        .map_err(|e| invalid(e.to_string()))?;
+    allot_common::auto_resume::retries(&input.spec.labels)
+        .map_err(|e| invalid(format!("workload {:?}: {e}", input.spec.name)))?;
+    Ok(())
 }

@@ -63,6 +63,13 @@ pub struct JobFlags {
     /// An environment variable NAME=value (repeat for several).
     #[arg(short = 'e', long = "env")]
     pub(crate) env: Vec<String>,
+    /// Queue the workload again when it fails, up to --max-retry times (3 unless given), as
+    /// HyperPod's `sagemaker.amazonaws.com/enable-job-auto-resume` annotation does.
+    #[arg(long)]
+    pub(crate) auto_resume: bool,
+    /// With --auto-resume: how many times a failed workload is queued again (0 to 100).
+    #[arg(long)]
+    pub(crate) max_retry: Option<u32>,
     /// The program and its arguments, after `--`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
@@ -115,6 +122,12 @@ impl JobFlags {
         }
         if self.host_network {
             obj.insert("host_network".into(), Value::Bool(true));
+        }
+        if self.auto_resume {
+            obj.insert("auto_resume".into(), Value::Bool(true));
+        }
+        if let Some(n) = self.max_retry {
+            obj.insert("max_retry".into(), Value::from(n));
         }
         self.merge_lists(obj, &origin)?;
         self.merge_requests(obj, &origin)?;
@@ -262,6 +275,36 @@ pub(crate) fn parse_job_text(text: &str, origin: &str) -> anyhow::Result<Value> 
     }
 }
 
+/// The job file's `auto_resume` and `max_retry` as the labels HyperPod's annotations are,
+/// checked.
+fn auto_resume_labels(
+    obj: &mut serde_json::Map<String, Value>,
+    labels: &mut BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    use allot_common::auto_resume::{retries, ENABLE_LABEL, MAX_RETRIES, MAX_RETRY_LABEL};
+    match obj.remove("auto_resume") {
+        None | Some(Value::Null) => {}
+        Some(Value::Bool(b)) => {
+            labels.insert(ENABLE_LABEL.into(), b.to_string());
+        }
+        Some(o) => bail!("auto_resume: expected true or false, got {o}"),
+    }
+    match obj.remove("max_retry") {
+        None | Some(Value::Null) => {}
+        Some(v) => {
+            let n = v
+                .as_u64()
+                .filter(|n| *n <= u64::from(MAX_RETRIES))
+                .ok_or_else(|| {
+                    anyhow!("max_retry: expected a whole number from 0 to {MAX_RETRIES}, got {v}")
+                })?;
+            labels.insert(MAX_RETRY_LABEL.into(), n.to_string());
+        }
+    }
+    retries(labels).map_err(anyhow::Error::msg)?;
+    Ok(())
+}
+
 #[cfg(test)]
 pub fn read_job(path: &std::path::Path) -> anyhow::Result<SubmitInput> {
     JobFlags::default().submit_input(Some(path), None)
@@ -358,10 +401,11 @@ pub(crate) fn job_from_value(mut v: Value, origin: &str) -> anyhow::Result<Submi
         ),
     };
     obj.remove("grace");
-    let labels = string_map(
+    let mut labels = string_map(
         obj.remove("labels"),
         "labels: expected a mapping of key: value",
     )?;
+    auto_resume_labels(obj, &mut labels).map_err(|e| anyhow!("{origin}: {e}"))?;
     let w: scenario::WorkloadIn = serde_path_to_error::deserialize(v)
         .map_err(|e| anyhow!("{}: {}: {}", origin, e.path(), e.inner()))?;
     let mut spec = scenario::workload("", &w).map_err(|e| anyhow!("{}: {e}", origin))?;

@@ -1301,6 +1301,30 @@ mod tests {
         assert!(e.contains("duration belongs to simulation"), "{e}");
     }
 
+    /// Issue 51, item 4: `auto_resume` and `max_retry` become HyperPod's annotations, as
+    /// labels; bad values are named with what is accepted.
+    #[test]
+    fn job_files_ask_for_auto_resume_as_hyperpods_annotations_do() {
+        use allot_common::auto_resume::{ENABLE_LABEL, MAX_RETRY_LABEL};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.yaml");
+        let job = |text: &str| {
+            std::fs::write(&p, format!("name: t\nteam: a\ncommand: [x]\n{text}")).unwrap();
+            read_job(&p)
+        };
+        let j = job("auto_resume: true\nmax_retry: 2\n").unwrap();
+        assert_eq!(j.spec.labels[ENABLE_LABEL], "true");
+        assert_eq!(j.spec.labels[MAX_RETRY_LABEL], "2");
+        let e = job("auto_resume: maybe\n").unwrap_err().to_string();
+        assert!(e.contains("auto_resume: expected true or false"), "{e}");
+        let e = job("auto_resume: true\nmax_retry: 500\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("from 0 to 100"), "{e}");
+        let e = job("max_retry: 2\n").unwrap_err().to_string();
+        assert!(e.contains("without"), "{e}");
+    }
+
     /// Issue 24, item 1: a job from flags alone, or a file with flags over it.
     #[test]
     fn submit_flags_make_a_job_or_override_a_files() {

@@ -71,7 +71,13 @@ impl Cluster {
         data_root: Option<PathBuf>,
         extra: &[&str],
     ) -> Cluster {
-        Self::with_builds(n, snapshot_every, data_root, extra, vec![Build::current(); n])
+        Self::with_builds(
+            n,
+            snapshot_every,
+            data_root,
+            extra,
+            vec![Build::current(); n],
+        )
     }
 
     /// `with`, replica `i` running `builds[i]`.

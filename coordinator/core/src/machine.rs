@@ -335,7 +335,16 @@ pub struct Machine {
     /// the version it is written in, and its reader sets it from there.
     #[serde(skip)]
     pub format: u32,
+    /// How often each failed workload was queued again by auto-resume (format 2 on:
+    /// `FORMAT_AUTO_RESUME`); forgotten with the workload. Last, and empty in the snapshots of
+    /// earlier formats, which end before it.
+    #[serde(default)]
+    pub auto_resumed: BTreeMap<WlId, u32>,
 }
+
+/// The cluster format from which a failed workload with auto-resume on is queued again: every
+/// replica must decide that alike, so the ones of releases before must be gone.
+pub const FORMAT_AUTO_RESUME: u32 = 2;
 
 impl Default for Machine {
     fn default() -> Self {
@@ -431,6 +440,7 @@ impl Machine {
             registry_credentials: BTreeMap::new(),
             usage: crate::usage::Ledger::default(),
             format: 0,
+            auto_resumed: BTreeMap::new(),
         }
     }
 
@@ -496,6 +506,7 @@ impl Machine {
             self.tokens.remove(&id);
             self.pods.remove(&id);
             self.history.remove(&id);
+            self.auto_resumed.remove(&id);
         }
     }
 
@@ -851,7 +862,7 @@ impl Machine {
                 match self.state.workload(id).state {
                     WlState::Evicting => events.extend(self.state.complete_eviction(id, now)),
                     WlState::Admitted | WlState::Running => {
-                        events.extend(self.state.finish(id, *succeeded, now)?)
+                        self.ended(id, *succeeded, None, now, events)?
                     }
                     // Stale report: the workload already moved on.
                     _ => {}
@@ -1005,11 +1016,50 @@ impl Machine {
                 };
                 let ok = all_ok && !failed;
                 let why = why.filter(|_| !ok);
-                events.extend(self.state.finish_with(id, ok, why.as_deref(), now)?);
+                self.ended(id, ok, why, now, events)?;
             }
             self.pods.remove(&id);
         }
         Ok(Reply::Done)
+    }
+
+    /// A workload whose pods are all gone ended, `ok` or not (`why`): finished, or, when it
+    /// failed with auto-resume on and retries left, queued again for its next attempt.
+    fn ended(
+        &mut self,
+        id: WlId,
+        ok: bool,
+        why: Option<String>,
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<(), ApiError> {
+        let retries = (!ok && self.format >= FORMAT_AUTO_RESUME)
+            .then(|| {
+                allot_common::auto_resume::retries_or_off(&self.state.workload(id).spec.labels)
+            })
+            .flatten();
+        let used = self.auto_resumed.get(&id).copied().unwrap_or(0);
+        match retries {
+            Some(max) if used < max => {
+                self.auto_resumed.insert(id, used + 1);
+                let msg = format!(
+                    "{}; auto-resume: queued again, retry {} of {max}",
+                    why.as_deref().unwrap_or("the workload failed"),
+                    used + 1
+                );
+                events.extend(self.state.requeue_after_failure(id, msg, now));
+            }
+            // Spent: the end says so, for `describe` and `history`.
+            Some(max) => {
+                let why = format!(
+                    "{}; auto-resume: all {max} retries spent",
+                    why.as_deref().unwrap_or("the workload failed")
+                );
+                events.extend(self.state.finish_with(id, ok, Some(&why), now)?)
+            }
+            None => events.extend(self.state.finish_with(id, ok, why.as_deref(), now)?),
+        }
+        Ok(())
     }
 
     /// The catalog with the types learned from nodes.

@@ -1278,6 +1278,21 @@ impl State {
         events
     }
 
+    /// Queues again at once a workload that failed with auto-resume on (its pods are gone).
+    pub fn requeue_after_failure(&mut self, id: WlId, msg: String, now: Time) -> Vec<Event> {
+        if let Some(wl) = wl_mut(&mut self.workloads, &id) {
+            wl.eviction = Some(("AutoResume".into(), msg.clone()));
+            wl.set_condition("Evicted", true, "AutoResume", &msg, now);
+        }
+        let mut events = vec![Event::Evicted {
+            wl: id,
+            reason: "AutoResume".into(),
+            message: msg,
+        }];
+        events.extend(self.complete_eviction(id, now));
+        events
+    }
+
     fn node_named(&self, name: &str) -> Result<NodeId, StateError> {
         self.acct
             .nodes

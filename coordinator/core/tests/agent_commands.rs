@@ -173,6 +173,101 @@ fn a_failed_pod_stops_the_gang_and_fails_the_workload() {
     assert_eq!(state(&m, "gang"), WlState::Failed);
 }
 
+/// Submits a two-pod gang with auto-resume on and `retries` retries.
+fn submit_resuming(m: &mut Machine, name: &str, retries: u32) {
+    use allot_common::auto_resume::{ENABLE_LABEL, MAX_RETRY_LABEL};
+    let mut r = Resources::new();
+    r.add(&ResourceName::gpu(), 4);
+    let mut spec = WorkloadSpec::single(name, "team-a", 2, r);
+    spec.labels.insert(ENABLE_LABEL.into(), "true".into());
+    spec.labels
+        .insert(MAX_RETRY_LABEL.into(), retries.to_string());
+    apply(
+        m,
+        1,
+        Command::Submit(SubmitInput {
+            spec,
+            run: None,
+            client_token: None,
+        }),
+    );
+}
+
+/// Both pods of attempt `attempt` of `name` fail.
+fn gang_fails(m: &mut Machine, name: &str, attempt: u32) {
+    let id = m.state.find_workload(name).unwrap();
+    let nodes: Vec<String> = (views::workload(m, id).pods.iter())
+        .map(|p| p.node.clone())
+        .collect();
+    for (rank, node) in nodes.iter().enumerate() {
+        exited(m, node, name, attempt, rank as u32, false, false);
+    }
+}
+
+#[test]
+fn auto_resume_queues_a_failed_gang_again_until_its_retries_are_spent() {
+    let mut m = cluster(&["n1", "n2"]);
+    m.format = allot_core::machine::FORMAT_AUTO_RESUME;
+    submit_resuming(&mut m, "gang", 2);
+    for attempt in 1..=2 {
+        cycle(&mut m, 2 + attempt as i64);
+        assert_eq!(state(&m, "gang"), WlState::Admitted);
+        gang_fails(&mut m, "gang", attempt);
+        let id = m.state.find_workload("gang").unwrap();
+        let w = m.state.workload(id);
+        assert_eq!(
+            w.state,
+            WlState::Pending,
+            "attempt {attempt} is queued again"
+        );
+        let requeued = w
+            .conditions
+            .iter()
+            .find(|c| c.kind == "Evicted")
+            .expect("said");
+        assert_eq!(&*requeued.reason, "AutoResume");
+        assert!(
+            requeued.message.contains(&format!("retry {attempt} of 2")),
+            "{}",
+            requeued.message
+        );
+    }
+    // The third failure is the last: retries spent.
+    cycle(&mut m, 10);
+    assert_eq!(
+        m.state
+            .workload(m.state.find_workload("gang").unwrap())
+            .attempt,
+        3
+    );
+    gang_fails(&mut m, "gang", 3);
+    assert_eq!(state(&m, "gang"), WlState::Failed);
+    let w = m.state.workload(m.state.find_workload("gang").unwrap());
+    let end = w
+        .conditions
+        .iter()
+        .find(|c| c.kind == "Finished")
+        .expect("ended");
+    assert!(
+        end.message.contains("all 2 retries spent"),
+        "{}",
+        end.message
+    );
+}
+
+#[test]
+fn before_the_cluster_format_allows_it_a_failed_workload_is_not_resumed() {
+    // A replica of a release before auto-resume marks it failed: until every replica is
+    // upgraded (the cluster's format raised), all must.
+    let mut m = cluster(&["n1", "n2"]);
+    m.format = allot_core::machine::FORMAT_AUTO_RESUME - 1;
+    submit_resuming(&mut m, "gang", 2);
+    cycle(&mut m, 2);
+    gang_fails(&mut m, "gang", 1);
+    assert_eq!(state(&m, "gang"), WlState::Failed);
+    assert!(m.auto_resumed.is_empty());
+}
+
 #[test]
 fn lost_pods_requeue_and_stale_attempts_are_ignored() {
     let mut m = cluster(&["n1"]);
