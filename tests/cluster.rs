@@ -780,6 +780,80 @@ fn half_sent_requests_cannot_grow_the_coordinators_memory() {
     );
 }
 
+/// Issue 55, item 7: twenty nodes' certificates each holding half-sent requests up to their
+/// own limit (320 MiB in all, more than the server's whole request budget) fill the nodes'
+/// share only: an admin and a team user are served meanwhile without waiting for room.
+#[test]
+fn half_sent_requests_of_many_nodes_leave_admins_and_users_their_share() {
+    const NODES: usize = 20;
+    const STREAMS: usize = 4;
+    const FRAME: usize = 4 << 20;
+    let (c, rt) = one_replica();
+    let addr: std::net::SocketAddr = c.addrs[0].parse().expect("addr");
+    let (conns, writers, served) = rt.block_on(async {
+        let ep = quinn::Endpoint::client("0.0.0.0:0".parse().expect("addr")).expect("endpoint");
+        let (mut conns, mut writers) = (Vec::new(), Vec::new());
+        for i in 0..NODES {
+            let node = format!("hs-{i}");
+            tls::issue(
+                &c.certs(),
+                &tls::Identity::Node { node: node.clone() },
+                &[],
+                &[],
+                2,
+            )
+            .expect("node certificate");
+            let files = tls::TlsFiles::in_dir(c.certs(), &format!("node-{node}"));
+            let cfg = tls::client_config(&files).expect("cfg");
+            let conn = ep
+                .connect_with(cfg, addr, tls::SERVER_NAME)
+                .expect("connect")
+                .await
+                .expect("connected");
+            for _ in 0..STREAMS {
+                let conn = conn.clone();
+                writers.push(tokio::spawn(async move {
+                    let (mut send, _recv) = conn.open_bi().await?;
+                    send.write_all(&(FRAME as u32).to_be_bytes()).await?;
+                    let chunk = vec![7u8; 64 << 10];
+                    for _ in 0..(FRAME / chunk.len() - 1) {
+                        send.write_all(&chunk).await?;
+                    }
+                    std::future::pending::<()>().await;
+                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+                }));
+            }
+            conns.push(conn);
+        }
+        // Let the nodes' streams take what they can.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut served = Vec::new();
+        for who in ["admin-admin", "user-team-a"] {
+            let mut cl = c.client(who);
+            for _ in 0..5 {
+                let t = Instant::now();
+                let r = cl.call(Body::GetNodes).await;
+                assert!(matches!(r, Ok(Ok(Reply::Nodes(_)))), "{who}: {r:?}");
+                served.push((who, t.elapsed()));
+            }
+        }
+        (conns, writers, served)
+    });
+    for conn in &conns {
+        conn.close(0u32.into(), b"done");
+    }
+    for w in &writers {
+        w.abort();
+    }
+    eprintln!("with {NODES} nodes' half-sent requests held: {served:?}");
+    // Without shares, the first requests waited for the nodes' streams to time out (10 s).
+    let slowest = served.iter().map(|(_, d)| *d).max().unwrap_or_default();
+    assert!(
+        slowest < Duration::from_secs(5),
+        "a request waited {slowest:?} for room the nodes held: {served:?}"
+    );
+}
+
 /// Issue 23, finding 3: 20,000 submissions from one team user were all accepted in 74 s.
 /// Admission limits, set with the scheduler config, bound what a team may queue and how fast a
 /// user may submit; refusals name the limit.

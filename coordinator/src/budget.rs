@@ -10,8 +10,10 @@
 //! - a request must arrive whole within [`REQUEST_DEADLINE`] of its stream opening, or the
 //!   stream is dropped with its bytes;
 //! - the bytes of requests being read are reserved before they are read: at most
-//!   [`IDENTITY_BYTES`] per identity and [`SERVER_BYTES`] for the whole server; a request
-//!   that finds no room waits, within its deadline;
+//!   [`IDENTITY_BYTES`] per identity, and for each role its own share of the server's
+//!   [`SERVER_BYTES`] ([`NODE_BYTES`], [`USER_BYTES`], [`ADMIN_BYTES`]), so that what nodes
+//!   hold, compromised or not, never leaves admins or users waiting; a request that finds no
+//!   room waits, within its deadline;
 //! - each identity holds at most [`IDENTITY_CONNECTIONS`] connections, the server
 //!   [`SERVER_CONNECTIONS`]; one more is closed at once with the limit in its reason;
 //! - everything is released when the request is decoded or its connection goes, and the
@@ -37,8 +39,14 @@ pub const MAX_REQUEST: usize = 4 << 20;
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// Request bytes one identity may have in flight across its connections.
 pub const IDENTITY_BYTES: usize = 16 << 20;
-/// Request bytes the whole server may have in flight.
-pub const SERVER_BYTES: usize = 256 << 20;
+/// Request bytes the whole server may have in flight: the roles' shares below.
+pub const SERVER_BYTES: usize = NODE_BYTES + USER_BYTES + ADMIN_BYTES;
+/// Request bytes all nodes' agents together may have in flight.
+pub const NODE_BYTES: usize = 96 << 20;
+/// Request bytes all team users together may have in flight.
+pub const USER_BYTES: usize = 96 << 20;
+/// Request bytes all admins together may have in flight (the dashboard's reads included).
+pub const ADMIN_BYTES: usize = 64 << 20;
 /// Connections one identity may hold (`allot bench` uses 9 at once; an agent 1 or 2).
 pub const IDENTITY_CONNECTIONS: usize = 32;
 /// Connections the server holds in all.
@@ -59,7 +67,8 @@ struct PerIdentity {
 
 /// The server's budgets; one per coordinator process.
 pub struct Budgets {
-    server_bytes: Arc<Semaphore>,
+    /// The share of request bytes of nodes, users and admins.
+    roles: [Arc<Semaphore>; 3],
     state: Mutex<State>,
     /// A client connection closed since memory was last given back.
     closed: AtomicBool,
@@ -75,7 +84,8 @@ struct State {
 impl Default for Budgets {
     fn default() -> Self {
         Budgets {
-            server_bytes: Arc::new(Semaphore::new(units(SERVER_BYTES) as usize)),
+            roles: [NODE_BYTES, USER_BYTES, ADMIN_BYTES]
+                .map(|b| Arc::new(Semaphore::new(units(b) as usize))),
             state: Mutex::new(State::default()),
             closed: AtomicBool::new(false),
         }
@@ -88,6 +98,8 @@ pub struct Connection {
     /// `None` for coordinators: no limits.
     key: Option<String>,
     bytes: Option<Arc<Semaphore>>,
+    /// Its role's share of the server's request bytes.
+    role: Option<Arc<Semaphore>>,
 }
 
 /// The reservation for one request's bytes, held while it is read and decoded.
@@ -104,8 +116,14 @@ impl Budgets {
                 budgets: self.clone(),
                 key: None,
                 bytes: None,
+                role: None,
             });
         }
+        let role = match who {
+            Identity::Node { .. } => &self.roles[0],
+            Identity::User { .. } => &self.roles[1],
+            Identity::Admin { .. } | Identity::Coordinator { .. } => &self.roles[2],
+        };
         let key = who.to_string();
         let mut st = self.state.lock().map_err(|_| "budget lock poisoned")?;
         if st.connections >= SERVER_CONNECTIONS {
@@ -132,6 +150,7 @@ impl Budgets {
             budgets: self.clone(),
             key: Some(key),
             bytes: Some(bytes),
+            role: Some(role.clone()),
         })
     }
 
@@ -201,9 +220,9 @@ impl Connection {
         }
     }
 
-    /// Reserves `len` bytes from the identity's and the server's budgets, waiting for room.
+    /// Reserves `len` bytes from the identity's and its role's budgets, waiting for room.
     async fn reserve(&self, len: usize) -> Result<Reserved, String> {
-        let Some(mine) = &self.bytes else {
+        let (Some(mine), Some(role)) = (&self.bytes, &self.role) else {
             return Ok(Reserved {
                 _identity: None,
                 _server: None,
@@ -212,13 +231,7 @@ impl Connection {
         let n = units(len);
         let closed = |_| "the coordinator is shutting down".to_string();
         let identity = mine.clone().acquire_many_owned(n).await.map_err(closed)?;
-        let server = self
-            .budgets
-            .server_bytes
-            .clone()
-            .acquire_many_owned(n)
-            .await
-            .map_err(closed)?;
+        let server = role.clone().acquire_many_owned(n).await.map_err(closed)?;
         Ok(Reserved {
             _identity: Some(identity),
             _server: Some(server),
