@@ -129,7 +129,7 @@ impl Sim {
     }
 
     fn res(&self, r: ResId) -> &ResourceName {
-        self.state.names.resource_name(r)
+        self.state.names().resource_name(r)
     }
 
     fn record(&mut self, t: Time, events: Vec<Event>) {
@@ -145,7 +145,7 @@ impl Sim {
                     }
                     // A live leader cycles on a timer; here time moves only with events, so a
                     // preemptor that waits on this minimum run time needs one at its end.
-                    if let Some(end) = run_time_ends(&self.state.policy, t) {
+                    if let Some(end) = run_time_ends(self.state.policy(), t) {
                         self.wake_at(end);
                     }
                     self.admitted_json(t, *wl)
@@ -187,7 +187,7 @@ impl Sim {
 
     fn team_of(&self, id: WlId) -> String {
         let wl = self.state.workload(id);
-        self.state.teams[wl.team.idx()].name().to_string()
+        self.state.teams()[wl.team.idx()].name().to_string()
     }
 
     fn flavors_counts(&self, id: WlId) -> (Value, Value) {
@@ -201,7 +201,7 @@ impl Sim {
             for (r, f) in &ps.flavors {
                 let key = self.res(*r).to_string();
                 if !flavors.contains_key(&key) {
-                    flavors.insert(key, json!(self.state.names.flavor_name(*f)));
+                    flavors.insert(key, json!(self.state.names().flavor_name(*f)));
                 }
             }
             counts.insert(ps.name.clone(), json!(ps.count));
@@ -221,7 +221,7 @@ impl Sim {
                 .map(|(r, q)| (self.res(*r).to_string(), qty_json(self.res(*r), *q)))
                 .collect();
             v["borrowed"] = Value::Object(borrowed);
-            if self.state.placement {
+            if self.state.placement() {
                 let mut per_ps: BTreeMap<usize, u32> = BTreeMap::new();
                 let pods: Vec<Value> = adm
                     .placement
@@ -237,7 +237,7 @@ impl Sim {
                         *k += 1;
                         let devices: Map<String, Value> =
                             p.devices.iter().map(|(r, idx)| (self.res(*r).to_string(), json!(idx))).collect();
-                        json!({"pod": pod, "node": self.state.acct.nodes.node(p.node).name, "devices": devices})
+                        json!({"pod": pod, "node": self.state.acct().nodes.node(p.node).name, "devices": devices})
                     })
                     .collect();
                 v["placement"] = Value::Array(pods);
@@ -284,7 +284,9 @@ impl Sim {
                     self.record(t, ev);
                 }
             }
-            Action::NodeDown(n) | Action::NodeUp(n) if self.state.acct.nodes.find(&n).is_none() => {
+            Action::NodeDown(n) | Action::NodeUp(n)
+                if self.state.acct().nodes.find(&n).is_none() =>
+            {
                 return Err(err("events", format!("unknown node {n:?}")));
             }
             Action::NodeDown(n) => {
@@ -311,15 +313,15 @@ impl Sim {
                 self.wakes.remove(&t);
             }
             Action::SetPolicy(p, path) => {
-                let pol = scenario::policy(&path, &p, &self.state.policy)?;
+                let pol = scenario::policy(&path, &p, self.state.policy())?;
                 self.state
                     .set_policy(pol)
                     .map_err(|e| err(&path, e.to_string()))?;
                 // A minimum run time turned on or changed ends at new times for the work that
                 // runs now.
-                let ends: Vec<Time> = (self.state.workloads.values())
+                let ends: Vec<Time> = (self.state.workloads().values())
                     .filter(|w| w.state.holds_quota())
-                    .filter_map(|w| run_time_ends(&self.state.policy, w.admitted_at?))
+                    .filter_map(|w| run_time_ends(self.state.policy(), w.admitted_at?))
                     .filter(|end| *end > t)
                     .collect();
                 for end in ends {
@@ -553,7 +555,7 @@ pub fn run_with_progress(
                 now: t,
                 end: end.max(t),
                 cycles: sim.cycles,
-                pending: sim.state.teams.iter().map(|t| t.pending.len()).sum(),
+                pending: sim.state.teams().iter().map(|t| t.pending.len()).sum(),
                 elapsed: started.elapsed(),
             });
         }
@@ -567,7 +569,7 @@ pub fn run_with_progress(
             sim.apply(t, a)?;
         }
         // A wake with nothing waiting changes nothing, and is no instant of the outcome.
-        if only_wakes && sim.state.teams.iter().all(|t| t.pending.is_empty()) {
+        if only_wakes && sim.state.teams().iter().all(|t| t.pending.is_empty()) {
             continue;
         }
         now = t;
@@ -575,7 +577,7 @@ pub fn run_with_progress(
     }
     let final_time = until.unwrap_or(now);
     let final_state = final_json(&sim, final_time);
-    let warnings = sim.state.warnings.clone();
+    let warnings = sim.state.warnings().to_vec();
     let stats = json!({"cycles": sim.cycles, "admitted": sim.admitted, "preempted": sim.preempted,
                        "wall_ms": started.elapsed().as_millis() as u64});
     Ok(Outcome {
@@ -589,14 +591,14 @@ pub fn run_with_progress(
 fn final_json(sim: &Sim, t: Time) -> Value {
     let st = &sim.state;
     let mut wls = Map::new();
-    for wl in st.workloads.values() {
+    for wl in st.workloads().values() {
         let (flavors, counts) = sim.flavors_counts(wl.id);
         let state = match wl.state {
             WlState::Running => WlState::Admitted,
             WlState::Evicting => WlState::Admitted,
             s => s,
         };
-        let mut v = json!({"state": state.as_str(), "team": st.teams[wl.team.idx()].name(), "priority": wl.priority,
+        let mut v = json!({"state": state.as_str(), "team": st.teams()[wl.team.idx()].name(), "priority": wl.priority,
                            "flavors": flavors, "counts": counts, "preemptions": wl.preemptions});
         if wl.lost_run_ms > 0 {
             v["lost_run_s"] = time_json(wl.lost_run_ms);
@@ -624,34 +626,34 @@ fn final_json(sim: &Sim, t: Time) -> Value {
         );
     }
     let mut teams = Map::new();
-    for (i, team) in st.teams.iter().enumerate() {
+    for (i, team) in st.teams().iter().enumerate() {
         let tid = allot_core::TeamId(i as u32);
         let mut usage: Map<String, Value> = Map::new();
         for (fr, _) in &team.quotas {
-            let (f, r) = st.names.fr_parts(*fr);
+            let (f, r) = st.names().fr_parts(*fr);
             let entry = usage
-                .entry(st.names.flavor_name(f).to_string())
+                .entry(st.names().flavor_name(f).to_string())
                 .or_insert_with(|| Value::Object(Map::new()));
-            entry[st.names.resource_name(r).as_str()] =
-                qty_json(st.names.resource_name(r), st.acct.usage(tid, *fr));
+            entry[st.names().resource_name(r).as_str()] =
+                qty_json(st.names().resource_name(r), st.acct().usage(tid, *fr));
         }
-        let borrowed: Map<String, Value> = quota::borrowed_by_resource(st, &st.acct, tid)
+        let borrowed: Map<String, Value> = quota::borrowed_by_resource(st, st.acct(), tid)
             .into_iter()
             .map(|(r, q)| {
                 (
-                    st.names.resource_name(r).to_string(),
-                    qty_json(st.names.resource_name(r), q),
+                    st.names().resource_name(r).to_string(),
+                    qty_json(st.names().resource_name(r), q),
                 )
             })
             .collect();
-        let share = quota::share(st, &st.acct, tid, &[]);
+        let share = quota::share(st, st.acct(), tid, &[]);
         let ws = if share.infinite {
             json!(i64::MAX)
         } else {
             json!(share.value())
         };
         teams.insert(team.name().to_string(), json!({"usage": usage, "borrowed": borrowed, "weighted_share": ws,
-            "cohort": if st.cohorts[team.cohort.idx()].private { Value::Null } else { json!(st.cohorts[team.cohort.idx()].name) }}));
+            "cohort": if st.cohorts()[team.cohort.idx()].private { Value::Null } else { json!(st.cohorts()[team.cohort.idx()].name) }}));
     }
     json!({"time": time_json(t), "workloads": wls, "teams": teams})
 }

@@ -102,7 +102,7 @@ fn answer(body: Body, who: &Identity) -> Result<Route, ApiError> {
             match &m.scheduler_config {
                 Some(r) => Ok(Reply::SchedulerConfig(config_text::with_text(
                     r.view.clone(),
-                    &m.state.policy,
+                    m.state.policy(),
                 ))),
                 None => Err(ApiError::new(
                     ErrorKind::NotFound,

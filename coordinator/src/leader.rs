@@ -94,7 +94,7 @@ pub struct CycleDone {
 impl CycleJob {
     /// Pending workloads in the copy: the shell runs small cycles inline, large ones elsewhere.
     pub fn backlog(&self) -> usize {
-        self.state.teams.iter().map(|t| t.pending.len()).sum()
+        self.state.teams().iter().map(|t| t.pending.len()).sum()
     }
 
     /// Computes the plan and compares its pending messages with the copy's, both here: with
@@ -108,7 +108,7 @@ impl CycleJob {
         // Every entry left is a change, but for preemptors' (kept whatever they say).
         let messages_changed = plan.pending.iter().any(|(id, r, m)| {
             self.state
-                .workloads
+                .workloads()
                 .get(id)
                 .is_some_and(|w| !w.shows_pending(r, m))
         });
@@ -281,12 +281,12 @@ impl Leader {
             if report.lease_ms == 0 {
                 continue;
             }
-            let Some(n) = st.acct.nodes.find(name) else {
+            let Some(n) = st.acct().nodes.find(name) else {
                 continue;
             };
             // A failed node is watched while workloads wait on it for their pods to stop
             // (`State::fail_node_fenced`); its `NodeLost` releases them.
-            let healthy = st.acct.nodes.node(n).healthy;
+            let healthy = st.acct().nodes.node(n).healthy;
             if !healthy && st.workloads_on(n).is_empty() {
                 self.lost_proposed.remove(name);
                 continue;
@@ -501,7 +501,7 @@ impl Leader {
         {
             return;
         }
-        self.scratch = Some((applied, rep.machine.state.acct.clone()));
+        self.scratch = Some((applied, rep.machine.state.acct().clone()));
     }
 
     /// The leader, with no plan in flight and every entry applied: a plan computed now is
@@ -576,10 +576,10 @@ mod tests {
             .nodes_meta
             .keys()
             .filter(|n| {
-                st.acct
+                st.acct()
                     .nodes
                     .find(n)
-                    .is_some_and(|id| !st.acct.nodes.node(id).healthy)
+                    .is_some_and(|id| !st.acct().nodes.node(id).healthy)
             })
             .cloned()
             .collect()

@@ -162,7 +162,7 @@ impl Metrics {
             WlState::Failed,
             WlState::Cancelled,
         ];
-        for w in m.state.workloads.values() {
+        for w in m.state.workloads().values() {
             if let Some(i) = states.iter().position(|s| *s == w.state) {
                 counts[i] += 1;
             }

@@ -61,10 +61,10 @@ fn scheduler_config_entries_written_before_the_stability_rules_decode_and_apply(
     let (r, _) = m.apply(&create);
     r.expect("the old create applies");
     // A config made by an entry without the rules gets the live defaults.
-    assert_eq!(m.state.policy.stability, Stability::default());
+    assert_eq!(m.state.policy().stability, Stability::default());
     let (r, _) = m.apply(&update);
     r.expect("the old update applies");
-    assert!(!m.state.policy.fair_share);
+    assert!(!m.state.policy().fair_share);
     let view = &m.scheduler_config.as_ref().expect("a config").view;
     assert_eq!((view.version, view.limits.max_pending_per_team), (2, 7));
     assert_eq!(view.description.as_deref(), Some("d"));
@@ -105,7 +105,7 @@ fn a_scheduler_config_entry_with_the_stability_rules_is_read_with_them() {
     let mut m = Machine::new();
     m.apply(&back).0.expect("applies");
     assert_eq!(
-        m.state.policy.stability,
+        m.state.policy().stability,
         Stability {
             minimum_run_time_s: 60,
             preemption_budget: 0
@@ -157,11 +157,11 @@ fn a_snapshot_written_before_the_usage_ledger_is_read_with_one() {
     );
     let m = (SnapshotCodec::wire().decode_machine)(&b, allot_coordinator::format::CURRENT)
         .expect("the old snapshot is read");
-    let holding: Vec<_> = (m.state.workloads.iter())
+    let holding: Vec<_> = (m.state.workloads().iter())
         .filter(|(_, w)| w.state.holds_quota())
         .map(|(id, _)| id)
         .collect();
-    assert_eq!(m.state.workloads.len(), 3);
+    assert_eq!(m.state.workloads().len(), 3);
     assert!(!holding.is_empty(), "the plan admitted something");
     let counted: Vec<_> = m.usage.counted().collect();
     assert_eq!(counted, holding, "what runs is counted from here on");

@@ -338,7 +338,7 @@ impl Sim {
     /// A leader that asks its peers which formats they read gets the answers of those it
     /// reaches (the server's prober asks every two seconds; here every tenth step).
     fn answer_format_probes(&mut self) {
-        if self.step % 10 != 0 {
+        if !self.step.is_multiple_of(10) {
             return;
         }
         let now = self.now();
@@ -701,7 +701,7 @@ impl Sim {
         st.workload(id).admission.as_ref().is_some_and(|a| {
             a.placement
                 .iter()
-                .any(|(_, p)| st.acct.nodes.node(p.node).name.starts_with("agent-"))
+                .any(|(_, p)| st.acct().nodes.node(p.node).name.starts_with("agent-"))
         })
     }
 
@@ -711,7 +711,7 @@ impl Sim {
             .rep(i)?
             .machine
             .state
-            .workloads
+            .workloads()
             .values()
             .filter(|w| pred(w.state))
             .map(|w| w.spec.name.clone())

@@ -211,7 +211,7 @@ fn stream(
     let mut times = Vec::with_capacity(steps);
     let mut applies = Vec::with_capacity(steps);
     let mut running: Vec<WlId> = st
-        .workloads
+        .workloads()
         .values()
         .filter(|w| w.state == WlState::Admitted)
         .map(|w| w.id)
@@ -291,7 +291,7 @@ fn contended_cases() {
     for &(nodes, teams, pending, steps, with_reference) in cases {
         let setup = std::time::Instant::now();
         let st = contended(nodes, teams, pending);
-        let waiting: usize = st.teams.iter().map(|t| t.pending.len()).sum();
+        let waiting: usize = st.teams().iter().map(|t| t.pending.len()).sum();
         eprintln!(
             "contended {nodes} nodes, {teams} teams, {pending} submitted ({waiting} pending after settling; set up in {:.1}s)",
             setup.elapsed().as_secs_f64()
@@ -370,7 +370,7 @@ fn bench(c: &mut Criterion) {
     for (nodes, running) in [(1000, 0), (1000, 1000)] {
         let mut st = cluster(100, nodes, running, false);
         settle(&mut st);
-        let pending: usize = st.teams.iter().map(|t| t.pending.len()).sum();
+        let pending: usize = st.teams().iter().map(|t| t.pending.len()).sum();
         let mut req = Resources::new();
         req.set(ResourceName::gpu(), 1);
         let spec = WorkloadSpec::single("probe", "team-0", 1, req);
@@ -383,7 +383,7 @@ fn bench(c: &mut Criterion) {
             });
         }
         g.bench_function(format!("acct-copy/{nodes}-nodes-{running}-running"), |b| {
-            b.iter(|| black_box(st.acct.clone()))
+            b.iter(|| black_box(st.acct().clone()))
         });
     }
     g.finish();

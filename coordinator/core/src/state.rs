@@ -387,27 +387,27 @@ pub enum StateError {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct State {
-    pub policy: ClusterPolicy,
-    pub names: Interner,
-    pub teams: Vec<TeamRt>,
+    pub(crate) policy: ClusterPolicy,
+    pub(crate) names: Interner,
+    pub(crate) teams: Vec<TeamRt>,
     pub(crate) team_ids: BTreeMap<String, TeamId>,
-    pub cohorts: Vec<CohortRt>,
+    pub(crate) cohorts: Vec<CohortRt>,
     pub(crate) cohort_specs: BTreeMap<String, CohortSpec>,
     /// Copy-on-write, like the node set: copying the state (for a snapshot written off the
     /// raft thread) shares every workload until one changes.
-    pub workloads: WlMap<Arc<Workload>>,
+    pub(crate) workloads: WlMap<Arc<Workload>>,
     /// Workloads by (name, team): a name is unique within its team only.
     pub(crate) by_name: NameMap,
-    pub acct: Acct,
+    pub(crate) acct: Acct,
     /// Whether admission must place pods on nodes (false: quota-only, as `allot simulate`
     /// without nodes).
-    pub placement: bool,
+    pub(crate) placement: bool,
     next_id: u64,
     /// Node capacity per flavor above all teams' nominal, lent by the default cohort when
     /// `IdleResourceSharing` is on.
-    pub idle_capacity: BTreeMap<FrId, i64>,
+    pub(crate) idle_capacity: BTreeMap<FrId, i64>,
     /// Warnings about the configuration (quota above capacity).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Workloads whose `preempting` mark is set.
     pub(crate) preemptors: BTreeSet<WlId>,
     /// Per cohort: pool usage above the pool left behind when the pool shrank (a node failed
@@ -431,6 +431,54 @@ pub struct State {
     /// The pending texts workloads show, shared by content (not saved: addresses only).
     #[serde(skip)]
     pub(crate) texts: crate::texts::Texts,
+}
+
+/// What other crates read of the state (the core alone changes it).
+impl State {
+    /// The cluster's policy in force.
+    pub fn policy(&self) -> &ClusterPolicy {
+        &self.policy
+    }
+
+    /// The names of flavors and resources, interned.
+    pub fn names(&self) -> &Interner {
+        &self.names
+    }
+
+    /// The teams, by `TeamId`.
+    pub fn teams(&self) -> &[TeamRt] {
+        &self.teams
+    }
+
+    /// The cohorts, by index.
+    pub fn cohorts(&self) -> &[CohortRt] {
+        &self.cohorts
+    }
+
+    /// Every workload the state holds, by id.
+    pub fn workloads(&self) -> &WlMap<Arc<Workload>> {
+        &self.workloads
+    }
+
+    /// The accounting: usage per team and flavor, and the nodes.
+    pub fn acct(&self) -> &Acct {
+        &self.acct
+    }
+
+    /// Whether admission places pods on nodes.
+    pub fn placement(&self) -> bool {
+        self.placement
+    }
+
+    /// Node capacity above every team's nominal, per flavor and resource.
+    pub fn idle_capacity(&self) -> &BTreeMap<FrId, i64> {
+        &self.idle_capacity
+    }
+
+    /// Warnings about the configuration.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
 }
 
 impl State {

@@ -585,7 +585,7 @@ fn same_named_workloads_of_two_teams_are_told_apart_by_id() {
     let ids: Vec<_> = m.state.named("same").collect();
     assert_eq!(ids.len(), 2);
     let team_of = |m: &Machine, id| {
-        m.state.teams[m.state.workload(id).team.idx()]
+        m.state.teams()[m.state.workload(id).team.idx()]
             .name()
             .to_string()
     };

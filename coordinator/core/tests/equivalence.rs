@@ -250,11 +250,11 @@ fn history(seed: u64) -> Result<Exercised, String> {
         let ids: Vec<WlId> = if quiet {
             Vec::new()
         } else {
-            st.workloads.keys().collect()
+            st.workloads().keys().collect()
         };
         if !quiet && rng.below(4) == 0 {
             // A node goes down or comes back: room changes, usage may not.
-            let nodes = st.acct.nodes.nodes.len() as u64;
+            let nodes = st.acct().nodes.nodes.len() as u64;
             let name = format!("p5-{}", rng.below(nodes));
             let _ = st.set_node_health(&name, rng.below(2) == 0, now);
         }
@@ -410,7 +410,7 @@ fn deep_queues_settled_in_bulk_plan_as_the_reference() {
                 let _ = st.submit(spec, now);
             }
             let held: Vec<WlId> = st
-                .workloads
+                .workloads()
                 .values()
                 .filter(|w| matches!(w.state, WlState::Admitted | WlState::Running))
                 .map(|w| w.id)

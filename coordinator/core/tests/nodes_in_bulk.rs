@@ -54,7 +54,7 @@ fn nodes_added_in_bulk_derive_what_one_at_a_time_does() {
         one.add_node(name, flavor, cap).unwrap();
         if i == 2 {
             // Below the nominal (6 GPUs of 12): a warning.
-            assert!(!one.warnings.is_empty());
+            assert!(!one.warnings().is_empty());
         }
     }
     let ids = bulk
@@ -62,10 +62,13 @@ fn nodes_added_in_bulk_derive_what_one_at_a_time_does() {
         .unwrap();
     assert_eq!(ids.len(), list.len());
     assert_eq!(encoded(&bulk), encoded(&one));
-    assert_eq!(bulk.warnings, one.warnings);
+    assert_eq!(bulk.warnings(), one.warnings());
     // 14 GPUs against 12 of quota, and the p5 node's 8: idle capacity, no warning.
-    assert_eq!(bulk.idle_capacity.values().sum::<i64>(), 2 + 8 + 8 * 32_000);
-    assert!(bulk.warnings.is_empty(), "{:?}", bulk.warnings);
+    assert_eq!(
+        bulk.idle_capacity().values().sum::<i64>(),
+        2 + 8 + 8 * 32_000
+    );
+    assert!(bulk.warnings().is_empty(), "{:?}", bulk.warnings());
 }
 
 #[test]

@@ -526,7 +526,7 @@ impl<'s> Sim<'s> {
                 pod_sets,
             } => {
                 let team = &sc.teams[team % sc.teams.len()];
-                let classes = &self.st.policy.priority_classes;
+                let classes = &self.st.policy().priority_classes;
                 let mut expect_ok = true;
                 let priority = match prio {
                     Prio::None => PriorityRef::None,
@@ -568,7 +568,7 @@ impl<'s> Sim<'s> {
                     labels: Default::default(),
                     array: None,
                 };
-                let before = self.st.workloads.len();
+                let before = self.st.workloads().len();
                 // The leader's fast path: with nothing else pending, the plan for the workload
                 // alone, computed before the submit, is exactly the next cycle's plan after it.
                 let idle = !self.st.has_pending();
@@ -578,7 +578,7 @@ impl<'s> Sim<'s> {
                         &self.st,
                         &wl,
                         now,
-                        Some(self.st.acct.clone()),
+                        Some(self.st.acct().clone()),
                     ),
                     Ok(Some(wl)) => allot_core::scheduler::schedule_alone(&self.st, &wl, now),
                     _ => None,
@@ -610,7 +610,7 @@ impl<'s> Sim<'s> {
                     }
                     Err(e) => {
                         ensure(!expect_ok, || format!("submit w{k} rejected: {e}"))?;
-                        ensure(self.st.workloads.len() == before, || {
+                        ensure(self.st.workloads().len() == before, || {
                             "a rejected submit left a workload behind".into()
                         })?;
                         self.trace.push(format!("rejected: {e}"));
@@ -641,7 +641,7 @@ impl<'s> Sim<'s> {
                 }
             }
             Op::NodeDown(_)
-                if KNOWN_BUG_IDLE_POOL_SHRINK && self.st.policy.idle_resource_sharing =>
+                if KNOWN_BUG_IDLE_POOL_SHRINK && self.st.policy().idle_resource_sharing =>
             {
                 // See `node_failure_keeps_idle_capacity_borrowers_within_the_pool` (ignored).
             }
@@ -741,11 +741,11 @@ impl<'s> Sim<'s> {
     /// Everything that must hold between steps.
     fn check_state(&self) -> R {
         self.st.check_invariants()?;
-        ensure(self.model.len() == self.st.workloads.len(), || {
+        ensure(self.model.len() == self.st.workloads().len(), || {
             format!(
                 "model knows {} workloads, the state {}",
                 self.model.len(),
-                self.st.workloads.len()
+                self.st.workloads().len()
             )
         })?;
         for (id, m) in &self.model {
@@ -768,7 +768,7 @@ impl<'s> Sim<'s> {
             let Some(adm) = &w.admission else { continue };
             // Pods sit on healthy nodes of the flavor assigned to their pod set.
             for (i, p) in &adm.placement {
-                let node = self.st.acct.nodes.node(p.node);
+                let node = self.st.acct().nodes.node(p.node);
                 ensure(node.healthy, || {
                     format!("{} has a pod on failed node {}", w.spec.name, node.name)
                 })?;
@@ -778,7 +778,7 @@ impl<'s> Sim<'s> {
                         "{} pod set {i}: pod on node {} of flavor {} but assigned {:?}",
                         w.spec.name,
                         node.name,
-                        self.st.names.flavor_name(node.flavor),
+                        self.st.names().flavor_name(node.flavor),
                         flavors
                     )
                 })?;
@@ -830,7 +830,7 @@ impl<'s> Sim<'s> {
                     let mutual = edges.iter().any(|(p, v)| reaches(&edges, *v, *p));
                     let known = (KNOWN_BUG_PREEMPTOR_NEVER_ADMITTED && never_admitted)
                         || (KNOWN_BUG_MUTUAL_PREEMPTION && mutual)
-                        || (KNOWN_GAP_FAIR_SHARING_LIVELOCK && self.st.policy.fair_share);
+                        || (KNOWN_GAP_FAIR_SHARING_LIVELOCK && self.st.policy().fair_share);
                     if known {
                         let kind = if never_admitted {
                             0
@@ -954,12 +954,12 @@ impl<'s> Sim<'s> {
     /// considers would have been admitted.
     fn check_idle_cluster(&self, plan: &Plan) -> R {
         let st = &self.st;
-        if st.teams.iter().any(|t| !t.admitted.is_empty()) {
+        if st.teams().iter().any(|t| !t.admitted.is_empty()) {
             return Ok(());
         }
         let holds = plan.pending.iter().any(|(id, _, msg)| {
             msg.contains("No workload may be preempted")
-                && st.teams[st.workload(*id).team.idx()]
+                && st.teams()[st.workload(*id).team.idx()]
                     .spec
                     .preemption
                     .reclaim_within_cohort
@@ -972,7 +972,7 @@ impl<'s> Sim<'s> {
         if holds || (KNOWN_BUG_WITHDRAW_DEADLOCK && withdrawn) {
             return Ok(());
         }
-        for t in &st.teams {
+        for t in st.teams() {
             let strict = t.spec.queueing == QueueingStrategy::StrictFIFO;
             for (i, k) in t.pending.iter().enumerate() {
                 if strict && i > 0 {
@@ -1057,13 +1057,13 @@ impl<'s> Sim<'s> {
         let st = &self.st;
         let v = st.workload(victim);
         let p = st.workload(preemptor);
-        let pt = &st.teams[p.team.idx()];
+        let pt = &st.teams()[p.team.idx()];
         let pol = pt.spec.preemption;
         let ctx = || {
             format!(
                 "{} (team {}, priority {}, submitted {}) preempted by {} (team {}, priority {}, submitted {}) for {}",
                 v.spec.name,
-                st.teams[v.team.idx()].name(),
+                st.teams()[v.team.idx()].name(),
                 v.priority,
                 v.submit_time,
                 p.spec.name,
@@ -1102,12 +1102,12 @@ impl<'s> Sim<'s> {
             PreemptReason::InCohortReclamation
             | PreemptReason::InCohortReclaimWhileBorrowing
             | PreemptReason::InCohortFairSharing => {
-                let vt = &st.teams[v.team.idx()];
+                let vt = &st.teams()[v.team.idx()];
                 ensure(v.team != p.team, || {
                     format!("cohort reason inside one team: {}", ctx())
                 })?;
                 ensure(
-                    vt.cohort == pt.cohort && !st.cohorts[pt.cohort.idx()].private,
+                    vt.cohort == pt.cohort && !st.cohorts()[pt.cohort.idx()].private,
                     || format!("victim outside the preemptor's cohort: {}", ctx()),
                 )?;
                 ensure(
@@ -1121,7 +1121,7 @@ impl<'s> Sim<'s> {
                 }
                 match reason {
                     PreemptReason::InCohortReclaimWhileBorrowing => {
-                        ensure(!st.policy.fair_share, || {
+                        ensure(!st.policy().fair_share, || {
                             format!("while-borrowing reason with fair sharing on: {}", ctx())
                         })?;
                         let bwc = pol.borrow_within_cohort;
@@ -1143,7 +1143,7 @@ impl<'s> Sim<'s> {
                             },
                         )
                     }
-                    PreemptReason::InCohortFairSharing => ensure(st.policy.fair_share, || {
+                    PreemptReason::InCohortFairSharing => ensure(st.policy().fair_share, || {
                         format!("fair-sharing reason with fair sharing off: {}", ctx())
                     }),
                     _ => Ok(()),
@@ -1177,7 +1177,10 @@ impl<'s> Sim<'s> {
         let holds = plan.pending.iter().any(|(id, _, msg)| {
             let w = st.workload(*id);
             msg.contains("No workload may be preempted")
-                && st.teams[w.team.idx()].spec.preemption.reclaim_within_cohort
+                && st.teams()[w.team.idx()]
+                    .spec
+                    .preemption
+                    .reclaim_within_cohort
                     != ReclaimWithinCohort::Any
         });
         // Admissions planned earlier in the cycle and withdrawn for this preemptor were in the
@@ -1210,7 +1213,7 @@ impl<'s> Sim<'s> {
         // its victim set again but not in the plan (their eviction is not decided again). Any
         // other stopping workload leaves room the replay cannot attribute: skip.
         let mut stopping = Vec::new();
-        for w in st.workloads.values() {
+        for w in st.workloads().values() {
             if w.state == WlState::Evicting {
                 if w.preempted_by.as_ref().is_some_and(|b| b.preemptor == pid) {
                     stopping.push(w.id);
@@ -1225,7 +1228,7 @@ impl<'s> Sim<'s> {
         for v in &victims {
             let vw = st.workload(*v);
             if vw.team != wl.team {
-                let vt = &st.teams[vw.team.idx()];
+                let vt = &st.teams()[vw.team.idx()];
                 let planned = |fr: allot_core::FrId| -> i64 {
                     plan.admissions
                         .iter()
@@ -1238,7 +1241,7 @@ impl<'s> Sim<'s> {
                 let borrows = vt
                     .quotas
                     .iter()
-                    .any(|(fr, q)| st.acct.usage(vw.team, *fr) + planned(*fr) > q.nominal);
+                    .any(|(fr, q)| st.acct().usage(vw.team, *fr) + planned(*fr) > q.nominal);
                 ensure(borrows, || {
                     format!(
                         "victim {} taken from team {}, which borrows nothing",
@@ -1286,7 +1289,7 @@ impl<'s> Sim<'s> {
                 })?;
                 continue;
             }
-            let borrow = st.policy.fair_share || !ctx.fits(wl, &a.usage, &a.place, false);
+            let borrow = st.policy().fair_share || !ctx.fits(wl, &a.usage, &a.place, false);
             let mut needless = None;
             for v in &victims {
                 ctx.restore(*v);
@@ -1396,8 +1399,8 @@ fn simulated_histories_are_deterministic() {
                 b.trace.get(i)
             )));
         }
-        let wa = format!("{:?}", a.st.workloads);
-        let wb = format!("{:?}", b.st.workloads);
+        let wa = format!("{:?}", a.st.workloads());
+        let wb = format!("{:?}", b.st.workloads());
         prop_assert_eq!(wa, wb);
         Ok(())
     });
@@ -1544,8 +1547,8 @@ fn settle(st: &mut State, now: Time) -> Vec<Event> {
 }
 
 fn node_gpus_used(st: &State, node: usize) -> i64 {
-    let n = st.acct.nodes.node(allot_core::NodeId(node as u32));
-    let g = st.names.find_resource(&gpu()).expect("gpu interned");
+    let n = st.acct().nodes.node(allot_core::NodeId(node as u32));
+    let g = st.names().find_resource(&gpu()).expect("gpu interned");
     n.capacity(g) - n.free(g)
 }
 
@@ -1560,7 +1563,7 @@ fn gang_that_only_partly_fits_stays_pending_and_holds_nothing() {
     assert_eq!(w.state, WlState::Pending);
     assert!(w.admission.is_none());
     assert_eq!(node_gpus_used(&st, 0), 0);
-    assert!(st.acct.team_usage[0].0.iter().all(|v| *v == 0));
+    assert!(st.acct().team_usage[0].0.iter().all(|v| *v == 0));
     let (_, msg) = w.pending_status().expect("a pending message");
     assert!(msg.contains("no room"), "{msg}");
     // A smaller workload still gets the node: the gang reserved nothing.
@@ -1799,7 +1802,7 @@ fn devices_of_victims_are_not_given_to_others_before_they_leave() {
         "{events:?}"
     );
     let admitted: Vec<&str> = st
-        .workloads
+        .workloads()
         .values()
         .filter(|w| w.state == WlState::Admitted)
         .map(|w| w.spec.name.as_str())
@@ -1924,7 +1927,7 @@ fn preemption_for_a_flavor_assignment_that_is_not_kept_does_not_livelock() {
                 .expect("admitted")
                 .pod_sets
                 .iter()
-                .map(|p| st.names.flavor_name(p.flavors[0].1).to_string())
+                .map(|p| st.names().flavor_name(p.flavors[0].1).to_string())
                 .collect();
             assert_eq!(
                 flavors,

@@ -115,7 +115,7 @@ fn beyond_the_cap_the_oldest_are_forgotten_once_ten_minutes_old() {
     assert!(known(&m, "late"));
     // Only finished workloads are ever forgotten.
     assert!(known(&m, "pending"));
-    assert_eq!(m.state.workloads.len(), FINISHED_KEEP_MAX + 1);
+    assert_eq!(m.state.workloads().len(), FINISHED_KEEP_MAX + 1);
     assert_eq!(m.runs.len(), FINISHED_KEEP_MAX + 1);
     m.state.check_invariants().expect("invariants hold");
 }
@@ -163,7 +163,7 @@ fn a_finished_workloads_name_can_be_used_again() {
         1_001 + FINISHED_KEEP_MS,
         Command::Submit(input("x")),
     );
-    assert!(m.state.workloads.get(&first).is_none());
+    assert!(m.state.workloads().get(&first).is_none());
     assert_eq!(m.state.find_workload("w").map(|i| i.0), Ok(id));
 }
 

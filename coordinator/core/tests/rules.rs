@@ -47,13 +47,13 @@ impl Sim {
             .collect()
     }
     fn fr(&self, res: &str) -> allot_core::FrId {
-        let f = self.st.names.find_flavor(F).unwrap();
+        let f = self.st.names().find_flavor(F).unwrap();
         let r = self
             .st
-            .names
+            .names()
             .find_resource(&ResourceName::parse(res).unwrap())
             .unwrap();
-        self.st.names.find_fr(f, r).unwrap()
+        self.st.names().find_fr(f, r).unwrap()
     }
     fn tid(&self, name: &str) -> TeamId {
         self.st.team_id(name).unwrap()
@@ -74,11 +74,11 @@ fn lending_limit_example_pool_of_four() {
         .settle();
     let fr = s.fr("cpu");
     assert_eq!(
-        quota::available(&s.st, &s.st.acct, s.tid("lend-b"), fr),
+        quota::available(&s.st, s.st.acct(), s.tid("lend-b"), fr),
         2000
     );
     assert_eq!(
-        quota::available(&s.st, &s.st.acct, s.tid("lend-a"), fr),
+        quota::available(&s.st, s.st.acct(), s.tid("lend-a"), fr),
         3000
     );
     s.submit(wl("b-3", "lend-b", 0, 1, &[("cpu", "3")]))
@@ -105,7 +105,7 @@ fn lending_limit_example_pool_of_four() {
     assert_eq!(s.state("b-2b"), WlState::Admitted);
     // lend-a still has its reserved 1 CPU.
     assert_eq!(
-        quota::available(&s.st, &s.st.acct, s.tid("lend-a"), fr),
+        quota::available(&s.st, s.st.acct(), s.tid("lend-a"), fr),
         1000
     );
 }
@@ -155,7 +155,7 @@ fn quota_without_room_waits_with_a_message() {
     assert!(now.contains("gpu free 0 of 2"), "{now}");
     assert!(s
         .st
-        .warnings
+        .warnings()
         .iter()
         .any(|w| w.contains("above the healthy capacity")));
 }
@@ -250,7 +250,7 @@ fn flavor_order_prefers_fit_without_borrowing() {
             .clone()
             .unwrap();
     assert_eq!(
-        s.st.names.flavor_name(adm.pod_sets[0].flavors[0].1),
+        s.st.names().flavor_name(adm.pod_sets[0].flavors[0].1),
         "small"
     );
     // ...with TryNextFlavor the search goes on and prefers "large" without borrowing.
@@ -273,7 +273,7 @@ fn flavor_order_prefers_fit_without_borrowing() {
             .clone()
             .unwrap();
     assert_eq!(
-        s.st.names.flavor_name(adm.pod_sets[0].flavors[0].1),
+        s.st.names().flavor_name(adm.pod_sets[0].flavors[0].1),
         "large"
     );
 }
@@ -296,7 +296,7 @@ fn pinned_instance_type_is_respected() {
             .clone()
             .unwrap();
     assert_eq!(
-        s.st.names.flavor_name(adm.pod_sets[0].flavors[0].1),
+        s.st.names().flavor_name(adm.pod_sets[0].flavors[0].1),
         "second"
     );
     let mut bad = wl("bad", "a", 0, 1, &[("gpu", "1")]);
@@ -331,7 +331,7 @@ fn gang_of_pod_sets_is_all_or_nothing() {
     s.submit(w).settle();
     assert_eq!(s.state("gang"), WlState::Pending);
     assert_eq!(
-        s.st.acct.usage(s.tid("a"), s.fr("cpu")),
+        s.st.acct().usage(s.tid("a"), s.fr("cpu")),
         0,
         "the launcher alone is not admitted"
     );
@@ -542,7 +542,7 @@ fn preemptors_of_one_cycle_take_only_the_victims_each_needs() {
     s.settle();
     assert_eq!(s.preemptions().len(), 2);
     let fr = s.fr("gpu");
-    assert_eq!(s.st.acct.usage(s.tid("c"), fr), 4);
+    assert_eq!(s.st.acct().usage(s.tid("c"), fr), 4);
     assert_eq!(s.state("a-one"), WlState::Admitted);
     assert_eq!(s.state("b-one"), WlState::Admitted);
 }
@@ -704,7 +704,7 @@ fn node_failure_requeues_and_keeps_submit_time() {
     s.submit(wl("w", "a", 0, 2, &[("gpu", "1")])).settle();
     let node = {
         let w = s.st.workload(s.st.find_workload("w").unwrap());
-        s.st.acct
+        s.st.acct()
             .nodes
             .node(w.admission.as_ref().unwrap().placement[0].1.node)
             .name
@@ -722,7 +722,7 @@ fn node_failure_requeues_and_keeps_submit_time() {
         .unwrap()
         .placement
         .iter()
-        .all(|(_, p)| s.st.acct.nodes.node(p.node).name != node));
+        .all(|(_, p)| s.st.acct().nodes.node(p.node).name != node));
 }
 
 // ---------------------------------------------------------------- §6 fair sharing
@@ -735,7 +735,7 @@ fn dominant_share_examples() {
         vec![gpu_team("a", 3, None), gpu_team("b", 5, None)],
     );
     s.submit(wl("a8", "a", 0, 8, &[("gpu", "1")])).settle();
-    let sh = quota::share(&s.st, &s.st.acct, s.tid("a"), &[]);
+    let sh = quota::share(&s.st, s.st.acct(), s.tid("a"), &[]);
     assert_eq!(
         sh,
         Share {
@@ -747,14 +747,14 @@ fn dominant_share_examples() {
     let mut a2 = gpu_team("a", 3, None);
     a2.fair_share_weight = 2;
     s.st.set_team(a2).unwrap();
-    let sh = quota::share(&s.st, &s.st.acct, s.tid("a"), &[]);
+    let sh = quota::share(&s.st, s.st.acct(), s.tid("a"), &[]);
     assert!((sh.value() - 312.5).abs() < 1e-9);
     let mut a0 = gpu_team("a", 3, None);
     a0.fair_share_weight = 0;
     s.st.set_team(a0).unwrap();
-    assert!(quota::share(&s.st, &s.st.acct, s.tid("a"), &[]).infinite);
+    assert!(quota::share(&s.st, s.st.acct(), s.tid("a"), &[]).infinite);
     assert_eq!(
-        quota::share(&s.st, &s.st.acct, s.tid("b"), &[]),
+        quota::share(&s.st, s.st.acct(), s.tid("b"), &[]),
         Share::ZERO
     );
 }
@@ -778,8 +778,8 @@ fn idle_compute_goes_by_weight_whatever_the_submit_order() {
     }
     s.settle();
     let fr = s.fr("gpu");
-    assert_eq!(s.st.acct.usage(s.tid("heavy"), fr), 9);
-    assert_eq!(s.st.acct.usage(s.tid("light"), fr), 3);
+    assert_eq!(s.st.acct().usage(s.tid("heavy"), fr), 9);
+    assert_eq!(s.st.acct().usage(s.tid("light"), fr), 3);
 }
 
 #[test]
@@ -799,8 +799,8 @@ fn fair_sharing_never_preempts_back_and_forth() {
     }
     s.settle();
     let fr = s.fr("gpu");
-    assert_eq!(s.st.acct.usage(s.tid("a"), fr), 4);
-    assert_eq!(s.st.acct.usage(s.tid("b"), fr), 4);
+    assert_eq!(s.st.acct().usage(s.tid("a"), fr), 4);
+    assert_eq!(s.st.acct().usage(s.tid("b"), fr), 4);
     // Settling again changes nothing.
     let n = s.events.len();
     s.at(2).settle();
@@ -841,7 +841,7 @@ fn level_shares_do_not_preempt_round_and_round() {
         s.submit(wl(&format!("y{i}"), "y", 0, 1, &[("gpu", "1")]));
     }
     s.settle();
-    let share = |s: &Sim, t: &str| quota::share(&s.st, &s.st.acct, s.tid(t), &[]);
+    let share = |s: &Sim, t: &str| quota::share(&s.st, s.st.acct(), s.tid(t), &[]);
     assert_eq!(share(&s, "x"), share(&s, "y"));
     assert_eq!(share(&s, "x").value().round(), 455.0);
     s.at(1)

@@ -176,7 +176,7 @@ fn every_instant_settles_on_generated_contended_clusters() {
                 next += 1;
             }
             let running: Vec<WlId> = st
-                .workloads
+                .workloads()
                 .keys()
                 .filter(|id| st.workload(*id).state == WlState::Admitted)
                 .collect();
@@ -185,7 +185,7 @@ fn every_instant_settles_on_generated_contended_clusters() {
                     st.finish(id, true, now).unwrap();
                 }
             }
-            let n = st.workloads.len();
+            let n = st.workloads().len();
             let bound = 3 * n + 1;
             let mut preempted: BTreeSet<WlId> = BTreeSet::new();
             let mut cycles = 0;

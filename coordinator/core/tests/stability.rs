@@ -40,11 +40,11 @@ fn preemptions(s: &Sim) -> Vec<(String, PreemptReason)> {
 }
 
 fn usage(s: &Sim, team: &str) -> i64 {
-    let names = &s.st.names;
+    let names = &s.st.names();
     let f = names.find_flavor(support::F).unwrap();
     let r = names.find_resource(&ResourceName::gpu()).unwrap();
     let fr = names.find_fr(f, r).unwrap();
-    s.st.acct.usage(s.st.team_id(team).unwrap(), fr)
+    s.st.acct().usage(s.st.team_id(team).unwrap(), fr)
 }
 
 /// Two teams of 2 GPUs and a lender of 4; `a` borrows everything at 0, `b` asks for 4 at 1 s.

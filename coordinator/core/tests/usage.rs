@@ -22,7 +22,7 @@ fn apply(m: &mut Machine, now: i64, cmd: Command) {
     r.expect("command applies");
     let mut counted: Vec<_> = m.usage.counted().collect();
     counted.sort();
-    let mut holding: Vec<_> = (m.state.workloads.iter())
+    let mut holding: Vec<_> = (m.state.workloads().iter())
         .filter(|(_, w)| w.state.holds_quota())
         .map(|(id, _)| id)
         .collect();
