@@ -14,13 +14,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use allot_common::quota::{QueueingStrategy, ReclaimWithinCohort, WithinTeam, DEFAULT_COHORT};
 use allot_common::PriorityRef;
 
+use crate::decision::{self, Mode};
 use crate::ids::{CohortId, FlavorId, FrId, NodeId, ResId, TeamId, WlId};
 use crate::machine::Machine;
 use crate::nodes::PodAlloc;
 use crate::plan::PreemptReason;
 use crate::preemption::{self, Victim};
 use crate::quota::{self, Share};
-use crate::scheduler::{self, Mode};
+use crate::scheduler;
 use crate::state::{PreemptedBy, State, Time, WlState, Workload};
 use crate::working::{self, Ctx};
 
@@ -566,11 +567,11 @@ fn strict_fifo_blocked(
     if team.spec.queueing != QueueingStrategy::StrictFIFO || ahead.is_empty() {
         return false;
     }
-    let full_of = |w: &Workload| scheduler::full_counts(w);
+    let full_of = |w: &Workload| decision::full_counts(w);
     let mut blocker = None;
     for id in ahead {
         let w = st.workload(*id);
-        let a = scheduler::assign(ctx, w, &full_of(w), false);
+        let a = decision::assign(ctx, w, &full_of(w), false);
         if a.mode != Mode::Fit {
             let mut why = a.messages.join("; ");
             if let Some(now) = numbers_now(st, w) {
@@ -635,8 +636,8 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
     let blocked = leaving || fifo_blocked;
 
     // Per pod set and flavor: the first blocking check, with numbers.
-    let full = scheduler::full_counts(wl);
-    let a = scheduler::assign(&mut ctx, wl, &full, false);
+    let full = decision::full_counts(wl);
+    let a = decision::assign(&mut ctx, wl, &full, false);
     let multi = wl.spec.pod_sets.len() > 1;
     let mut acc: BTreeMap<FrId, i64> = BTreeMap::new();
     let mut tentative: Vec<PodAlloc> = Vec::new();
@@ -724,7 +725,7 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
             if a.mode < Mode::Preempt {
                 let mut counts = full.clone();
                 counts[i] = min;
-                let m = scheduler::assign(&mut ctx, wl, &counts, false).mode;
+                let m = decision::assign(&mut ctx, wl, &counts, false).mode;
                 d.lines.push(format!(
                     "pod set {} may run with as few as {min} of {} pods (min_count): with {min} it {}",
                     ps.name,

@@ -7,6 +7,7 @@
 pub mod chunked;
 pub mod config_commands;
 pub mod cycle_cache;
+pub mod decision;
 pub mod explain;
 pub mod ids;
 pub mod invariants;

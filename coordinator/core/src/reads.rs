@@ -40,7 +40,7 @@ impl Reads {
     pub fn of(st: &State, wl: &Workload) -> Reads {
         let team = &st.teams[wl.team.idx()];
         let mut pairs: SmallVec<[(FlavorId, ResId); 8]> = SmallVec::new();
-        // A pinned workload is judged on its flavor only (`scheduler::assign` skips the rest).
+        // A pinned workload is judged on its flavor only (`decision::assign` skips the rest).
         let flavors: SmallVec<[FlavorId; 4]> = match wl.pinned {
             Some(f) => std::iter::once(f).collect(),
             None => team

@@ -42,7 +42,7 @@ use allot_common::{
     ClusterPolicy, FairSharingStrategy, FlavorQuota, PodSet, PriorityClass, PriorityRef,
     ResourceName, ResourceQuota, Resources, Stability, TeamSpec, WorkloadSpec,
 };
-use allot_core::scheduler::{assign, Mode};
+use allot_core::decision::{assign, Mode};
 use allot_core::state::{Event, State, Time, WlState};
 use allot_core::working::Ctx;
 use allot_core::{schedule, verify, Plan, PreemptReason, WlId};

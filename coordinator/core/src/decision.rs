@@ -1,0 +1,822 @@
+//! The decision for one workload: which flavors it gets (`assign`: quota, borrowing, the
+//! nodes' room, the modes Kueue ranks), whom it would preempt (`choose_victims`), and what a
+//! cycle does with it (`process`: admit, preempt, or wait, with the reason). The scheduler's
+//! incremental engine (`scheduler.rs`: the tournament over teams, runs of equal shapes, memos
+//! of waits) asks this file and applies what it says; `explain` asks it the same questions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use allot_common::quota::{
+    FungibilityPreference, ReclaimWithinCohort, WhenCanBorrow, WhenCanPreempt,
+};
+
+use crate::ids::{FlavorId, FrId, ResId, TeamId};
+use crate::nodes::PodAlloc;
+use crate::plan::Plan;
+use crate::preemption::{self, Victim};
+use crate::quota;
+use crate::state::{Admission, PodSetAdmission, State, Workload};
+use crate::working::Ctx;
+use crate::working::{node_shortfall, NodeShortfall};
+
+/// Flavor-assignment modes, worst to best (Kueue's ranking).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mode {
+    NoFit,
+    NoCandidates,
+    Preempt,
+    Reclaim,
+    Fit,
+}
+
+/// The flavors chosen for a workload at given pod counts, and how well they fit.
+#[derive(Clone, Debug)]
+pub struct Assignment {
+    pub counts: Vec<u32>,
+    /// Per pod set: flavor per requested resource.
+    pub flavors: Vec<Vec<(ResId, FlavorId)>>,
+    pub usage: Vec<(FrId, i64)>,
+    pub mode: Mode,
+    pub borrows: bool,
+    /// Pairs on which quota is short or nodes lack room, and flavors whose nodes lack room
+    /// though each requested resource has room there on its own (see `NodeShortfall`).
+    pub contested: BTreeSet<FrId>,
+    pub contested_flavors: BTreeSet<FlavorId>,
+    /// (pod set index, flavor, count) for placement.
+    pub place: Vec<(usize, FlavorId, u32)>,
+    /// Per pod set, why it does not fit as it stands.
+    pub messages: Vec<String>,
+    pub reason: &'static str,
+    /// Victims already found while choosing the flavor, when that search was for exactly this
+    /// assignment (one pod set, one resource group).
+    pub victims: Option<Vec<Victim>>,
+}
+
+struct FlavorEval {
+    flavor: FlavorId,
+    mode: Mode,
+    borrows: bool,
+    contested: BTreeSet<FrId>,
+    placement_short: bool,
+    reasons: Vec<String>,
+    /// A quick evaluation (ordering the tournament): its reasons are never read, so none are
+    /// formatted.
+    quick: bool,
+    exceeds_max: bool,
+    victims: Option<Vec<Victim>>,
+}
+
+impl FlavorEval {
+    /// Records why the flavor does not fit as it stands (not in a quick evaluation).
+    fn note(&mut self, reason: impl FnOnce() -> String) {
+        if !self.quick {
+            self.reasons.push(reason());
+        }
+    }
+}
+
+fn preferred(a: &FlavorEval, b: &FlavorEval, pref: FungibilityPreference) -> bool {
+    // Is `a` preferred over `b`?
+    let viable = |m: Mode| m >= Mode::Preempt;
+    if viable(a.mode) != viable(b.mode) {
+        return viable(a.mode);
+    }
+    match pref {
+        FungibilityPreference::BorrowingOverPreemption => {
+            if a.mode != b.mode {
+                return a.mode > b.mode;
+            }
+            !a.borrows && b.borrows
+        }
+        FungibilityPreference::PreemptionOverBorrowing => {
+            if a.borrows != b.borrows {
+                return !a.borrows;
+            }
+            a.mode > b.mode
+        }
+    }
+}
+
+/// Assigns flavors to every pod set at `counts` (Kueue's flavor assigner with fungibility), with
+/// placement checks when the state has nodes. With `quick`, preemption is assumed possible where
+/// the policy allows it, without searching for victims (used only to order the queue).
+pub fn assign(ctx: &mut Ctx, wl: &Workload, counts: &[u32], quick: bool) -> Assignment {
+    // A preemptor goes where its victims made room: the flavors its preemptions were chosen
+    // for come first, as long as it fits there or can still preempt there. Without this, the
+    // room the victims left can make another flavor look better to the greedy per-pod-set
+    // choice, which may then not fit: the victims come back and are preempted again, forever.
+    if let Some(kept) = &wl.preempting_flavors {
+        let a = assign_among(ctx, wl, counts, quick, Some(kept));
+        if a.mode >= Mode::Preempt {
+            return a;
+        }
+    }
+    assign_among(ctx, wl, counts, quick, None)
+}
+
+/// `assign`, with each pod set's resource groups limited to the flavor `kept` names for them
+/// when given.
+fn assign_among(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    counts: &[u32],
+    quick: bool,
+    kept: Option<&[Vec<(ResId, FlavorId)>]>,
+) -> Assignment {
+    let st = ctx.st;
+    let team = &st.teams[wl.team.idx()];
+    let mut acc: BTreeMap<FrId, i64> = BTreeMap::new();
+    let mut flavors_out = Vec::new();
+    let mut messages = Vec::new();
+    let mut mode = Mode::Fit;
+    let mut borrows = false;
+    let mut contested = BTreeSet::new();
+    let mut contested_flavors = BTreeSet::new();
+    let mut place = Vec::new();
+    let mut victims_hint: Option<Vec<Victim>> = None;
+    let single = wl.spec.pod_sets.len() == 1;
+    let mut tentative: Vec<PodAlloc> = Vec::new();
+    let mut reason = "WaitingForQuota";
+    for (i, ps) in wl.spec.pod_sets.iter().enumerate() {
+        let count = counts[i];
+        let reqs = &wl.pod_reqs[i];
+        let mut chosen: Vec<(ResId, FlavorId)> = Vec::new();
+        let mut ps_reasons: Vec<String> = Vec::new();
+        let mut ps_mode = Mode::Fit;
+        // Resources no group covers.
+        for (r, _) in reqs {
+            if !team.groups.iter().any(|g| g.resources.contains(r)) {
+                ps_reasons.push(format!(
+                    "resource {} unavailable in team {}",
+                    st.names.resource_name(*r),
+                    team.name()
+                ));
+                ps_mode = Mode::NoFit;
+                reason = "NoMatchingFlavor";
+            }
+        }
+        let mut single_flavor: Option<FlavorId> = None;
+        let mut placement_checked = false;
+        for g in &team.groups {
+            let group_reqs: Vec<(ResId, i64)> = reqs
+                .iter()
+                .filter(|(r, _)| g.resources.contains(r))
+                .copied()
+                .collect();
+            if group_reqs.is_empty() || ps_mode == Mode::NoFit {
+                continue;
+            }
+            let covers_all = group_reqs.len() == reqs.len();
+            let kept_flavor = kept
+                .and_then(|k| k.get(i))
+                .and_then(|k| k.iter().find(|(r, _)| g.resources.contains(r)))
+                .map(|(_, f)| *f);
+            let here = (i, count, covers_all, quick);
+            let (best, mut group_reasons) = best_flavor(
+                ctx,
+                wl,
+                &g.flavors,
+                kept_flavor,
+                here,
+                &group_reqs,
+                &acc,
+                &mut reason,
+            );
+            match best {
+                Some(ev) if ev.mode > Mode::NoFit => {
+                    if single && covers_all {
+                        victims_hint = ev.victims.clone();
+                    }
+                    if ev.mode < Mode::Fit {
+                        ps_reasons.extend(group_reasons);
+                    }
+                    ps_mode = ps_mode.min(ev.mode);
+                    borrows |= ev.borrows;
+                    contested.extend(ev.contested.iter().copied());
+                    if ev.placement_short {
+                        contested_flavors.insert(ev.flavor);
+                    }
+                    for (r, v) in &group_reqs {
+                        chosen.push((*r, ev.flavor));
+                        if let Some(fr) = st.names.find_fr(ev.flavor, *r) {
+                            *acc.entry(fr).or_insert(0) += v * i64::from(count);
+                        }
+                    }
+                    if covers_all {
+                        placement_checked = true;
+                    }
+                    single_flavor = match single_flavor {
+                        None => Some(ev.flavor),
+                        Some(prev) if prev == ev.flavor => Some(prev),
+                        Some(_) => {
+                            if st.placement {
+                                ps_reasons.push(format!(
+                                    "pod set {} would take resources from two flavors; a pod runs on one node",
+                                    ps.name
+                                ));
+                                ps_mode = Mode::NoFit;
+                            }
+                            Some(ev.flavor)
+                        }
+                    };
+                }
+                _ => {
+                    if !quick && group_reasons.is_empty() {
+                        group_reasons.push(no_flavor(st, wl, &group_reqs));
+                    }
+                    ps_reasons.extend(group_reasons);
+                    ps_mode = Mode::NoFit;
+                }
+            }
+        }
+        if st.placement && ps_mode == Mode::Fit {
+            let here = (ps, count, placement_checked);
+            if let Err(why) = hold_pods(ctx, single_flavor, reqs, here, &mut tentative) {
+                ps_reasons.push(why);
+                ps_mode = Mode::NoFit;
+            }
+        }
+        if let Some(f) = single_flavor {
+            if !reqs.is_empty() {
+                place.push((i, f, count));
+            }
+        }
+        if !quick && !ps_reasons.is_empty() && ps_mode < Mode::Fit {
+            messages.push(format!(
+                "couldn't assign flavors to pod set {}: {}",
+                ps.name,
+                ps_reasons.join(", ")
+            ));
+        }
+        mode = mode.min(ps_mode);
+        flavors_out.push(chosen);
+    }
+    for a in tentative.iter().rev() {
+        ctx.acct.nodes.release(a);
+    }
+    Assignment {
+        counts: counts.to_vec(),
+        flavors: flavors_out,
+        usage: acc.into_iter().filter(|(_, v)| *v > 0).collect(),
+        mode,
+        borrows,
+        contested,
+        contested_flavors,
+        place,
+        messages,
+        reason,
+        victims: victims_hint,
+    }
+}
+
+/// The flavor a group's resources of one pod set go to: each of the group's flavors in order
+/// (the pinned or kept one alone), until one may stop the search (flavor fungibility); the
+/// best found, and every reason a flavor gave.
+#[allow(clippy::too_many_arguments)]
+fn best_flavor(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    flavors: &[FlavorId],
+    kept_flavor: Option<FlavorId>,
+    (i, count, covers_all, quick): (usize, u32, bool, bool),
+    group_reqs: &[(ResId, i64)],
+    acc: &BTreeMap<FrId, i64>,
+    reason: &mut &'static str,
+) -> (Option<FlavorEval>, Vec<String>) {
+    let fung = ctx.st.teams[wl.team.idx()].spec.flavor_fungibility;
+    let mut best: Option<FlavorEval> = None;
+    let mut group_reasons: Vec<String> = Vec::new();
+    for &f in flavors {
+        if wl.pinned.is_some_and(|p| p != f) || kept_flavor.is_some_and(|k| k != f) {
+            continue;
+        }
+        let ev = eval_flavor(ctx, wl, i, count, f, group_reqs, acc, covers_all, quick);
+        group_reasons.extend(ev.reasons.iter().cloned());
+        let stop = match ev.mode {
+            Mode::Fit => !ev.borrows || fung.when_can_borrow == WhenCanBorrow::MayStopSearch,
+            Mode::Preempt | Mode::Reclaim => fung.when_can_preempt == WhenCanPreempt::MayStopSearch,
+            _ => false,
+        };
+        let better = match &best {
+            None => ev.mode > Mode::NoFit,
+            Some(b) => preferred(&ev, b, fung.preference),
+        };
+        if better {
+            best = Some(ev);
+        } else if best.is_none() && ev.exceeds_max {
+            *reason = "ExceedsMaxQuota";
+        }
+        if stop {
+            break;
+        }
+    }
+    (best, group_reasons)
+}
+
+/// Holds a fitting pod set's pods on its flavor's nodes so later pod sets see them; where its
+/// resources span groups (`placement_checked` false), this is its placement check.
+fn hold_pods(
+    ctx: &mut Ctx,
+    single_flavor: Option<FlavorId>,
+    reqs: &[(ResId, i64)],
+    (ps, count, placement_checked): (&allot_common::PodSet, u32, bool),
+    tentative: &mut Vec<PodAlloc>,
+) -> Result<(), String> {
+    let st = ctx.st;
+    let Some(f) = single_flavor else {
+        return Ok(());
+    };
+    match ctx.acct.nodes.place(f, reqs, count) {
+        Ok(allocs) => tentative.extend(allocs),
+        Err(_) if !placement_checked => {
+            return Err(format!(
+                "no room on nodes of flavor {} for pod set {}: {}",
+                st.names.flavor_name(f),
+                ps.name,
+                ctx.acct.nodes.describe_room(f, reqs, &st.names)
+            ))
+        }
+        Err(_) => {}
+    }
+    Ok(())
+}
+
+/// Why no flavor of a group takes its resources, where no flavor said why.
+fn no_flavor(st: &State, wl: &Workload, group_reqs: &[(ResId, i64)]) -> String {
+    match wl.pinned {
+        Some(p) => format!(
+            "instance type {} is not among the flavors for {}",
+            st.names.flavor_name(p),
+            describe_res(st, group_reqs)
+        ),
+        None => format!("no flavor for {}", describe_res(st, group_reqs)),
+    }
+}
+
+fn describe_res(st: &State, reqs: &[(ResId, i64)]) -> String {
+    reqs.iter()
+        .map(|(r, _)| st.names.resource_name(*r).to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[allow(clippy::too_many_arguments)]
+fn eval_flavor(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    ps: usize,
+    count: u32,
+    f: FlavorId,
+    group_reqs: &[(ResId, i64)],
+    acc: &BTreeMap<FrId, i64>,
+    covers_all: bool,
+    quick: bool,
+) -> FlavorEval {
+    let st = ctx.st;
+    let t = wl.team;
+    let team = &st.teams[t.idx()];
+    let mut ev = FlavorEval {
+        flavor: f,
+        mode: Mode::Fit,
+        borrows: false,
+        contested: BTreeSet::new(),
+        placement_short: false,
+        reasons: Vec::new(),
+        quick,
+        exceeds_max: false,
+        victims: None,
+    };
+    let Some(usage_here) = flavor_quota(ctx, wl, (f, count), group_reqs, acc, &mut ev) else {
+        return ev;
+    };
+    if ev.mode == Mode::NoFit {
+        return ev;
+    }
+    // Placement on the flavor's nodes, with this workload's earlier pod sets already placed.
+    if st.placement && covers_all && !flavor_room(ctx, wl, (ps, f, count), &mut ev) {
+        return ev;
+    }
+    if ev.mode == Mode::Preempt && quick {
+        // Without a search, assume preemption inside the team could bring it within nominal.
+        ev.borrows = usage_here
+            .iter()
+            .any(|(fr, val)| *val > team.quota(*fr).map(|q| q.nominal).unwrap_or(0));
+    }
+    if ev.mode == Mode::Preempt && !quick {
+        let here = (ps, f, count);
+        choose_victims(ctx, wl, here, covers_all, &usage_here, &mut ev);
+    }
+    ev
+}
+
+/// The quota check of one flavor for one pod set, resource by resource: what it would use of
+/// each pair (`None` where `ev` is decided already: no quota, or more than the team can ever
+/// have); `ev` says whether it borrows, and which pairs it would preempt for.
+fn flavor_quota(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    (f, count): (FlavorId, u32),
+    group_reqs: &[(ResId, i64)],
+    acc: &BTreeMap<FrId, i64>,
+    ev: &mut FlavorEval,
+) -> Option<Vec<(FrId, i64)>> {
+    let st = ctx.st;
+    let t = wl.team;
+    let team = &st.teams[t.idx()];
+    let fname = st.names.flavor_name(f);
+    let mut usage_here: Vec<(FrId, i64)> = Vec::new();
+    for (r, per_pod) in group_reqs {
+        let rname = st.names.resource_name(*r);
+        let Some(fr) = st
+            .names
+            .find_fr(f, *r)
+            .filter(|fr| team.quota(*fr).is_some())
+        else {
+            ev.note(|| {
+                format!(
+                    "flavor {fname} has no quota for {rname} in team {}",
+                    team.name()
+                )
+            });
+            ev.mode = Mode::NoFit;
+            return None;
+        };
+        let q = team.quota(fr).copied().unwrap_or_default();
+        let earlier = acc.get(&fr).copied().unwrap_or(0);
+        let request = per_pod * i64::from(count);
+        let val = earlier + request;
+        usage_here.push((fr, val));
+        let usage = ctx.acct.usage(t, fr);
+        let fmt = |v: i64| st.names.format_qty(*r, v);
+        let potential = quota::potential_available(st, t, fr);
+        if val > potential {
+            ev.exceeds_max = true;
+            ev.mode = Mode::NoFit;
+            let borrowed_now = (usage - q.nominal).max(0);
+            match q.borrowing_limit {
+                Some(bl) if q.nominal + bl <= potential => ev.note(|| format!(
+                    "borrowing limit for {rname} in flavor {fname} exceeded (requested {}, nominal {}, borrowing limit {}, borrowed now {})",
+                    fmt(val),
+                    fmt(q.nominal),
+                    fmt(bl),
+                    fmt(borrowed_now)
+                )),
+                _ => ev.note(|| if earlier > 0 {
+                    format!(
+                        "insufficient quota for {rname} in flavor {fname}, previously considered podsets requests ({}) + current podset request ({}) > maximum capacity ({})",
+                        fmt(earlier),
+                        fmt(request),
+                        fmt(potential)
+                    )
+                } else {
+                    format!(
+                        "insufficient quota for {rname} in flavor {fname}, request {} > maximum capacity {} (nominal {}, {} more the cohort can lend)",
+                        fmt(val),
+                        fmt(potential),
+                        fmt(q.nominal),
+                        fmt(potential - team.reserved(fr))
+                    )
+                }),
+            }
+            return None;
+        }
+        if usage + val > q.nominal {
+            ev.borrows = true;
+        }
+        let avail = quota::available(st, &ctx.acct, t, fr);
+        if val > avail {
+            // What is still available, and so how much more is needed, changes with every
+            // admission and completion in the cohort: said when the workload is read
+            // (`explain::now_note`), not recorded (each change would rewrite the message of
+            // every workload waiting so, in a plan and in the replicated log).
+            ev.note(|| {
+                format!(
+                    "insufficient unused quota for {rname} in flavor {fname} (requested {}, nominal {})",
+                    fmt(val),
+                    fmt(q.nominal)
+                )
+            });
+            if preemption::may_preempt_for_quota(st, wl, q.nominal, val) {
+                ev.mode = ev.mode.min(Mode::Preempt);
+                ev.contested.insert(fr);
+            } else {
+                ev.mode = Mode::NoFit;
+            }
+        }
+    }
+    Some(usage_here)
+}
+
+/// Whether the flavor's nodes are there; where they lack room, what they add to the contested
+/// pairs (or that the pods cannot be split over them).
+fn flavor_room(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    (ps, f, count): (usize, FlavorId, u32),
+    ev: &mut FlavorEval,
+) -> bool {
+    let st = ctx.st;
+    let fname = st.names.flavor_name(f);
+    let reqs = &wl.pod_reqs[ps];
+    if !ctx.acct.nodes.has_flavor(f) {
+        ev.note(|| format!("no nodes of flavor {fname} in the cluster"));
+        ev.mode = Mode::NoFit;
+        return false;
+    }
+    let shortfall = if ev.mode == Mode::Preempt {
+        // Quota is short already: what the nodes add to the contested pairs.
+        node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
+    } else if let Err(fail) = ctx.acct.nodes.try_place(f, reqs, count) {
+        // The room left on the flavor's nodes is said when the workload is read, as above.
+        ev.note(|| {
+            format!(
+                "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit)",
+                wl.spec.pod_sets[ps].name, fail.placed, fail.wanted
+            )
+        });
+        ev.mode = Mode::Preempt;
+        node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
+    } else {
+        NodeShortfall::Room
+    };
+    match shortfall {
+        NodeShortfall::Room => {}
+        NodeShortfall::Pairs(pairs) => ev.contested.extend(pairs),
+        NodeShortfall::Split => ev.placement_short = true,
+    }
+    true
+}
+
+/// The victims a pod set short of quota or room would preempt in this flavor, and whether it
+/// then borrows; none found: it waits.
+fn choose_victims(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    (ps, f, count): (usize, FlavorId, u32),
+    covers_all: bool,
+    usage_here: &[(FrId, i64)],
+    ev: &mut FlavorEval,
+) {
+    let st = ctx.st;
+    let t = wl.team;
+    let place = if st.placement && covers_all {
+        vec![(ps, f, count)]
+    } else {
+        Vec::new()
+    };
+    let contested_flavors: BTreeSet<FlavorId> = if ev.placement_short {
+        [f].into()
+    } else {
+        BTreeSet::new()
+    };
+    match preemption::find_victims(
+        ctx,
+        wl,
+        usage_here,
+        &place,
+        &ev.contested,
+        &contested_flavors,
+    ) {
+        Some(v) if !v.is_empty() => {
+            ev.victims = Some(v.clone());
+            ev.mode = if v.iter().all(|x| ctx.st.workload(x.id).team != t) {
+                Mode::Reclaim
+            } else {
+                Mode::Preempt
+            };
+            // The borrow level counts after the victims are gone (Kueue does the same).
+            ev.borrows = usage_here.iter().any(|(fr, val)| {
+                let freed: i64 = v
+                    .iter()
+                    .map(|x| ctx.st.workload(x.id))
+                    .filter(|w| w.team == t)
+                    .filter_map(|w| ctx.admission_of(w.id))
+                    .flat_map(|a| a.usage.iter())
+                    .filter(|(u, _)| u == fr)
+                    .map(|(_, q)| *q)
+                    .sum();
+                quota::borrows_with(st, &ctx.acct, t, *fr, val - freed)
+            });
+        }
+        Some(_) => ev.mode = Mode::Fit,
+        None => {
+            if ctx.fits_once_victims_leave {
+                ev.note(|| WAITS_FOR_LEAVERS.to_string());
+            }
+            ev.mode = Mode::NoCandidates;
+        }
+    }
+}
+
+/// Why a workload waits that fits once the workloads preempted in its cycle (for others) have
+/// stopped: it takes no victim of its own.
+const WAITS_FOR_LEAVERS: &str =
+    "it fits once the workloads preempted for others in this cycle have stopped";
+
+/// What happened to one workload in the cycle.
+pub(crate) enum Outcome {
+    Admitted(Admission),
+    Preempting(Vec<Victim>, Assignment),
+    Pending {
+        reason: Arc<str>,
+        message: Arc<str>,
+        hold: Vec<(FrId, i64)>,
+    },
+}
+
+pub(crate) fn full_counts(wl: &Workload) -> Vec<u32> {
+    wl.spec.pod_sets.iter().map(|p| p.count).collect()
+}
+
+/// Inside one cycle a team either takes by preemption or loses to it, never both: chains
+/// such as A takes from B while B takes from C and C from A would churn across cycles. A
+/// preemption by a team that lost workloads to one, or taking from a team that preempted, is
+/// deferred to the next cycle.
+pub(crate) fn deferred(
+    st: &State,
+    wl: &Workload,
+    outcome: Outcome,
+    victim_teams: &BTreeSet<TeamId>,
+    preemptor_teams: &BTreeSet<TeamId>,
+) -> Outcome {
+    match outcome {
+        Outcome::Preempting(victims, _)
+            if victim_teams.contains(&wl.team)
+                || victims.iter().any(|v| {
+                    let vt = st.workload(v.id).team;
+                    preemptor_teams.contains(&vt) && vt != wl.team
+                }) =>
+        {
+            Outcome::Pending {
+                reason: "WaitingForQuota".into(),
+                message: "preemption deferred to the next cycle: the teams involved already preempted or were preempted in this cycle".into(),
+                hold: Vec::new(),
+            }
+        }
+        o => o,
+    }
+}
+
+/// Decides one workload against the working state.
+pub(crate) fn process(ctx: &mut Ctx, wl: &Workload) -> Outcome {
+    let full = full_counts(wl);
+    let a = assign(ctx, wl, &full, false);
+    if let Some(o) = try_assignment(ctx, wl, &a) {
+        return o;
+    }
+    // Partial admission: the largest counts >= min_count that fit or can preempt.
+    let deltas: Vec<u32> = wl
+        .spec
+        .pod_sets
+        .iter()
+        .map(|p| p.count - p.min_count.unwrap_or(p.count))
+        .collect();
+    let total: u32 = deltas.iter().sum();
+    if total > 0 {
+        let counts_at = |i: u32| -> Vec<u32> {
+            wl.spec
+                .pod_sets
+                .iter()
+                .zip(&deltas)
+                .map(|(p, d)| p.count - ((u64::from(*d) * u64::from(i)) / u64::from(total)) as u32)
+                .collect()
+        };
+        // Smallest i in 1..=total whose counts fit or can preempt (binary search, as Kueue).
+        let (mut lo, mut hi) = (1u32, total + 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let m = assign(ctx, wl, &counts_at(mid), false).mode;
+            if m >= Mode::Preempt {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        if lo <= total {
+            let pa = assign(ctx, wl, &counts_at(lo), false);
+            if let Some(o) = try_assignment(ctx, wl, &pa) {
+                return o;
+            }
+        }
+    }
+    // Pending: say why, and hold capacity when preemption was possible in principle.
+    let team = &ctx.st.teams[wl.team.idx()];
+    let mut hold = Vec::new();
+    if a.mode == Mode::NoCandidates
+        && team.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::Any
+    {
+        for (fr, v) in &a.usage {
+            let q = team.quota(*fr).copied().unwrap_or_default();
+            let u = ctx.acct.usage(wl.team, *fr);
+            let h = if a.borrows {
+                match q.borrowing_limit {
+                    Some(bl) => (*v).min(q.nominal + bl - u),
+                    None => *v,
+                }
+            } else {
+                (*v).min(q.nominal - u).max(0)
+            };
+            if h > 0 {
+                hold.push((*fr, h));
+            }
+        }
+    }
+    let mut message = if a.messages.is_empty() {
+        "waiting for quota".to_string()
+    } else {
+        a.messages.join("; ")
+    };
+    if a.mode == Mode::NoCandidates && !a.messages.iter().any(|m| m.contains(WAITS_FOR_LEAVERS)) {
+        message
+            .push_str(". No workload may be preempted for it under the team's preemption policy");
+    }
+    Outcome::Pending {
+        reason: a.reason.into(),
+        message: message.into(),
+        hold,
+    }
+}
+
+pub(crate) fn try_assignment(ctx: &mut Ctx, wl: &Workload, a: &Assignment) -> Option<Outcome> {
+    match a.mode {
+        Mode::Fit => {
+            let placement = if ctx.st.placement {
+                match ctx.place_all(wl, &a.place) {
+                    Ok(p) => {
+                        for (_, al) in p.iter().rev() {
+                            ctx.acct.nodes.release(al);
+                        }
+                        p
+                    }
+                    Err(_) => return None,
+                }
+            } else {
+                Vec::new()
+            };
+            let borrowed = quota::borrowed_part(ctx.st, &ctx.acct, wl.team, &a.usage);
+            Some(Outcome::Admitted(Admission {
+                pod_sets: wl
+                    .spec
+                    .pod_sets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| PodSetAdmission {
+                        name: p.name.clone(),
+                        count: a.counts[i],
+                        flavors: a.flavors[i].clone(),
+                    })
+                    .collect(),
+                usage: a.usage.clone(),
+                placement,
+                borrowed,
+            }))
+        }
+        Mode::Preempt | Mode::Reclaim => {
+            let mut contested = a.contested.clone();
+            // Quota shortfalls of the whole workload (pod sets together) count as contested.
+            for (fr, v) in &a.usage {
+                if *v > quota::available(ctx.st, &ctx.acct, wl.team, *fr) {
+                    contested.insert(*fr);
+                }
+            }
+            let victims = match &a.victims {
+                Some(v) => v.clone(),
+                None => preemption::find_victims(
+                    ctx,
+                    wl,
+                    &a.usage,
+                    &a.place,
+                    &contested,
+                    &a.contested_flavors,
+                )?,
+            };
+            if victims.is_empty() {
+                // Fits after all (a victim search found room without evicting): admit.
+                let mut fit = a.clone();
+                fit.mode = Mode::Fit;
+                return try_assignment(ctx, wl, &fit);
+            }
+            Some(Outcome::Preempting(victims, a.clone()))
+        }
+        Mode::NoFit | Mode::NoCandidates => None,
+    }
+}
+
+/// Takes back an admission planned earlier in this cycle to make room for `wl`: it leaves the
+/// plan and waits with a message that says why.
+pub(crate) fn withdraw(ctx: &mut Ctx, plan: &mut Plan, wl: &Workload, v: &Victim) {
+    ctx.unplan(v.id);
+    plan.admissions.retain(|a| a.wl != v.id);
+    plan.pending.push((
+        v.id,
+        "Pending".into(),
+        format!(
+            "admission withdrawn in the cycle that decided it, to make room for {}/{} ({})",
+            ctx.st.teams[wl.team.idx()].name(),
+            wl.spec.name,
+            v.reason.phrase()
+        )
+        .into(),
+    ));
+}
