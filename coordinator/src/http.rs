@@ -95,6 +95,12 @@ async fn metrics_page(State(h): State<Http>) -> String {
 
 async fn ready(State(h): State<Http>) -> (StatusCode, String) {
     let s = h.status.lock().map(|s| s.clone()).unwrap_or_default();
+    if let Some(why) = &s.disk_wait {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        );
+    }
     if s.beat.is_some() && s.leader != 0 && s.applied + 1000 >= s.commit {
         (
             StatusCode::OK,

@@ -75,4 +75,7 @@ pub struct Status {
     /// This replica leads a cluster whose format is below what it reads: it asks its peers
     /// theirs (`connections::format_prober`).
     pub wants_formats: bool,
+    /// Set while a failed write keeps the replica out of the cluster (`Stop::Disk`): why, and
+    /// since when. `/readyz` says so.
+    pub disk_wait: Option<String>,
 }

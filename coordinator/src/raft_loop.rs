@@ -22,13 +22,6 @@ use crate::raft_inputs::{Input, SnapshotDone, Status};
 use crate::raftlog::{RedbDisk, SnapshotStore};
 use crate::replica::{EncodedSnapshot, SnapshotJob};
 
-/// A disk that cannot be written must not acknowledge anything: the replica stops, and its
-/// supervisor restarts it from what is durable.
-pub(crate) fn storage_failed(e: impl std::fmt::Display) -> ! {
-    tracing::error!("raft storage failed, stopping the replica: {e}");
-    std::process::exit(70);
-}
-
 /// The raft thread's shell around the sans-I/O `Node`: the clock, the peer senders, the
 /// threads that encode snapshots and compute large cycles, and what the rest of the process
 /// sees (status, metrics, the applied index).
@@ -46,6 +39,18 @@ pub(crate) struct RaftLoop {
     /// How snapshots are encoded, and where their files go.
     pub(crate) encode_machine: fn(&Machine) -> Result<Vec<u8>, String>,
     pub(crate) snapshot_files: SnapshotStore,
+    /// A write to the data directory failed: the loop stops at the end of its turn, and the
+    /// shell waits for the disk (`server::wait_for_disk`).
+    pub(crate) disk_failed: Option<String>,
+}
+
+/// Why `RaftLoop::run` returned.
+pub(crate) enum Stop {
+    /// Every sender of inputs is gone: the process is shutting down.
+    Closed,
+    /// Writing to the data directory failed (the disk is full, or failing): nothing after the
+    /// failed write was acknowledged, so the replica can be opened again from its disk.
+    Disk(String),
 }
 
 /// The free space of the data directory's file system, looked at no more than every 100 ms.
@@ -190,7 +195,8 @@ impl RaftLoop {
             data,
             file,
         }) {
-            storage_failed(e);
+            self.disk_failed = Some(format!("writing the snapshot at index {index}: {e}"));
+            return;
         }
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         tracing::info!(
@@ -217,15 +223,21 @@ impl RaftLoop {
             s.beat = Some(Instant::now());
             s.limits = rep.machine.limits;
             s.wants_formats = self.node.wants_peer_formats();
+            s.disk_wait = None;
         }
     }
 
-    pub(crate) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Input>, tick: Duration) {
+    /// Goes round until the inputs close or a write fails (`Stop`).
+    pub(crate) async fn run(
+        &mut self,
+        rx: &mut mpsc::UnboundedReceiver<Input>,
+        tick: Duration,
+    ) -> Stop {
         let mut next_tick = Instant::now() + tick;
         loop {
             match tokio::time::timeout_at(next_tick.into(), rx.recv()).await {
                 Ok(Some(i)) => self.handle(i),
-                Ok(None) => return,
+                Ok(None) => return Stop::Closed,
                 Err(_) => {}
             }
             // Everything queued goes into the same Ready: one fsync for many writes.
@@ -258,7 +270,10 @@ impl RaftLoop {
                     tracing::error!("stopping the replica: {e}");
                     std::process::exit(70);
                 }
-                Err(e) => storage_failed(e),
+                Err(e) => self.disk_failed = Some(e.to_string()),
+            }
+            if let Some(why) = self.disk_failed.take() {
+                return Stop::Disk(why);
             }
             self.publish();
         }
@@ -404,4 +419,115 @@ impl Io for ServerIo<'_> {
     fn lost(&mut self, l: Lost) {
         tracing::warn!("node {} declared lost: {}", l.node, l.reason);
     }
+}
+
+/// How long a replica whose write failed waits between two looks at its disk.
+const DISK_RETRY: Duration = Duration::from_secs(1);
+
+/// A replica whose write failed (`Stop::Disk`), out of the cluster until its disk takes writes
+/// again: it neither acknowledges nor votes (its raft state is closed), answers requests that
+/// it waits for its disk, says so in `/readyz` and its log, and every second tries a write in
+/// `dir`; once one succeeds it opens the replica again from its disk (`reopen`), as after a
+/// restart, and catches up from its peers. `None` when the inputs closed meanwhile.
+pub(crate) async fn wait_for_disk(
+    lp: RaftLoop,
+    rx: &mut mpsc::UnboundedReceiver<Input>,
+    why: String,
+    dir: &std::path::Path,
+    reopen: &dyn Fn() -> Result<Node<RedbDisk, oneshot::Sender<Response>>, String>,
+) -> Option<RaftLoop> {
+    let RaftLoop {
+        node,
+        origin,
+        peers,
+        status,
+        metrics,
+        applied_tx,
+        input,
+        space,
+        encode_machine: _,
+        snapshot_files: _,
+        disk_failed: _,
+    } = lp;
+    let id = node.replica().id();
+    // Closes the log's files: nothing more is written, acknowledged or voted.
+    drop(node);
+    tracing::error!(
+        "coordinator {id}: a write to its data directory failed ({why}); it stops acknowledging and voting, and waits for the disk (a write is tried every {}s)",
+        DISK_RETRY.as_secs()
+    );
+    let waiting = format!("coordinator {id} waits for its disk, where a write failed: {why}");
+    let mut tried = 0u64;
+    loop {
+        if let Ok(mut s) = status.lock() {
+            s.leader = 0;
+            s.is_leader = false;
+            s.beat = Some(Instant::now());
+            s.disk_wait = Some(waiting.clone());
+        }
+        let next = Instant::now() + DISK_RETRY;
+        loop {
+            match tokio::time::timeout_at(next.into(), rx.recv()).await {
+                Ok(Some(i)) => refuse_while_waiting(i, &waiting),
+                Ok(None) => return None,
+                Err(_) => break,
+            }
+        }
+        tried += 1;
+        if let Err(e) = probe_write(dir) {
+            if tried % 60 == 1 {
+                tracing::warn!("coordinator {id}: its disk still fails a write: {e}");
+            }
+            continue;
+        }
+        match reopen() {
+            Ok(node) => {
+                tracing::info!(
+                    "coordinator {id}: its disk takes writes again; the replica is open again and catches up from its peers"
+                );
+                return Some(RaftLoop {
+                    encode_machine: node.replica().codec().encode_machine,
+                    snapshot_files: node.replica().disk().snapshot_store(),
+                    node,
+                    origin,
+                    peers,
+                    status,
+                    metrics,
+                    applied_tx,
+                    input,
+                    space,
+                    disk_failed: None,
+                });
+            }
+            Err(e) => tracing::warn!("coordinator {id}: opening the replica again failed: {e}"),
+        }
+    }
+}
+
+/// An input that reaches a replica waiting for its disk: requests are told so; peers' messages,
+/// finished cycles and snapshots are dropped (raft sends again, the next leader decides again).
+fn refuse_while_waiting(input: Input, why: &str) {
+    let busy = || ApiError::new(ErrorKind::Unavailable, why.to_string());
+    match input {
+        Input::Request { reply, .. } | Input::Read { reply, .. } => {
+            let _ = reply.send(Err(busy()));
+        }
+        Input::RefreshMetrics(done) => {
+            let _ = done.send(());
+        }
+        _ => {}
+    }
+}
+
+/// Writes a 1 MiB file in `dir`, syncs and removes it: whether the disk takes writes now.
+fn probe_write(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let path = dir.join("disk-probe.tmp");
+    let result = (|| {
+        let mut f = std::fs::File::create(&path)?;
+        f.write_all(&vec![0u8; 1 << 20])?;
+        f.sync_all()
+    })();
+    let _ = std::fs::remove_file(&path);
+    result
 }

@@ -27,7 +27,7 @@ use crate::node::{Node, NodeConfig};
 pub use crate::priority::RaftPriority;
 use crate::raft_inputs::Input;
 pub use crate::raft_inputs::Status;
-use crate::raft_loop::{DiskSpace, RaftLoop};
+use crate::raft_loop::{wait_for_disk, DiskSpace, RaftLoop, Stop};
 use crate::raftlog::RedbDisk;
 use crate::replica::{Replica, ReplicaConfig, SnapshotCodec};
 use crate::shared::{Shared, WRITE_TIMEOUT};
@@ -89,17 +89,8 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     let lp = RaftLoop {
         encode_machine: rep.codec().encode_machine,
         snapshot_files: rep.disk().snapshot_store(),
-        node: Node::new(
-            rep,
-            NodeConfig {
-                leader: LeaderConfig {
-                    schedule_interval_ms: cfg.schedule_interval_ms,
-                    retry_ms: WRITE_TIMEOUT.as_millis() as u64,
-                    ..LeaderConfig::default()
-                },
-                write_timeout_ms: WRITE_TIMEOUT.as_millis() as u64,
-            },
-        ),
+        node: Node::new(rep, node_config(&cfg)),
+        disk_failed: None,
         peers: BTreeMap::new(),
         origin: Instant::now(),
         space: DiskSpace {
@@ -144,7 +135,14 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         },
     };
     let refresh_metrics = shared.input.clone();
-    let up_rx = spawn_raft_thread(&cfg, lp, shared, input_rx, (server_tls, client_tls))?;
+    let up_rx = spawn_raft_thread(
+        &cfg,
+        format_reads,
+        lp,
+        shared,
+        input_rx,
+        (server_tls, client_tls),
+    )?;
     let (endpoint, raft_priority) = up_rx
         .await
         .map_err(|_| "the raft thread stopped while starting".to_string())??;
@@ -174,6 +172,18 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     })
 }
 
+/// How the node's leader driver and waiters are set.
+fn node_config(cfg: &ServerConfig) -> NodeConfig {
+    NodeConfig {
+        leader: LeaderConfig {
+            schedule_interval_ms: cfg.schedule_interval_ms,
+            retry_ms: WRITE_TIMEOUT.as_millis() as u64,
+            ..LeaderConfig::default()
+        },
+        write_timeout_ms: WRITE_TIMEOUT.as_millis() as u64,
+    }
+}
+
 /// The replica on its durable log in `cfg.data_dir` (repaired first if a write was torn).
 fn open_replica(cfg: &ServerConfig, format_reads: u32) -> Result<Replica<RedbDisk>, BoxError> {
     let disk = RedbDisk::open(&cfg.data_dir.join("raft.redb"))?;
@@ -201,6 +211,7 @@ type Up = Result<(quinn::Endpoint, String), String>;
 /// and on this path each crossing costs more than the work it carries.
 fn spawn_raft_thread(
     cfg: &ServerConfig,
+    format_reads: u32,
     lp: RaftLoop,
     shared: Shared,
     input_rx: mpsc::UnboundedReceiver<Input>,
@@ -210,7 +221,9 @@ fn spawn_raft_thread(
     let listen = cfg.listen;
     let id = cfg.id;
     let want_priority = cfg.raft_priority;
+    let cfg = cfg.clone();
     let (up_tx, up_rx) = oneshot::channel::<Up>();
+    let mut input_rx = input_rx;
     std::thread::Builder::new()
         .name(format!("raft-{id}"))
         .spawn(move || {
@@ -243,7 +256,18 @@ fn spawn_raft_thread(
                     connect_peers(&mut lp, &shared, &endpoint, &client_tls);
                     accept_connections(endpoint.clone(), shared);
                     let _ = up_tx.send(Ok((endpoint, priority)));
-                    lp.run(input_rx, tick).await;
+                    // A failed write takes the replica out until its disk takes writes again.
+                    let reopen = || {
+                        open_replica(&cfg, format_reads)
+                            .map(|rep| Node::new(rep, node_config(&cfg)))
+                            .map_err(|e| e.to_string())
+                    };
+                    while let Stop::Disk(why) = lp.run(&mut input_rx, tick).await {
+                        match wait_for_disk(lp, &mut input_rx, why, &cfg.data_dir, &reopen).await {
+                            Some(again) => lp = again,
+                            None => return,
+                        }
+                    }
                 })
             });
             if std::panic::catch_unwind(run).is_err() {
