@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
 use allot_common::api::{ApiError, Body, ErrorKind, Reply, Response};
-use allot_core::machine::{Command, Entry as Cmd};
+use allot_core::machine::{Command, Entry as Cmd, Machine};
 use allot_net::tls::Identity;
 use raft::eraftpb::Message;
 
@@ -73,6 +73,13 @@ pub trait Io {
     fn applied(&mut self, _a: &Applied) {}
     /// The driver declared a node lost.
     fn lost(&mut self, _l: Lost) {}
+    /// A heavy read (`Route::HeavyRead`) to answer from `machine`, a copy of the applied
+    /// state that shares its workloads with it: the server runs it on a thread of its own;
+    /// by default it runs here.
+    fn read_elsewhere(&mut self, query: Query, machine: Machine, reply: Self::Reply) {
+        let r = query(&machine);
+        self.answer(reply, r);
+    }
 }
 
 /// Runs a turn to its end where the shell's `Io` never waits (the simulation's, a test's): one
@@ -126,10 +133,10 @@ pub struct Node<D: Disk, R> {
     /// Writes waiting to be applied, by token: who to answer, since when, and what becomes
     /// of the answer.
     waiters: BTreeMap<u64, (R, Millis, Option<Post>)>,
-    /// Reads waiting for their read index, by token.
-    pending_reads: BTreeMap<u64, (Query, R)>,
+    /// Reads waiting for their read index, by token (heavy ones marked).
+    pending_reads: BTreeMap<u64, (Query, bool, R)>,
     /// Reads with their index, waiting for it to be applied.
-    ready_reads: Vec<(u64, Query, R)>,
+    ready_reads: Vec<(u64, Query, bool, R)>,
     /// Answers made outside a turn, given to the shell in the next.
     outbox: Vec<(R, Response)>,
     /// The term this replica led in at the end of its last turn, if it led. The leader's
@@ -355,15 +362,23 @@ impl<D: Disk, R> Node<D, R> {
                 self.handle_read(q, reply);
                 Proposed::Waiting
             }
+            Route::HeavyRead(q) => {
+                self.read(q, true, reply);
+                Proposed::Waiting
+            }
         }
     }
 
     /// A linearizable read: answered once a quorum confirms the read index and it is applied.
     pub fn handle_read(&mut self, query: Query, reply: R) {
+        self.read(query, false, reply);
+    }
+
+    fn read(&mut self, query: Query, heavy: bool, reply: R) {
         let token = self.leader.token();
         match self.rep.read_index(token) {
             Ok(()) => {
-                self.pending_reads.insert(token, (query, reply));
+                self.pending_reads.insert(token, (query, heavy, reply));
             }
             Err(e) => self.outbox.push((reply, Err(e))),
         }
@@ -428,7 +443,7 @@ impl<D: Disk, R> Node<D, R> {
             } else {
                 self.rep.not_leader()
             };
-            for (_, (_, r)) in std::mem::take(&mut self.pending_reads) {
+            for (_, (_, _, r)) in std::mem::take(&mut self.pending_reads) {
                 io.answer(r, Err(again.clone()));
             }
         }
@@ -470,18 +485,20 @@ impl<D: Disk, R> Node<D, R> {
                 }
             }
             for (token, index) in self.rep.take_reads() {
-                if let Some((q, r)) = self.pending_reads.remove(&token) {
-                    self.ready_reads.push((index, q, r));
+                if let Some((q, heavy, r)) = self.pending_reads.remove(&token) {
+                    self.ready_reads.push((index, q, heavy, r));
                 }
             }
         }
         let applied = self.rep.applied_index();
-        for (index, q, r) in std::mem::take(&mut self.ready_reads) {
-            if index <= applied {
+        for (index, q, heavy, r) in std::mem::take(&mut self.ready_reads) {
+            if index > applied {
+                self.ready_reads.push((index, q, heavy, r));
+            } else if heavy {
+                io.read_elsewhere(q, self.rep.machine.clone(), r);
+            } else {
                 io.answer(r, q(&self.rep.machine));
                 answered = true;
-            } else {
-                self.ready_reads.push((index, q, r));
             }
         }
         io.drained(applied, answered).await;
@@ -501,6 +518,8 @@ mod tests {
     struct TestIo {
         out: Vec<Message>,
         answers: Vec<(u32, Response)>,
+        /// Callers whose reads were handed out to run elsewhere.
+        elsewhere: Vec<u32>,
     }
 
     impl Io for TestIo {
@@ -522,6 +541,11 @@ mod tests {
             Some(job.run())
         }
         fn snapshot(&mut self, _job: SnapshotJob) {}
+        fn read_elsewhere(&mut self, query: Query, machine: Machine, reply: u32) {
+            self.elsewhere.push(reply);
+            let r = query(&machine);
+            self.answer(reply, r);
+        }
     }
 
     /// Three nodes; `cut` is a node whose messages are dropped both ways.
@@ -626,6 +650,43 @@ mod tests {
         c.settle(20);
         assert!(matches!(c.answers[0].last(), Some((9, Ok(Reply::Done)))));
         assert_eq!(c.nodes[0].waiting(), 0);
+    }
+
+    #[test]
+    fn heavy_reads_are_answered_from_a_copy_handed_out_and_light_ones_in_the_turn() {
+        let mut c = Cluster::new();
+        c.elect(0, 0);
+        let admin = Identity::Admin { name: "a".into() };
+        let all = Body::GetWorkloads(allot_common::api::WorkloadFilter::default());
+        c.nodes[0].handle_request(all, &admin, 11, 5, 5);
+        c.nodes[0].handle_request(Body::GetNodes, &admin, 12, 5, 5);
+        let mut elsewhere = Vec::new();
+        for _ in 0..50 {
+            let mut out = Vec::new();
+            for (i, n) in c.nodes.iter_mut().enumerate() {
+                let mut io = TestIo::default();
+                run_now(n.turn(&mut io, 5, 5)).expect("turn");
+                if i == 0 {
+                    elsewhere.extend(io.elsewhere);
+                }
+                c.answers[i].extend(io.answers);
+                out.extend(io.out);
+            }
+            for m in out {
+                c.nodes[m.to as usize - 1].handle_raft(m);
+            }
+        }
+        assert_eq!(
+            elsewhere,
+            vec![11],
+            "only the list of every workload is heavy"
+        );
+        assert!(c.answers[0]
+            .iter()
+            .any(|(to, r)| *to == 11 && matches!(r, Ok(Reply::Workloads(_)))));
+        assert!(c.answers[0]
+            .iter()
+            .any(|(to, r)| *to == 12 && matches!(r, Ok(Reply::Nodes(_)))));
     }
 
     #[test]

@@ -42,6 +42,40 @@ pub(crate) struct RaftLoop {
     /// A write to the data directory failed: the loop stops at the end of its turn, and the
     /// shell waits for the disk (`server::wait_for_disk`).
     pub(crate) disk_failed: Option<String>,
+    /// Where heavy reads run (`Route::HeavyRead`).
+    pub(crate) reads: HeavyReads,
+}
+
+/// A heavy read, its copy of the machine, and where its answer goes.
+type ReadJob = (crate::route::Query, Machine, oneshot::Sender<Response>);
+
+/// Threads that answer heavy reads on copies of the machine, off the raft thread. Two, so a
+/// burst of explanations cannot take more than two cores from the rest; the queue is bounded by
+/// the requests' own budgets.
+#[derive(Clone)]
+pub(crate) struct HeavyReads(std::sync::mpsc::Sender<ReadJob>);
+
+impl HeavyReads {
+    pub(crate) fn start(id: u64) -> HeavyReads {
+        let (tx, rx) = std::sync::mpsc::channel::<ReadJob>();
+        let rx = Arc::new(Mutex::new(rx));
+        for k in 0..2 {
+            let rx = rx.clone();
+            let _ = std::thread::Builder::new()
+                .name(format!("reads-{id}-{k}"))
+                .spawn(move || loop {
+                    let job = match rx.lock() {
+                        Ok(r) => r.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok((query, machine, reply)) = job else {
+                        return;
+                    };
+                    let _ = reply.send(query(&machine));
+                });
+        }
+        HeavyReads(tx)
+    }
 }
 
 /// Why `RaftLoop::run` returned.
@@ -263,6 +297,7 @@ impl RaftLoop {
                 input: &self.input,
                 encode_machine: self.encode_machine,
                 snapshot_files: &self.snapshot_files,
+                reads: &self.reads,
             };
             match self.node.turn(&mut io, now, now_ms()).await {
                 Ok(()) => {}
@@ -291,6 +326,7 @@ struct ServerIo<'a> {
     input: &'a mpsc::UnboundedSender<Input>,
     encode_machine: fn(&Machine) -> Result<Vec<u8>, String>,
     snapshot_files: &'a SnapshotStore,
+    reads: &'a HeavyReads,
 }
 
 impl Io for ServerIo<'_> {
@@ -419,6 +455,15 @@ impl Io for ServerIo<'_> {
     fn lost(&mut self, l: Lost) {
         tracing::warn!("node {} declared lost: {}", l.node, l.reason);
     }
+
+    fn read_elsewhere(&mut self, query: crate::route::Query, machine: Machine, reply: Self::Reply) {
+        if let Err(std::sync::mpsc::SendError((query, machine, reply))) =
+            self.reads.0.send((query, machine, reply))
+        {
+            // The read threads are gone (they never end on their own): answer here.
+            let _ = reply.send(query(&machine));
+        }
+    }
 }
 
 /// How long a replica whose write failed waits between two looks at its disk.
@@ -448,6 +493,7 @@ pub(crate) async fn wait_for_disk(
         encode_machine: _,
         snapshot_files: _,
         disk_failed: _,
+        reads,
     } = lp;
     let id = node.replica().id();
     // Closes the log's files: nothing more is written, acknowledged or voted.
@@ -497,6 +543,7 @@ pub(crate) async fn wait_for_disk(
                     input,
                     space,
                     disk_failed: None,
+                    reads,
                 });
             }
             Err(e) => tracing::warn!("coordinator {id}: opening the replica again failed: {e}"),

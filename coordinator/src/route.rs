@@ -31,11 +31,15 @@ pub enum Route {
         cmd: Command,
     },
     Read(Query),
+    /// A read that can take tens of milliseconds on a large cluster (an explanation, a
+    /// history, a usage report, every workload): it runs on a copy of the machine away from
+    /// the raft thread (`Io::read_elsewhere`), so commits and heartbeats do not wait for it.
+    HeavyRead(Query),
 }
 
 impl Route {
     /// Whether it writes to the log (and so may be refused when the disk is full).
     pub fn writes(&self) -> bool {
-        !matches!(self, Route::Read(_))
+        !matches!(self, Route::Read(_) | Route::HeavyRead(_))
     }
 }

@@ -91,6 +91,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         snapshot_files: rep.disk().snapshot_store(),
         node: Node::new(rep, node_config(&cfg)),
         disk_failed: None,
+        reads: crate::raft_loop::HeavyReads::start(cfg.id),
         peers: BTreeMap::new(),
         origin: Instant::now(),
         space: DiskSpace {

@@ -133,7 +133,7 @@ fn read(body: Body, who: &Identity, wall: i64) -> Result<Route, ApiError> {
             };
             let q = allot_common::usage::UsageQuery { team, ..q };
             let now = wall;
-            Ok(Route::Read(Box::new(move |m: &Machine| {
+            Ok(Route::HeavyRead(Box::new(move |m: &Machine| {
                 allot_core::usage_report::report(&m.usage, &q, now)
                     .map(Reply::Usage)
                     .map_err(|e| ApiError::new(ErrorKind::Invalid, e))
@@ -147,7 +147,7 @@ fn read(body: Body, who: &Identity, wall: i64) -> Result<Route, ApiError> {
                     "the period ends before it starts: --until must be later than --since",
                 ));
             }
-            Ok(Route::Read(Box::new(move |m: &Machine| {
+            Ok(Route::HeavyRead(Box::new(move |m: &Machine| {
                 let r = allot_core::recorded::recorded(m, q.since_ms, q.until_ms);
                 Ok(Reply::Recorded(Box::new(r)))
             })))
@@ -164,13 +164,13 @@ fn read(body: Body, who: &Identity, wall: i64) -> Result<Route, ApiError> {
                 team: scoped.team,
                 ..f
             };
-            Ok(Route::Read(Box::new(move |m: &Machine| {
+            Ok(Route::HeavyRead(Box::new(move |m: &Machine| {
                 m.history_rows(&f).map(Reply::History)
             })))
         }
         Body::GetWorkloads(filter) => {
             let filter = scoped_filter(who, filter)?;
-            Ok(Route::Read(Box::new(move |m: &Machine| {
+            Ok(Route::HeavyRead(Box::new(move |m: &Machine| {
                 Ok(Reply::Workloads(views::workloads(m, &filter)))
             })))
         }
@@ -189,7 +189,7 @@ fn read(body: Body, who: &Identity, wall: i64) -> Result<Route, ApiError> {
         }))),
         Body::Explain { name, team } => {
             let scope = workload_scope(who, team, "explain workloads")?;
-            Ok(Route::Read(Box::new(move |m: &Machine| {
+            Ok(Route::HeavyRead(Box::new(move |m: &Machine| {
                 let id = m.state.find_scoped(&name, scope.as_deref())?;
                 Ok(Reply::Explanation(allot_core::explain::explain(m, id)))
             })))
