@@ -395,6 +395,7 @@ async fn deep_backlog(
     let after = cycle_histogram(leader_http).await?;
     let reclaims = reclaim_probes(c, a, &gpu, per_node, pending).await?;
     let after_reclaims = cycle_histogram(leader_http).await?;
+    let drain = drain_probes(c, a).await?;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let changes = watcher.await.map_err(|e| anyhow!("leader watcher: {e}"))?;
     deep.print(&format!("submit-to-admit with {pending} pending"));
@@ -407,6 +408,7 @@ async fn deep_backlog(
     );
     reclaims.print(pending);
     print_cycles("the reclaims", &after, &after_reclaims);
+    drain.print();
     if changes > 0 {
         bail!("the leadership changed {changes} time(s) with the backlog waiting");
     }
@@ -552,6 +554,113 @@ async fn pending_now(c: &mut Client) -> anyhow::Result<usize> {
     Ok(match call(c, Body::GetTeams).await? {
         Reply::Teams(ts) => ts.iter().map(|t| t.pending as usize).sum::<usize>(),
         _ => 0,
+    })
+}
+
+/// What `drain_probes` measured.
+struct Drain {
+    /// From a running workload's end reported to the next pending workload admitted on the
+    /// room it freed, sorted.
+    next: Vec<Duration>,
+    /// Ends reported at once, and how long until as many pending workloads were admitted.
+    burst: (usize, Duration),
+    /// Pending when the probes began.
+    pending: usize,
+}
+
+impl Drain {
+    fn print(&self) {
+        let (n, took) = self.burst;
+        println!(
+            "a deep queue drains as its capacity frees, with {} pending: a running workload's end to the next admission p50 {}, p99 {}, max {} ({} samples); {n} ends at once taken back in {} ({:.0} admissions/s)",
+            self.pending,
+            ms(pct(&self.next, 0.5)),
+            ms(pct(&self.next, 0.99)),
+            ms(self.next.last().copied().unwrap_or_default()),
+            self.next.len(),
+            ms(took),
+            n as f64 / took.as_secs_f64().max(1e-9),
+        );
+    }
+}
+
+/// The workloads of `team` that hold their room (admitted or running).
+async fn holding(c: &mut Client, team: String) -> anyhow::Result<Vec<String>> {
+    let filter = WorkloadFilter {
+        team: Some(team),
+        all: false,
+    };
+    Ok(match call(c, Body::GetWorkloads(filter)).await? {
+        Reply::Workloads(ws) => ws
+            .into_iter()
+            .filter(|w| w.state == "Admitted" || w.state == "Running")
+            .map(|w| w.name)
+            .collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// Deep queues draining (issue 56, item 3): the backlog's teams hold every node and wait with
+/// thousands more; each probe reports one running workload's end (as its node's agent would)
+/// and times until a pending one is admitted on the room it freed. Then as many ends as there
+/// are nodes' worth in the samples at once, timed until as many were admitted.
+async fn drain_probes(c: &mut Client, a: &BenchArgs) -> anyhow::Result<Drain> {
+    let pending = pending_now(c).await?;
+    let mut next = Vec::new();
+    let samples = a.samples.min(200) as usize;
+    for i in 0..samples {
+        let team = format!("team-{}", 1 + i % (a.teams as usize - 1));
+        let Some(name) = holding(c, team).await?.into_iter().next() else {
+            continue;
+        };
+        let before = pending_now(c).await?;
+        let t = Instant::now();
+        call(
+            c,
+            Body::WorkloadExited {
+                name,
+                succeeded: true,
+            },
+        )
+        .await?;
+        while pending_now(c).await? >= before {
+            if t.elapsed() > Duration::from_secs(10) {
+                bail!("no pending workload was admitted within 10s of an end ({before} pending)");
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        next.push(t.elapsed());
+    }
+    next.sort();
+    // A burst: ends across the teams at once.
+    let mut ends = Vec::new();
+    for t in 1..a.teams {
+        ends.extend(holding(c, format!("team-{t}")).await?);
+    }
+    ends.truncate(samples.max(1));
+    let before = pending_now(c).await?;
+    let t = Instant::now();
+    for name in &ends {
+        call(
+            c,
+            Body::WorkloadExited {
+                name: name.clone(),
+                succeeded: true,
+            },
+        )
+        .await?;
+    }
+    let want = before.saturating_sub(ends.len());
+    while pending_now(c).await? > want {
+        if t.elapsed() > Duration::from_secs(30) {
+            bail!("{} ends were not taken back within 30s", ends.len());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(Drain {
+        next,
+        burst: (ends.len(), t.elapsed()),
+        pending,
     })
 }
 
