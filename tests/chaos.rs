@@ -32,52 +32,6 @@ fn lease_s() -> f64 {
         .unwrap_or(5.0)
 }
 
-/// Samples pod processes and records every moment two attempts of one workload were alive.
-struct AttemptWatch {
-    stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<(usize, Vec<String>)>>,
-}
-
-impl AttemptWatch {
-    fn start(run: &str) -> AttemptWatch {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let run = run.to_string();
-        let handle = std::thread::spawn(move || {
-            let (mut samples, mut bad) = (0, Vec::new());
-            while !s.load(Ordering::SeqCst) {
-                let mut attempts: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-                for p in pod_processes(&run) {
-                    attempts
-                        .entry(p.workload.clone())
-                        .or_default()
-                        .insert(p.attempt.clone(), p.node.clone());
-                }
-                for (w, a) in attempts {
-                    if a.len() > 1 {
-                        bad.push(format!("{w} runs attempts {a:?} (attempt -> node) at once"));
-                    }
-                }
-                samples += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            (samples, bad)
-        });
-        AttemptWatch {
-            stop,
-            handle: Some(handle),
-        }
-    }
-
-    fn finish(mut self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.handle
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or((0, vec!["the watcher panicked".into()]))
-    }
-}
-
 fn workload(name: &str, res: ResourceName, secs: u32, script: &str, run: &str) -> SubmitInput {
     let mut r = Resources::new();
     r.add(&res, 1);

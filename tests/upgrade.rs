@@ -15,9 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use allot_common::api::{
-    ActivationState, Body, ComputeQuotaInput, ErrorKind, Reply, RunSpec, SubmitInput,
-};
+use allot_common::api::{ActivationState, Body, ComputeQuotaInput, Reply, RunSpec, SubmitInput};
 use allot_common::hyperpod::ComputeQuotaConfig;
 use allot_common::{ResourceName, Resources, WorkloadSpec};
 use support::*;
@@ -93,48 +91,6 @@ fn format_of(c: &Cluster, i: usize) -> Option<f64> {
     c.metric(i, "allot_format_cluster")
 }
 
-/// Submits a stream of short CPU workloads until `done`, each repeated with its key while its
-/// outcome is unknown; any other error fails the test (nothing may be refused).
-fn submit_stream(
-    c: &Cluster,
-    run: &str,
-    acked: Arc<Mutex<Vec<String>>>,
-    done: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<()> {
-    let (addrs, certs, run) = (c.addrs.clone(), c.certs(), run.to_string());
-    std::thread::spawn(move || {
-        rt().block_on(async move {
-            let mut i = 0;
-            while !done.load(Ordering::SeqCst) && i < 2000 {
-                i += 1;
-                let name = format!("s-{i:04}");
-                let input = workload(&name, ResourceName::cpu(), 1, &run);
-                let t = Instant::now();
-                loop {
-                    let mut cl =
-                        allot_net::client::Client::new(addrs.clone(), &certs, "admin-admin")
-                            .expect("client");
-                    match cl.call(Body::Submit(input.clone())).await {
-                        Ok(Ok(Reply::Submitted { .. })) => {
-                            acked.lock().expect("lock").push(name.clone());
-                            break;
-                        }
-                        Ok(Err(e)) if e.kind == ErrorKind::Unavailable => {}
-                        Ok(other) => panic!("{name} was refused: {other:?}"),
-                        Err(_) => {}
-                    }
-                    assert!(
-                        t.elapsed() < Duration::from_secs(30),
-                        "{name} never answered"
-                    );
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                tokio::time::sleep(Duration::from_millis(60)).await;
-            }
-        })
-    })
-}
-
 #[test]
 fn a_rolling_upgrade_loses_restarts_and_refuses_nothing() {
     let (old, real_old) = old_build();
@@ -182,7 +138,12 @@ fn a_rolling_upgrade_loses_restarts_and_refuses_nothing() {
 
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
     let done = Arc::new(AtomicBool::new(false));
-    let stream = submit_stream(&c, &run, acked.clone(), done.clone());
+    let stream = {
+        let run = run.clone();
+        submit_stream(&c, acked.clone(), done.clone(), move |name| {
+            workload(name, ResourceName::cpu(), 1, &run)
+        })
+    };
 
     // One replica at a time, then the agent beside it. Until the last replica runs the new
     // build, the cluster writes the old format.

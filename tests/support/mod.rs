@@ -2,12 +2,15 @@
 //! the CLI against it, and small HTTP and timing helpers.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::net::{TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use allot_common::api::{Body, RunSpec, SubmitInput};
+use allot_common::api::{Body, ErrorKind, Reply, RunSpec, SubmitInput};
 use allot_common::{ResourceName, Resources, WorkloadSpec};
 use allot_net::client::Client;
 use allot_net::tls::{self, Identity};
@@ -682,4 +685,92 @@ pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Samples pod processes and records every moment two attempts of one workload were alive.
+pub struct AttemptWatch {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<(usize, Vec<String>)>>,
+}
+
+impl AttemptWatch {
+    pub fn start(run: &str) -> AttemptWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let run = run.to_string();
+        let handle = std::thread::spawn(move || {
+            let (mut samples, mut bad) = (0, Vec::new());
+            while !s.load(Ordering::SeqCst) {
+                let mut attempts: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+                for p in pod_processes(&run) {
+                    attempts
+                        .entry(p.workload.clone())
+                        .or_default()
+                        .insert(p.attempt.clone(), p.node.clone());
+                }
+                for (w, a) in attempts {
+                    if a.len() > 1 {
+                        bad.push(format!("{w} runs attempts {a:?} (attempt -> node) at once"));
+                    }
+                }
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (samples, bad)
+        });
+        AttemptWatch {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn finish(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or((0, vec!["the watcher panicked".into()]))
+    }
+}
+
+/// Submits a stream of workloads (`make` names each) until `done`, each repeated with its key while its
+/// outcome is unknown; any other error fails the test (nothing may be refused).
+pub fn submit_stream(
+    c: &Cluster,
+    acked: Arc<Mutex<Vec<String>>>,
+    done: Arc<AtomicBool>,
+    make: impl Fn(&str) -> SubmitInput + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let (addrs, certs) = (c.addrs.clone(), c.certs());
+    std::thread::spawn(move || {
+        rt().block_on(async move {
+            let mut i = 0;
+            while !done.load(Ordering::SeqCst) && i < 2000 {
+                i += 1;
+                let name = format!("s-{i:04}");
+                let input = make(&name);
+                let t = Instant::now();
+                loop {
+                    let mut cl =
+                        allot_net::client::Client::new(addrs.clone(), &certs, "admin-admin")
+                            .expect("client");
+                    match cl.call(Body::Submit(input.clone())).await {
+                        Ok(Ok(Reply::Submitted { .. })) => {
+                            acked.lock().expect("lock").push(name.clone());
+                            break;
+                        }
+                        Ok(Err(e)) if e.kind == ErrorKind::Unavailable => {}
+                        Ok(other) => panic!("{name} was refused: {other:?}"),
+                        Err(_) => {}
+                    }
+                    assert!(
+                        t.elapsed() < Duration::from_secs(30),
+                        "{name} never answered"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(60)).await;
+            }
+        })
+    })
 }

@@ -1,0 +1,278 @@
+//! Partitions, live: three coordinator replicas and two agents as real processes, and the
+//! leader cut off from both followers by packet filtering on loopback (iptables), while a
+//! client streams submissions through every replica's address. The old leader stops
+//! admitting and answering reads; the followers elect a new leader that takes the stream; no
+//! acknowledged submission is lost and no workload runs two attempts at once; once the cut is
+//! lifted the old leader catches up. A replica's QUIC traffic, in and out, uses its listen
+//! port, so the rules name ports. Packet filtering needs root and iptables (CI runs as root,
+//! `.ci/run` installs iptables); elsewhere the test says it was skipped, unless
+//! `ALLOT_REQUIRE_IPTABLES=1` (`.ci/run`), where that is a failure.
+
+mod support;
+
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use allot_common::api::{ActivationState, Body, ComputeQuotaInput, Reply, RunSpec, SubmitInput};
+use allot_common::hyperpod::ComputeQuotaConfig;
+use allot_common::{ResourceName, Resources, WorkloadSpec};
+use support::*;
+
+/// Rules that drop UDP between one port and others, both ways; removed when dropped.
+struct Cut(Vec<Vec<String>>);
+
+impl Cut {
+    fn between(port: u16, others: &[u16]) -> Option<Cut> {
+        let mut cut = Cut(Vec::new());
+        for &o in others {
+            for (from, to) in [(port, o), (o, port)] {
+                let rule: Vec<String> = [
+                    "INPUT",
+                    "-p",
+                    "udp",
+                    "-s",
+                    "127.0.0.1",
+                    "--sport",
+                    &from.to_string(),
+                    "--dport",
+                    &to.to_string(),
+                    "-j",
+                    "DROP",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                let ok = Command::new("iptables")
+                    .arg("-I")
+                    .args(&rule)
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok {
+                    return None;
+                }
+                cut.0.push(rule);
+            }
+        }
+        Some(cut)
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        for rule in &self.0 {
+            let _ = Command::new("iptables").arg("-D").args(rule).status();
+        }
+    }
+}
+
+fn port(addr: &str) -> u16 {
+    addr.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port")
+}
+
+fn workload(name: &str, res: ResourceName, secs: u32, run: &str) -> SubmitInput {
+    let mut r = Resources::new();
+    r.add(&res, 1);
+    SubmitInput {
+        client_token: Some(format!("key-{name}")),
+        spec: WorkloadSpec::single(name, "team-a", 1, r),
+        run: Some(RunSpec {
+            command: vec!["sleep".into(), secs.to_string()],
+            env: [("TEST_RUN".to_string(), run.to_string())].into(),
+            grace_seconds: Some(1),
+            ..RunSpec::default()
+        }),
+    }
+}
+
+/// Which replica `cl` (which may reach only some) says leads, if one answers.
+async fn leader_seen(cl: &mut allot_net::client::Client) -> Option<u64> {
+    match tokio::time::timeout(Duration::from_secs(2), cl.call(Body::Hello)).await {
+        Ok(Ok(Ok(Reply::Hello { leader, .. }))) => leader,
+        _ => None,
+    }
+}
+
+#[test]
+fn a_leader_cut_off_from_its_followers_stops_and_a_new_one_takes_over() {
+    // A harmless rule first: can this machine filter packets at all?
+    let Some(probe) = Cut::between(1, &[2]) else {
+        assert!(
+            std::env::var("ALLOT_REQUIRE_IPTABLES").as_deref() != Ok("1"),
+            "ALLOT_REQUIRE_IPTABLES=1 but iptables cannot add a rule here (needs root)"
+        );
+        println!("skipped: iptables cannot add a rule here (needs root)");
+        return;
+    };
+    drop(probe);
+    let c = Cluster::new(3, 100_000);
+    let rt = rt();
+    let _in_rt = rt.enter();
+    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    let run = format!("partition-{}", std::process::id());
+    let _agents: Vec<AgentProc> = (1..=2)
+        .map(|i| c.start_agent(&format!("node-{i}"), "ml.g5.8xlarge", 1, 5.0))
+        .collect();
+    rt.block_on(async {
+        let mut cl = c.client("admin-admin");
+        let quota = ComputeQuotaConfig::parse_shorthand(
+            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2}]",
+        )
+        .expect("quota");
+        let r = cl
+            .call(Body::CreateComputeQuota(ComputeQuotaInput {
+                name: "team-a".into(),
+                description: None,
+                team: "team-a".into(),
+                fair_share_weight: 1,
+                config: quota,
+                activation: ActivationState::Enabled,
+            }))
+            .await;
+        assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+        for i in 1..=2 {
+            let long = workload(&format!("long-{i}"), ResourceName::gpu(), 3600, &run);
+            let r = cl.call(Body::Submit(long)).await;
+            assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+        }
+    });
+    wait_for(30, "the long-running pods", || {
+        let n = pod_processes(&run)
+            .iter()
+            .filter(|p| p.workload.starts_with("long-"))
+            .count();
+        (n == 2).then_some(())
+    });
+    let watch = AttemptWatch::start(&run);
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let done = Arc::new(AtomicBool::new(false));
+    let stream = {
+        let run = run.clone();
+        submit_stream(&c, acked.clone(), done.clone(), move |name| {
+            workload(name, ResourceName::cpu(), 1, &run)
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+
+    let leader = rt
+        .block_on(leader_seen(&mut c.client("admin-admin")))
+        .expect("a leader") as usize
+        - 1;
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let cut = Cut::between(
+        port(&c.addrs[leader]),
+        &others
+            .iter()
+            .map(|&i| port(&c.addrs[i]))
+            .collect::<Vec<_>>(),
+    )
+    .expect("the cut");
+    let t = Instant::now();
+    // The old leader, asked alone, stops answering reads.
+    let only_old = |c: &Cluster| {
+        allot_net::client::Client::new(vec![c.addrs[leader].clone()], &c.certs(), "admin-admin")
+            .expect("client")
+    };
+    let stopped = rt.block_on(async {
+        let mut cl = only_old(&c);
+        loop {
+            let r = tokio::time::timeout(Duration::from_secs(2), cl.call(Body::GetNodes)).await;
+            if !matches!(r, Ok(Ok(Ok(Reply::Nodes(_))))) {
+                return t.elapsed();
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "the cut-off leader still answered reads after 15s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    // The followers elect a new leader among them.
+    let new_leader = rt.block_on(async {
+        let addrs = others.iter().map(|&i| c.addrs[i].clone()).collect();
+        let mut cl =
+            allot_net::client::Client::new(addrs, &c.certs(), "admin-admin").expect("client");
+        loop {
+            if let Some(l) = leader_seen(&mut cl).await {
+                if l as usize - 1 != leader {
+                    return (l, t.elapsed());
+                }
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "no new leader within 15s of the cut"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    // The stream goes on through the new leader.
+    let before = acked.lock().expect("lock").len();
+    wait_for(20, "submissions taken by the new leader", || {
+        (acked.lock().ok()?.len() >= before + 10).then_some(())
+    });
+    // The old leader takes no write either.
+    let write = rt.block_on(async {
+        let mut cl = only_old(&c);
+        tokio::time::timeout(
+            Duration::from_secs(3),
+            cl.call(Body::Submit(workload(
+                "to-old",
+                ResourceName::cpu(),
+                1,
+                &run,
+            ))),
+        )
+        .await
+    });
+    assert!(
+        !matches!(write, Ok(Ok(Ok(Reply::Submitted { .. })))),
+        "the cut-off replica acknowledged a write: {write:?}"
+    );
+
+    drop(cut);
+    let healed = Instant::now();
+    let target = wait_for(10, "the new leader's commit index", || {
+        c.metric(new_leader.0 as usize - 1, "allot_raft_commit_index")
+    });
+    wait_for(30, "the old leader to catch up", || {
+        (c.metric(leader, "allot_raft_applied_index")? >= target).then_some(())
+    });
+    let caught_up = healed.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    stream.join().expect("the submit stream refused nothing");
+
+    let acked = acked.lock().expect("lock").clone();
+    let all = all_workloads(&c);
+    let mut names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
+    names.sort_unstable();
+    let listed = names.len();
+    names.dedup();
+    assert_eq!(listed, names.len(), "a workload is listed twice");
+    for a in &acked {
+        assert!(
+            names.binary_search(&a.as_str()).is_ok(),
+            "acknowledged {a} is missing"
+        );
+    }
+    assert!(
+        !names.contains(&"to-old"),
+        "a write sent only to the cut-off replica was taken"
+    );
+    let (samples, twice) = watch.finish();
+    assert!(samples > 20, "only {samples} samples of the pods");
+    assert!(twice.is_empty(), "{twice:?}");
+    eprintln!(
+        "leader {} cut off: it stopped answering reads after {:?}; replica {} led after {:?}; {} submissions acknowledged; the old leader caught up {:?} after the cut was lifted",
+        leader + 1,
+        stopped,
+        new_leader.0,
+        new_leader.1,
+        acked.len(),
+        caught_up
+    );
+}
