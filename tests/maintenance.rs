@@ -58,3 +58,58 @@ fn drain_moves_work_off_a_node_until_it_is_uncordoned() {
     assert_eq!(nodes.matches("Ready").count(), 2, "{nodes}");
     c.cli_ok("user-team-a", &["cancel", "long"]);
 }
+
+/// Issue 55, item 6: `drain --wait` lets the work on a node finish (cordoned at once, nothing
+/// new placed there), and `--timeout` stops and requeues what is left after it.
+#[test]
+fn drain_wait_lets_work_finish_and_its_timeout_moves_what_is_left() {
+    let c = Cluster::new(1, 10_000);
+    create_scheduler_config(&c, "FairShare=Enabled");
+    setup_team(&c, "team-a");
+    let (_a1, _a2) = two_gpu_nodes(&c);
+    c.cli_ok(
+        "user-team-a",
+        &[
+            "submit", "--name", "short", "--gpus", "1", "--", "sleep", "3",
+        ],
+    );
+    let node = wait_for(30, "short running", || running_on(&c, "short"));
+    let o = c.cli("admin-admin", &["drain", &node, "--wait", "--evict"]);
+    assert!(
+        !o.status.success(),
+        "--wait and --evict together were taken"
+    );
+    let out = c.cli_ok("admin-admin", &["drain", &node, "--wait"]);
+    assert!(
+        out.contains("drained in") && !out.contains("timeout"),
+        "{out}"
+    );
+    // It ran to its end where it was: not stopped, not requeued.
+    let w = all_workloads(&c)
+        .into_iter()
+        .find(|w| w.name == "short")
+        .expect("short");
+    assert_eq!(w.state, "Succeeded", "{w:?}");
+    c.cli_ok("admin-admin", &["uncordon", &node]);
+
+    c.cli_ok(
+        "user-team-a",
+        &[
+            "submit", "--name", "long", "--gpus", "1", "--", "sleep", "600",
+        ],
+    );
+    let node = wait_for(30, "long running", || running_on(&c, "long"));
+    let out = c.cli_ok(
+        "admin-admin",
+        &["drain", &node, "--wait", "--timeout", "2s"],
+    );
+    assert!(
+        out.contains("the timeout passed") && out.contains("drained in"),
+        "{out}"
+    );
+    let elsewhere = wait_for(60, "long running elsewhere", || {
+        running_on(&c, "long").filter(|n| *n != node)
+    });
+    assert_ne!(elsewhere, node);
+    c.cli_ok("user-team-a", &["cancel", "long"]);
+}

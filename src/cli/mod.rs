@@ -402,7 +402,20 @@ pub enum ClusterCmd {
     Uncordon { node: String },
     /// Cordons a node and moves its work away: each workload with a pod there is stopped with
     /// its grace period and requeued to run elsewhere (admins). `uncordon` ends the maintenance.
-    Drain { node: String },
+    Drain {
+        node: String,
+        /// Let the work running there finish instead: cordon the node and wait until nothing
+        /// holds room on it.
+        #[arg(long, conflicts_with = "evict")]
+        wait: bool,
+        /// Stop the work there now and requeue it (what `drain` does without --wait).
+        #[arg(long)]
+        evict: bool,
+        /// With --wait: after this long (30m, 2h), stop and requeue what still runs there,
+        /// as --evict does. Without it, --wait waits as long as the work runs.
+        #[arg(long, requires = "wait", value_parser = follow::parse_duration)]
+        timeout: Option<std::time::Duration>,
+    },
     /// Finished workloads (succeeded, failed, cancelled), newest first: when each was
     /// submitted, waited, ran and ended, where, and how (as Slurm's sacct).
     History {
@@ -979,7 +992,13 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
                 .await)?;
             println!("node {node} uncordoned");
         }
-        ClusterCmd::Drain { node } => {
+        ClusterCmd::Drain {
+            node,
+            wait: true,
+            timeout,
+            ..
+        } => drain_waiting(c, &node, timeout).await?,
+        ClusterCmd::Drain { node, .. } => {
             api(c.call(Body::DrainNode { name: node.clone() }).await)?;
             println!(
                 "node {node} cordoned and draining: its workloads stop with their grace period \
@@ -989,6 +1008,51 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
         _ => bail!("a command run_writes does not run"),
     }
     Ok(())
+}
+
+/// `drain --wait`: cordons `node`, then waits until nothing holds room on it; past `timeout`,
+/// stops and requeues what is left, as `drain` does.
+async fn drain_waiting(
+    c: &mut Client,
+    node: &str,
+    timeout: Option<std::time::Duration>,
+) -> anyhow::Result<()> {
+    api(c
+        .call(Body::CordonNode {
+            name: node.to_string(),
+            cordoned: true,
+        })
+        .await)?;
+    println!("node {node} cordoned: no new pods are placed on it; waiting for its work to finish");
+    let started = std::time::Instant::now();
+    let mut evicted = false;
+    loop {
+        let Reply::Nodes(nodes) = api(c.call(Body::GetNodes).await)? else {
+            bail!("unexpected answer to get nodes");
+        };
+        let n = nodes
+            .iter()
+            .find(|n| n.name == node)
+            .ok_or_else(|| anyhow!("node {node} is gone from the cluster"))?;
+        if n.used.is_empty() {
+            println!(
+                "node {node} drained in {:.0}s{}: nothing runs on it (allot uncordon {node} ends the maintenance)",
+                started.elapsed().as_secs_f64(),
+                if evicted { ", what was left stopped at the timeout and requeued" } else { "" }
+            );
+            return Ok(());
+        }
+        if !evicted && timeout.is_some_and(|t| started.elapsed() >= t) {
+            api(c
+                .call(Body::DrainNode {
+                    name: node.to_string(),
+                })
+                .await)?;
+            println!("node {node}: the timeout passed; what still runs there is stopped with its grace period and requeued");
+            evicted = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
 }
 
 /// Everything that reads: usage, history, waits, explanations, logs, describe and get.
