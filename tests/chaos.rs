@@ -12,12 +12,9 @@ mod support;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use allot_common::api::{
-    ActivationState, Body, ComputeQuotaInput, ErrorKind, Reply, RunSpec, SubmitInput,
-};
-use allot_common::hyperpod::ComputeQuotaConfig;
+use allot_common::api::{RunSpec, SubmitInput};
 use allot_common::{ResourceName, Resources, WorkloadSpec};
 use support::*;
 
@@ -45,38 +42,6 @@ fn workload(name: &str, res: ResourceName, secs: u32, script: &str, run: &str) -
             ..RunSpec::default()
         }),
     }
-}
-
-/// The leader's index, asking the replicas.
-async fn leader_of(c: &Cluster) -> usize {
-    let mut cl = c.client("admin-admin");
-    let t = Instant::now();
-    loop {
-        if let Ok(Ok(Reply::Hello {
-            leader: Some(l), ..
-        })) = cl.call(Body::Hello).await
-        {
-            return (l - 1) as usize;
-        }
-        assert!(t.elapsed() < Duration::from_secs(20), "no leader");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until replica `i` has applied what the leader had committed when asked.
-fn caught_up(c: &Cluster, i: usize, rt: &tokio::runtime::Runtime) {
-    let leader = rt.block_on(leader_of(c));
-    let target = wait_for(10, "the leader's commit index", || {
-        c.metric(leader, "allot_raft_commit_index")
-    });
-    wait_for(
-        30,
-        &format!("replica {} to catch up to {target}", i + 1),
-        || {
-            let mine = c.metric(i, "allot_raft_applied_index")?;
-            (mine >= target).then_some(())
-        },
-    );
 }
 
 /// Cuts `journal` in the middle of its last record (the file is zero-filled past it).
@@ -112,36 +77,9 @@ fn leader_kills_an_agent_kill_and_a_cut_journal_lose_nothing_and_run_nothing_twi
     let mut agents: Vec<AgentProc> = (1..=NODES)
         .map(|i| c.start_agent(&format!("node-{i}"), "ml.g5.8xlarge", 1, lease_s()))
         .collect();
-    rt.block_on(async {
-        let mut cl = c.client("admin-admin");
-        let quota = ComputeQuotaConfig::parse_shorthand(&format!(
-            "ComputeQuotaResources=[{{InstanceType=ml.g5.8xlarge,Count={NODES}}}]"
-        ))
-        .expect("quota");
-        let r = cl
-            .call(Body::CreateComputeQuota(ComputeQuotaInput {
-                name: "team-a".into(),
-                description: None,
-                team: "team-a".into(),
-                fair_share_weight: 1,
-                config: quota,
-                activation: ActivationState::Enabled,
-            }))
-            .await;
-        assert!(matches!(r, Ok(Ok(_))), "{r:?}");
-        for i in 1..=NODES {
-            let r = cl
-                .call(Body::Submit(workload(
-                    &format!("long-{i}"),
-                    ResourceName::gpu(),
-                    3600,
-                    &script,
-                    &run,
-                )))
-                .await;
-            assert!(matches!(r, Ok(Ok(_))), "{r:?}");
-        }
-    });
+    rt.block_on(quota_and_long_jobs(&c, NODES, |name| {
+        workload(name, ResourceName::gpu(), 3600, &script, &run)
+    }));
     let first: Vec<SeenPod> = wait_for(30, "the long-running pods", || {
         let ps: Vec<SeenPod> = pod_processes(&run)
             .into_iter()
@@ -155,44 +93,15 @@ fn leader_kills_an_agent_kill_and_a_cut_journal_lose_nothing_and_run_nothing_twi
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
     let done = Arc::new(AtomicBool::new(false));
     let stream = {
-        let (acked, done) = (acked.clone(), done.clone());
-        let (addrs, certs, script, run) = (c.addrs.clone(), c.certs(), script.clone(), run.clone());
-        std::thread::spawn(move || {
-            rt_small().block_on(async move {
-                let mut i = 0;
-                while !done.load(Ordering::SeqCst) && i < 400 {
-                    i += 1;
-                    let name = format!("s-{i:03}");
-                    let input = workload(&name, ResourceName::cpu(), 1, &script, &run);
-                    let t = Instant::now();
-                    loop {
-                        let mut cl =
-                            allot_net::client::Client::new(addrs.clone(), &certs, "admin-admin")
-                                .expect("client");
-                        match cl.call(Body::Submit(input.clone())).await {
-                            Ok(Ok(Reply::Submitted { .. })) => {
-                                acked.lock().expect("lock").push(name.clone());
-                                break;
-                            }
-                            Ok(Err(e)) if e.kind == ErrorKind::Unavailable => {}
-                            Ok(other) => panic!("{name}: {other:?}"),
-                            Err(_) => {}
-                        }
-                        // The outcome is unknown: the same submit again, with its key.
-                        assert!(
-                            t.elapsed() < Duration::from_secs(30),
-                            "{name} never answered"
-                        );
-                    }
-                    tokio::time::sleep(Duration::from_millis(40)).await;
-                }
-            })
+        let (script, run) = (script.clone(), run.clone());
+        submit_stream(&c, acked.clone(), done.clone(), move |name| {
+            workload(name, ResourceName::cpu(), 1, &script, &run)
         })
     };
 
     for _ in 0..2 {
         std::thread::sleep(Duration::from_secs(2));
-        let l = rt.block_on(leader_of(&c));
+        let l = rt.block_on(leader_index(&c));
         c.kill(l);
         std::thread::sleep(Duration::from_secs(1));
         c.start(l);
@@ -206,7 +115,7 @@ fn leader_kills_an_agent_kill_and_a_cut_journal_lose_nothing_and_run_nothing_twi
     agents[1].start();
     // A follower loses the end of its journal.
     std::thread::sleep(Duration::from_secs(1));
-    let l = rt.block_on(leader_of(&c));
+    let l = rt.block_on(leader_index(&c));
     let f = (l + 1) % 3;
     c.kill(f);
     let journal = c.data_root.join(format!("data-{}/raft.journal", f + 1));
@@ -233,18 +142,7 @@ fn leader_kills_an_agent_kill_and_a_cut_journal_lose_nothing_and_run_nothing_twi
         "only {} submissions acknowledged",
         acked.len()
     );
-    let all = all_workloads(&c);
-    let mut names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
-    names.sort_unstable();
-    let listed = names.len();
-    names.dedup();
-    assert_eq!(listed, names.len(), "a workload is listed twice");
-    for a in &acked {
-        assert!(
-            names.binary_search(&a.as_str()).is_ok(),
-            "acknowledged {a} is missing"
-        );
-    }
+    assert_each_acknowledged_once(&c, &acked);
 
     // The long-running pods are the same processes, on their first attempt.
     let now: Vec<SeenPod> = pod_processes(&run)
@@ -309,13 +207,6 @@ fn leader_kills_an_agent_kill_and_a_cut_journal_lose_nothing_and_run_nothing_twi
         }
     }
     drop(agents);
-}
-
-fn rt_small() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 /// The lines of every process's log that mention one of `words`.

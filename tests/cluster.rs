@@ -675,6 +675,24 @@ fn rss_mib(pid: u32) -> f64 {
 /// client may send) and sending all but its last 64 KiB, while another user's requests go on.
 /// What bounds it: per connection, QUIC's 4 MiB receive window; per certificate, 16 MiB of
 /// request bytes being read; a request not whole within 10 s is dropped.
+/// A request stream that announces `frame` bytes and sends all but the last 64 KiB of them,
+/// then waits for ever: a half-sent request the coordinator must hold within its budgets.
+fn half_sent(
+    conn: quinn::Connection,
+    frame: usize,
+) -> tokio::task::JoinHandle<Result<(), Box<dyn std::error::Error + Send + Sync>>> {
+    tokio::spawn(async move {
+        let (mut send, _recv) = conn.open_bi().await?;
+        send.write_all(&(frame as u32).to_be_bytes()).await?;
+        let chunk = vec![7u8; 64 << 10];
+        for _ in 0..(frame / chunk.len() - 1) {
+            send.write_all(&chunk).await?;
+        }
+        std::future::pending::<()>().await;
+        Ok(())
+    })
+}
+
 #[test]
 fn half_sent_requests_cannot_grow_the_coordinators_memory() {
     const CONNS: usize = 4;
@@ -697,17 +715,7 @@ fn half_sent_requests_cannot_grow_the_coordinators_memory() {
                 .expect("connected");
             for _ in 0..STREAMS {
                 let conn = conn.clone();
-                writers.push(tokio::spawn(async move {
-                    let (mut send, _recv) = conn.open_bi().await?;
-                    send.write_all(&(FRAME as u32).to_be_bytes()).await?;
-                    let chunk = vec![7u8; 64 << 10];
-                    for _ in 0..(FRAME / chunk.len() - 1) {
-                        send.write_all(&chunk).await?;
-                    }
-                    // Never the last chunk: the stream stays half-sent.
-                    std::future::pending::<()>().await;
-                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
-                }));
+                writers.push(half_sent(conn, FRAME));
             }
             conns.push(conn);
         }
@@ -812,16 +820,7 @@ fn half_sent_requests_of_many_nodes_leave_admins_and_users_their_share() {
                 .expect("connected");
             for _ in 0..STREAMS {
                 let conn = conn.clone();
-                writers.push(tokio::spawn(async move {
-                    let (mut send, _recv) = conn.open_bi().await?;
-                    send.write_all(&(FRAME as u32).to_be_bytes()).await?;
-                    let chunk = vec![7u8; 64 << 10];
-                    for _ in 0..(FRAME / chunk.len() - 1) {
-                        send.write_all(&chunk).await?;
-                    }
-                    std::future::pending::<()>().await;
-                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
-                }));
+                writers.push(half_sent(conn, FRAME));
             }
             conns.push(conn);
         }

@@ -13,12 +13,18 @@ fn running_on(c: &Cluster, name: &str) -> Option<String> {
         .and_then(|w| w.pods.first().map(|p| p.node.clone()))
 }
 
-#[test]
-fn drain_moves_work_off_a_node_until_it_is_uncordoned() {
+/// One replica, team-a's quota and two one-GPU nodes with their agents.
+fn two_nodes_one_team() -> (Cluster, (AgentProc, AgentProc)) {
     let c = Cluster::new(1, 10_000);
     create_scheduler_config(&c, "FairShare=Enabled");
     setup_team(&c, "team-a");
-    let (_a1, _a2) = two_gpu_nodes(&c);
+    let agents = two_gpu_nodes(&c);
+    (c, agents)
+}
+
+#[test]
+fn drain_moves_work_off_a_node_until_it_is_uncordoned() {
+    let (c, _agents) = two_nodes_one_team();
     c.cli_ok(
         "user-team-a",
         &[
@@ -63,10 +69,7 @@ fn drain_moves_work_off_a_node_until_it_is_uncordoned() {
 /// new placed there), and `--timeout` stops and requeues what is left after it.
 #[test]
 fn drain_wait_lets_work_finish_and_its_timeout_moves_what_is_left() {
-    let c = Cluster::new(1, 10_000);
-    create_scheduler_config(&c, "FairShare=Enabled");
-    setup_team(&c, "team-a");
-    let (_a1, _a2) = two_gpu_nodes(&c);
+    let (c, _agents) = two_nodes_one_team();
     c.cli_ok(
         "user-team-a",
         &[

@@ -15,9 +15,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use allot_common::api::{ActivationState, Body, ComputeQuotaInput, Reply, RunSpec, SubmitInput};
-use allot_common::hyperpod::ComputeQuotaConfig;
-use allot_common::{ResourceName, Resources, WorkloadSpec};
+use allot_common::api::{Body, Reply};
+use allot_common::ResourceName;
 use support::*;
 
 /// Rules that drop UDP between one port and others, both ways; removed when dropped.
@@ -74,21 +73,6 @@ fn port(addr: &str) -> u16 {
         .expect("a port")
 }
 
-fn workload(name: &str, res: ResourceName, secs: u32, run: &str) -> SubmitInput {
-    let mut r = Resources::new();
-    r.add(&res, 1);
-    SubmitInput {
-        client_token: Some(format!("key-{name}")),
-        spec: WorkloadSpec::single(name, "team-a", 1, r),
-        run: Some(RunSpec {
-            command: vec!["sleep".into(), secs.to_string()],
-            env: [("TEST_RUN".to_string(), run.to_string())].into(),
-            grace_seconds: Some(1),
-            ..RunSpec::default()
-        }),
-    }
-}
-
 /// Which replica `cl` (which may reach only some) says leads, if one answers.
 async fn leader_seen(cl: &mut allot_net::client::Client) -> Option<u64> {
     match tokio::time::timeout(Duration::from_secs(2), cl.call(Body::Hello)).await {
@@ -117,29 +101,9 @@ fn a_leader_cut_off_from_its_followers_stops_and_a_new_one_takes_over() {
     let _agents: Vec<AgentProc> = (1..=2)
         .map(|i| c.start_agent(&format!("node-{i}"), "ml.g5.8xlarge", 1, 5.0))
         .collect();
-    rt.block_on(async {
-        let mut cl = c.client("admin-admin");
-        let quota = ComputeQuotaConfig::parse_shorthand(
-            "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2}]",
-        )
-        .expect("quota");
-        let r = cl
-            .call(Body::CreateComputeQuota(ComputeQuotaInput {
-                name: "team-a".into(),
-                description: None,
-                team: "team-a".into(),
-                fair_share_weight: 1,
-                config: quota,
-                activation: ActivationState::Enabled,
-            }))
-            .await;
-        assert!(matches!(r, Ok(Ok(_))), "{r:?}");
-        for i in 1..=2 {
-            let long = workload(&format!("long-{i}"), ResourceName::gpu(), 3600, &run);
-            let r = cl.call(Body::Submit(long)).await;
-            assert!(matches!(r, Ok(Ok(_))), "{r:?}");
-        }
-    });
+    rt.block_on(quota_and_long_jobs(&c, 2, |name| {
+        sleep_job(name, ResourceName::gpu(), 3600, &run)
+    }));
     wait_for(30, "the long-running pods", || {
         let n = pod_processes(&run)
             .iter()
@@ -153,7 +117,7 @@ fn a_leader_cut_off_from_its_followers_stops_and_a_new_one_takes_over() {
     let stream = {
         let run = run.clone();
         submit_stream(&c, acked.clone(), done.clone(), move |name| {
-            workload(name, ResourceName::cpu(), 1, &run)
+            sleep_job(name, ResourceName::cpu(), 1, &run)
         })
     };
     std::thread::sleep(Duration::from_secs(1));
@@ -219,7 +183,7 @@ fn a_leader_cut_off_from_its_followers_stops_and_a_new_one_takes_over() {
         let mut cl = only_old(&c);
         tokio::time::timeout(
             Duration::from_secs(3),
-            cl.call(Body::Submit(workload(
+            cl.call(Body::Submit(sleep_job(
                 "to-old",
                 ResourceName::cpu(),
                 1,
@@ -247,20 +211,9 @@ fn a_leader_cut_off_from_its_followers_stops_and_a_new_one_takes_over() {
     stream.join().expect("the submit stream refused nothing");
 
     let acked = acked.lock().expect("lock").clone();
-    let all = all_workloads(&c);
-    let mut names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
-    names.sort_unstable();
-    let listed = names.len();
-    names.dedup();
-    assert_eq!(listed, names.len(), "a workload is listed twice");
-    for a in &acked {
-        assert!(
-            names.binary_search(&a.as_str()).is_ok(),
-            "acknowledged {a} is missing"
-        );
-    }
+    let names = assert_each_acknowledged_once(&c, &acked);
     assert!(
-        !names.contains(&"to-old"),
+        !names.iter().any(|n| n == "to-old"),
         "a write sent only to the cut-off replica was taken"
     );
     let (samples, twice) = watch.finish();

@@ -13,11 +13,9 @@ mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use allot_common::api::{ActivationState, Body, ComputeQuotaInput, Reply, RunSpec, SubmitInput};
-use allot_common::hyperpod::ComputeQuotaConfig;
-use allot_common::{ResourceName, Resources, WorkloadSpec};
+use allot_common::ResourceName;
 use support::*;
 
 const NODES: usize = 2;
@@ -43,49 +41,6 @@ fn old_build() -> (Build, bool) {
     }
 }
 
-fn workload(name: &str, res: ResourceName, secs: u32, run: &str) -> SubmitInput {
-    let mut r = Resources::new();
-    r.add(&res, 1);
-    SubmitInput {
-        client_token: Some(format!("key-{name}")),
-        spec: WorkloadSpec::single(name, "team-a", 1, r),
-        run: Some(RunSpec {
-            command: vec!["sleep".into(), secs.to_string()],
-            env: [("TEST_RUN".to_string(), run.to_string())].into(),
-            grace_seconds: Some(1),
-            ..RunSpec::default()
-        }),
-    }
-}
-
-async fn leader_of(c: &Cluster) -> usize {
-    let mut cl = c.client("admin-admin");
-    let t = Instant::now();
-    loop {
-        if let Ok(Ok(Reply::Hello {
-            leader: Some(l), ..
-        })) = cl.call(Body::Hello).await
-        {
-            return (l - 1) as usize;
-        }
-        assert!(t.elapsed() < Duration::from_secs(20), "no leader");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until replica `i` has applied what the leader had committed when asked.
-fn caught_up(c: &Cluster, i: usize, rt: &tokio::runtime::Runtime) {
-    let leader = rt.block_on(leader_of(c));
-    let target = wait_for(10, "the leader's commit index", || {
-        c.metric(leader, "allot_raft_commit_index")
-    });
-    wait_for(
-        30,
-        &format!("replica {} to catch up to {target}", i + 1),
-        || (c.metric(i, "allot_raft_applied_index")? >= target).then_some(()),
-    );
-}
-
 /// The cluster format replica `i` reports (`None` for a build from before formats).
 fn format_of(c: &Cluster, i: usize) -> Option<f64> {
     c.metric(i, "allot_format_cluster")
@@ -105,29 +60,9 @@ fn a_rolling_upgrade_loses_restarts_and_refuses_nothing() {
             c.start_agent_build(&name, "ml.g5.8xlarge", 1, LEASE_S, &[], old.clone())
         })
         .collect();
-    rt.block_on(async {
-        let mut cl = c.client("admin-admin");
-        let quota = ComputeQuotaConfig::parse_shorthand(&format!(
-            "ComputeQuotaResources=[{{InstanceType=ml.g5.8xlarge,Count={NODES}}}]"
-        ))
-        .expect("quota");
-        let r = cl
-            .call(Body::CreateComputeQuota(ComputeQuotaInput {
-                name: "team-a".into(),
-                description: None,
-                team: "team-a".into(),
-                fair_share_weight: 1,
-                config: quota,
-                activation: ActivationState::Enabled,
-            }))
-            .await;
-        assert!(matches!(r, Ok(Ok(_))), "{r:?}");
-        for i in 1..=NODES {
-            let long = workload(&format!("long-{i}"), ResourceName::gpu(), 3600, &run);
-            let r = cl.call(Body::Submit(long)).await;
-            assert!(matches!(r, Ok(Ok(_))), "{r:?}");
-        }
-    });
+    rt.block_on(quota_and_long_jobs(&c, NODES, |name| {
+        sleep_job(name, ResourceName::gpu(), 3600, &run)
+    }));
     let first: Vec<SeenPod> = wait_for(30, "the long-running pods", || {
         let ps: Vec<SeenPod> = pod_processes(&run)
             .into_iter()
@@ -141,7 +76,7 @@ fn a_rolling_upgrade_loses_restarts_and_refuses_nothing() {
     let stream = {
         let run = run.clone();
         submit_stream(&c, acked.clone(), done.clone(), move |name| {
-            workload(name, ResourceName::cpu(), 1, &run)
+            sleep_job(name, ResourceName::cpu(), 1, &run)
         })
     };
 
@@ -189,18 +124,8 @@ fn a_rolling_upgrade_loses_restarts_and_refuses_nothing() {
         "only {} submissions acknowledged",
         acked.len()
     );
-    let all = all_workloads(&c);
-    let mut names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
-    names.sort_unstable();
+    let names = assert_each_acknowledged_once(&c, &acked);
     let listed = names.len();
-    names.dedup();
-    assert_eq!(listed, names.len(), "a workload is listed twice");
-    for a in &acked {
-        assert!(
-            names.binary_search(&a.as_str()).is_ok(),
-            "acknowledged {a} is missing"
-        );
-    }
     let now: Vec<SeenPod> = pod_processes(&run)
         .into_iter()
         .filter(|p| p.workload.starts_with("long-"))
@@ -210,7 +135,7 @@ fn a_rolling_upgrade_loses_restarts_and_refuses_nothing() {
     // The old build cannot come back: it stops at the first entry in the new format. (A real
     // release from before formats has no such check; only the emulation is tried.)
     if !real_old {
-        let l = rt.block_on(leader_of(&c));
+        let l = rt.block_on(leader_index(&c));
         let f = (l + 1) % 3;
         c.kill(f);
         c.builds[f] = old.clone();

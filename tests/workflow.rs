@@ -13,6 +13,17 @@ fn one_replica() -> (Cluster, tokio::runtime::Runtime) {
     (c, rt)
 }
 
+/// An agent for one one-GPU node, registered and Ready.
+fn one_agent_ready(c: &Cluster) -> AgentProc {
+    let agent = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
+    wait_for(30, "a registered node", || {
+        c.cli_ok("admin-admin", &["get", "nodes"])
+            .contains("Ready")
+            .then_some(())
+    });
+    agent
+}
+
 fn names_in(c: &Cluster, who: &str, args: &[&str]) -> Vec<String> {
     c.cli_ok(who, args)
         .lines()
@@ -216,12 +227,7 @@ fn an_array_is_one_row_queues_up_to_its_limit_and_cancels_by_element_or_whole() 
 fn arrays_run_with_their_index_and_history_says_when_where_and_how_each_ran() {
     let (c, _rt) = one_replica();
     setup_team(&c, "team-a");
-    let _agent = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
-    wait_for(30, "a registered node", || {
-        c.cli_ok("admin-admin", &["get", "nodes"])
-            .contains("Ready")
-            .then_some(())
-    });
+    let _agent = one_agent_ready(&c);
     let out = c.cli_ok(
         "user-team-a",
         &[
@@ -312,12 +318,7 @@ fn arrays_run_with_their_index_and_history_says_when_where_and_how_each_ran() {
 fn a_failing_job_with_auto_resume_runs_again_until_its_retries_are_spent() {
     let (c, _rt) = one_replica();
     setup_team(&c, "team-a");
-    let _agent = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
-    wait_for(30, "a registered node", || {
-        c.cli_ok("admin-admin", &["get", "nodes"])
-            .contains("Ready")
-            .then_some(())
-    });
+    let _agent = one_agent_ready(&c);
     let o = c.cli(
         "user-team-a",
         &[

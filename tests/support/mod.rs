@@ -774,3 +774,92 @@ pub fn submit_stream(
         })
     })
 }
+
+/// A one-pod workload of team-a that sleeps `secs`, its processes marked with `TEST_RUN=run`
+/// (`pod_processes`), submitted with a key.
+pub fn sleep_job(name: &str, res: ResourceName, secs: u32, run: &str) -> SubmitInput {
+    let mut r = Resources::new();
+    r.add(&res, 1);
+    SubmitInput {
+        client_token: Some(format!("key-{name}")),
+        spec: WorkloadSpec::single(name, "team-a", 1, r),
+        run: Some(RunSpec {
+            command: vec!["sleep".into(), secs.to_string()],
+            env: [("TEST_RUN".to_string(), run.to_string())].into(),
+            grace_seconds: Some(1),
+            ..RunSpec::default()
+        }),
+    }
+}
+
+/// The leader's index, asking the replicas (within 20 s).
+pub async fn leader_index(c: &Cluster) -> usize {
+    let mut cl = c.client("admin-admin");
+    let t = Instant::now();
+    loop {
+        if let Ok(Ok(Reply::Hello {
+            leader: Some(l), ..
+        })) = cl.call(Body::Hello).await
+        {
+            return (l - 1) as usize;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no leader");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until replica `i` has applied what the leader had committed when asked.
+pub fn caught_up(c: &Cluster, i: usize, rt: &tokio::runtime::Runtime) {
+    let leader = rt.block_on(leader_index(c));
+    let target = wait_for(10, "the leader's commit index", || {
+        c.metric(leader, "allot_raft_commit_index")
+    });
+    wait_for(
+        30,
+        &format!("replica {} to catch up to {target}", i + 1),
+        || (c.metric(i, "allot_raft_applied_index")? >= target).then_some(()),
+    );
+}
+
+/// Team-a's quota of `nodes` one-GPU g5 nodes, then `long-1` to `long-N` as `long` makes them.
+pub async fn quota_and_long_jobs(c: &Cluster, nodes: usize, long: impl Fn(&str) -> SubmitInput) {
+    use allot_common::api::{ActivationState, ComputeQuotaInput};
+    let mut cl = c.client("admin-admin");
+    let quota = allot_common::hyperpod::ComputeQuotaConfig::parse_shorthand(&format!(
+        "ComputeQuotaResources=[{{InstanceType=ml.g5.8xlarge,Count={nodes}}}]"
+    ))
+    .expect("quota");
+    let r = cl
+        .call(Body::CreateComputeQuota(ComputeQuotaInput {
+            name: "team-a".into(),
+            description: None,
+            team: "team-a".into(),
+            fair_share_weight: 1,
+            config: quota,
+            activation: ActivationState::Enabled,
+        }))
+        .await;
+    assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+    for i in 1..=nodes {
+        let r = cl.call(Body::Submit(long(&format!("long-{i}")))).await;
+        assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+    }
+}
+
+/// Every workload is listed once, and every name in `acked` is among them: the names listed,
+/// sorted.
+pub fn assert_each_acknowledged_once(c: &Cluster, acked: &[String]) -> Vec<String> {
+    let all = all_workloads(c);
+    let mut names: Vec<String> = all.into_iter().map(|w| w.name).collect();
+    names.sort_unstable();
+    let listed = names.len();
+    names.dedup();
+    assert_eq!(listed, names.len(), "a workload is listed twice");
+    for a in acked {
+        assert!(
+            names.binary_search(a).is_ok(),
+            "acknowledged {a} is missing"
+        );
+    }
+    names
+}
