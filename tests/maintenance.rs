@@ -116,3 +116,38 @@ fn drain_wait_lets_work_finish_and_its_timeout_moves_what_is_left() {
     assert_ne!(elsewhere, node);
     c.cli_ok("user-team-a", &["cancel", "long"]);
 }
+
+/// Issue 55, item 6: a node that will not come back is removed once its work has left; before
+/// that (in service, or holding work) the removal is refused, and only admins may remove.
+#[test]
+fn a_node_that_will_not_come_back_is_removed_once_its_work_has_left() {
+    let (c, (a1, a2)) = two_nodes_one_team();
+    let mut agents = [a1, a2];
+    c.cli_ok(
+        "user-team-a",
+        &[
+            "submit", "--name", "long", "--gpus", "1", "--", "sleep", "600",
+        ],
+    );
+    let node = wait_for(30, "long running", || running_on(&c, "long"));
+    let o = c.cli("admin-admin", &["delete-node", &node]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("in service"), "{err}");
+    let o = c.cli("user-team-a", &["delete-node", &node]);
+    assert!(!o.status.success(), "a team user removed a node");
+    c.cli_ok("admin-admin", &["drain", &node]);
+    wait_for(60, "long running elsewhere", || {
+        running_on(&c, "long").filter(|n| *n != node)
+    });
+    // The machine is gone for good: its agent stops, and the node is removed.
+    if let Some(a) = agents.iter_mut().find(|a| a.name == node) {
+        a.kill();
+    }
+    let out = c.cli_ok("admin-admin", &["delete-node", &node]);
+    assert!(out.contains("removed"), "{out}");
+    let nodes = c.cli_ok("admin-admin", &["get", "nodes"]);
+    assert!(!nodes.contains(node.as_str()), "{nodes}");
+    let o = c.cli("admin-admin", &["describe", "node", &node]);
+    assert!(!o.status.success());
+    c.cli_ok("user-team-a", &["cancel", "long"]);
+}

@@ -687,6 +687,11 @@ pub enum Body {
     /// A leader asks a peer replica which format versions it reads (upgrades: see the
     /// coordinator's `format.rs`). Only coordinators may send it. Protocol 3.
     FormatProbe,
+    /// `allot delete node` (admins only): a node that will not come back leaves the cluster.
+    /// Protocol 3.
+    RemoveNode {
+        name: String,
+    },
 }
 
 /// A team's registry credentials as listed: never the password.

@@ -28,7 +28,8 @@ pub(crate) fn route(body: Body, who: &Identity) -> ControlFlow<Result<Route, Api
         | Body::DeleteRegistryCredentials { .. }
         | Body::ListRegistryCredentials { .. }
         | Body::CordonNode { .. }
-        | Body::DrainNode { .. }) => ControlFlow::Break(answer(b, who)),
+        | Body::DrainNode { .. }
+        | Body::RemoveNode { .. }) => ControlFlow::Break(answer(b, who)),
         other => ControlFlow::Continue(other),
     }
 }
@@ -168,6 +169,10 @@ fn answer(body: Body, who: &Identity) -> Result<Route, ApiError> {
             };
             admin_only(who, what)?;
             Ok(Route::Propose(Command::CordonNode { name, cordoned }))
+        }
+        Body::RemoveNode { name } => {
+            admin_only(who, "remove nodes")?;
+            Ok(Route::Propose(Command::RemoveNode { name }))
         }
         Body::DrainNode { name } => {
             admin_only(who, "drain nodes")?;

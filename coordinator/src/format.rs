@@ -22,6 +22,7 @@
 //! | 0 | (releases before versioned formats: bare bincode) |
 //! | 1 | the envelope; `SetFormat` |
 //! | 2 | auto-resume: `Machine::auto_resumed` at the end of a snapshot, and failed workloads queued again |
+//! | 3 | `RemoveNode`, and `Machine::removed_nodes` at the end of a snapshot |
 //!
 //! API requests carry a protocol version (`allot_net::wire`): a client sends the oldest one
 //! that has its request, so a newer client talks to an older coordinator during an upgrade,
@@ -30,7 +31,7 @@
 use allot_core::machine::Command;
 
 /// The newest format this build reads and writes.
-pub const CURRENT: u32 = 2;
+pub const CURRENT: u32 = 3;
 
 /// The first byte of an enveloped (format 1 or later) entry or snapshot.
 const ENVELOPE: u8 = 0xFF;
@@ -115,6 +116,7 @@ pub fn open(b: &[u8], reads: u32) -> Result<(u32, &[u8]), FormatError> {
 pub fn needs(cmd: &Command) -> u32 {
     match cmd {
         Command::SetFormat { version } => *version,
+        Command::RemoveNode { .. } => 3,
         _ => 0,
     }
 }

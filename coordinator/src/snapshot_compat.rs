@@ -10,6 +10,7 @@
 //! | 0, before the usage ledger (2d6bbda and earlier) | `registry_credentials` |
 //! | 0 and 1 | `usage` |
 //! | 2 | `auto_resumed` |
+//! | 3 | `removed_nodes` |
 
 use allot_core::machine::Machine;
 use allot_net::wire;
@@ -17,22 +18,31 @@ use allot_net::wire;
 /// The bincode of the fields appended in `format` (an empty map: its length, zero).
 fn tail_since(format: u32) -> &'static [u8] {
     match format {
-        2 => &[0],
+        2 | 3 => &[0],
         _ => &[],
+    }
+}
+
+/// Whether the field format `f` appended is empty in `m` (so an older format can leave it out).
+fn empty_since(m: &Machine, f: u32) -> bool {
+    match f {
+        2 => m.auto_resumed.is_empty(),
+        3 => m.removed_nodes.is_empty(),
+        _ => true,
     }
 }
 
 /// `m` as a snapshot of its own format (`m.format`), without the envelope.
 pub fn encode_machine(m: &Machine) -> Result<Vec<u8>, String> {
     let mut b = wire::encode_snapshot(m).map_err(|e| e.to_string())?;
-    if m.format < allot_core::machine::FORMAT_AUTO_RESUME {
-        if !m.auto_resumed.is_empty() {
+    for f in ((m.format + 1)..=crate::format::CURRENT).rev() {
+        if !empty_since(m, f) {
             return Err(format!(
-                "the machine has auto-resume retries at format {}, which cannot hold them",
+                "the machine holds what format {f} added, and its format {} cannot hold it",
                 m.format
             ));
         }
-        let tail = tail_since(2);
+        let tail = tail_since(f);
         if !b.ends_with(tail) {
             return Err("the machine's encoding does not end with its last field".into());
         }
@@ -88,9 +98,25 @@ mod tests {
             lens.insert(f, b.len());
         }
         assert_eq!(lens[&1] + 1, lens[&2], "{lens:?}");
+        assert_eq!(lens[&2] + 1, lens[&3], "{lens:?}");
         assert_eq!(lens[&0], lens[&1]);
         // Format 2 holds what older formats cannot.
         m.auto_resumed.insert(allot_core::WlId(7), 2);
+        m.removed_nodes.insert("gone".into());
+        m.format = 3;
+        let b = encode_machine(&m).expect("encodes");
+        assert_eq!(
+            decode_machine(&b, 3).expect("decodes").removed_nodes,
+            m.removed_nodes
+        );
+        assert!(
+            {
+                m.format = 2;
+                encode_machine(&m).is_err()
+            },
+            "format 2 cannot hold a removed node"
+        );
+        m.removed_nodes.clear();
         m.format = 2;
         let b = encode_machine(&m).expect("encodes");
         assert_eq!(

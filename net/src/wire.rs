@@ -28,7 +28,8 @@ pub const CLOSE_OVER_LIMIT: u32 = 3;
 /// The newest version of the request protocol. A client sends each request in the oldest
 /// version that has it (`protocol_of`), so that it can talk to a coordinator of the release
 /// before during an upgrade; a coordinator answers every version from
-/// `OLDEST_PROTOCOL_VERSION` to its own. Version 3 added `Body::FormatProbe`.
+/// `OLDEST_PROTOCOL_VERSION` to its own. Version 3 added `Body::FormatProbe` and
+/// `Body::RemoveNode`.
 pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The oldest request protocol a coordinator of this release answers (the release before's).
@@ -38,7 +39,7 @@ pub const OLDEST_PROTOCOL_VERSION: u32 = 2;
 pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
     use allot_common::api::Body;
     match body {
-        Body::FormatProbe => 3,
+        Body::FormatProbe | Body::RemoveNode { .. } => 3,
         Body::OnBehalf { body, .. } => protocol_of(body),
         _ => OLDEST_PROTOCOL_VERSION,
     }

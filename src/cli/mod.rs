@@ -416,6 +416,13 @@ pub enum ClusterCmd {
         #[arg(long, requires = "wait", value_parser = follow::parse_duration)]
         timeout: Option<std::time::Duration>,
     },
+    /// Removes a node that will not come back (admins): it must be cordoned or failed, with
+    /// nothing holding room on it (`drain --wait` first). Its agent reporting again brings it
+    /// back, cordoned.
+    DeleteNode {
+        /// The node's name (`allot get nodes`).
+        node: String,
+    },
     /// Finished workloads (succeeded, failed, cancelled), newest first: when each was
     /// submitted, waited, ran and ended, where, and how (as Slurm's sacct).
     History {
@@ -614,7 +621,8 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
         | ClusterCmd::Cancel { .. }
         | ClusterCmd::Cordon { .. }
         | ClusterCmd::Uncordon { .. }
-        | ClusterCmd::Drain { .. }) => run_writes(cmd, c, identity).await,
+        | ClusterCmd::Drain { .. }
+        | ClusterCmd::DeleteNode { .. }) => run_writes(cmd, c, identity).await,
         cmd => run_reads(cmd, c).await,
     }
 }
@@ -998,6 +1006,10 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
             timeout,
             ..
         } => drain_waiting(c, &node, timeout).await?,
+        ClusterCmd::DeleteNode { node } => {
+            api(c.call(Body::RemoveNode { name: node.clone() }).await)?;
+            println!("node {node} removed from the cluster (its agent reporting again brings it back, cordoned)");
+        }
         ClusterCmd::Drain { node, .. } => {
             api(c.call(Body::DrainNode { name: node.clone() }).await)?;
             println!(

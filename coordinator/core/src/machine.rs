@@ -11,7 +11,7 @@
 //! forgotten (`FINISHED_KEEP_MS`, `FINISHED_KEEP_MAX`), so the state, its snapshots and a
 //! restart stay the same size however many workloads the cluster has run.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use allot_common::api::{
@@ -180,6 +180,11 @@ pub enum Command {
     SetFormat {
         version: u32,
     },
+    /// An admin removes a node that will not come back: it must be cordoned or failed, with
+    /// nothing holding room on it. Format 3.
+    RemoveNode {
+        name: String,
+    },
 }
 
 impl Command {
@@ -202,6 +207,7 @@ impl Command {
             } => "uncordon-node",
             Command::DrainNode { .. } => "drain-node",
             Command::SetFormat { .. } => "set-format",
+            Command::RemoveNode { .. } => "remove-node",
             Command::Submit(_) | Command::SubmitPlanned { .. } => "submit",
             Command::SubmitBatch(_) => "submit-batch",
             Command::Cancel { .. } => "cancel",
@@ -340,6 +346,11 @@ pub struct Machine {
     /// earlier formats, which end before it.
     #[serde(default)]
     pub auto_resumed: BTreeMap<WlId, u32>,
+    /// Nodes an admin removed (`Command::RemoveNode`): kept failed and cordoned in the node set
+    /// (nodes are never taken out of it), and left out of every view. A report from the node
+    /// brings it back, cordoned. Last (format 3), and empty in earlier formats' snapshots.
+    #[serde(default)]
+    pub removed_nodes: BTreeSet<String>,
 }
 
 /// The cluster format from which a failed workload with auto-resume on is queued again: every
@@ -441,6 +452,7 @@ impl Machine {
             usage: crate::usage::Ledger::default(),
             format: 0,
             auto_resumed: BTreeMap::new(),
+            removed_nodes: BTreeSet::new(),
         }
     }
 
@@ -815,6 +827,7 @@ impl Machine {
                 self.format = self.format.max(*version);
                 Ok(Reply::Done)
             }
+            Command::RemoveNode { name } => self.remove_node(name, now, events),
             Command::NodeLost { name, reason } => self.node_lost(name, reason, now, events),
             Command::PodsStarted {
                 node,
@@ -951,6 +964,8 @@ impl Machine {
         let meta = self.nodes_meta.entry(r.name.clone()).or_default();
         meta.report = Some(r.clone());
         meta.reason.clear();
+        // A removed node whose agent reports again is back (cordoned, as it was removed).
+        self.removed_nodes.remove(&r.name);
         Ok(Reply::Done)
     }
 
@@ -1256,6 +1271,51 @@ impl Machine {
             // No agent to stop them: the pods are gone already.
             self.node_pods_gone(name, &format!("node {name} drained"), now, events);
         }
+        Ok(Reply::Done)
+    }
+
+    /// Removes a node that will not come back (`Command::RemoveNode`).
+    fn remove_node(
+        &mut self,
+        name: &str,
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, ApiError> {
+        let id = self
+            .state
+            .acct
+            .nodes
+            .find(name)
+            .filter(|_| !self.removed_nodes.contains(name))
+            .ok_or_else(|| not_found(format!("unknown node {name:?}")))?;
+        let node = self.state.acct.nodes.node(id);
+        if node.healthy && !node.cordoned {
+            return Err(conflict(format!(
+                "node {name} is in service: cordon or drain it first (allot drain {name}), then remove it"
+            )));
+        }
+        let holding = self.state.workloads_on(id);
+        if !holding.is_empty() {
+            let names: Vec<&str> = (holding.iter().take(5))
+                .map(|w| self.state.workload(*w).spec.name.as_str())
+                .collect();
+            return Err(conflict(format!(
+                "{} workload(s) still hold room on node {name} ({}): wait for them to leave (allot drain {name} --wait)",
+                holding.len(),
+                names.join(", ")
+            )));
+        }
+        if node.healthy {
+            events.extend(self.state.set_node_health_because(
+                name,
+                false,
+                "removed by an admin",
+                now,
+            )?);
+        }
+        self.state.set_cordoned(name, true)?;
+        self.nodes_meta.remove(name);
+        self.removed_nodes.insert(name.to_string());
         Ok(Reply::Done)
     }
 

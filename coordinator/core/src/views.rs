@@ -179,6 +179,7 @@ pub fn nodes(m: &Machine) -> Vec<NodeView> {
         .nodes
         .nodes
         .iter()
+        .filter(|n| !m.removed_nodes.contains(&*n.name))
         .map(|n| {
             let report = m.nodes_meta.get(&*n.name).and_then(|x| x.report.as_ref());
             let mut capacity = Resources::new();

@@ -718,3 +718,60 @@ fn cordon_drain_and_uncordon_move_work_off_a_node() {
     });
     assert!(unknown.0.expect_err("unknown node").message.contains("n9"));
 }
+
+#[test]
+fn a_node_is_removed_only_once_out_of_service_and_empty_and_comes_back_if_it_reports() {
+    let mut m = cluster(&["n1", "n2"]);
+    submit(&mut m, "w", 1, 4);
+    cycle(&mut m, 2);
+    let id = m.state.find_workload("w").unwrap();
+    let node = views::workload(&m, id).pods[0].node.clone();
+    let remove = |m: &mut Machine, name: &str| {
+        m.apply(&Entry {
+            now: 3,
+            cmd: Command::RemoveNode { name: name.into() },
+        })
+        .0
+    };
+    let e = remove(&mut m, &node).unwrap_err();
+    assert!(
+        e.message.contains("in service: cordon or drain it first"),
+        "{}",
+        e.message
+    );
+    apply(
+        &mut m,
+        3,
+        Command::CordonNode {
+            name: node.clone(),
+            cordoned: true,
+        },
+    );
+    let e = remove(&mut m, &node).unwrap_err();
+    assert!(
+        e.message.contains("still hold room") && e.message.contains('w'),
+        "{}",
+        e.message
+    );
+    exited(&mut m, &node, "w", 1, 0, true, false);
+    remove(&mut m, &node).expect("removed");
+    m.state.check_invariants().expect("invariants hold");
+    assert!(views::nodes(&m).iter().all(|n| n.name != node));
+    assert_eq!(views::nodes(&m).len(), 1);
+    // Nothing is placed there, and it cannot be removed twice.
+    submit(&mut m, "after", 1, 4);
+    cycle(&mut m, 6);
+    let id = m.state.find_workload("after").unwrap();
+    assert!(views::workload(&m, id).pods.iter().all(|p| p.node != node));
+    assert!(remove(&mut m, &node)
+        .unwrap_err()
+        .message
+        .contains("unknown node"));
+    // Its agent reports again: it is back, cordoned.
+    apply(&mut m, 7, Command::ReportNode(report(&node, &[])));
+    let back = views::nodes(&m)
+        .into_iter()
+        .find(|n| n.name == node)
+        .expect("back");
+    assert!(back.cordoned, "{back:?}");
+}
