@@ -60,6 +60,11 @@ pub struct CoordinatorArgs {
     /// leader refuses writes (reads go on) until space is freed [default: 64].
     #[arg(long)]
     pub disk_reserve_mb: Option<u64>,
+    /// Start a new cluster from a backup (`allot backup FILE`): written into the empty data
+    /// directory as the state the replica starts from. Every replica of the new cluster is
+    /// started with the same file; a data directory that already holds a log is refused.
+    #[arg(long)]
+    pub restore: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -241,6 +246,7 @@ pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
             .unwrap_or(1000),
         raft_priority,
         disk_reserve_bytes: disk_reserve_mb << 20,
+        restore: a.restore,
     })
 }
 

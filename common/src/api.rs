@@ -692,6 +692,8 @@ pub enum Body {
     RemoveNode {
         name: String,
     },
+    /// `allot backup` (admins only): the replicated state as a snapshot. Protocol 3.
+    Backup,
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -928,6 +930,13 @@ pub enum Reply {
     /// The answer to `Body::FormatProbe`: the newest format the replica reads.
     Format {
         reads: u32,
+    },
+    /// The answer to `Body::Backup`: the machine as a snapshot of `format` (its envelope
+    /// included), taken at `taken_ms`.
+    Backup {
+        format: u32,
+        taken_ms: i64,
+        data: Vec<u8>,
     },
 }
 

@@ -29,7 +29,8 @@ pub(crate) fn route(body: Body, who: &Identity) -> ControlFlow<Result<Route, Api
         | Body::ListRegistryCredentials { .. }
         | Body::CordonNode { .. }
         | Body::DrainNode { .. }
-        | Body::RemoveNode { .. }) => ControlFlow::Break(answer(b, who)),
+        | Body::RemoveNode { .. }
+        | Body::Backup) => ControlFlow::Break(answer(b, who)),
         other => ControlFlow::Continue(other),
     }
 }
@@ -169,6 +170,12 @@ fn answer(body: Body, who: &Identity) -> Result<Route, ApiError> {
             };
             admin_only(who, what)?;
             Ok(Route::Propose(Command::CordonNode { name, cordoned }))
+        }
+        Body::Backup => {
+            admin_only(who, "take backups")?;
+            Ok(Route::HeavyRead(Box::new(|m: &Machine| {
+                crate::backup::take(m, allot_common::timefmt::now_ms())
+            })))
         }
         Body::RemoveNode { name } => {
             admin_only(who, "remove nodes")?;

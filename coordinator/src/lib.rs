@@ -4,6 +4,7 @@
 pub mod admin_requests;
 pub mod agent_requests;
 pub mod auth;
+pub mod backup;
 pub mod budget;
 pub mod config_text;
 pub mod connections;

@@ -50,6 +50,9 @@ pub struct ServerConfig {
     pub raft_priority: RaftPriority,
     /// Free space the data directory's file system keeps: below it the leader refuses writes.
     pub disk_reserve_bytes: u64,
+    /// A backup to start a new cluster from (`--restore`): written into the empty data
+    /// directory before the replica opens.
+    pub restore: Option<PathBuf>,
 }
 
 /// A running coordinator; dropping the handle does not stop it, `shutdown` does.
@@ -71,6 +74,11 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     let files = TlsFiles::for_identity(&cfg.certs, &Identity::Coordinator { id: cfg.id });
     let server_tls = tls::server_config(&files)?;
     let client_tls = tls::client_config(&files)?;
+    if let Some(file) = &cfg.restore {
+        let voters: Vec<u64> = cfg.peers.keys().copied().collect();
+        let what = crate::backup::restore(&cfg.data_dir, file, &voters)?;
+        tracing::info!("coordinator {}: {what}", cfg.id);
+    }
     let format_reads = crate::format::reads_from_env()?;
     if format_reads < crate::format::CURRENT {
         tracing::warn!(

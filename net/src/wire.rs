@@ -39,7 +39,7 @@ pub const OLDEST_PROTOCOL_VERSION: u32 = 2;
 pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
     use allot_common::api::Body;
     match body {
-        Body::FormatProbe | Body::RemoveNode { .. } => 3,
+        Body::FormatProbe | Body::RemoveNode { .. } | Body::Backup => 3,
         Body::OnBehalf { body, .. } => protocol_of(body),
         _ => OLDEST_PROTOCOL_VERSION,
     }

@@ -416,6 +416,13 @@ pub enum ClusterCmd {
         #[arg(long, requires = "wait", value_parser = follow::parse_duration)]
         timeout: Option<std::time::Duration>,
     },
+    /// Writes the cluster's replicated state to FILE (admins): quotas, the scheduler config,
+    /// workloads, nodes, credentials and usage, as of now, while the cluster goes on. Start a
+    /// new cluster from it with `allot coordinator --restore FILE`.
+    Backup {
+        /// Where to write it (replaced whole, or not at all).
+        file: PathBuf,
+    },
     /// Removes a node that will not come back (admins): it must be cordoned or failed, with
     /// nothing holding room on it (`drain --wait` first). Its agent reporting again brings it
     /// back, cordoned.
@@ -622,7 +629,8 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
         | ClusterCmd::Cordon { .. }
         | ClusterCmd::Uncordon { .. }
         | ClusterCmd::Drain { .. }
-        | ClusterCmd::DeleteNode { .. }) => run_writes(cmd, c, identity).await,
+        | ClusterCmd::DeleteNode { .. }
+        | ClusterCmd::Backup { .. }) => run_writes(cmd, c, identity).await,
         cmd => run_reads(cmd, c).await,
     }
 }
@@ -1006,6 +1014,27 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
             timeout,
             ..
         } => drain_waiting(c, &node, timeout).await?,
+        ClusterCmd::Backup { file } => {
+            let Reply::Backup {
+                format,
+                taken_ms,
+                data,
+            } = api(c.call(Body::Backup).await)?
+            else {
+                bail!("unexpected answer to a backup");
+            };
+            let bytes = allot_coordinator::backup::file_bytes(format, taken_ms, &data);
+            let tmp = file.with_extension("partial");
+            std::fs::write(&tmp, &bytes)
+                .and_then(|()| std::fs::rename(&tmp, &file))
+                .map_err(|e| anyhow!("writing {}: {e}", file.display()))?;
+            println!(
+                "backup of the cluster's state ({} bytes, format {format}) written to {}; start a new cluster from it with allot coordinator --restore {}",
+                bytes.len(),
+                file.display(),
+                file.display()
+            );
+        }
         ClusterCmd::DeleteNode { node } => {
             api(c.call(Body::RemoveNode { name: node.clone() }).await)?;
             println!("node {node} removed from the cluster (its agent reporting again brings it back, cordoned)");

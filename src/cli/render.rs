@@ -236,6 +236,7 @@ pub(crate) fn render(r: &Reply) -> String {
         } => format!("replica {replica}, leader {leader:?}\n"),
         Reply::Done => "done\n".into(),
         Reply::Format { reads } => format!("reads formats up to {reads}\n"),
+        Reply::Backup { data, .. } => format!("a backup of {} bytes\n", data.len()),
         Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
         Reply::LogChunk(b) => String::from_utf8_lossy(b).into_owned(),
         Reply::LogRequests(rs) => format!("{} log requests\n", rs.len()),

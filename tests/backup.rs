@@ -1,0 +1,103 @@
+//! Backup and restore, end to end: `allot backup FILE` from a live three-replica cluster while
+//! a client submits, every replica destroyed, a new cluster started from the file with
+//! `allot coordinator --restore FILE`; every workload acknowledged before the backup, the
+//! quota, the registry credentials and the usage records are there.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use allot_common::api::Body;
+use allot_common::ResourceName;
+use support::*;
+
+#[test]
+fn a_backup_taken_under_load_restores_a_new_cluster_with_everything_acknowledged() {
+    let (c, agent) = one_gpu_cluster();
+    // Usage to keep: a job that ran to its end.
+    c.cli_ok(
+        "user-team-a",
+        &["submit", "--name", "ran", "--gpus", "1", "--", "sleep", "1"],
+    );
+    c.cli_ok(
+        "user-team-a",
+        &["wait", "ran", "--for", "finished", "--timeout", "60s"],
+    );
+    let rt = rt();
+    let _in_rt = rt.enter();
+    let put = rt.block_on(c.client("admin-admin").call(Body::PutRegistryCredentials {
+        team: "team-a".into(),
+        registry: "registry.example:5000".into(),
+        credentials: allot_common::image::Credentials {
+            username: "robot".into(),
+            password: "s3cret".into(),
+        },
+    }));
+    assert!(matches!(put, Ok(Ok(_))), "{put:?}");
+    drop(agent);
+
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let done = Arc::new(AtomicBool::new(false));
+    let stream = submit_stream(&c, acked.clone(), done.clone(), |name| {
+        sleep_job(name, ResourceName::cpu(), 60, "backup")
+    });
+    wait_for(20, "some submissions", || {
+        (acked.lock().ok()?.len() >= 20).then_some(())
+    });
+    let before: Vec<String> = acked.lock().expect("lock").clone();
+    let file = c.dir.path().join("cluster.backup");
+    let o = c.cli("user-team-a", &["backup", file.to_str().expect("utf-8")]);
+    assert!(!o.status.success(), "a team user took a backup");
+    let out = c.cli_ok("admin-admin", &["backup", file.to_str().expect("utf-8")]);
+    assert!(out.contains("written to"), "{out}");
+    done.store(true, Ordering::SeqCst);
+    stream.join().expect("the submit stream");
+    let usage_before = c.cli_ok(
+        "admin-admin",
+        &["usage", "--since", "1d", "--by", "team", "-o", "csv"],
+    );
+
+    // Every replica goes; a new cluster (new addresses, new data) starts from the file.
+    let file_arg = file.to_str().expect("utf-8").to_string();
+    let restored = Cluster::with(3, 100_000, None, &["--restore", &file_arg]);
+    rt.block_on(async { wait_leader(&mut restored.client("admin-admin")).await });
+    drop(c);
+    let names = assert_each_acknowledged_once(&restored, &before);
+    assert!(names.iter().any(|n| n == "ran"), "{names:?}");
+    let quotas = restored.cli_ok("admin-admin", &["list-compute-quotas"]);
+    assert!(quotas.contains("team-a"), "{quotas}");
+    let creds = restored.cli_ok(
+        "admin-admin",
+        &["list-registry-credentials", "--team", "team-a"],
+    );
+    assert!(creds.contains("registry.example:5000"), "{creds}");
+    let usage_after = restored.cli_ok(
+        "admin-admin",
+        &["usage", "--since", "1d", "--by", "team", "-o", "csv"],
+    );
+    // The GPU hours used (the idle hours go on growing with the clock).
+    let gpu_line = |csv: &str| {
+        csv.lines()
+            .find(|l| l.starts_with("team-a,gpu,"))
+            .and_then(|l| l.split(',').nth(3))
+            .map(str::to_string)
+    };
+    assert!(gpu_line(&usage_before).is_some(), "{usage_before}");
+    assert_eq!(
+        gpu_line(&usage_after),
+        gpu_line(&usage_before),
+        "the GPU hours the team used before the backup"
+    );
+    let log =
+        std::fs::read_to_string(restored.dir.path().join("coordinator-1.log")).unwrap_or_default();
+    assert!(
+        log.contains("restored") && log.contains("workloads"),
+        "{log}"
+    );
+    eprintln!(
+        "backed up with {} acknowledged ({} listed after the restore)",
+        before.len(),
+        names.len()
+    );
+}
