@@ -95,6 +95,42 @@ fn a_backup_taken_under_load_restores_a_new_cluster_with_everything_acknowledged
         log.contains("restored") && log.contains("workloads"),
         "{log}"
     );
+    // A replica that was not restored from the file (here a fresh one at replica 3's place)
+    // is not of this cluster: its raft streams are refused, and it never catches up.
+    let mut restored = restored;
+    restored.kill(2);
+    std::fs::remove_dir_all(restored.data_root.join("data-3")).expect("replica 3's data");
+    restored.extra.clear();
+    restored.start(2);
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let sub = rt.block_on(restored.client("admin-admin").call(Body::Submit(sleep_job(
+        "after",
+        ResourceName::cpu(),
+        1,
+        "backup",
+    ))));
+    assert!(matches!(sub, Ok(Ok(_))), "{sub:?}");
+    let commit = wait_for(10, "the leader's commit index", || {
+        let l = (0..2).find(|&i| restored.metric(i, "allot_raft_is_leader") == Some(1.0))?;
+        restored.metric(l, "allot_raft_commit_index")
+    });
+    let stranger = restored
+        .metric(2, "allot_raft_applied_index")
+        .unwrap_or(0.0);
+    assert!(
+        stranger < commit,
+        "the fresh replica joined: applied {stranger} of {commit}"
+    );
+    let logs: String = (1..=2)
+        .map(|i| {
+            std::fs::read_to_string(restored.dir.path().join(format!("coordinator-{i}.log")))
+                .unwrap_or_default()
+        })
+        .collect();
+    assert!(
+        logs.contains("does not open with this cluster's identity"),
+        "no refusal logged"
+    );
     eprintln!(
         "backed up with {} acknowledged ({} listed after the restore)",
         before.len(),

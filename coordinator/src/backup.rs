@@ -7,6 +7,13 @@
 //! directory as the replica's snapshot at index 1, term 1, with the voters of `--peers`: every
 //! replica of the new cluster is restored from the same file, so they start identical and
 //! elect a leader at term 2.
+//!
+//! A restored cluster has an identity: the first 16 bytes of the backup file's SHA-256, in the
+//! data directory's `cluster-id`, the same on every replica restored from that file. Its
+//! replicas open every raft stream with it and take raft streams only from peers that open
+//! with the same (`cluster_hello`), so a replica of the old cluster (or a fresh one) given the
+//! new cluster's peers is refused instead of joining it. Clusters that were never restored
+//! have no identity and send no such frame, as before.
 
 use std::path::Path;
 
@@ -18,6 +25,25 @@ use crate::raftlog::{Batch, Disk, RedbDisk};
 use crate::replica::SnapshotCodec;
 
 const MAGIC: &str = "allot-backup 1";
+
+/// Where a restored replica keeps its cluster's identity.
+pub const CLUSTER_ID_FILE: &str = "cluster-id";
+
+/// The identity of the cluster whose data directory is `dir`, if it was restored.
+pub fn cluster_id(dir: &Path) -> Option<String> {
+    let id = std::fs::read_to_string(dir.join(CLUSTER_ID_FILE)).ok()?;
+    Some(id.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// The first frame of a restored cluster's raft streams. It starts with a zero byte, which no
+/// protobuf message starts with (field number 0 is invalid), so a replica that expects none
+/// refuses the stream rather than misreading it.
+pub fn cluster_hello(id: &str) -> Vec<u8> {
+    let mut b = vec![0u8];
+    b.extend_from_slice(b"allot-cluster ");
+    b.extend_from_slice(id.as_bytes());
+    b
+}
 
 /// The answer to `Body::Backup`: `m` encoded as a snapshot of its format.
 pub fn take(m: &Machine, taken_ms: i64) -> Response {
@@ -79,6 +105,12 @@ pub fn restore(dir: &Path, file: &Path, voters: &[u64]) -> Result<String, String
         std::fs::read(file).map_err(|e| format!("reading the backup {}: {e}", file.display()))?;
     let (data, m) = parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    let id: String = (digest.as_ref().iter().take(16))
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    std::fs::write(dir.join(CLUSTER_ID_FILE), &id)
+        .map_err(|e| format!("writing {}: {e}", dir.join(CLUSTER_ID_FILE).display()))?;
     let mut disk = RedbDisk::open(&db).map_err(|e| e.to_string())?;
     let mut snap = Snapshot {
         data: data.to_vec().into(),

@@ -28,10 +28,10 @@ const MAX_PEER_FRAME: usize = wire::MAX_SNAPSHOT + 1024;
 pub(crate) async fn peer_sender(
     to: u64,
     addr: String,
-    endpoint: quinn::Endpoint,
-    client: quinn::ClientConfig,
+    (endpoint, client): (quinn::Endpoint, quinn::ClientConfig),
     mut rx: mpsc::UnboundedReceiver<Message>,
     input: mpsc::UnboundedSender<Input>,
+    cluster_id: Option<String>,
 ) {
     let mut backoff = Duration::from_millis(50);
     loop {
@@ -56,6 +56,15 @@ pub(crate) async fn peer_sender(
             Ok(s) => s,
             Err(_) => continue,
         };
+        if let Some(id) = &cluster_id {
+            let hello = crate::backup::cluster_hello(id);
+            if wire::write_frame_bytes_large(&mut stream, &hello)
+                .await
+                .is_err()
+            {
+                continue;
+            }
+        }
         while let Some(m) = rx.recv().await {
             let snap = m.get_msg_type() == MessageType::MsgSnapshot;
             let ok = match encode_message(&m) {
@@ -131,6 +140,15 @@ pub(crate) async fn serve_conn(conn: quinn::Connection, shared: Shared) {
 }
 
 async fn serve_raft(mut recv: quinn::RecvStream, peer: u64, shared: Shared) {
+    if let Some(id) = &shared.cluster_id {
+        let first = wire::read_frame_bytes_limited(&mut recv, 1024).await;
+        if !matches!(&first, Ok(Some(b)) if *b == crate::backup::cluster_hello(id)) {
+            tracing::warn!(
+                "coordinator {peer}'s raft stream does not open with this cluster's identity ({id}, restored from a backup): refused; a replica of this cluster is started with --restore and the same file"
+            );
+            return;
+        }
+    }
     loop {
         match wire::read_frame_bytes_limited(&mut recv, MAX_PEER_FRAME).await {
             Ok(Some(b)) => match decode_message(&b) {

@@ -137,6 +137,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         web: web_sessions.clone(),
         http: http_bound.clone(),
         format_reads,
+        cluster_id: crate::backup::cluster_id(&cfg.data_dir),
         protocol: if format_reads == 0 {
             wire::OLDEST_PROTOCOL_VERSION
         } else {
@@ -303,10 +304,10 @@ fn connect_peers(
         tokio::spawn(peer_sender(
             peer,
             addr.clone(),
-            endpoint.clone(),
-            client_tls.clone(),
+            (endpoint.clone(), client_tls.clone()),
             rx,
             shared.input.clone(),
+            shared.cluster_id.clone(),
         ));
         tokio::spawn(format_prober(
             peer,

@@ -42,6 +42,8 @@ pub(crate) struct Shared {
     /// request protocol it answers.
     pub(crate) format_reads: u32,
     pub(crate) protocol: u32,
+    /// The cluster's identity when it was restored from a backup (`backup.rs`).
+    pub(crate) cluster_id: Option<String>,
 }
 
 /// (workload id, rank) -> (status, when the agent said it).
