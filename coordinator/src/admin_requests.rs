@@ -162,6 +162,20 @@ fn answer(body: Body, who: &Identity) -> Result<Route, ApiError> {
                 ))
             })))
         }
+        b @ (Body::CordonNode { .. }
+        | Body::Backup
+        | Body::RemoveNode { .. }
+        | Body::DrainNode { .. }) => maintenance(b, who),
+        _ => Err(ApiError::new(
+            ErrorKind::Invalid,
+            "a request routed to the admin handlers that is not one of theirs",
+        )),
+    }
+}
+
+/// Node maintenance and backups (admins only).
+fn maintenance(body: Body, who: &Identity) -> Result<Route, ApiError> {
+    match body {
         Body::CordonNode { name, cordoned } => {
             let what = if cordoned {
                 "cordon nodes"
@@ -187,7 +201,7 @@ fn answer(body: Body, who: &Identity) -> Result<Route, ApiError> {
         }
         _ => Err(ApiError::new(
             ErrorKind::Invalid,
-            "a request routed to the admin handlers that is not one of theirs",
+            "a request routed to node maintenance that is not one of it",
         )),
     }
 }

@@ -1014,27 +1014,7 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
             timeout,
             ..
         } => drain_waiting(c, &node, timeout).await?,
-        ClusterCmd::Backup { file } => {
-            let Reply::Backup {
-                format,
-                taken_ms,
-                data,
-            } = api(c.call(Body::Backup).await)?
-            else {
-                bail!("unexpected answer to a backup");
-            };
-            let bytes = allot_coordinator::backup::file_bytes(format, taken_ms, &data);
-            let tmp = file.with_extension("partial");
-            std::fs::write(&tmp, &bytes)
-                .and_then(|()| std::fs::rename(&tmp, &file))
-                .map_err(|e| anyhow!("writing {}: {e}", file.display()))?;
-            println!(
-                "backup of the cluster's state ({} bytes, format {format}) written to {}; start a new cluster from it with allot coordinator --restore {}",
-                bytes.len(),
-                file.display(),
-                file.display()
-            );
-        }
+        ClusterCmd::Backup { file } => write_backup(c, &file).await?,
         ClusterCmd::DeleteNode { node } => {
             api(c.call(Body::RemoveNode { name: node.clone() }).await)?;
             println!("node {node} removed from the cluster (its agent reporting again brings it back, cordoned)");
@@ -1048,6 +1028,30 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
         }
         _ => bail!("a command run_writes does not run"),
     }
+    Ok(())
+}
+
+/// `allot backup FILE`: the cluster's state, written whole or not at all.
+async fn write_backup(c: &mut Client, file: &std::path::Path) -> anyhow::Result<()> {
+    let Reply::Backup {
+        format,
+        taken_ms,
+        data,
+    } = api(c.call(Body::Backup).await)?
+    else {
+        bail!("unexpected answer to a backup");
+    };
+    let bytes = allot_coordinator::backup::file_bytes(format, taken_ms, &data);
+    let tmp = file.with_extension("partial");
+    std::fs::write(&tmp, &bytes)
+        .and_then(|()| std::fs::rename(&tmp, file))
+        .map_err(|e| anyhow!("writing {}: {e}", file.display()))?;
+    println!(
+        "backup of the cluster's state ({} bytes, format {format}) written to {}; start a new cluster from it with allot coordinator --restore {}",
+        bytes.len(),
+        file.display(),
+        file.display()
+    );
     Ok(())
 }
 

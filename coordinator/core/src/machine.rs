@@ -823,10 +823,7 @@ impl Machine {
                 Ok(Reply::Done)
             }
             Command::DrainNode { name } => self.drain_node(name, now, events),
-            Command::SetFormat { version } => {
-                self.format = self.format.max(*version);
-                Ok(Reply::Done)
-            }
+            Command::SetFormat { version } => Ok(self.raise_format(*version)),
             Command::RemoveNode { name } => self.remove_node(name, now, events),
             Command::NodeLost { name, reason } => self.node_lost(name, reason, now, events),
             Command::PodsStarted {
@@ -1272,6 +1269,12 @@ impl Machine {
             self.node_pods_gone(name, &format!("node {name} drained"), now, events);
         }
         Ok(Reply::Done)
+    }
+
+    /// `Command::SetFormat`: the cluster's format, raised (never lowered).
+    fn raise_format(&mut self, version: u32) -> Reply {
+        self.format = self.format.max(version);
+        Reply::Done
     }
 
     /// Removes a node that will not come back (`Command::RemoveNode`).
