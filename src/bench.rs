@@ -608,9 +608,17 @@ async fn drain_probes(c: &mut Client, a: &BenchArgs) -> anyhow::Result<Drain> {
     let pending = pending_now(c).await?;
     let mut next = Vec::new();
     let samples = a.samples.min(200) as usize;
+    let teams = a.teams as usize - 1;
+    // Each team's holders, read once and again only when used up (a team's list is thousands
+    // of workloads deep: reading it for every probe cost more than the probes).
+    let mut holders: Vec<Vec<String>> = vec![Vec::new(); teams];
     for i in 0..samples {
-        let team = format!("team-{}", 1 + i % (a.teams as usize - 1));
-        let Some(name) = holding(c, team).await?.into_iter().next() else {
+        let t = i % teams;
+        if holders[t].is_empty() {
+            holders[t] = holding(c, format!("team-{}", 1 + t)).await?;
+            holders[t].reverse();
+        }
+        let Some(name) = holders[t].pop() else {
             continue;
         };
         let before = pending_now(c).await?;

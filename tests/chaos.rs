@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use allot_common::api::{RunSpec, SubmitInput};
-use allot_common::{ResourceName, Resources, WorkloadSpec};
+use allot_common::api::SubmitInput;
+use allot_common::ResourceName;
 use support::*;
 
 const NODES: usize = 4;
@@ -30,18 +30,8 @@ fn lease_s() -> f64 {
 }
 
 fn workload(name: &str, res: ResourceName, secs: u32, script: &str, run: &str) -> SubmitInput {
-    let mut r = Resources::new();
-    r.add(&res, 1);
-    SubmitInput {
-        client_token: Some(format!("key-{name}")),
-        spec: WorkloadSpec::single(name, "team-a", 1, r),
-        run: Some(RunSpec {
-            command: vec!["sh".into(), script.into(), secs.to_string()],
-            env: [("TEST_RUN".to_string(), run.to_string())].into(),
-            grace_seconds: Some(1),
-            ..RunSpec::default()
-        }),
-    }
+    let command = vec!["sh".into(), script.into(), secs.to_string()];
+    run_job(name, res, command, run)
 }
 
 /// Cuts `journal` in the middle of its last record (the file is zero-filled past it).

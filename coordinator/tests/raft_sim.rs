@@ -538,18 +538,36 @@ impl Sim {
 
     /// A one-CPU submit of a random team's user, the kind that fits beside GPU work.
     fn lull_submit(&mut self, i: usize) {
+        let team = self.rng.below(4);
+        let input = self.submit_input(team, 0, 1, ResourceName::cpu(), 100);
+        let who = Identity::User {
+            team: input.spec.team.clone(),
+        };
+        self.request(i, Body::Submit(input), &who);
+    }
+
+    /// The next submission: `count` pods of `qty` of `res` for `team-{team}`, named and keyed
+    /// by the submission's number.
+    fn submit_input(
+        &mut self,
+        team: u64,
+        priority: i32,
+        count: u32,
+        res: ResourceName,
+        qty: i64,
+    ) -> SubmitInput {
         self.submitted += 1;
         let mut req = Resources::new();
-        req.add(&ResourceName::cpu(), 100);
-        let input = SubmitInput {
+        req.add(&res, qty);
+        SubmitInput {
             spec: WorkloadSpec {
                 name: format!("w-{}-{}", self.seed % 1000, self.submitted),
-                team: format!("team-{}", self.rng.below(4)),
-                priority: PriorityRef::Value(0),
+                team: format!("team-{team}"),
+                priority: PriorityRef::Value(priority),
                 instance_type: None,
                 pod_sets: vec![PodSet {
                     name: "main".into(),
-                    count: 1,
+                    count,
                     min_count: None,
                     requests: req,
                 }],
@@ -558,11 +576,7 @@ impl Sim {
             },
             run: Some(RunSpec::default()),
             client_token: Some(format!("tok-{}", self.submitted)),
-        };
-        let who = Identity::User {
-            team: input.spec.team.clone(),
-        };
-        self.request(i, Body::Submit(input), &who);
+        }
     }
 
     fn random_command(&mut self, i: usize) {
@@ -612,28 +626,11 @@ impl Sim {
                 reason: "marked failed by an admin".into(),
             }
         } else if k < 70 {
-            self.submitted += 1;
-            let mut req = Resources::new();
-            req.add(&ResourceName::gpu(), 1);
-            let name = format!("w-{}-{}", self.seed % 1000, self.submitted);
-            let input = SubmitInput {
-                spec: WorkloadSpec {
-                    name,
-                    team: format!("team-{}", self.rng.below(4)),
-                    priority: PriorityRef::Value(self.rng.below(3) as i32),
-                    instance_type: None,
-                    pod_sets: vec![PodSet {
-                        name: "main".into(),
-                        count: 1 + self.rng.below(2) as u32,
-                        min_count: None,
-                        requests: req,
-                    }],
-                    labels: Default::default(),
-                    array: None,
-                },
-                run: Some(RunSpec::default()),
-                client_token: Some(format!("tok-{}", self.submitted)),
-            };
+            // Drawn in the order the seeds' histories were made with.
+            let team = self.rng.below(4);
+            let priority = self.rng.below(3) as i32;
+            let count = 1 + self.rng.below(2) as u32;
+            let input = self.submit_input(team, priority, count, ResourceName::gpu(), 1);
             // Half the submits come with a plan made here, a test input: the plan for the
             // state right after the submit, computed on this replica's applied state whether
             // or not other entries are in flight (the leader's fast path waits until none is),

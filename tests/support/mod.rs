@@ -775,21 +775,26 @@ pub fn submit_stream(
     })
 }
 
-/// A one-pod workload of team-a that sleeps `secs`, its processes marked with `TEST_RUN=run`
-/// (`pod_processes`), submitted with a key.
-pub fn sleep_job(name: &str, res: ResourceName, secs: u32, run: &str) -> SubmitInput {
+/// A one-pod workload of team-a that runs `command`, its processes marked with
+/// `TEST_RUN=run` (`pod_processes`), submitted with a key.
+pub fn run_job(name: &str, res: ResourceName, command: Vec<String>, run: &str) -> SubmitInput {
     let mut r = Resources::new();
     r.add(&res, 1);
     SubmitInput {
         client_token: Some(format!("key-{name}")),
         spec: WorkloadSpec::single(name, "team-a", 1, r),
         run: Some(RunSpec {
-            command: vec!["sleep".into(), secs.to_string()],
+            command,
             env: [("TEST_RUN".to_string(), run.to_string())].into(),
             grace_seconds: Some(1),
             ..RunSpec::default()
         }),
     }
+}
+
+/// `run_job` of `sleep secs`.
+pub fn sleep_job(name: &str, res: ResourceName, secs: u32, run: &str) -> SubmitInput {
+    run_job(name, res, vec!["sleep".into(), secs.to_string()], run)
 }
 
 /// The leader's index, asking the replicas (within 20 s).
