@@ -8,6 +8,8 @@ pub mod catalog;
 pub mod hyperpod;
 pub mod image;
 pub mod kubernetes;
+pub mod layout;
+pub mod mig;
 pub mod names;
 pub mod policy;
 pub mod quota;

@@ -29,7 +29,7 @@ const ALIASES: [(&str, &str); 3] = [
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResourceError {
-    #[error("invalid resource name {0:?}: use gpu, neuron, cpu, memory, efa, an alias such as nvidia.com/gpu, or a name of letters, digits, '.', '-', '_' and '/'")]
+    #[error("invalid resource name {0:?}: use gpu, neuron, cpu, memory, efa, a MIG profile such as mig-1g.10gb, an alias such as nvidia.com/gpu or nvidia.com/mig-1g.10gb, or a name of letters, digits, '.', '-', '_' and '/'")]
     BadName(String),
     #[error("invalid quantity {value:?} for {resource}: {why}")]
     BadQuantity {
@@ -45,6 +45,13 @@ impl ResourceName {
         let t = s.trim();
         if let Some((_, short)) = ALIASES.iter().find(|(alias, _)| *alias == t) {
             return Ok(ResourceName((*short).to_string()));
+        }
+        // `nvidia.com/mig-1g.10gb`, as the device plugin names a MIG profile.
+        if let Some(profile) = t
+            .strip_prefix("nvidia.com/")
+            .filter(|p| crate::mig::profile(p).is_some())
+        {
+            return Ok(ResourceName(profile.to_string()));
         }
         let ok = !t.is_empty()
             && t.len() <= 253
@@ -77,15 +84,21 @@ impl ResourceName {
         &self.0
     }
 
-    /// Devices get specific indices on a node (GPU 0..7, Neuron devices, EFA interfaces).
+    /// Devices get specific indices on a node (GPU 0..7, Neuron devices, EFA interfaces, the
+    /// GPU partitions of each MIG profile).
     pub fn is_device(&self) -> bool {
-        matches!(self.0.as_str(), GPU | NEURON | EFA)
+        matches!(self.0.as_str(), GPU | NEURON | EFA) || self.is_partition()
     }
 
-    /// The accelerators (GPUs, Neuron devices): what a node of an accelerated instance type is
-    /// for, unlike its EFA interfaces.
+    /// The accelerators (GPUs, Neuron devices, GPU partitions): what a node of an accelerated
+    /// instance type is for, unlike its EFA interfaces.
     pub fn is_accelerator(&self) -> bool {
-        matches!(self.0.as_str(), GPU | NEURON)
+        matches!(self.0.as_str(), GPU | NEURON) || self.is_partition()
+    }
+
+    /// A GPU partition: a MIG profile such as `mig-1g.10gb` (see `mig.rs`).
+    pub fn is_partition(&self) -> bool {
+        crate::mig::profile(&self.0).is_some()
     }
 
     /// Parses a quantity given as text: `4`, `0.5`, `500m` (cpu), `16Gi`, `512Mi`, `1G` (memory).
@@ -345,6 +358,14 @@ mod tests {
             ResourceName::parse("example.com/fpga").unwrap().as_str(),
             "example.com/fpga"
         );
+        let mig = ResourceName::parse("nvidia.com/mig-1g.10gb").unwrap();
+        assert_eq!(mig.as_str(), "mig-1g.10gb");
+        assert!(mig.is_partition() && mig.is_device() && mig.is_accelerator());
+        assert_eq!(ResourceName::parse("mig-1g.10gb").unwrap(), mig);
+        // Not a profile: an ordinary counted name, as before.
+        let other = ResourceName::parse("nvidia.com/mig-9g.10gb").unwrap();
+        assert_eq!(other.as_str(), "nvidia.com/mig-9g.10gb");
+        assert!(!other.is_device());
         assert!(ResourceName::parse("").is_err());
         assert!(ResourceName::parse("bad name").is_err());
     }

@@ -187,7 +187,7 @@ async fn serve_request(
 ) {
     let request = match budget.read_request(&mut recv).await {
         Ok(Some((bytes, reserved))) => {
-            let req = wire::decode::<Request>(&bytes).map_err(|e| e.to_string());
+            let req = wire::decode_request(&bytes).map_err(|e| e.to_string());
             // The request's bytes go before it is handled (a long poll may wait minutes).
             drop((bytes, reserved));
             req.map(Some)

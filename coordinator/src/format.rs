@@ -23,6 +23,7 @@
 //! | 1 | the envelope; `SetFormat` |
 //! | 2 | auto-resume: `Machine::auto_resumed` at the end of a snapshot, and failed workloads queued again |
 //! | 3 | `RemoveNode`, and `Machine::removed_nodes` at the end of a snapshot |
+//! | 4 | GPU partitions: compute quota rows with `AcceleratorPartition` (layout 1 of `allot_common::layout`), and node reports with MIG devices |
 //!
 //! API requests carry a protocol version (`allot_net::wire`): a client sends the oldest one
 //! that has its request, so a newer client talks to an older coordinator during an upgrade,
@@ -31,7 +32,7 @@
 use allot_core::machine::Command;
 
 /// The newest format this build reads and writes.
-pub const CURRENT: u32 = 3;
+pub const CURRENT: u32 = 4;
 
 /// The first byte of an enveloped (format 1 or later) entry or snapshot.
 const ENVELOPE: u8 = 0xFF;
@@ -117,7 +118,40 @@ pub fn needs(cmd: &Command) -> u32 {
     match cmd {
         Command::SetFormat { version } => *version,
         Command::RemoveNode { .. } => 3,
+        Command::CreateComputeQuota(input) | Command::UpdateComputeQuota { input, .. }
+            if input.config.has_partitions() =>
+        {
+            4
+        }
+        Command::ReportNode(r) if reports_partitions(r) => 4,
         _ => 0,
+    }
+}
+
+/// Whether a node report names GPU partitions, as devices or capacity.
+fn reports_partitions(r: &allot_common::api::NodeReport) -> bool {
+    let partition =
+        |name: &str| allot_common::ResourceName::parse(name).is_ok_and(|n| n.is_partition());
+    r.devices.iter().any(|d| partition(&d.resource))
+        || r.capacity.iter().any(|(n, _)| n.is_partition())
+}
+
+/// The layout of the shared types (`allot_common::layout`) that entries and snapshots of
+/// `format` are encoded in.
+pub fn layout(format: u32) -> u32 {
+    if format >= 4 {
+        allot_common::layout::PARTITIONS
+    } else {
+        0
+    }
+}
+
+/// The newest request protocol a build reading formats up to `reads` answers.
+pub fn protocol(reads: u32) -> u32 {
+    match reads {
+        0 => allot_net::wire::OLDEST_PROTOCOL_VERSION,
+        1..=3 => 3,
+        _ => allot_net::wire::PROTOCOL_VERSION,
     }
 }
 
@@ -166,5 +200,66 @@ mod tests {
         let m = allot_net::wire::encode_snapshot(&allot_core::machine::Machine::new())
             .expect("encodes");
         assert_ne!(m[0], ENVELOPE);
+    }
+
+    fn quota(shorthand: &str) -> Command {
+        Command::CreateComputeQuota(allot_common::api::ComputeQuotaInput {
+            name: "q".into(),
+            description: None,
+            team: "t".into(),
+            fair_share_weight: 1,
+            config: allot_common::hyperpod::ComputeQuotaConfig::parse_shorthand(shorthand)
+                .expect("a valid config"),
+            activation: allot_common::api::ActivationState::Enabled,
+        })
+    }
+
+    #[test]
+    fn partitions_need_format_4_and_older_formats_keep_the_older_layout() {
+        let codec = crate::replica::SnapshotCodec::wire();
+        let plain = quota("ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,Count=1}]");
+        let mig = quota("ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,AcceleratorPartition={Type=mig-1g.10gb,Count=3}}]");
+        assert_eq!((needs(&plain), needs(&mig)), (0, 4));
+        let entry = |cmd: &Command| allot_core::machine::Entry {
+            now: 1,
+            cmd: cmd.clone(),
+        };
+        let (plain, mig) = (entry(&plain), entry(&mig));
+        // An entry of format 3 is what the release before wrote: one byte less per row.
+        let old = (codec.encode_cmd)(&plain, 3).expect("encodes");
+        let new = (codec.encode_cmd)(&plain, 4).expect("encodes");
+        assert_eq!(old.len() + 1, new.len());
+        assert_eq!((codec.decode_cmd)(&old, 3), Ok(plain.clone()));
+        assert_eq!((codec.decode_cmd)(&new, 4), Ok(plain.clone()));
+        assert_eq!(
+            (codec.decode_cmd)(&new, 3),
+            Err(FormatError::Newer { found: 4, reads: 3 })
+        );
+        assert!((codec.encode_cmd)(&mig, 3).is_err());
+        let b = (codec.encode_cmd)(&mig, 4).expect("encodes");
+        assert_eq!((codec.decode_cmd)(&b, 4), Ok(mig.clone()));
+        // A machine holding a quota, as a snapshot of format 3 and of format 4.
+        let mut m = allot_core::machine::Machine::new();
+        assert!(m.apply(&plain).0.is_ok());
+        for f in [3, 4] {
+            m.format = f;
+            let b = (codec.encode_machine)(&m).expect("encodes");
+            let back = (codec.decode_machine)(&b, CURRENT).expect("decodes");
+            assert_eq!(back.format, f);
+            assert_eq!(back.quotas, m.quotas);
+        }
+        // A replica at format 3 refuses what a release before cannot read.
+        m.format = 3;
+        let mut report = allot_common::api::NodeReport {
+            name: "n".into(),
+            instance_type: "ml.p5.48xlarge".into(),
+            ..Default::default()
+        };
+        report.devices.push(allot_common::api::DeviceInfo {
+            resource: "mig-1g.10gb".into(),
+            healthy: true,
+            ..Default::default()
+        });
+        assert_eq!(needs(&Command::ReportNode(report)), 4);
     }
 }

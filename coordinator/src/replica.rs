@@ -136,26 +136,33 @@ pub struct SnapshotCodec {
 
 impl SnapshotCodec {
     pub fn wire() -> Self {
+        use allot_common::layout::scoped;
         use allot_net::wire;
         SnapshotCodec {
+            // Each in the layout of the shared types that its format has.
             encode_machine: |m| {
-                let b = crate::snapshot_compat::encode_machine(m)?;
+                let b = scoped(format::layout(m.format), || {
+                    crate::snapshot_compat::encode_machine(m)
+                })?;
                 Ok(format::seal(m.format, b))
             },
             decode_machine: |b, reads| {
                 let (version, payload) = format::open(b, reads).map_err(|e| e.to_string())?;
-                let mut m = crate::snapshot_compat::decode_machine(payload, version)?;
+                let mut m = scoped(format::layout(version), || {
+                    crate::snapshot_compat::decode_machine(payload, version)
+                })?;
                 m.format = version;
                 Ok(m)
             },
             encode_cmd: |c, version| {
-                let b = wire::encode(c).map_err(|e| e.to_string())?;
+                let b = scoped(format::layout(version), || wire::encode(c))
+                    .map_err(|e| e.to_string())?;
                 Ok(format::seal(version, b))
             },
             // Entries in an earlier release's form are read into the current one.
             decode_cmd: |b, reads| {
-                let (_, payload) = format::open(b, reads)?;
-                wire::decode(payload)
+                let (version, payload) = format::open(b, reads)?;
+                scoped(format::layout(version), || wire::decode(payload))
                     .map(crate::config_text::upgrade)
                     .map_err(|e| FormatError::Undecodable(e.to_string()))
             },

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 pub use allot_common::BoxError;
 use allot_net::tls::{self, Identity, TlsFiles};
-use allot_net::wire;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::connections::{format_prober, peer_sender, serve_conn};
@@ -138,11 +137,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         http: http_bound.clone(),
         format_reads,
         cluster_id: crate::backup::cluster_id(&cfg.data_dir),
-        protocol: if format_reads == 0 {
-            wire::OLDEST_PROTOCOL_VERSION
-        } else {
-            wire::PROTOCOL_VERSION
-        },
+        protocol: crate::format::protocol(format_reads),
     };
     let refresh_metrics = shared.input.clone();
     let up_rx = spawn_raft_thread(

@@ -10,7 +10,7 @@
 //! | 0, before the usage ledger (2d6bbda and earlier) | `registry_credentials` |
 //! | 0 and 1 | `usage` |
 //! | 2 | `auto_resumed` |
-//! | 3 | `removed_nodes` |
+//! | 3 and 4 | `removed_nodes` (format 4 changed the layout of compute quota rows inside, see `allot_common::layout`, and appended nothing) |
 
 use allot_core::machine::Machine;
 use allot_net::wire;
@@ -19,6 +19,7 @@ use allot_net::wire;
 fn tail_since(format: u32) -> &'static [u8] {
     match format {
         2 | 3 => &[0],
+        // Format 4 appended no field.
         _ => &[],
     }
 }

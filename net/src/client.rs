@@ -284,7 +284,8 @@ impl Client {
             version: wire::protocol_of(body),
             body: body.clone(),
         };
-        wire::write_frame(&mut send, &req)
+        let bytes = wire::encode_request(&req).map_err(|e| failed(&e))?;
+        wire::write_frame_bytes(&mut send, &bytes)
             .await
             .map_err(|e| failed(&e))?;
         Ok((send, recv, failed))

@@ -29,8 +29,9 @@ pub const CLOSE_OVER_LIMIT: u32 = 3;
 /// version that has it (`protocol_of`), so that it can talk to a coordinator of the release
 /// before during an upgrade; a coordinator answers every version from
 /// `OLDEST_PROTOCOL_VERSION` to its own. Version 3 added `Body::FormatProbe` and
-/// `Body::RemoveNode`.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// `Body::RemoveNode`; version 4 compute quotas with GPU partitions (layout 1 of
+/// `allot_common::layout`).
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The oldest request protocol a coordinator of this release answers (the release before's).
 pub const OLDEST_PROTOCOL_VERSION: u32 = 2;
@@ -39,10 +40,38 @@ pub const OLDEST_PROTOCOL_VERSION: u32 = 2;
 pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
     use allot_common::api::Body;
     match body {
+        Body::CreateComputeQuota(input) | Body::UpdateComputeQuota { input, .. }
+            if input.config.has_partitions() =>
+        {
+            4
+        }
         Body::FormatProbe | Body::RemoveNode { .. } | Body::Backup => 3,
         Body::OnBehalf { body, .. } => protocol_of(body),
         _ => OLDEST_PROTOCOL_VERSION,
     }
+}
+
+/// The layout of the shared types (`allot_common::layout`) in request protocol `version`.
+pub fn layout_of_protocol(version: u32) -> u32 {
+    if version >= 4 {
+        allot_common::layout::PARTITIONS
+    } else {
+        0
+    }
+}
+
+/// A request's bytes, its body in the layout of its protocol version.
+pub fn encode_request(req: &allot_common::api::Request) -> Result<Vec<u8>, WireError> {
+    allot_common::layout::scoped(layout_of_protocol(req.version), || encode(req))
+}
+
+/// The request in `b`, read in the layout of the protocol version it starts with.
+pub fn decode_request(b: &[u8]) -> Result<allot_common::api::Request, WireError> {
+    // The version is the request's first field.
+    let version = bincode::serde::decode_from_slice::<u32, _>(b, config())
+        .map(|(v, _)| v)
+        .unwrap_or(PROTOCOL_VERSION);
+    allot_common::layout::scoped(layout_of_protocol(version), || decode(b))
 }
 
 /// Largest frame payload accepted or sent, in bytes (16 MiB).

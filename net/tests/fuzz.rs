@@ -93,7 +93,15 @@ fn request_seeds() -> Vec<Vec<u8>> {
         }),
         Body::Submit(submit.clone()),
         Body::SubmitBatch(vec![submit.clone(), submit]),
-        Body::CreateComputeQuota(quota),
+        Body::CreateComputeQuota(quota.clone()),
+        Body::CreateComputeQuota(ComputeQuotaInput {
+            config: ComputeQuotaConfig::parse_shorthand(
+                "ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,\
+                 AcceleratorPartition={Type=mig-1g.10gb,Count=3}}]",
+            )
+            .expect("a valid config"),
+            ..quota
+        }),
         Body::PodsExited {
             node: "gpu-1".into(),
             workload: "train-llm".into(),
@@ -209,7 +217,7 @@ fn wire_decoders_survive_arbitrary_and_mutated_frames() {
     let responses = response_seeds();
     // Every seed decodes as itself first.
     for r in &requests {
-        wire::decode::<Request>(r).expect("a valid request decodes");
+        wire::decode_request(r).expect("a valid request decodes");
     }
     let rt = runtime();
     let start = Instant::now();
@@ -229,7 +237,7 @@ fn wire_decoders_survive_arbitrary_and_mutated_frames() {
                     mutate(&mut rng, s, &requests[0])
                 }
             };
-            let _ = wire::decode::<Request>(&input);
+            let _ = wire::decode_request(&input);
             let _ = wire::decode::<Response>(&input);
             // As a stream: a length prefix (sometimes the right one) and the bytes.
             let mut framed = if rng.below(2) == 0 {

@@ -16,6 +16,15 @@ use super::reader::*;
 use super::shorthand::*;
 
 impl ComputeQuotaConfig {
+    /// Whether any row names GPU partitions (`AcceleratorPartition`): such a config needs the
+    /// layout that has them (`crate::layout::PARTITIONS`).
+    pub fn has_partitions(&self) -> bool {
+        self.resources
+            .iter()
+            .chain(&self.sharing.absolute_borrow_limits)
+            .any(|r| r.accelerator_partition.is_some())
+    }
+
     /// Parses the AWS CLI shorthand form, e.g.
     /// `ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2}],ResourceSharingConfig={Strategy=LendAndBorrow,BorrowLimit=50},PreemptTeamTasks=LowerPriority`,
     /// and validates it ([`ComputeQuotaConfig::validate`]). Instance types are checked against
@@ -52,6 +61,12 @@ impl ComputeQuotaConfig {
             }
             if let Some(v) = r.memory_in_gib {
                 m.insert("MemoryInGiB".into(), json!(v));
+            }
+            if let Some(p) = &r.accelerator_partition {
+                m.insert(
+                    "AcceleratorPartition".into(),
+                    json!({"Type": p.profile, "Count": p.count}),
+                );
             }
             Value::Object(m)
         };
@@ -183,11 +198,18 @@ impl ComputeQuotaConfig {
             }
             if let Some(fq) = quotas.iter_mut().find(|q| q.flavor == res.instance_type) {
                 for (name, limit) in limits {
+                    // Only LendAndBorrow borrows; the others keep their limit of 0.
+                    let lends_and_borrows = self.sharing.strategy == SharingStrategy::LendAndBorrow;
                     if let Some(q) = fq.get_mut(&name) {
-                        // Only LendAndBorrow borrows; the others keep their limit of 0.
-                        if self.sharing.strategy == SharingStrategy::LendAndBorrow {
+                        if lends_and_borrows {
                             q.borrowing_limit = Some(limit);
                         }
+                    } else if name.is_partition() && lends_and_borrows {
+                        // Partitions the team has no quota of: it may borrow them, up to this.
+                        let mut q = self.sharing.quota(0).ok_or_else(|| row.too_large())?;
+                        q.borrowing_limit = Some(limit);
+                        fq.resources.push((name, q));
+                        fq.resources.sort_by(|a, b| a.0.cmp(&b.0));
                     }
                 }
             }
@@ -260,6 +282,10 @@ pub(super) fn validate_rows(
             (RowField::Accelerators, r.accelerators.is_some()),
             (RowField::VCpu, r.vcpu.is_some()),
             (RowField::MemoryInGiB, r.memory_in_gib.is_some()),
+            (
+                RowField::AcceleratorPartition,
+                r.accelerator_partition.is_some(),
+            ),
         ];
         if r.count.is_none() && others.iter().all(|(_, set)| !set) {
             return Err(HyperPodError::NoAmount {
@@ -370,7 +396,30 @@ impl<'a> RowCtx<'a> {
                 instance_type: res.instance_type.clone(),
             });
         }
+        if let Some(p) = &res.accelerator_partition {
+            crate::mig::check_profile(&it.name, &p.profile).map_err(|why| {
+                HyperPodError::BadPartition {
+                    list,
+                    row,
+                    instance_type: res.instance_type.clone(),
+                    why,
+                }
+            })?;
+        }
         Ok(RowCtx { list, row, res, it })
+    }
+
+    /// The row's GPU partitions as a resource and a count, with the fraction of one instance
+    /// they stand for: `Count × slices / (GPUs × 7)` (`hyperpod-api.md` §2, the CLI's rule).
+    fn partition(&self) -> Option<(ResourceName, u32, (i128, i128))> {
+        let p = self.res.accelerator_partition.as_ref()?;
+        let name = ResourceName::parse(&p.profile).ok()?;
+        let slices = crate::mig::profile(&p.profile)?.slices;
+        let share = (
+            i128::from(p.count) * i128::from(slices),
+            i128::from(self.it.gpu) * i128::from(crate::mig::SLICES_PER_GPU),
+        );
+        Some((name, p.count, share))
     }
 
     fn too_large(&self) -> HyperPodError {
@@ -428,6 +477,8 @@ impl<'a> RowCtx<'a> {
                 s.checked_mul(i128::from(it.memory_gib))
                     .ok_or_else(|| self.too_large())?,
             )
+        } else if res.accelerator_partition.is_some() {
+            (0, 1)
         } else {
             return Err(HyperPodError::NoAmount {
                 list: self.list,
@@ -445,11 +496,28 @@ impl<'a> RowCtx<'a> {
             }
         };
 
+        // vCPU and memory not given follow the whole instances and accelerators, plus the
+        // partitions' share (unless VCpu or MemoryInGiB set the ratio).
+        let partition = self.partition();
+        let with_partitions = |per: i128| match &partition {
+            Some((_, _, (pn, pd))) if res.vcpu.is_none() && res.memory_in_gib.is_none() => {
+                let whole = ratio(per)?;
+                Some(whole + if *pd == 0 { 0 } else { mul_div(per, *pn, *pd)? })
+            }
+            _ => ratio(per),
+        };
         let mut out = BTreeMap::new();
-        let cpu = self.explicit_cpu().unwrap_or_else(|| ratio(cpu_per));
+        let cpu = self
+            .explicit_cpu()
+            .unwrap_or_else(|| with_partitions(cpu_per));
         self.put(&mut out, ResourceName::cpu(), cpu)?;
-        let memory = self.explicit_memory().unwrap_or_else(|| ratio(mem_per));
+        let memory = self
+            .explicit_memory()
+            .unwrap_or_else(|| with_partitions(mem_per));
         self.put(&mut out, ResourceName::memory(), memory)?;
+        if let Some((name, count, _)) = partition {
+            self.put(&mut out, name, Some(i128::from(count)))?;
+        }
         let accel = it.accelerator_resource();
         for (name, per) in [
             (ResourceName::gpu(), it.gpu),
@@ -483,10 +551,16 @@ impl<'a> RowCtx<'a> {
                 let v = i128::from(per).checked_mul(i128::from(n));
                 self.put(&mut out, name.clone(), v)?;
             }
+            if let Some((name, count, _)) = self.partition() {
+                self.put(&mut out, name, Some(i128::from(count)))?;
+            }
             return Ok(out);
         }
         if let (Some(a), Some(name)) = (res.accelerators, it.accelerator_resource()) {
             self.put(&mut out, name, Some(i128::from(a)))?;
+        }
+        if let Some((name, count, _)) = self.partition() {
+            self.put(&mut out, name, Some(i128::from(count)))?;
         }
         if let Some(cpu) = self.explicit_cpu() {
             self.put(&mut out, ResourceName::cpu(), cpu)?;

@@ -8,18 +8,112 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::UnknownInstanceType;
 
 /// One `ComputeQuotaResources` row (or one `AbsoluteBorrowLimits` row).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+///
+/// Encoded in two layouts (`crate::layout`): without `accelerator_partition` for the formats
+/// and protocols from before GPU partitions, with it from then on.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ComputeQuotaResource {
     pub instance_type: String,
-    #[serde(default)]
     pub count: Option<u32>,
-    #[serde(default)]
     pub accelerators: Option<u32>,
-    #[serde(default)]
     pub vcpu: Option<f64>,
-    #[serde(default)]
     pub memory_in_gib: Option<f64>,
+    /// `AcceleratorPartition`: partitions of the instance type's GPUs of one MIG profile.
+    pub accelerator_partition: Option<AcceleratorPartitionConfig>,
+}
+
+/// `AcceleratorPartition={Type=mig-1g.10gb,Count=3}`: that many GPU partitions of that
+/// profile (`crate::mig`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcceleratorPartitionConfig {
+    /// The MIG profile (`Type`), such as `mig-1g.10gb`.
+    pub profile: String,
+    pub count: u32,
+}
+
+/// The row as written from layout 1 on (and in every human-readable form).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename = "ComputeQuotaResource")]
+struct RowNow {
+    instance_type: String,
+    #[serde(default)]
+    count: Option<u32>,
+    #[serde(default)]
+    accelerators: Option<u32>,
+    #[serde(default)]
+    vcpu: Option<f64>,
+    #[serde(default)]
+    memory_in_gib: Option<f64>,
+    #[serde(default)]
+    accelerator_partition: Option<AcceleratorPartitionConfig>,
+}
+
+/// The row as layout 0 wrote it: before GPU partitions.
+#[derive(Serialize, Deserialize)]
+#[serde(rename = "ComputeQuotaResource")]
+struct RowBefore {
+    instance_type: String,
+    count: Option<u32>,
+    accelerators: Option<u32>,
+    vcpu: Option<f64>,
+    memory_in_gib: Option<f64>,
+}
+
+impl Serialize for ComputeQuotaResource {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.clone();
+        if s.is_human_readable() || crate::layout::current() >= crate::layout::PARTITIONS {
+            return RowNow {
+                instance_type: r.instance_type,
+                count: r.count,
+                accelerators: r.accelerators,
+                vcpu: r.vcpu,
+                memory_in_gib: r.memory_in_gib,
+                accelerator_partition: r.accelerator_partition,
+            }
+            .serialize(s);
+        }
+        if r.accelerator_partition.is_some() {
+            return Err(serde::ser::Error::custom(
+                "a compute quota with AcceleratorPartition cannot be written for a release \
+                 before GPU partitions (cluster format 4, request protocol 4)",
+            ));
+        }
+        RowBefore {
+            instance_type: r.instance_type,
+            count: r.count,
+            accelerators: r.accelerators,
+            vcpu: r.vcpu,
+            memory_in_gib: r.memory_in_gib,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ComputeQuotaResource {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if d.is_human_readable() || crate::layout::current() >= crate::layout::PARTITIONS {
+            let r = RowNow::deserialize(d)?;
+            return Ok(ComputeQuotaResource {
+                instance_type: r.instance_type,
+                count: r.count,
+                accelerators: r.accelerators,
+                vcpu: r.vcpu,
+                memory_in_gib: r.memory_in_gib,
+                accelerator_partition: r.accelerator_partition,
+            });
+        }
+        let r = RowBefore::deserialize(d)?;
+        Ok(ComputeQuotaResource {
+            instance_type: r.instance_type,
+            count: r.count,
+            accelerators: r.accelerators,
+            vcpu: r.vcpu,
+            memory_in_gib: r.memory_in_gib,
+            accelerator_partition: None,
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +207,7 @@ pub enum RowField {
     Accelerators,
     VCpu,
     MemoryInGiB,
+    AcceleratorPartition,
 }
 
 impl fmt::Display for RowField {
@@ -123,6 +218,7 @@ impl fmt::Display for RowField {
             RowField::Accelerators => "Accelerators",
             RowField::VCpu => "VCpu",
             RowField::MemoryInGiB => "MemoryInGiB",
+            RowField::AcceleratorPartition => "AcceleratorPartition",
         })
     }
 }
@@ -132,7 +228,7 @@ impl fmt::Display for RowField {
 pub enum HyperPodError {
     #[error("{list} row {row}: InstanceType is missing or empty; name an instance type such as ml.g5.8xlarge")]
     EmptyInstanceType { list: RowList, row: usize },
-    #[error("{list} row {row} ({instance_type}): give at least one of Count, Accelerators, VCpu or MemoryInGiB (AWS's task-governance Terraform module requires one; a row without an amount allocates nothing)")]
+    #[error("{list} row {row} ({instance_type}): give at least one of Count, Accelerators, VCpu, MemoryInGiB or AcceleratorPartition (AWS's task-governance Terraform module requires one; a row without an amount allocates nothing)")]
     NoAmount {
         list: RowList,
         row: usize,
@@ -177,6 +273,13 @@ pub enum HyperPodError {
         list: RowList,
         row: usize,
         instance_type: String,
+    },
+    #[error("{list} row {row} ({instance_type}): AcceleratorPartition: {why}")]
+    BadPartition {
+        list: RowList,
+        row: usize,
+        instance_type: String,
+        why: String,
     },
     #[error("BorrowLimit {value} is out of range 0..=10000 (the API model's BorrowLimit: percent of the nominal quota the team may borrow on top of it; default 50)")]
     BorrowLimitRange { value: i64 },

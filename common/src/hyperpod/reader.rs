@@ -15,13 +15,16 @@ pub(super) const TOP_KEYS: [&str; 3] = [
     "ResourceSharingConfig",
     "PreemptTeamTasks",
 ];
-pub(super) const ROW_KEYS: [&str; 5] = [
+pub(super) const ROW_KEYS: [&str; 6] = [
     "InstanceType",
     "Count",
     "Accelerators",
     "VCpu",
     "MemoryInGiB",
+    "AcceleratorPartition",
 ];
+pub(super) const PARTITION_KEYS: [&str; 2] = ["Type", "Count"];
+pub(super) const PARTITION_EXAMPLE: &str = "{Type=mig-1g.10gb,Count=3}";
 pub(super) const SHARING_KEYS: [&str; 3] = ["Strategy", "BorrowLimit", "AbsoluteBorrowLimits"];
 pub(super) const SCHEDULER_KEYS: [&str; 3] =
     ["PriorityClasses", "FairShare", "IdleResourceSharing"];
@@ -37,6 +40,7 @@ pub(super) struct RowPos {
     accelerators: Option<usize>,
     vcpu: Option<usize>,
     memory: Option<usize>,
+    partition: Option<usize>,
 }
 
 impl RowPos {
@@ -47,6 +51,7 @@ impl RowPos {
             RowField::Accelerators => self.accelerators,
             RowField::VCpu => self.vcpu,
             RowField::MemoryInGiB => self.memory,
+            RowField::AcceleratorPartition => self.partition,
         }
         .unwrap_or(self.start)
     }
@@ -84,6 +89,9 @@ impl QuotaPos {
             E::NoAmount { list, row, .. }
             | E::UnknownInstanceType { list, row, .. }
             | E::TooLarge { list, row, .. } => self.at(*list, *row, None),
+            E::BadPartition { list, row, .. } => {
+                self.at(*list, *row, Some(RowField::AcceleratorPartition))
+            }
             E::NoAccelerators { list, row, .. } => {
                 self.at(*list, *row, Some(RowField::Accelerators))
             }
@@ -144,9 +152,7 @@ impl Reader<'_> {
             if allowed.contains(&f.key.as_str()) {
                 continue;
             }
-            let msg = if f.key == "AcceleratorPartition" {
-                format!("AcceleratorPartition (accelerator partitions) is not supported in {ctx}; expected {expected}")
-            } else if let Some(m) = allowed.iter().find(|a| a.eq_ignore_ascii_case(&f.key)) {
+            let msg = if let Some(m) = allowed.iter().find(|a| a.eq_ignore_ascii_case(&f.key)) {
                 format!(
                     "unknown key \"{}\" in {ctx}; expected {expected} (keys are case-sensitive: did you mean {m}?)",
                     f.key
@@ -435,7 +441,45 @@ impl Reader<'_> {
             pos.memory = Some(f.value.pos);
             row.memory_in_gib = Some(self.number(f)?);
         }
+        if let Some(f) = find(fields, "AcceleratorPartition") {
+            pos.partition = Some(f.value.pos);
+            row.accelerator_partition = Some(self.partition(f, list, n)?);
+        }
         Ok((row, pos))
+    }
+
+    /// `AcceleratorPartition={Type=mig-1g.10gb,Count=3}`: both are required (the API model).
+    fn partition(
+        &self,
+        f: &ShorthandField,
+        list: RowList,
+        n: usize,
+    ) -> Result<AcceleratorPartitionConfig, ShorthandError> {
+        let ctx = format!("{list} row {n} AcceleratorPartition");
+        let fields = self.structure(&f.value, &ctx, PARTITION_EXAMPLE)?;
+        self.check_keys(fields, &ctx, &PARTITION_KEYS)?;
+        let (Some(ty), Some(count)) = (find(fields, "Type"), find(fields, "Count")) else {
+            return Err(self.err(
+                f.value.pos,
+                format!("{ctx} needs both Type and Count (required by the API model), such as {PARTITION_EXAMPLE}"),
+            ));
+        };
+        let profile = self.scalar(ty)?.to_string();
+        if crate::mig::profile(&profile).is_none() {
+            return Err(self.err(
+                ty.value.pos,
+                format!("{ctx}: Type {profile:?} is not a MIG profile; write one such as mig-1g.10gb (mig-<slices>g.<memory>gb; the instance type decides which)"),
+            ));
+        }
+        Ok(AcceleratorPartitionConfig {
+            profile,
+            count: self.ranged(
+                count,
+                "AcceleratorPartitionConfigCountInteger",
+                0,
+                MAX_MODEL_AMOUNT as i64,
+            )? as u32,
+        })
     }
 
     fn scheduler_config(&self, top: &[ShorthandField]) -> Result<ClusterPolicy, ShorthandError> {

@@ -1019,5 +1019,12 @@ pub(super) fn render_row(r: &ComputeQuotaResource) -> String {
     if let Some(v) = r.memory_in_gib {
         parts.push(format!("MemoryInGiB={v}"));
     }
+    if let Some(p) = &r.accelerator_partition {
+        parts.push(format!(
+            "AcceleratorPartition={{Type={},Count={}}}",
+            render_scalar(&p.profile),
+            p.count
+        ));
+    }
     format!("{{{}}}", parts.join(","))
 }

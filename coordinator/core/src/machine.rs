@@ -357,6 +357,10 @@ pub struct Machine {
 /// replica must decide that alike, so the ones of releases before must be gone.
 pub const FORMAT_AUTO_RESUME: u32 = 2;
 
+/// The cluster format from which nodes report GPU partitions (MIG profiles) as devices and
+/// compute quotas may name them; a replica of a release before refuses both.
+pub const FORMAT_PARTITIONS: u32 = 4;
+
 impl Default for Machine {
     fn default() -> Self {
         Machine::new()
@@ -912,6 +916,8 @@ impl Machine {
             let res = ResourceName::parse(&d.resource)
                 .ok()
                 .filter(|n| n.is_device())
+                // Before the format of partitions, refused as a release before refuses them.
+                .filter(|n| self.format >= FORMAT_PARTITIONS || !n.is_partition())
                 .ok_or_else(|| {
                     invalid(format!(
                         "node {:?}: device resource {:?} is not one of gpu, neuron, efa",
