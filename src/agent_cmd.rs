@@ -43,6 +43,10 @@ pub struct AgentArgs {
     /// Simulate N GPUs (0 to 64) instead of asking NVML (pods are still real processes).
     #[arg(long)]
     pub fake_gpus: Option<u32>,
+    /// Put a fake GPU in MIG mode with these MIG devices: GPU=PROFILE[*N][+PROFILE[*N]...],
+    /// such as 0=1g.10gb*7 (repeat for several GPUs; needs --fake-gpus).
+    #[arg(long)]
+    pub fake_mig: Vec<String>,
     /// Seconds the node keeps running pods without reaching a coordinator quorum [default: 10].
     #[arg(long)]
     pub lease: Option<f64>,
@@ -101,6 +105,7 @@ struct FileConfig {
     advertise: Option<String>,
     sysfs_root: Option<PathBuf>,
     fake_gpus: Option<u32>,
+    fake_mig: Option<Vec<String>>,
     lease: Option<f64>,
     discover_every: Option<f64>,
     cgroup_root: Option<PathBuf>,
@@ -141,6 +146,14 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
         .validate()
         .map_err(|e| anyhow!("node name {node:?} from {from}: {e}; set it with --node"))?;
     let fake_gpus = a.fake_gpus.or(f.fake_gpus);
+    let fake_mig = if a.fake_mig.is_empty() {
+        f.fake_mig.clone().unwrap_or_default()
+    } else {
+        a.fake_mig.clone()
+    }
+    .iter()
+    .map(|spec| allot_agent::inventory::fake::parse_fake_mig(spec).map_err(|e| anyhow!(e)))
+    .collect::<anyhow::Result<Vec<_>>>()?;
     if let Some(n) = fake_gpus {
         check_fake_gpus("--fake-gpus", n).map_err(|e| anyhow!(e))?;
     }
@@ -236,6 +249,7 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
                 .or(f.sysfs_root)
                 .unwrap_or_else(|| PathBuf::from("/")),
             fake_gpus,
+            fake_mig,
             nvml: true,
         },
         lease: seconds("lease", a.lease.or(f.lease).unwrap_or(10.0))?,
@@ -406,6 +420,7 @@ mod tests {
             advertise: None,
             sysfs_root: None,
             fake_gpus,
+            fake_mig: Vec::new(),
             lease: None,
             discover_every: None,
             cgroup_root: None,

@@ -182,7 +182,7 @@ impl Agent {
         for w in &inv.warnings {
             tracing::warn!("inventory: {w}");
         }
-        self.exec_neuron_cores(&inv);
+        self.exec_inventory(&inv);
         self.metrics.set_inventory(&inv.devices);
         let report = self.report_of(&inv);
         tracing::info!(
@@ -259,6 +259,7 @@ impl Agent {
                 }
                 Some(inv) = inv_rx.recv() => {
                     self.metrics.set_inventory(&inv.devices);
+                    self.exec_inventory(&inv);
                     let r = self.report_of(&inv);
                     if *report_tx.borrow() != r {
                         tracing::info!("inventory changed; reporting it");
@@ -350,7 +351,8 @@ impl Agent {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
-    fn exec_neuron_cores(&mut self, inv: &NodeInventory) {
+    /// What the executor needs of the inventory: cores per Neuron device, GPU partitions.
+    fn exec_inventory(&mut self, inv: &NodeInventory) {
         let cores = inv
             .devices
             .iter()
@@ -358,6 +360,7 @@ impl Agent {
             .map(|d| d.cores)
             .unwrap_or(0);
         self.exec.set_neuron_cores(cores);
+        self.exec.set_partitions(&inv.partitions);
     }
 
     fn report_of(&self, inv: &NodeInventory) -> NodeReport {
@@ -829,6 +832,7 @@ mod tests {
             devices: vec![gpu(0), gpu(1)],
             warnings: vec![],
             sources: Default::default(),
+            partitions: Vec::new(),
         };
         merge_seen(&mut seen, &mut inv);
         assert_eq!(inv.devices.len(), 2);
@@ -839,6 +843,7 @@ mod tests {
             devices: vec![gpu(0)],
             warnings: vec![],
             sources: Default::default(),
+            partitions: Vec::new(),
         };
         merge_seen(&mut seen, &mut later);
         assert_eq!(later.devices.len(), 2);

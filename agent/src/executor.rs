@@ -20,6 +20,7 @@ use allot_common::api::{PodAssignment, PodExit};
 use crate::containerd::run::{ContainerJob, JobMount, JOB_FILE};
 use crate::containerd::ContainerdConfig;
 use crate::inventory::sysfs::MAX_CORES_PER_DEVICE;
+use crate::inventory::Partition;
 use crate::shim::{self, ExitRecord, ShimArgs};
 
 pub use crate::reconcile::{key_of, PodKey};
@@ -105,6 +106,9 @@ pub struct Executor {
     cfg: ExecConfig,
     pub pods: BTreeMap<PodKey, Pod>,
     cgroup_warned: bool,
+    /// The node's GPU partitions by (profile, index): what a pod's partition indices stand
+    /// for (from the last inventory).
+    partitions: BTreeMap<(String, u32), Partition>,
 }
 
 /// Default seconds between SIGTERM and SIGKILL.
@@ -126,6 +130,7 @@ impl Executor {
             cfg,
             pods: BTreeMap::new(),
             cgroup_warned: false,
+            partitions: BTreeMap::new(),
         };
         ex.recover()?;
         Ok(ex)
@@ -231,7 +236,21 @@ impl Executor {
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        let gpus = a.devices.get("gpu").map(|v| list(v)).unwrap_or_default();
+        // Whole GPUs by index, then partitions by their MIG UUID, as CUDA takes them.
+        let mut visible: Vec<String> = a
+            .devices
+            .get("gpu")
+            .into_iter()
+            .flatten()
+            .map(|i| i.to_string())
+            .collect();
+        visible.extend(
+            self.partitions_of(a)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|p| p.uuid),
+        );
+        let gpus = visible.join(",");
         env.insert("CUDA_VISIBLE_DEVICES".into(), gpus.clone());
         env.insert(
             "NVIDIA_VISIBLE_DEVICES".into(),
@@ -277,8 +296,9 @@ impl Executor {
             return Ok(());
         }
         // Refused before anything is written: limits that cannot be expressed mean a bogus
-        // assignment, whether or not this node applies limits.
+        // assignment, whether or not this node applies limits; so is a partition not here.
         let limits = cgroup_limits(a)?;
+        self.partitions_of(a)?;
         let dir = self
             .pods_dir()
             .join(format!("{}-{}-{}", a.workload_id, a.attempt, a.rank));
@@ -571,6 +591,47 @@ impl Executor {
 
     pub fn set_neuron_cores(&mut self, cores: u32) {
         self.cfg.neuron_cores_per_device = cores;
+    }
+
+    /// The node's GPU partitions, as the last inventory found them.
+    pub fn set_partitions(&mut self, parts: &[Partition]) {
+        self.partitions = parts
+            .iter()
+            .map(|p| ((p.resource.clone(), p.index), p.clone()))
+            .collect();
+    }
+
+    /// The partitions `a` is given, in (profile, index) order; an index this node does not
+    /// have is an error naming the ones it has.
+    pub fn partitions_of(&self, a: &PodAssignment) -> Result<Vec<Partition>, String> {
+        let mut out = Vec::new();
+        for (res, indices) in &a.devices {
+            if allot_common::mig::profile(res).is_none() {
+                continue;
+            }
+            for i in indices {
+                match self.partitions.get(&(res.clone(), u32::from(*i))) {
+                    Some(p) => out.push(p.clone()),
+                    None => {
+                        let have: Vec<String> = self
+                            .partitions
+                            .keys()
+                            .map(|(r, i)| format!("{r} {i}"))
+                            .collect();
+                        return Err(format!(
+                            "it is given GPU partition {res} {i}, which this node does not have \
+                             (its partitions: {})",
+                            if have.is_empty() {
+                                "none".to_string()
+                            } else {
+                                have.join(", ")
+                            }
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn cgroup_for(&mut self, limits: &[(&'static str, String)], dir: &Path) -> Option<PathBuf> {

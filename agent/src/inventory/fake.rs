@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::nvml::{GpuFacts, NvmlApi, XID_DOUBLE_BIT_ECC};
+use super::nvml::{GpuFacts, MigFacts, NvmlApi, XID_DOUBLE_BIT_ECC};
 
 #[derive(Default)]
 struct State {
@@ -127,6 +127,17 @@ impl FakeNvmlHandle {
         self.with_gpu(index, |g| g.error = error.map(str::to_string));
     }
 
+    /// Puts GPU `index` in MIG mode with one MIG device per profile given (`mig-1g.10gb`, in
+    /// slot order; UUID `MIG-fake-<gpu>-<slot>`), or takes it out of MIG mode when `profiles`
+    /// is empty. See [`parse_fake_mig`] for the checks a layout passes.
+    pub fn set_mig(&self, index: u32, profiles: &[String]) {
+        self.with_gpu(index, |g| {
+            g.facts.mig_enabled = !profiles.is_empty();
+            g.facts.mig_pending = g.facts.mig_enabled;
+            g.facts.mig_devices = fake_mig_devices(index, &g.facts.name, profiles);
+        });
+    }
+
     /// Makes the device count fail, as when the driver stops answering.
     pub fn set_count_error(&self, error: Option<&str>) {
         self.shared.lock().count_error = error.map(str::to_string);
@@ -136,6 +147,72 @@ impl FakeNvmlHandle {
     pub fn queued_events(&self) -> usize {
         self.shared.lock().events.len()
     }
+}
+
+/// The MIG devices of fake GPU `gpu` (model `model`) with the given profiles, as NVML names
+/// them: `<model> MIG 1g.10gb`, GPU instance id `slot + 1`, compute instance 0.
+fn fake_mig_devices(gpu: u32, model: &str, profiles: &[String]) -> Vec<MigFacts> {
+    profiles
+        .iter()
+        .enumerate()
+        .map(|(slot, p)| {
+            let slot = slot as u32;
+            let gb = allot_common::mig::profile(p).map_or(0, |x| x.memory_gb);
+            MigFacts {
+                index: slot,
+                uuid: format!("MIG-fake-{gpu}-{slot}"),
+                name: format!("{model} MIG {}", p.trim_start_matches("mig-")),
+                memory_bytes: u64::from(gb) << 30,
+                gpu_instance: Some(slot + 1),
+                compute_instance: Some(0),
+            }
+        })
+        .collect()
+}
+
+/// Reads a `--fake-mig` layout: `GPU=PROFILE[*N][+PROFILE[*N]...]`, such as
+/// `0=1g.10gb*7` or `1=mig-3g.40gb*2+1g.10gb` (the `mig-` is optional). A GPU's profiles may
+/// take at most its 7 slices, as on a real one.
+pub fn parse_fake_mig(spec: &str) -> Result<(u32, Vec<String>), String> {
+    let bad = |why: String| {
+        format!("--fake-mig {spec:?}: {why}; write GPU=PROFILE[*N][+PROFILE[*N]...], such as 0=1g.10gb*7 or 1=3g.40gb*2+1g.10gb")
+    };
+    let (gpu, layout) = spec.split_once('=').ok_or_else(|| bad("no '='".into()))?;
+    let gpu: u32 = gpu
+        .trim()
+        .parse()
+        .map_err(|_| bad(format!("GPU {gpu:?} is not an index")))?;
+    let mut profiles = Vec::new();
+    let mut slices = 0;
+    for part in layout.split('+') {
+        let (name, n) = match part.split_once('*') {
+            Some((name, n)) => (
+                name.trim(),
+                n.trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=7).contains(n))
+                    .ok_or_else(|| bad(format!("count {n:?} is not 1 to 7")))?,
+            ),
+            None => (part.trim(), 1),
+        };
+        let name = if name.starts_with("mig-") {
+            name.to_string()
+        } else {
+            format!("mig-{name}")
+        };
+        let shape = allot_common::mig::profile(&name)
+            .ok_or_else(|| bad(format!("{name:?} is not a MIG profile such as mig-1g.10gb")))?;
+        slices += shape.slices * n;
+        profiles.extend(std::iter::repeat_n(name, n as usize));
+    }
+    if slices > allot_common::mig::SLICES_PER_GPU {
+        return Err(bad(format!(
+            "the profiles take {slices} slices, and a GPU has {}",
+            allot_common::mig::SLICES_PER_GPU
+        )));
+    }
+    Ok((gpu, profiles))
 }
 
 impl NvmlApi for FakeNvml {
@@ -190,6 +267,39 @@ mod tests {
         assert_eq!(g.uuid, "GPU-fake-1");
         assert_eq!(g.memory_bytes, 24576 << 20);
         assert!(f.device(2).is_err());
+    }
+
+    #[test]
+    fn mig_layouts_parse_and_become_mig_devices() {
+        assert_eq!(
+            parse_fake_mig("1=3g.40gb*2+mig-1g.10gb").unwrap(),
+            (
+                1,
+                vec![
+                    "mig-3g.40gb".to_string(),
+                    "mig-3g.40gb".into(),
+                    "mig-1g.10gb".into()
+                ]
+            )
+        );
+        for (bad, why) in [
+            ("0", "no '='"),
+            ("x=1g.10gb", "not an index"),
+            ("0=1g.10gb*8", "not 1 to 7"),
+            ("0=2g.20gb*4", "8 slices"),
+            ("0=big", "not a MIG profile"),
+        ] {
+            let e = parse_fake_mig(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        let f = FakeNvml::uniform(2, "NVIDIA H100 80GB HBM3", 81559);
+        let (gpu, profiles) = parse_fake_mig("1=1g.10gb*2").unwrap();
+        f.handle().set_mig(gpu, &profiles);
+        let g = f.device(1).unwrap();
+        assert!(g.mig_enabled);
+        assert_eq!(g.mig_devices[1].uuid, "MIG-fake-1-1");
+        assert_eq!(g.mig_devices[1].name, "NVIDIA H100 80GB HBM3 MIG 1g.10gb");
+        assert!(!f.device(0).unwrap().mig_enabled);
     }
 
     #[test]

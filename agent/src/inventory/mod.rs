@@ -50,6 +50,7 @@
 pub mod fake;
 pub mod host;
 pub mod nvml;
+pub mod partitions;
 pub mod sysfs;
 
 use std::collections::BTreeMap;
@@ -66,6 +67,7 @@ use serde::{Deserialize, Serialize};
 pub use fake::{FakeNvml, FakeNvmlHandle};
 pub use host::{HostFacts, HostProbe, StaticHost, SysinfoHost};
 pub use nvml::{open_nvml, GpuFacts, NvmlApi, NvmlSource};
+pub use partitions::Partition;
 pub use sysfs::{EfaSysfs, NeuronSysfs};
 
 /// Environment variable naming the instance type (what `--instance-type` sets).
@@ -100,6 +102,9 @@ pub struct InventoryConfig {
     pub sysfs_root: PathBuf,
     /// `Some(n)`: `n` fake GPUs instead of NVML, and nothing else probed.
     pub fake_gpus: Option<u32>,
+    /// Fake GPUs in MIG mode: each GPU's index and its MIG devices' profiles
+    /// (`--fake-mig`, read by [`fake::parse_fake_mig`]).
+    pub fake_mig: Vec<(u32, Vec<String>)>,
     /// Try NVML (ignored when `fake_gpus` is set).
     pub nvml: bool,
 }
@@ -111,6 +116,7 @@ impl Default for InventoryConfig {
             instance_type_file: None,
             sysfs_root: PathBuf::from("/"),
             fake_gpus: None,
+            fake_mig: Vec::new(),
             nvml: true,
         }
     }
@@ -129,6 +135,9 @@ pub struct NodeInventory {
     /// Where each capacity figure came from, by resource (see [`sources`]).
     #[serde(default)]
     pub sources: BTreeMap<String, String>,
+    /// What each GPU partition among `devices` stands for (see [`partitions`]).
+    #[serde(default)]
+    pub partitions: Vec<Partition>,
 }
 
 /// A source of devices; NVML, Neuron sysfs, EFA sysfs and fake GPUs implement it.
@@ -143,6 +152,14 @@ pub trait DeviceSource: Send {
     /// Waits up to `timeout_ms` for health events; true when a device's health changed.
     fn wait_for_events(&mut self, _timeout_ms: u32) -> bool {
         false
+    }
+    /// The GPU partitions among the devices of the last discovery (NVML's MIG devices).
+    fn partitions(&self) -> Vec<Partition> {
+        Vec::new()
+    }
+    /// What the last discovery found odd, for the inventory's warnings.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
     }
 }
 
@@ -323,6 +340,7 @@ pub fn capacity(
             it.name
         ));
     }
+    partition_capacity(devices, &mut cap, &mut warnings);
     if let Some(n) = fake_gpus {
         if n > 0 {
             cap.set(ResourceName::gpu(), i64::from(n));
@@ -352,13 +370,6 @@ pub fn capacity(
         } else {
             cap.0.remove(&res);
         }
-    }
-    for d in devices.iter().filter(|d| d.resource == GPU && d.mig) {
-        warnings.push(format!(
-            "GPU {} ({}) is in MIG mode: allot schedules it as one whole GPU; MIG partitions are \
-             not scheduled yet",
-            d.index, d.id
-        ));
     }
     let neurons: Vec<&DeviceInfo> = devices.iter().filter(|d| d.resource == NEURON).collect();
     let cores = neurons
@@ -392,6 +403,41 @@ pub fn capacity(
         }
     }
     (cap, warnings)
+}
+
+/// Each MIG profile's capacity: one past the highest index found (indices stay put while
+/// partitions come and go, see [`partitions`]); a GPU in MIG mode is handed out as its
+/// partitions only, and one without any offers nothing, which is said.
+fn partition_capacity(devices: &[DeviceInfo], cap: &mut Resources, warnings: &mut Vec<String>) {
+    for d in devices {
+        let Ok(r) = ResourceName::parse(&d.resource) else {
+            continue;
+        };
+        if r.is_partition() && cap.get(&r) <= i64::from(d.index) {
+            cap.set(r, i64::from(d.index) + 1);
+        }
+    }
+    for g in devices.iter().filter(|d| d.resource == GPU && d.mig) {
+        let carved = devices
+            .iter()
+            .any(|d| d.resource != GPU && d.mig && d.pci_bus_id == g.pci_bus_id);
+        if !carved {
+            warnings.push(format!(
+                "GPU {} ({}) is in MIG mode and has no MIG devices: nothing on it can be \
+                 scheduled until an admin creates some (nvidia-smi mig -cgi ... -C)",
+                g.index, g.id
+            ));
+        }
+    }
+}
+
+/// The partition profiles among `devices`.
+fn inv_partitions(devices: &[DeviceInfo]) -> std::collections::BTreeSet<String> {
+    devices
+        .iter()
+        .filter(|d| ResourceName::parse(&d.resource).is_ok_and(|r| r.is_partition()))
+        .map(|d| d.resource.clone())
+        .collect()
 }
 
 /// What changed between two inventories, one line per change, for logs.
@@ -509,6 +555,15 @@ impl Discovery {
             let (model, memory_mib) = catalog_accelerator(&it, GPU, "Fake GPU");
             let fake = FakeNvml::uniform(n, &model, memory_mib);
             let handle = fake.handle();
+            for (gpu, profiles) in &cfg.fake_mig {
+                if *gpu >= n {
+                    return Err(format!(
+                        "--fake-mig names GPU {gpu}, and --fake-gpus {n} makes GPUs 0 to {}",
+                        n.saturating_sub(1)
+                    ));
+                }
+                handle.set_mig(*gpu, profiles);
+            }
             // A type the catalog does not list takes its vCPUs and memory from the host.
             let host: Option<Box<dyn HostProbe>> = if it.catalogued {
                 None
@@ -523,6 +578,9 @@ impl Discovery {
             d.fake_gpus = Some(n);
             d.fake = Some(handle);
             return Ok(d);
+        }
+        if !cfg.fake_mig.is_empty() {
+            return Err("--fake-mig needs --fake-gpus: it lays out fake GPUs".into());
         }
         let mut sources: Vec<Box<dyn DeviceSource>> = Vec::new();
         let mut nvml_error = None;
@@ -596,6 +654,7 @@ impl Discovery {
     pub fn discover(&mut self) -> NodeInventory {
         let mut devices = Vec::new();
         let mut warnings = Vec::new();
+        let mut partitions = Vec::new();
         for slot in &mut self.sources {
             let name = slot.source.name();
             let found = catch_unwind(AssertUnwindSafe(|| slot.source.discover()))
@@ -604,6 +663,8 @@ impl Discovery {
                 Ok(devs) => {
                     slot.last = devs.clone();
                     devices.extend(devs);
+                    partitions.extend(slot.source.partitions());
+                    warnings.extend(slot.source.notes());
                 }
                 Err(e) => {
                     let why = format!("{name} discovery failed: {e}");
@@ -636,7 +697,11 @@ impl Discovery {
             },
         };
         let (capacity, mut more) = capacity(&self.instance, &devices, host, self.fake_gpus);
-        let sources = sources(&self.instance, self.fake_gpus);
+        let mut sources = sources(&self.instance, self.fake_gpus);
+        let gpu_source = sources.get(GPU).cloned().unwrap_or_default();
+        for p in &inv_partitions(&devices) {
+            sources.insert(p.clone(), gpu_source.clone());
+        }
         if let (Some(e), true) = (&self.nvml_error, self.instance.gpu > 0) {
             warnings.push(format!(
                 "{} lists GPUs but NVML is unavailable ({e}): no GPUs can be discovered",
@@ -650,6 +715,7 @@ impl Discovery {
             devices,
             warnings,
             sources,
+            partitions,
         };
         self.log(&inv);
         self.last = Some(inv.clone());

@@ -59,6 +59,10 @@ pub struct MigFacts {
     /// NVML's name, which includes the profile: `NVIDIA H100 80GB HBM3 MIG 1g.10gb`.
     pub name: String,
     pub memory_bytes: u64,
+    /// The GPU instance and compute instance ids (their `/dev/nvidia-caps` nodes), when NVML
+    /// answers.
+    pub gpu_instance: Option<u32>,
+    pub compute_instance: Option<u32>,
 }
 
 /// The driver as NVML reports it; a field NVML cannot read is `None`.
@@ -193,6 +197,10 @@ pub struct NvmlSource {
     last: BTreeMap<u32, GpuFacts>,
     /// Events for GPUs not seen yet, applied once they are.
     pending: Vec<(u32, u64)>,
+    /// The indices given to MIG devices, and the partitions found last.
+    book: super::partitions::IndexBook,
+    partitions: Vec<super::Partition>,
+    notes: Vec<String>,
 }
 
 impl NvmlSource {
@@ -202,6 +210,9 @@ impl NvmlSource {
             problems: BTreeMap::new(),
             last: BTreeMap::new(),
             pending: Vec::new(),
+            book: Default::default(),
+            partitions: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -297,6 +308,7 @@ impl DeviceSource for NvmlSource {
         let pending = std::mem::take(&mut self.pending);
         self.apply_events(pending);
         let mut out = Vec::new();
+        let mut partitioned = Vec::new();
         for (index, facts) in read {
             match facts {
                 Ok(f) => {
@@ -315,7 +327,11 @@ impl DeviceSource for NvmlSource {
                             "retired pages pending".to_string(),
                         );
                     }
-                    out.push(device_info(index, &f, self.reason(&f.uuid)));
+                    let reason = self.reason(&f.uuid);
+                    out.push(device_info(index, &f, reason.clone()));
+                    if f.mig_enabled {
+                        partitioned.push((index, f, reason));
+                    }
                 }
                 Err(e) => {
                     let f = self.last.get(&index).cloned().unwrap_or_else(|| GpuFacts {
@@ -332,7 +348,23 @@ impl DeviceSource for NvmlSource {
                 }
             }
         }
+        let gpus: Vec<(u32, &GpuFacts, String)> = partitioned
+            .iter()
+            .map(|(i, f, r)| (*i, f, r.clone()))
+            .collect();
+        let (devices, parts, notes) = super::partitions::partitions(&gpus, &mut self.book);
+        out.extend(devices);
+        self.partitions = parts;
+        self.notes = notes;
         Ok(out)
+    }
+
+    fn partitions(&self) -> Vec<super::Partition> {
+        self.partitions.clone()
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.notes.clone()
     }
 
     fn watches_events(&self) -> bool {
@@ -395,6 +427,33 @@ mod real {
         r.ok()
     }
 
+    /// A MIG device's GPU instance and compute instance ids. `nvml-wrapper` has no call for
+    /// them, so they are read through the library's own functions (looked up when it loaded;
+    /// `None` where the driver lacks them or answers an error).
+    fn instance_ids(m: &Device<'_>) -> (Option<u32>, Option<u32>) {
+        let lib = m.nvml().lib();
+        // SAFETY: the handle belongs to `m`, a MIG device alive for this call, and each
+        // function takes a device handle and a pointer to one unsigned int that outlives the
+        // call; a function the library lacks is not called.
+        let handle = unsafe { m.handle() };
+        macro_rules! read {
+            ($f:expr) => {
+                match $f.as_ref() {
+                    Ok(f) => {
+                        let mut id: std::os::raw::c_uint = 0;
+                        let rc = unsafe { f(handle, &mut id) };
+                        (rc == 0).then_some(id)
+                    }
+                    Err(_) => None,
+                }
+            };
+        }
+        (
+            read!(lib.nvmlDeviceGetGpuInstanceId),
+            read!(lib.nvmlDeviceGetComputeInstanceId),
+        )
+    }
+
     /// The MIG devices present on `d` (empty slots answer NotFound and are skipped; a slot
     /// that cannot be read is skipped too, as the parent's other readings still hold).
     fn mig_devices(d: &Device<'_>) -> Vec<MigFacts> {
@@ -402,11 +461,14 @@ mod real {
         (0..max)
             .filter_map(|index| {
                 let m = d.mig_device_by_index(index).ok()?;
+                let (gpu_instance, compute_instance) = instance_ids(&m);
                 Some(MigFacts {
                     index,
                     uuid: m.uuid().ok()?,
                     name: m.name().unwrap_or_default(),
                     memory_bytes: m.memory_info().map(|i| i.total).unwrap_or(0),
+                    gpu_instance,
+                    compute_instance,
                 })
             })
             .collect()

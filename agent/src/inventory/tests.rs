@@ -696,6 +696,8 @@ fn the_nvml_report_has_mig_devices_and_unreadable_gpus() {
         uuid: "MIG-11111111-2222-3333-4444-555555555555".into(),
         name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb".into(),
         memory_bytes: 9_856 << 20,
+        gpu_instance: Some(7),
+        compute_instance: Some(0),
     }];
     let fake = FakeNvml::new(gpus);
     fake.handle().set_device_error(2, Some("Unknown Error"));
@@ -717,7 +719,7 @@ fn the_nvml_report_has_mig_devices_and_unreadable_gpus() {
 }
 
 #[test]
-fn a_gpu_in_mig_mode_is_scheduled_whole_and_says_so() {
+fn a_gpu_in_mig_mode_without_mig_devices_says_so() {
     let (mut d, _h) = fake_discovery(2);
     let inv = d.discover();
     assert_eq!(inv.capacity.get(&ResourceName::gpu()), 2);
@@ -727,5 +729,95 @@ fn a_gpu_in_mig_mode_is_scheduled_whole_and_says_so() {
         mig[0].starts_with("GPU 1 (GPU-00000001-aaaa-bbbb-cccc-000000000000) is in MIG mode"),
         "{}",
         mig[0]
+    );
+}
+
+// ---- GPU partitions ----
+
+#[test]
+fn fake_mig_gpus_report_their_partitions_as_devices() {
+    let cfg = InventoryConfig {
+        instance_type: Some("ml.p5.48xlarge".into()),
+        fake_gpus: Some(8),
+        fake_mig: vec![
+            super::fake::parse_fake_mig("0=1g.10gb*7").unwrap(),
+            super::fake::parse_fake_mig("1=3g.40gb*2").unwrap(),
+        ],
+        ..InventoryConfig::default()
+    };
+    let mut d = Discovery::new(&cfg).unwrap();
+    let inv = d.discover();
+    assert_eq!(get(&inv.capacity, "gpu"), 8);
+    assert_eq!(get(&inv.capacity, "mig-1g.10gb"), 7);
+    assert_eq!(get(&inv.capacity, "mig-3g.40gb"), 2);
+    assert_eq!(inv.sources["mig-1g.10gb"], "fake");
+    let migs: Vec<&DeviceInfo> = inv.devices.iter().filter(|d| d.mig).collect();
+    // GPUs 0 and 1 (in MIG mode) and their nine partitions.
+    assert_eq!(migs.len(), 11);
+    let p = inv
+        .devices
+        .iter()
+        .find(|d| d.resource == "mig-3g.40gb" && d.index == 1)
+        .unwrap();
+    assert_eq!(p.id, "MIG-fake-1-1");
+    assert_eq!(p.memory_mib, 40 << 10);
+    assert_eq!(inv.partitions.len(), 9);
+    let part = inv
+        .partitions
+        .iter()
+        .find(|x| x.uuid == "MIG-fake-1-1")
+        .unwrap();
+    assert_eq!((part.gpu, part.slot, part.gpu_instance), (1, 1, Some(2)));
+    assert!(inv.warnings.is_empty(), "{:?}", inv.warnings);
+    // A partition shares its GPU's health.
+    d.fake_gpus().unwrap().xid(1, 79);
+    let inv = d.discover();
+    assert!(inv
+        .devices
+        .iter()
+        .filter(|d| d.resource == "mig-3g.40gb")
+        .all(|d| !d.healthy && d.reason.contains("XID 79")));
+    // A partition made later takes the next index; the others keep theirs.
+    d.fake_gpus()
+        .unwrap()
+        .set_mig(3, &["mig-1g.10gb".to_string()]);
+    let inv = d.discover();
+    assert_eq!(get(&inv.capacity, "mig-1g.10gb"), 8);
+    let new = inv.devices.iter().find(|d| d.id == "MIG-fake-3-0").unwrap();
+    assert_eq!(new.index, 7);
+}
+
+#[test]
+fn fake_mig_needs_fake_gpus_and_a_gpu_that_is_there() {
+    let mut cfg = InventoryConfig {
+        instance_type: Some("ml.p5.48xlarge".into()),
+        fake_gpus: Some(2),
+        fake_mig: vec![super::fake::parse_fake_mig("2=1g.10gb").unwrap()],
+        ..InventoryConfig::default()
+    };
+    let e = Discovery::new(&cfg).unwrap_err();
+    assert!(e.contains("GPU 2") && e.contains("0 to 1"), "{e}");
+    cfg.fake_gpus = None;
+    let e = Discovery::new(&cfg).unwrap_err();
+    assert!(e.contains("needs --fake-gpus"), "{e}");
+}
+
+#[test]
+fn a_gpu_in_mig_mode_without_partitions_is_a_warning() {
+    let devices = vec![DeviceInfo {
+        resource: "gpu".into(),
+        index: 0,
+        id: "GPU-0".into(),
+        pci_bus_id: "b0".into(),
+        mig: true,
+        healthy: true,
+        ..Default::default()
+    }];
+    let it = Catalog::builtin().get("ml.p5.48xlarge").unwrap().clone();
+    let (_, w) = capacity(&it, &devices, None, Some(1));
+    assert!(
+        w.iter()
+            .any(|w| w.contains("MIG mode and has no MIG devices")),
+        "{w:?}"
     );
 }

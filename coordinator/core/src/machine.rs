@@ -361,6 +361,9 @@ pub const FORMAT_AUTO_RESUME: u32 = 2;
 /// compute quotas may name them; a replica of a release before refuses both.
 pub const FORMAT_PARTITIONS: u32 = 4;
 
+/// Why a GPU in MIG mode is not handed out whole.
+pub const PARTITIONED_GPU: &str = "in MIG mode: handed out as its partitions";
+
 impl Default for Machine {
     fn default() -> Self {
         Machine::new()
@@ -936,7 +939,17 @@ impl Machine {
                         r.capacity.get(&res)
                     ))
                 })?;
-            devices.push((res, index, d.healthy, d.reason.clone()));
+            // From the format of partitions on, a GPU in MIG mode is handed out as its
+            // partitions only, never whole (a release before handed it out whole).
+            let partitioned = d.mig
+                && res.as_str() == allot_common::resource::GPU
+                && self.format >= FORMAT_PARTITIONS;
+            let reason = if partitioned {
+                PARTITIONED_GPU.to_string()
+            } else {
+                d.reason.clone()
+            };
+            devices.push((res, index, d.healthy && !partitioned, reason));
         }
         match self.state.acct.nodes.find(&r.name) {
             Some(n) => {
@@ -950,6 +963,9 @@ impl Machine {
                 }
                 if !node.healthy {
                     events.extend(self.state.set_node_health(&r.name, true, now)?);
+                }
+                if self.format >= FORMAT_PARTITIONS {
+                    self.state.grow_partitions(&r.name, &r.capacity)?;
                 }
             }
             None => {

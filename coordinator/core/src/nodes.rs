@@ -575,6 +575,56 @@ impl NodeSet {
         }
     }
 
+    /// Grows device resource `r` of node `id` to `cap` devices, the new ones free, adding the
+    /// resource when the node had none of it: GPU partitions created after the node
+    /// registered. Never shrinks (a device that goes is reported unhealthy instead); true when
+    /// anything changed.
+    pub fn grow_devices(&mut self, id: NodeId, r: ResId, cap: i64) -> Result<bool, String> {
+        let node = &self.nodes[id.idx()];
+        if !(0..=MAX_DEVICES).contains(&cap) {
+            return Err(format!(
+                "node {}: {cap} devices of one kind; at most {MAX_DEVICES} are supported",
+                node.name
+            ));
+        }
+        let old = node.res.iter().find(|x| x.res == r);
+        match old {
+            Some(nr) if nr.free_mask.is_none() => {
+                return Err(format!(
+                    "node {}: a counted resource cannot become devices",
+                    node.name
+                ))
+            }
+            Some(nr) if nr.cap >= cap => return Ok(false),
+            _ => {}
+        }
+        let from = old.map_or(0, |nr| nr.cap);
+        let added = (from..cap).fold(0u64, |m, i| m | (1u64 << i));
+        self.index_remove(id);
+        self.count_healthy(id, -1);
+        let node = self.node_mut(id);
+        match node.res.iter_mut().find(|x| x.res == r) {
+            Some(nr) => {
+                nr.free_mask = nr.free_mask.map(|m| m | added);
+                nr.cap = cap;
+            }
+            None => {
+                node.res.push(NodeRes {
+                    res: r,
+                    cap,
+                    used: 0,
+                    free_mask: Some(added),
+                    bad_mask: 0,
+                    parked_mask: 0,
+                });
+                node.res.sort_by_key(|x| x.res);
+            }
+        }
+        self.count_healthy(id, 1);
+        self.index_insert(id);
+        Ok(true)
+    }
+
     pub fn set_health(&mut self, id: NodeId, healthy: bool) {
         self.index_remove(id);
         self.count_healthy(id, -1);

@@ -797,6 +797,30 @@ impl State {
         }
     }
 
+    /// Grows a registered node's GPU partitions to what it reports (`capacity`'s partition
+    /// resources): partitions created after it registered become schedulable.
+    pub fn grow_partitions(&mut self, name: &str, capacity: &Resources) -> Result<(), StateError> {
+        let id = self
+            .acct
+            .nodes
+            .find(name)
+            .ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
+        let mut grown = false;
+        for (r, cap) in capacity.iter().filter(|(r, _)| r.is_partition()) {
+            let r = self.names.resource(r);
+            grown |= self
+                .acct
+                .nodes
+                .grow_devices(id, r, cap)
+                .map_err(StateError::Invalid)?;
+        }
+        if grown {
+            self.placement = true;
+            self.rebuild();
+        }
+        Ok(())
+    }
+
     /// `add_node` without the rebuild the caller owes.
     fn add_node_unbuilt(
         &mut self,
