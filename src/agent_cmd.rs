@@ -173,10 +173,14 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
     let containerd = match a.driver.or(f.driver).as_deref().unwrap_or("process") {
         "process" => None,
         "containerd" => {
-            let dev_dir = match (a.device_dir.or(f.device_dir), fake_gpus) {
-                (Some(d), _) => d,
-                (None, Some(n)) => fake_device_dir(&data_dir, n)?,
-                (None, None) => PathBuf::from("/dev"),
+            let (dev_dir, mig_minors) = match (a.device_dir.or(f.device_dir), fake_gpus) {
+                (Some(d), _) => (d, None),
+                (None, Some(n)) => {
+                    let dir = fake_device_dir(&data_dir, n)?;
+                    let minors = fake_mig_nodes(&dir, &fake_mig)?;
+                    (dir, Some(minors))
+                }
+                (None, None) => (PathBuf::from("/dev"), None),
             };
             let namespace = a
                 .containerd_namespace
@@ -215,6 +219,7 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
                     .clone()
                     .or(f.sysfs_root.clone())
                     .unwrap_or_else(|| PathBuf::from("/")),
+                mig_minors,
             })
         }
         other => bail!("--driver {other:?}: use process or containerd"),
@@ -279,20 +284,59 @@ fn fake_device_dir(data_dir: &std::path::Path, gpus: u32) -> anyhow::Result<Path
         if p.exists() {
             continue;
         }
-        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
-            .map_err(|_| anyhow!("device path {} holds a NUL byte", p.display()))?;
-        // SAFETY: mknod(2) with a valid NUL-terminated path; creates one device node.
-        let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
-        if rc != 0 {
-            bail!(
-                "could not make fake device node {}: {} (the containerd driver with --fake-gpus \
-                 runs as root)",
-                p.display(),
-                std::io::Error::last_os_error()
-            );
-        }
+        make_null_node(&p)?;
     }
     Ok(dir)
+}
+
+/// A character device node at `p` with /dev/null's numbers (harmless to open).
+fn make_null_node(p: &std::path::Path) -> anyhow::Result<()> {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+        .map_err(|_| anyhow!("device path {} holds a NUL byte", p.display()))?;
+    // SAFETY: mknod(2) with a valid NUL-terminated path; creates one device node.
+    let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+    if rc != 0 {
+        bail!(
+            "could not make fake device node {}: {} (the containerd driver with --fake-gpus \
+             runs as root)",
+            p.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// For fake GPUs in MIG mode, what the driver has on a real node: a `mig-minors` table and
+/// the `nvidia-caps/nvidia-capN` node of each GPU and compute instance (/dev/null's numbers,
+/// as `fake_device_dir` makes them). Fake instances are GPU instance `slot + 1`, compute
+/// instance 0 (`inventory::fake`). Returns the table's path.
+fn fake_mig_nodes(
+    dir: &std::path::Path,
+    fake_mig: &[(u32, Vec<String>)],
+) -> anyhow::Result<PathBuf> {
+    let caps = dir.join("nvidia-caps");
+    std::fs::create_dir_all(&caps)
+        .with_context(|| format!("creating fake MIG nodes in {}", caps.display()))?;
+    let mut table = String::from("config 1\nmonitor 2\n");
+    let mut minors = Vec::new();
+    for (gpu, profiles) in fake_mig {
+        for slot in 0..profiles.len() as u32 {
+            let gi = slot + 1;
+            let base = 3 + (gpu * 8 + gi) * 2;
+            table.push_str(&format!("gpu{gpu}/gi{gi}/access {base}\n"));
+            table.push_str(&format!("gpu{gpu}/gi{gi}/ci0/access {}\n", base + 1));
+            minors.extend([base, base + 1]);
+        }
+    }
+    for m in minors {
+        let p = caps.join(format!("nvidia-cap{m}"));
+        if !p.exists() {
+            make_null_node(&p)?;
+        }
+    }
+    let path = dir.join("mig-minors");
+    std::fs::write(&path, table).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
 }
 
 /// `allot agent --discover`: what the agent would report, and what NVML says, as JSON.

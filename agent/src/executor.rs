@@ -476,6 +476,8 @@ impl Executor {
             devices: a.devices.clone(),
             hostname,
             lock_dir: self.cfg.data_dir.clone(),
+            partitions: self.partitions_of(a)?,
+            mig_minors: c.mig_minors.clone(),
         };
         let bytes = serde_json::to_vec_pretty(&job).map_err(|e| e.to_string())?;
         let path = dir.join(JOB_FILE);

@@ -598,28 +598,82 @@ pub(crate) fn render_quotas(qs: &[ComputeQuotaView]) -> String {
 }
 
 pub(crate) fn render_nodes(ns: &[NodeView]) -> String {
+    // A column of free GPU partitions when some node has any.
+    let partitions = ns.iter().any(|n| !partition_rows(n).is_empty());
+    let mut head = vec![
+        "NAME",
+        "INSTANCE TYPE",
+        "STATUS",
+        "CAPACITY",
+        "USED",
+        "SOURCES",
+    ];
+    if partitions {
+        head.push("FREE PARTITIONS");
+    }
     table(
-        &[
-            "NAME",
-            "INSTANCE TYPE",
-            "STATUS",
-            "CAPACITY",
-            "USED",
-            "SOURCES",
-        ],
+        &head,
         &ns.iter()
             .map(|n| {
-                vec![
+                let mut row = vec![
                     n.name.clone(),
                     n.instance_type.clone(),
                     n.status.clone(),
                     fmt_res(&n.capacity),
                     fmt_res(&n.used),
                     fmt_sources(n),
-                ]
+                ];
+                if partitions {
+                    let free: Vec<String> = partition_rows(n)
+                        .iter()
+                        .map(|p| format!("{}={}", p.profile, p.total - p.used))
+                        .collect();
+                    row.push(if free.is_empty() {
+                        "-".into()
+                    } else {
+                        free.join(",")
+                    });
+                }
+                row
             })
             .collect::<Vec<_>>(),
     )
+}
+
+/// One MIG profile of a node: its GPUs, and how many partitions it has and are used.
+pub(crate) struct PartitionRow {
+    pub profile: String,
+    pub gpus: Vec<u32>,
+    pub total: i64,
+    pub used: i64,
+}
+
+/// The node's GPU partitions per profile, from its capacity, use and reported devices.
+pub(crate) fn partition_rows(n: &NodeView) -> Vec<PartitionRow> {
+    n.capacity
+        .iter()
+        .filter(|(r, _)| r.is_partition())
+        .map(|(r, total)| {
+            let buses: Vec<&str> = (n.devices.iter())
+                .filter(|d| d.resource == r.as_str())
+                .map(|d| d.pci_bus_id.as_str())
+                .collect();
+            let mut gpus: Vec<u32> = (n.devices.iter())
+                .filter(|d| {
+                    d.resource == allot_common::resource::GPU
+                        && buses.contains(&d.pci_bus_id.as_str())
+                })
+                .map(|d| d.index)
+                .collect();
+            gpus.dedup();
+            PartitionRow {
+                profile: r.as_str().to_string(),
+                gpus,
+                total,
+                used: n.used.get(r),
+            }
+        })
+        .collect()
 }
 
 /// `describe node`: the node, its devices, and the pods of `ws` placed on it.
@@ -642,15 +696,42 @@ pub(crate) fn render_node(n: &NodeView, ws: &[WorkloadView]) -> String {
                     format!("{}{}", d.resource, d.index),
                     d.id.clone(),
                     d.model.clone(),
-                    if d.healthy {
-                        "healthy".into()
-                    } else {
-                        format!("unhealthy: {}", d.reason)
+                    match (
+                        d.healthy,
+                        d.mig && d.resource == allot_common::resource::GPU,
+                    ) {
+                        (true, true) => "healthy; MIG mode: handed out as its partitions".into(),
+                        (true, false) => "healthy".into(),
+                        (false, _) => format!("unhealthy: {}", d.reason),
                     },
                 ]
             })
             .collect();
         out.push_str(&indent(&table(&["DEVICE", "ID", "MODEL", "HEALTH"], &rows)));
+    }
+    let parts = partition_rows(n);
+    if !parts.is_empty() {
+        out.push_str("Partitions:\n");
+        let rows: Vec<Vec<String>> = parts
+            .iter()
+            .map(|p| {
+                vec![
+                    p.profile.clone(),
+                    p.gpus
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    p.total.to_string(),
+                    p.used.to_string(),
+                    (p.total - p.used).to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&indent(&table(
+            &["PROFILE", "GPUS", "TOTAL", "USED", "FREE"],
+            &rows,
+        )));
     }
     let pods: Vec<Vec<String>> = (ws.iter())
         .flat_map(|w| {

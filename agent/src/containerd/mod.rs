@@ -56,6 +56,9 @@ pub struct ContainerdConfig {
     pub cdi_dirs: Vec<PathBuf>,
     /// Root of the sysfs where EFA interfaces show their verbs devices.
     pub sysfs_root: PathBuf,
+    /// The driver's table of MIG capability minors (`None`: `/proc/driver/nvidia-caps/mig-minors`;
+    /// a fake one with fake GPUs).
+    pub mig_minors: Option<PathBuf>,
 }
 
 impl Default for ContainerdConfig {
@@ -68,6 +71,7 @@ impl Default for ContainerdConfig {
             dev_dir: PathBuf::from("/dev"),
             cdi_dirs: cdi::DEFAULT_DIRS.iter().map(PathBuf::from).collect(),
             sysfs_root: PathBuf::from("/"),
+            mig_minors: None,
         }
     }
 }

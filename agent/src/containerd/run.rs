@@ -63,6 +63,12 @@ pub struct ContainerJob {
     /// Root of the sysfs that maps EFA interfaces to their verbs devices (none: `/`).
     #[serde(default)]
     pub sysfs_root: Option<PathBuf>,
+    /// The GPU partitions among `devices`, with what their device nodes need.
+    #[serde(default)]
+    pub partitions: Vec<crate::inventory::Partition>,
+    /// The driver's table of MIG capability minors (none: `/proc/driver/nvidia-caps/mig-minors`).
+    #[serde(default)]
+    pub mig_minors: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -421,13 +427,19 @@ async fn pod_container(
     // Names come from the image's /etc/passwd and /etc/group (read once per image and node).
     let (uid, gid) =
         super::users::uid_gid(ctd, &pulled.manifest_digest, &user, &node_dir(job, dir)).await?;
-    // GPUs from the node's CDI specs where it has them, named by index as the toolkit does.
+    // GPUs from the node's CDI specs where it has them, named by index as the toolkit does,
+    // and partitions as `<gpu>:<slot>`.
     let gpus: Vec<String> = job
         .devices
         .get("gpu")
         .into_iter()
         .flatten()
         .map(|i| i.to_string())
+        .chain(
+            job.partitions
+                .iter()
+                .map(|p| format!("{}:{}", p.gpu, p.slot)),
+        )
         .collect();
     let mut warnings = Vec::new();
     let cdi = if gpus.is_empty() {
@@ -446,6 +458,18 @@ async fn pod_container(
     };
     let mut devices =
         spec::assigned_devices(&job.dev_dir, &job.devices, cdi.is_some(), &efa_verbs)?;
+    if cdi.is_none() && !job.partitions.is_empty() {
+        let minors = job
+            .mig_minors
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(spec::MIG_MINORS));
+        devices.extend(spec::partition_devices(
+            &job.dev_dir,
+            &minors,
+            &job.partitions,
+            &devices,
+        )?);
+    }
     let cdi = cdi.unwrap_or_default();
     devices.extend(cdi.oci_devices(&job.dev_dir)?);
     let mut env = spec::merge_env(&pulled.config, &job.env);

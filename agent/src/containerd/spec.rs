@@ -1,13 +1,15 @@
 //! The OCI runtime spec of a pod's container: only what its placement assigned.
 //!
 //! The container gets the device nodes of its assigned GPUs (`/dev/nvidiaN` and the control
-//! nodes), Neuron devices (`/dev/neuronN`) and EFA interfaces (`/dev/infiniband/uverbsN`), and
+//! nodes; for a GPU partition its parent's node and the `/dev/nvidia-caps` nodes of its GPU
+//! and compute instance), Neuron devices (`/dev/neuronN`) and EFA interfaces (`/dev/infiniband/uverbsN`), and
 //! the device cgroup allows exactly those besides the standard ones (null, zero, tty, ...). Its
 //! cgroup caps CPU (quota from the cpu request), memory (the memory request, no swap) and
 //! process count. It runs in its own pid, ipc, uts and mount namespaces, and its own network
 //! namespace unless the workload asked for the host's network (multi-node NCCL and EFA need
 //! it). `/dev/shm` has the size asked for; the workload's host paths are bind-mounted.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -178,6 +180,83 @@ pub fn assigned_devices(
             dev_dir.join("infiniband").join(&verbs),
             format!("/dev/infiniband/{verbs}"),
         )?;
+    }
+    Ok(out)
+}
+
+/// Where the NVIDIA driver lists the device minors of MIG capabilities.
+pub const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
+
+/// The device nodes of GPU partitions without CDI: each parent GPU's `nvidiaN` and the control
+/// nodes (unless `already` has them), and the access nodes of the partition's GPU instance and
+/// compute instance, `/dev/nvidia-caps/nvidia-capM` with M from the driver's `mig-minors`
+/// table (`gpu0/gi1/access 12`, `gpu0/gi1/ci0/access 13`), as the NVIDIA container toolkit
+/// gives them.
+pub fn partition_devices(
+    dev_dir: &Path,
+    minors_file: &Path,
+    parts: &[crate::inventory::Partition],
+    already: &[DeviceNode],
+) -> Result<Vec<DeviceNode>, String> {
+    let text = std::fs::read_to_string(minors_file).map_err(|e| {
+        format!(
+            "GPU partitions need the driver's MIG capabilities, and {} cannot be read: {e}",
+            minors_file.display()
+        )
+    })?;
+    let minors: BTreeMap<&str, &str> = text
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.trim(), v.trim()))
+        .collect();
+    let mut out: Vec<DeviceNode> = Vec::new();
+    let mut add = |host: PathBuf, container: String| -> Result<(), String> {
+        if !already
+            .iter()
+            .chain(out.iter())
+            .any(|d| d.path == container)
+        {
+            out.push(device_node(&host, &container)?);
+        }
+        Ok(())
+    };
+    for p in parts {
+        add(
+            dev_dir.join(format!("nvidia{}", p.gpu)),
+            format!("/dev/nvidia{}", p.gpu),
+        )?;
+        for ctl in ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"] {
+            let host = dev_dir.join(ctl);
+            if host.exists() {
+                add(host, format!("/dev/{ctl}"))?;
+            }
+        }
+        let (Some(gi), Some(ci)) = (p.gpu_instance, p.compute_instance) else {
+            return Err(format!(
+                "GPU partition {} ({}): NVML did not give its GPU and compute instance ids, \
+                 which its device nodes need; give the node CDI specs (nvidia-ctk cdi generate)",
+                p.index, p.uuid
+            ));
+        };
+        for key in [
+            format!("gpu{}/gi{gi}/access", p.gpu),
+            format!("gpu{}/gi{gi}/ci{ci}/access", p.gpu),
+        ] {
+            let minor = minors.get(key.as_str()).ok_or_else(|| {
+                format!(
+                    "GPU partition {} ({}): {} has no {key}",
+                    p.index,
+                    p.uuid,
+                    minors_file.display()
+                )
+            })?;
+            add(
+                dev_dir
+                    .join("nvidia-caps")
+                    .join(format!("nvidia-cap{minor}")),
+                format!("/dev/nvidia-caps/nvidia-cap{minor}"),
+            )?;
+        }
     }
     Ok(out)
 }
@@ -498,5 +577,64 @@ mod tests {
             .unwrap()
             .iter()
             .any(|n| n["type"] == "network"));
+    }
+
+    #[test]
+    fn partitions_get_their_gpu_and_their_instances_capability_nodes() {
+        let dev = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dev.path().join("nvidia-caps")).unwrap();
+        for n in [
+            "nvidia0",
+            "nvidia1",
+            "nvidiactl",
+            "nvidia-caps/nvidia-cap21",
+            "nvidia-caps/nvidia-cap22",
+            "nvidia-caps/nvidia-cap30",
+            "nvidia-caps/nvidia-cap31",
+        ] {
+            std::os::unix::fs::symlink("/dev/null", dev.path().join(n)).unwrap();
+        }
+        let minors = dev.path().join("mig-minors");
+        std::fs::write(
+            &minors,
+            "config 1\nmonitor 2\ngpu0/gi1/access 21\ngpu0/gi1/ci0/access 22\ngpu1/gi2/access 30\ngpu1/gi2/ci0/access 31\n",
+        )
+        .unwrap();
+        let part = |gpu, gi| crate::inventory::Partition {
+            resource: "mig-1g.10gb".into(),
+            index: gpu,
+            uuid: format!("MIG-{gpu}"),
+            gpu,
+            slot: 0,
+            gpu_instance: Some(gi),
+            compute_instance: Some(0),
+        };
+        let got = partition_devices(dev.path(), &minors, &[part(0, 1), part(1, 2)], &[]).unwrap();
+        let paths: Vec<&str> = got.iter().map(|d| d.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "/dev/nvidia0",
+                "/dev/nvidiactl",
+                "/dev/nvidia-caps/nvidia-cap21",
+                "/dev/nvidia-caps/nvidia-cap22",
+                "/dev/nvidia1",
+                "/dev/nvidia-caps/nvidia-cap30",
+                "/dev/nvidia-caps/nvidia-cap31",
+            ]
+        );
+        assert!(got
+            .iter()
+            .all(|d| d.kind == 'c' && d.major == 1 && d.minor == 3));
+        // A whole GPU already given keeps its one node.
+        let whole = device_node(&dev.path().join("nvidia0"), "/dev/nvidia0").unwrap();
+        let got = partition_devices(dev.path(), &minors, &[part(0, 1)], &[whole]).unwrap();
+        assert!(!got.iter().any(|d| d.path == "/dev/nvidia0"));
+        // An instance the table lacks, or no table, is named.
+        let e = partition_devices(dev.path(), &minors, &[part(0, 5)], &[]).unwrap_err();
+        assert!(e.contains("gpu0/gi5/access"), "{e}");
+        let e = partition_devices(dev.path(), &dev.path().join("none"), &[part(0, 1)], &[])
+            .unwrap_err();
+        assert!(e.contains("MIG capabilities"), "{e}");
     }
 }
