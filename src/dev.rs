@@ -49,6 +49,10 @@ pub struct DevArgs {
     /// A registry (host[:port]) pulled from over plain HTTP (repeat for several).
     #[arg(long)]
     pub plain_http_registry: Vec<String>,
+    /// Put a fake GPU of every node in MIG mode with these partitions: GPU=PROFILE[*N][+...],
+    /// such as 0=1g.10gb*7 (repeat for several GPUs; as `allot agent --fake-mig`).
+    #[arg(long)]
+    pub mig: Vec<String>,
 }
 
 /// The directory `allot dev` uses by default, and where the CLI looks for it.
@@ -199,6 +203,16 @@ fn checked_gpus(a: &DevArgs) -> anyhow::Result<u32> {
         .map_err(|e| anyhow!("--instance-type: {e}"))?;
     let gpus = a.gpus.unwrap_or(it.accelerators());
     check_fake_gpus("--gpus", gpus).map_err(|e| anyhow!(e))?;
+    for spec in &a.mig {
+        let (gpu, _) = allot_agent::inventory::fake::parse_fake_mig(spec)
+            .map_err(|e| anyhow!(e.replace("--fake-mig", "--mig")))?;
+        if gpu >= gpus {
+            bail!(
+                "--mig {spec:?}: the nodes have GPUs 0 to {}",
+                gpus.saturating_sub(1)
+            );
+        }
+    }
     Ok(gpus)
 }
 
@@ -396,7 +410,12 @@ fn agent_args(
         a.instance_type.clone(),
         "--fake-gpus".into(),
         gpus.to_string(),
-        "--data-dir".into(),
+    ];
+    for spec in &a.mig {
+        args.extend(["--fake-mig".to_string(), spec.clone()]);
+    }
+    args.extend([
+        "--data-dir".to_string(),
         dir.join("agents").join(n).display().to_string(),
         "--http".into(),
         format!("127.0.0.1:{}", u32::from(a.port) + AGENT_HTTP_OFFSET + i),
@@ -409,7 +428,7 @@ fn agent_args(
         "--stop-pods-on-exit".into(),
         "--driver".into(),
         a.driver.clone(),
-    ];
+    ]);
     if let Some(sock) = &a.containerd_socket {
         args.push("--containerd-socket".into());
         args.push(sock.display().to_string());

@@ -701,3 +701,71 @@ fn leftover_report(c: &Cluster, env: &containers::Env, agent: &AgentProc, worklo
         tail.join("\n")
     );
 }
+
+/// A container given a GPU partition sees its parent GPU's node, the control node and the
+/// `/dev/nvidia-caps` nodes of its GPU and compute instances (what the driver's mig-minors
+/// table names; fake ones with `--fake-mig`), and its MIG UUID in CUDA_VISIBLE_DEVICES.
+#[test]
+fn a_gpu_partition_gets_its_gpu_and_capability_nodes() {
+    let Some(env) = containers::Env::start("a_gpu_partition_gets_its_nodes") else {
+        return;
+    };
+    let image = env.push_busybox("team-a/busybox", "1");
+    let c = Cluster::new(1, 0);
+    rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    c.cli_ok(
+        "admin-admin",
+        &[
+            "create-compute-quota",
+            "--name",
+            "team-a-quota",
+            "--compute-quota-config",
+            "ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,Accelerators=1,AcceleratorPartition={Type=mig-3g.40gb,Count=2}}]",
+            "--compute-quota-target",
+            "TeamName=team-a,FairShareWeight=10",
+        ],
+    );
+    let mut extra = env.driver_args();
+    extra.extend(["--fake-mig".to_string(), "1=3g.40gb*2".to_string()]);
+    let agent = c.start_agent_with("mig-1", "ml.p5.48xlarge", 2, 3.0, &extra);
+    wait_for(30, "the agent registers with its partitions", || {
+        let o = c.cli("admin-admin", &["get", "nodes"]);
+        String::from_utf8_lossy(&o.stdout)
+            .contains("mig-3g.40gb=2")
+            .then_some(())
+    });
+    submit(
+        &c,
+        "mig.yaml",
+        &format!(
+            "name: mig\nteam: team-a\nrequests: {{nvidia.com/mig-3g.40gb: 1, cpu: 1, memory: 1Gi}}\n\
+             image: {image}\ncommand: [sh, -c, 'echo visible: $CUDA_VISIBLE_DEVICES; \
+             echo devices: $(ls /dev | grep nvidia); echo caps: $(ls /dev/nvidia-caps)']\n"
+        ),
+    );
+    wait_state(&c, &agent, "mig", "Succeeded", 60);
+    let log = c.cli_ok("user-team-a", &["logs", "mig"]);
+    let line = |p: &str| {
+        log.lines()
+            .find_map(|l| l.strip_prefix(p))
+            .unwrap_or_else(|| panic!("no {p} in {log}"))
+            .trim()
+            .to_string()
+    };
+    let visible = line("visible:");
+    assert!(visible.starts_with("MIG-fake-1-"), "{log}");
+    // GPU 1 is the parent; GPU 0 (whole, not given) is not there.
+    assert_eq!(line("devices:"), "nvidia-caps nvidia1 nvidiactl", "{log}");
+    // Slot s is GPU instance s + 1: capability minors 3 + (8 + s + 1) * 2 and one more.
+    let slot: u32 = visible
+        .rsplit('-')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
+    let base = 3 + (8 + slot + 1) * 2;
+    assert_eq!(
+        line("caps:"),
+        format!("nvidia-cap{base} nvidia-cap{}", base + 1),
+        "{log}"
+    );
+}
