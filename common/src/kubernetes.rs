@@ -325,19 +325,33 @@ fn env(v: Option<&Value>, path: &str) -> Result<Map<String, Value>> {
 }
 
 /// `resources.requests`, with `resources.limits` filling what requests lack, in allot's names.
+/// The allot name of Kubernetes resource `name`: one of `RESOURCES`, or a GPU partition as the
+/// device plugin names it (`nvidia.com/mig-1g.10gb`).
+fn allot_resource(name: &str) -> Option<String> {
+    if let Some((_, allot)) = RESOURCES.iter().find(|(n, _)| *n == name) {
+        return Some(allot.to_string());
+    }
+    name.strip_prefix("nvidia.com/")
+        .filter(|p| crate::mig::profile(p).is_some())
+        .map(str::to_string)
+}
+
 fn resources(v: Option<&Value>, path: &str) -> Result<Map<String, Value>> {
-    let accepted = RESOURCES.map(|(k, _)| k).join(", ");
-    let read = |k: &str| -> Result<Vec<(&'static str, &'static str, Value)>> {
+    let accepted = format!(
+        "{}, nvidia.com/mig-<profile> (such as nvidia.com/mig-1g.10gb)",
+        RESOURCES.map(|(k, _)| k).join(", ")
+    );
+    let read = |k: &str| -> Result<Vec<(String, String, Value)>> {
         let at = format!("{path}.{k}");
         let mut out = Vec::new();
         for (name, q) in object(v.and_then(|r| r.get(k)), &at)?.into_iter().flatten() {
-            let Some((k8s, allot)) = RESOURCES.iter().find(|(n, _)| n == name) else {
+            let Some(allot) = allot_resource(name) else {
                 return Err(format!(
                     "{at}: resource {name:?} is not accepted; accepted: {accepted}"
                 ));
             };
             match q {
-                Value::String(_) | Value::Number(_) => out.push((*k8s, *allot, q.clone())),
+                Value::String(_) | Value::Number(_) => out.push((name.clone(), allot, q.clone())),
                 o => {
                     return Err(format!(
                         "{at}.{name}: expected a quantity such as 8 or \"32Gi\", got {o}"
@@ -350,14 +364,14 @@ fn resources(v: Option<&Value>, path: &str) -> Result<Map<String, Value>> {
     let text = |q: &Value| q.as_str().map_or_else(|| q.to_string(), str::to_string);
     let mut out = Map::new();
     for (_, name, q) in read("requests")? {
-        out.insert(name.into(), q);
+        out.insert(name, q);
     }
     for (k8s, name, q) in read("limits")? {
-        match out.get(name) {
+        match out.get(&name) {
             None => {
-                out.insert(name.into(), q);
+                out.insert(name, q);
             }
-            Some(r) if !["cpu", "memory"].contains(&name) && text(r) != text(&q) => {
+            Some(r) if !["cpu", "memory"].contains(&name.as_str()) && text(r) != text(&q) => {
                 return Err(format!(
                     "{path}: requests and limits of {k8s} differ; Kubernetes requires them \
                      equal for extended resources"
@@ -574,6 +588,38 @@ spec:
         - name: shm
           emptyDir: {medium: Memory, sizeLimit: 8Gi}
 "#;
+
+    #[test]
+    fn gpu_partitions_are_read_as_their_profile() {
+        let j = convert(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: hyperpod-ns-team-a}
+spec:
+  containers:
+    - name: c
+      image: busybox
+      resources: {limits: {nvidia.com/mig-1g.10gb: 2, cpu: "4"}}
+"#,
+        )
+        .unwrap()
+        .expect("a manifest");
+        assert_eq!(j["requests"]["mig-1g.10gb"], json!(2));
+        let bad = convert(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers:
+    - {name: c, image: busybox, resources: {limits: {nvidia.com/mig-9g.10gb: 1}}}
+"#,
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(bad.contains("nvidia.com/mig-<profile>"), "{bad}");
+    }
 
     #[test]
     fn auto_resume_annotations_are_kept_as_labels_and_others_are_not() {
