@@ -694,6 +694,11 @@ pub enum Body {
     },
     /// `allot backup` (admins only): the replicated state as a snapshot. Protocol 3.
     Backup,
+    /// `allot set-gang-scheduling` (admins only): gang readiness on with these settings, or
+    /// off (`None`). Protocol 5.
+    SetGangScheduling(Option<crate::pods_ready::PodsReadyPolicy>),
+    /// `allot get gang-scheduling`: the settings in force. Protocol 5.
+    GetGangScheduling,
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -938,6 +943,8 @@ pub enum Reply {
         taken_ms: i64,
         data: Vec<u8>,
     },
+    /// The answer to `Body::GetGangScheduling`: the settings, `None` when it is off.
+    GangScheduling(Option<crate::pods_ready::PodsReadyPolicy>),
 }
 
 /// A bulk cancel's reply names at most this many workloads (and counts them all).

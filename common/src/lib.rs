@@ -11,6 +11,7 @@ pub mod kubernetes;
 pub mod layout;
 pub mod mig;
 pub mod names;
+pub mod pods_ready;
 pub mod policy;
 pub mod quota;
 pub mod recorded;

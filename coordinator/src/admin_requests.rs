@@ -30,7 +30,9 @@ pub(crate) fn route(body: Body, who: &Identity) -> ControlFlow<Result<Route, Api
         | Body::CordonNode { .. }
         | Body::DrainNode { .. }
         | Body::RemoveNode { .. }
-        | Body::Backup) => ControlFlow::Break(answer(b, who)),
+        | Body::Backup
+        | Body::SetGangScheduling(_)
+        | Body::GetGangScheduling) => ControlFlow::Break(answer(b, who)),
         other => ControlFlow::Continue(other),
     }
 }
@@ -166,6 +168,18 @@ fn answer(body: Body, who: &Identity) -> Result<Route, ApiError> {
         | Body::Backup
         | Body::RemoveNode { .. }
         | Body::DrainNode { .. }) => maintenance(b, who),
+        Body::SetGangScheduling(policy) => {
+            admin_only(who, "set gang scheduling")?;
+            if let Some(p) = &policy {
+                p.validate()
+                    .map_err(|e| ApiError::new(ErrorKind::Invalid, e))?;
+            }
+            Ok(Route::Propose(Command::SetPodsReady(policy)))
+        }
+        // Everyone may read it: it says how long a user's gang may take to start.
+        Body::GetGangScheduling => Ok(Route::Read(Box::new(|m: &Machine| {
+            Ok(Reply::GangScheduling(m.pods_ready.policy))
+        }))),
         _ => Err(ApiError::new(
             ErrorKind::Invalid,
             "a request routed to the admin handlers that is not one of theirs",

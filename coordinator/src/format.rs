@@ -24,6 +24,7 @@
 //! | 2 | auto-resume: `Machine::auto_resumed` at the end of a snapshot, and failed workloads queued again |
 //! | 3 | `RemoveNode`, and `Machine::removed_nodes` at the end of a snapshot |
 //! | 4 | GPU partitions: compute quota rows with `AcceleratorPartition` (layout 1 of `allot_common::layout`), and node reports with MIG devices |
+//! | 5 | gang readiness: `SetPodsReady`, `PodsReadyTimeout`, `BackoffFinished`, and `Machine::pods_ready` at the end of a snapshot |
 //!
 //! API requests carry a protocol version (`allot_net::wire`): a client sends the oldest one
 //! that has its request, so a newer client talks to an older coordinator during an upgrade,
@@ -32,7 +33,7 @@
 use allot_core::machine::Command;
 
 /// The newest format this build reads and writes.
-pub const CURRENT: u32 = 4;
+pub const CURRENT: u32 = 5;
 
 /// The first byte of an enveloped (format 1 or later) entry or snapshot.
 const ENVELOPE: u8 = 0xFF;
@@ -124,6 +125,9 @@ pub fn needs(cmd: &Command) -> u32 {
             4
         }
         Command::ReportNode(r) if reports_partitions(r) => 4,
+        Command::SetPodsReady(_)
+        | Command::PodsReadyTimeout { .. }
+        | Command::BackoffFinished { .. } => 5,
         _ => 0,
     }
 }
@@ -151,6 +155,7 @@ pub fn protocol(reads: u32) -> u32 {
     match reads {
         0 => allot_net::wire::OLDEST_PROTOCOL_VERSION,
         1..=3 => 3,
+        4 => 4,
         _ => allot_net::wire::PROTOCOL_VERSION,
     }
 }
@@ -261,5 +266,7 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(needs(&Command::ReportNode(report)), 4);
+        assert_eq!(needs(&Command::SetPodsReady(None)), 5);
+        assert_eq!(needs(&Command::BackoffFinished { workload_id: 1 }), 5);
     }
 }

@@ -123,6 +123,9 @@ impl CycleJob {
     }
 }
 
+mod pods_ready;
+pub use pods_ready::NotReady;
+
 /// A node the driver declared lost, for the shell's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lost {
@@ -162,6 +165,10 @@ pub struct Leader {
     /// behind a backlog checks it against the state (`Settled::holds`), so it stays here
     /// while the next cycle runs.
     settled: Option<Settled>,
+    /// Gang readiness: the proposals in flight (`PodsReadyTimeout` by workload and attempt,
+    /// `BackoffFinished` by workload) and when they were made; see `pods_ready.rs`.
+    ready_proposed: BTreeMap<(u64, u32), Millis>,
+    last_ready_check: Option<Millis>,
 }
 
 impl Leader {
@@ -182,6 +189,8 @@ impl Leader {
             scratch: None,
             cache: None,
             settled: None,
+            ready_proposed: BTreeMap::new(),
+            last_ready_check: None,
         }
     }
 
@@ -364,7 +373,7 @@ impl Leader {
         let Command::Submit(input) = cmd else {
             return cmd;
         };
-        if !self.nothing_proposed(rep) {
+        if !self.nothing_proposed(rep) || rep.machine.blocks_admission() {
             return Command::Submit(input);
         }
         let applied = rep.applied_index();
@@ -420,6 +429,11 @@ impl Leader {
             .last_cycle
             .is_some_and(|t| now.saturating_sub(t) < self.cfg.schedule_interval_ms);
         if !self.dirty && idle {
+            return None;
+        }
+        // Gang readiness with block admission: nothing is decided while an admitted
+        // workload's pods are starting (`dirty` stays, so the cycle runs once they have).
+        if rep.machine.blocks_admission() {
             return None;
         }
         self.dirty = false;
@@ -615,6 +629,59 @@ mod tests {
         assert!(lost[0].reason.contains("for 10.6s"), "{}", lost[0].reason);
         while rep.handle_ready().expect("ready") {}
         assert_eq!(lost_nodes(&rep), vec!["node-2".to_string()]);
+    }
+
+    #[test]
+    fn a_gang_not_ready_in_time_is_evicted_with_what_its_agent_said() {
+        let mut rep = leading(&["node-1"]);
+        let apply = |rep: &mut Replica<MemDisk>, token: u64, now: i64, cmd: Command| {
+            rep.propose(token, &Cmd { now, cmd }).expect("proposed");
+            while rep.handle_ready().expect("ready") {}
+        };
+        let version = crate::format::CURRENT;
+        apply(&mut rep, 9, 0, Command::SetFormat { version });
+        apply(&mut rep, 1, 0, team_a_one_g5());
+        let policy = allot_common::pods_ready::PodsReadyPolicy {
+            timeout_s: 10,
+            ..Default::default()
+        };
+        apply(&mut rep, 2, 0, Command::SetPodsReady(Some(policy)));
+        let mut r = allot_common::Resources::new();
+        r.add(&allot_common::ResourceName::gpu(), 1);
+        let spec = allot_common::WorkloadSpec::single("gang", "team-a", 1, r);
+        let submit = allot_common::api::SubmitInput {
+            spec,
+            run: None,
+            client_token: None,
+        };
+        apply(&mut rep, 3, 1_000, Command::Submit(submit));
+        let plan = allot_core::schedule(&rep.machine.state, 2_000);
+        apply(&mut rep, 4, 2_000, Command::Plan(plan));
+        let id = rep.machine.state.find_workload("gang").expect("submitted");
+        let said =
+            |w: u64, rank: u32| (w == id.0 && rank == 0).then(|| "Pulling 10 MiB: 5%".to_string());
+        let mut leader = Leader::new(LeaderConfig::default());
+        assert!(leader
+            .poll_pods_ready(&mut rep, 100, 11_000, &said)
+            .is_empty());
+        let evicted = leader.poll_pods_ready(&mut rep, 5_000, 12_000, &said);
+        assert_eq!(evicted.len(), 1);
+        assert!(
+            evicted[0]
+                .message
+                .contains("pod 0 on node-1 has not started (Pulling 10 MiB: 5%)"),
+            "{}",
+            evicted[0].message
+        );
+        // Not proposed twice while the first is in flight.
+        assert!(leader
+            .poll_pods_ready(&mut rep, 10_000, 13_000, &said)
+            .is_empty());
+        while rep.handle_ready().expect("ready") {}
+        assert_eq!(
+            rep.machine.state.workload(id).state,
+            allot_core::WlState::Evicting
+        );
     }
 
     #[test]

@@ -73,6 +73,13 @@ pub trait Io {
     fn applied(&mut self, _a: &Applied) {}
     /// The driver declared a node lost.
     fn lost(&mut self, _l: Lost) {}
+    /// What the agent of a pod that has not started last said of it (`Pulling 120 MiB: 40%`),
+    /// for gang readiness's messages.
+    fn pod_progress(&self, _workload: u64, _rank: u32) -> Option<String> {
+        None
+    }
+    /// The leader evicted a workload whose pods were not ready in time.
+    fn not_ready(&mut self, _n: crate::leader::NotReady) {}
     /// A heavy read (`Route::HeavyRead`) to answer from `machine`, a copy of the applied
     /// state that shares its workloads with it: the server runs it on a thread of its own;
     /// by default it runs here.
@@ -412,6 +419,13 @@ impl<D: Disk, R> Node<D, R> {
         }
         for l in self.leader.poll_leases(&mut self.rep, now, wall) {
             io.lost(l);
+        }
+        let progress = |id: u64, rank: u32| io.pod_progress(id, rank);
+        let not_ready = self
+            .leader
+            .poll_pods_ready(&mut self.rep, now, wall, &progress);
+        for n in not_ready {
+            io.not_ready(n);
         }
         // Schedule as soon as something changed, not at the next turn.
         for _ in 0..2 {

@@ -44,6 +44,9 @@ pub(crate) struct RaftLoop {
     pub(crate) disk_failed: Option<String>,
     /// Where heavy reads run (`Route::HeavyRead`).
     pub(crate) reads: HeavyReads,
+    /// What agents last said of pods that have not started (the shell's `Shared::progress`),
+    /// for gang readiness's messages.
+    pub(crate) progress: Arc<Mutex<crate::shared::Progress>>,
 }
 
 /// A heavy read, its copy of the machine, and where its answer goes.
@@ -298,6 +301,7 @@ impl RaftLoop {
                 encode_machine: self.encode_machine,
                 snapshot_files: &self.snapshot_files,
                 reads: &self.reads,
+                progress: &self.progress,
             };
             match self.node.turn(&mut io, now, now_ms()).await {
                 Ok(()) => {}
@@ -327,6 +331,7 @@ struct ServerIo<'a> {
     encode_machine: fn(&Machine) -> Result<Vec<u8>, String>,
     snapshot_files: &'a SnapshotStore,
     reads: &'a HeavyReads,
+    progress: &'a Mutex<crate::shared::Progress>,
 }
 
 impl Io for ServerIo<'_> {
@@ -456,6 +461,14 @@ impl Io for ServerIo<'_> {
         tracing::warn!("node {} declared lost: {}", l.node, l.reason);
     }
 
+    fn pod_progress(&self, workload: u64, rank: u32) -> Option<String> {
+        crate::shared::progress_of(self.progress, workload, rank)
+    }
+
+    fn not_ready(&mut self, n: crate::leader::NotReady) {
+        tracing::warn!("workload {}: {}", n.workload, n.message);
+    }
+
     fn read_elsewhere(&mut self, query: crate::route::Query, machine: Machine, reply: Self::Reply) {
         if let Err(std::sync::mpsc::SendError((query, machine, reply))) =
             self.reads.0.send((query, machine, reply))
@@ -494,6 +507,7 @@ pub(crate) async fn wait_for_disk(
         snapshot_files: _,
         disk_failed: _,
         reads,
+        progress,
     } = lp;
     let id = node.replica().id();
     // Closes the log's files: nothing more is written, acknowledged or voted.
@@ -544,6 +558,7 @@ pub(crate) async fn wait_for_disk(
                     space,
                     disk_failed: None,
                     reads,
+                    progress,
                 });
             }
             Err(e) => tracing::warn!("coordinator {id}: opening the replica again failed: {e}"),

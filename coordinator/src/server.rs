@@ -93,7 +93,9 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         ..Default::default()
     }));
     let metrics = Arc::new(Metrics::new(cfg.id));
+    let progress = Arc::new(Mutex::new(BTreeMap::new()));
     let lp = RaftLoop {
+        progress: progress.clone(),
         encode_machine: rep.codec().encode_machine,
         snapshot_files: rep.disk().snapshot_store(),
         node: Node::new(rep, node_config(&cfg)),
@@ -132,7 +134,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         applied: applied_rx,
         budgets: budgets.clone(),
         logs: Arc::new(crate::logs::LogRelay::default()),
-        progress: Arc::new(Mutex::new(BTreeMap::new())),
+        progress,
         web: web_sessions.clone(),
         http: http_bound.clone(),
         format_reads,

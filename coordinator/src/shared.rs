@@ -47,12 +47,20 @@ pub(crate) struct Shared {
 }
 
 /// (workload id, rank) -> (status, when the agent said it).
-type Progress = BTreeMap<(u64, u32), (String, Instant)>;
+pub(crate) type Progress = BTreeMap<(u64, u32), (String, Instant)>;
 
 /// Pods whose progress a replica holds at most; beyond, the oldest half is forgotten.
 const MAX_PROGRESS: usize = 100_000;
 /// How long an agent's word on a pod's progress holds without a newer one.
 const PROGRESS_TTL: Duration = Duration::from_secs(60);
+
+/// What an agent last said of a pod that has not started, while it holds.
+pub(crate) fn progress_of(p: &Mutex<Progress>, workload: u64, rank: u32) -> Option<String> {
+    let p = p.lock().ok()?;
+    p.get(&(workload, rank))
+        .filter(|(_, t)| t.elapsed() < PROGRESS_TTL)
+        .map(|(s, _)| s.clone())
+}
 
 impl Shared {
     pub(crate) fn record_progress(&self, id: u64, rank: u32, status: String) {

@@ -11,6 +11,7 @@
 //! | 0 and 1 | `usage` |
 //! | 2 | `auto_resumed` |
 //! | 3 and 4 | `removed_nodes` (format 4 changed the layout of compute quota rows inside, see `allot_common::layout`, and appended nothing) |
+//! | 5 | `pods_ready` |
 
 use allot_core::machine::Machine;
 use allot_net::wire;
@@ -19,7 +20,8 @@ use allot_net::wire;
 fn tail_since(format: u32) -> &'static [u8] {
     match format {
         2 | 3 => &[0],
-        // Format 4 appended no field.
+        // Format 4 appended no field; 5 a policy (`None`) and a map.
+        5 => &[0, 0],
         _ => &[],
     }
 }
@@ -29,6 +31,7 @@ fn empty_since(m: &Machine, f: u32) -> bool {
     match f {
         2 => m.auto_resumed.is_empty(),
         3 => m.removed_nodes.is_empty(),
+        5 => m.pods_ready.is_empty(),
         _ => true,
     }
 }
@@ -101,6 +104,19 @@ mod tests {
         assert_eq!(lens[&1] + 1, lens[&2], "{lens:?}");
         assert_eq!(lens[&2] + 1, lens[&3], "{lens:?}");
         assert_eq!(lens[&0], lens[&1]);
+        assert_eq!(lens[&3], lens[&4], "{lens:?}");
+        assert_eq!(lens[&4] + 2, lens[&5], "{lens:?}");
+        // Format 5 holds gang readiness; format 4 cannot.
+        m.pods_ready.policy = Some(Default::default());
+        m.format = 5;
+        let b = encode_machine(&m).expect("encodes");
+        assert_eq!(
+            decode_machine(&b, 5).expect("decodes").pods_ready,
+            m.pods_ready
+        );
+        m.format = 4;
+        assert!(encode_machine(&m).is_err());
+        m.pods_ready = Default::default();
         // Format 2 holds what older formats cannot.
         m.auto_resumed.insert(allot_core::WlId(7), 2);
         m.removed_nodes.insert("gone".into());

@@ -30,8 +30,8 @@ pub const CLOSE_OVER_LIMIT: u32 = 3;
 /// before during an upgrade; a coordinator answers every version from
 /// `OLDEST_PROTOCOL_VERSION` to its own. Version 3 added `Body::FormatProbe` and
 /// `Body::RemoveNode`; version 4 compute quotas with GPU partitions (layout 1 of
-/// `allot_common::layout`).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// `allot_common::layout`); version 5 the gang scheduling requests.
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The oldest request protocol a coordinator of this release answers (the release before's).
 pub const OLDEST_PROTOCOL_VERSION: u32 = 2;
@@ -45,6 +45,7 @@ pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
         {
             4
         }
+        Body::SetGangScheduling(_) | Body::GetGangScheduling => 5,
         Body::FormatProbe | Body::RemoveNode { .. } | Body::Backup => 3,
         Body::OnBehalf { body, .. } => protocol_of(body),
         _ => OLDEST_PROTOCOL_VERSION,

@@ -98,6 +98,11 @@ pub enum GetWhat {
         #[command(flatten)]
         out: Out,
     },
+    /// Gang scheduling: whether it is on, its timeout and backoff.
+    GangScheduling {
+        #[command(flatten)]
+        out: Out,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -430,6 +435,26 @@ pub enum ClusterCmd {
         /// The node's name (`allot get nodes`).
         node: String,
     },
+    /// Gang scheduling (admins), HyperPod's and Kueue's waitForPodsReady: a workload whose
+    /// pods have not all started within --timeout of its admission is evicted and queued again
+    /// after a backoff that doubles each time. `allot get gang-scheduling` shows it.
+    SetGangScheduling {
+        /// Turn it off (the default: admitted workloads are not timed).
+        #[arg(long, conflicts_with_all = ["timeout", "block_admission", "backoff_base", "backoff_max"])]
+        off: bool,
+        /// How long every pod of an admitted workload has to start (5m by default).
+        #[arg(long, value_parser = follow::parse_duration)]
+        timeout: Option<std::time::Duration>,
+        /// Admit nothing else while an admitted workload's pods are starting.
+        #[arg(long)]
+        block_admission: bool,
+        /// The first backoff after a timeout (60s by default); each next one doubles.
+        #[arg(long, value_parser = follow::parse_duration)]
+        backoff_base: Option<std::time::Duration>,
+        /// The longest backoff (1h by default).
+        #[arg(long, value_parser = follow::parse_duration)]
+        backoff_max: Option<std::time::Duration>,
+    },
     /// Finished workloads (succeeded, failed, cancelled), newest first: when each was
     /// submitted, waited, ran and ended, where, and how (as Slurm's sacct).
     History {
@@ -630,6 +655,7 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
         | ClusterCmd::Uncordon { .. }
         | ClusterCmd::Drain { .. }
         | ClusterCmd::DeleteNode { .. }
+        | ClusterCmd::SetGangScheduling { .. }
         | ClusterCmd::Backup { .. }) => run_writes(cmd, c, identity).await,
         cmd => run_reads(cmd, c).await,
     }
@@ -1015,6 +1041,31 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
             ..
         } => drain_waiting(c, &node, timeout).await?,
         ClusterCmd::Backup { file } => write_backup(c, &file).await?,
+        ClusterCmd::SetGangScheduling {
+            off,
+            timeout,
+            block_admission,
+            backoff_base,
+            backoff_max,
+        } => {
+            let policy = (!off).then(|| {
+                let d = allot_common::pods_ready::PodsReadyPolicy::default();
+                let secs = |v: Option<std::time::Duration>, default: u32| {
+                    v.map_or(default, |v| u32::try_from(v.as_secs()).unwrap_or(u32::MAX))
+                };
+                allot_common::pods_ready::PodsReadyPolicy {
+                    timeout_s: secs(timeout, d.timeout_s),
+                    block_admission,
+                    backoff_base_s: secs(backoff_base, d.backoff_base_s),
+                    backoff_max_s: secs(backoff_max, d.backoff_max_s),
+                }
+            });
+            if let Some(p) = &policy {
+                p.validate().map_err(|e| anyhow::anyhow!(e))?;
+            }
+            api(c.call(Body::SetGangScheduling(policy)).await)?;
+            print!("{}", render::render_gang_scheduling(policy.as_ref()));
+        }
         ClusterCmd::DeleteNode { node } => {
             api(c.call(Body::RemoveNode { name: node.clone() }).await)?;
             println!("node {node} removed from the cluster (its agent reporting again brings it back, cordoned)");
@@ -1233,6 +1284,9 @@ async fn run_reads(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
             }
             GetWhat::Nodes { out } => print_reply(api(c.call(Body::GetNodes).await)?, out.format),
             GetWhat::Teams { out } => print_reply(api(c.call(Body::GetTeams).await)?, out.format),
+            GetWhat::GangScheduling { out } => {
+                print_reply(api(c.call(Body::GetGangScheduling).await)?, out.format)
+            }
         },
         _ => bail!("a command run_reads does not run"),
     }

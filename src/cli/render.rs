@@ -237,6 +237,7 @@ pub(crate) fn render(r: &Reply) -> String {
         Reply::Done => "done\n".into(),
         Reply::Format { reads } => format!("reads formats up to {reads}\n"),
         Reply::Backup { data, .. } => format!("a backup of {} bytes\n", data.len()),
+        Reply::GangScheduling(p) => render_gang_scheduling(p.as_ref()),
         Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
         Reply::LogChunk(b) => String::from_utf8_lossy(b).into_owned(),
         Reply::LogRequests(rs) => format!("{} log requests\n", rs.len()),
@@ -638,6 +639,23 @@ pub(crate) fn render_nodes(ns: &[NodeView]) -> String {
             })
             .collect::<Vec<_>>(),
     )
+}
+
+/// `get gang-scheduling`: the settings, or that it is off.
+pub(crate) fn render_gang_scheduling(
+    p: Option<&allot_common::pods_ready::PodsReadyPolicy>,
+) -> String {
+    match p {
+        None => "gang scheduling: off (admitted workloads are not timed until their pods start)\n"
+            .into(),
+        Some(p) => format!(
+            "gang scheduling: on\ntimeout:          {} s (every pod of an admitted workload starts within it, or the workload is evicted and queued again)\nblock admission:  {}\nbackoff:          {} s, doubling up to {} s\n",
+            p.timeout_s,
+            if p.block_admission { "on (nothing else is admitted while a workload's pods start)" } else { "off" },
+            p.backoff_base_s,
+            p.backoff_max_s
+        ),
+    }
 }
 
 /// One MIG profile of a node: its GPUs, and how many partitions it has and are used.

@@ -84,7 +84,7 @@ fn check_workload(st: &State, wl: &crate::state::Workload, held: &mut Held) -> R
     }
     let key = wl.queue_key();
     let queued = st.teams[wl.team.idx()].pending.contains(&key);
-    if queued != (wl.state == crate::state::WlState::Pending) {
+    if queued != (wl.state == crate::state::WlState::Pending && !wl.is_parked()) {
         return Err(format!(
             "workload {} is {} but queue membership is {queued}",
             wl.spec.name,

@@ -73,7 +73,7 @@ impl Machine {
         }
     }
 
-    fn pod_node(&self, id: WlId, rank: u32) -> String {
+    pub(crate) fn pod_node(&self, id: WlId, rank: u32) -> String {
         let st = &self.state;
         st.workload(id)
             .admission

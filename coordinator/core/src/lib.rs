@@ -16,6 +16,7 @@ pub mod jobs;
 pub mod machine;
 pub mod nodes;
 pub mod plan;
+pub mod pods_ready;
 pub mod preemption;
 pub mod protection;
 pub mod quota;

@@ -185,6 +185,20 @@ pub enum Command {
     RemoveNode {
         name: String,
     },
+    /// An admin turns gang readiness on with these settings, or off (`pods_ready.rs`).
+    /// Format 5.
+    SetPodsReady(Option<allot_common::pods_ready::PodsReadyPolicy>),
+    /// The leader saw a workload's pods not all started `timeout` after its admission: it is
+    /// evicted and queued again after a backoff; `message` names the pods. Format 5.
+    PodsReadyTimeout {
+        workload_id: u64,
+        attempt: u32,
+        message: String,
+    },
+    /// The leader saw a workload's backoff end: it is queued again. Format 5.
+    BackoffFinished {
+        workload_id: u64,
+    },
 }
 
 impl Command {
@@ -208,6 +222,9 @@ impl Command {
             Command::DrainNode { .. } => "drain-node",
             Command::SetFormat { .. } => "set-format",
             Command::RemoveNode { .. } => "remove-node",
+            Command::SetPodsReady(_) => "set-gang-scheduling",
+            Command::PodsReadyTimeout { .. } => "pods-ready-timeout",
+            Command::BackoffFinished { .. } => "backoff-finished",
             Command::Submit(_) | Command::SubmitPlanned { .. } => "submit",
             Command::SubmitBatch(_) => "submit-batch",
             Command::Cancel { .. } => "cancel",
@@ -351,6 +368,10 @@ pub struct Machine {
     /// brings it back, cordoned. Last (format 3), and empty in earlier formats' snapshots.
     #[serde(default)]
     pub removed_nodes: BTreeSet<String>,
+    /// Gang readiness: the settings, and the workloads in backoff after a timeout
+    /// (`pods_ready.rs`). Last (format 5), and empty in earlier formats' snapshots.
+    #[serde(default)]
+    pub pods_ready: crate::pods_ready::PodsReady,
 }
 
 /// The cluster format from which a failed workload with auto-resume on is queued again: every
@@ -460,6 +481,7 @@ impl Machine {
             format: 0,
             auto_resumed: BTreeMap::new(),
             removed_nodes: BTreeSet::new(),
+            pods_ready: Default::default(),
         }
     }
 
@@ -475,6 +497,7 @@ impl Machine {
         let before = events.len();
         self.after_events(now, &mut events);
         self.count(&events[before..], now);
+        self.park_backed_off(&events, now);
         self.forget_finished(now);
         let config = r.is_ok()
             && matches!(
@@ -832,6 +855,15 @@ impl Machine {
             Command::DrainNode { name } => self.drain_node(name, now, events),
             Command::SetFormat { version } => Ok(self.raise_format(*version)),
             Command::RemoveNode { name } => self.remove_node(name, now, events),
+            Command::SetPodsReady(p) => self.set_pods_ready(*p),
+            Command::PodsReadyTimeout {
+                workload_id,
+                attempt,
+                message,
+            } => self.pods_ready_timeout(WlId(*workload_id), *attempt, message, now, events),
+            Command::BackoffFinished { workload_id } => {
+                self.backoff_finished(WlId(*workload_id), now)
+            }
             Command::NodeLost { name, reason } => self.node_lost(name, reason, now, events),
             Command::PodsStarted {
                 node,

@@ -266,6 +266,11 @@ impl Workload {
     pub fn condition(&self, kind: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.kind == kind)
     }
+    /// Pending out of its team's queue, waiting out a backoff (`State::park`).
+    pub fn is_parked(&self) -> bool {
+        self.state == WlState::Pending && self.condition("Requeued").is_some_and(|c| !c.status)
+    }
+
     fn set_condition(&mut self, kind: &str, status: bool, reason: &str, message: &str, now: Time) {
         let same =
             |c: &Condition| c.status == status && &*c.reason == reason && &*c.message == message;
@@ -1478,8 +1483,41 @@ impl State {
     fn dequeue(&mut self, id: WlId) {
         let wl = &self.workloads[&id];
         let (key, shown, t) = (wl.queue_key(), wl.shown(), wl.team.idx());
+        // A parked workload (`park`) is pending out of its queue.
+        if !self.teams[t].pending.contains(&key) {
+            return;
+        }
         self.shape_index(t).remove(&key, shown);
         self.teams[t].unqueue(&key);
+    }
+
+    /// Holds a pending workload out of its team's queue (gang readiness's backoff): it stays
+    /// Pending, with `Requeued` False / `reason` and `message`, until `unpark`.
+    pub fn park(&mut self, id: WlId, reason: &str, message: &str, now: Time) {
+        if self.workloads.get(&id).map(|w| w.state) != Some(WlState::Pending) {
+            return;
+        }
+        self.dequeue(id);
+        if let Some(wl) = wl_mut(&mut self.workloads, &id) {
+            wl.set_condition("Requeued", false, reason, message, now);
+        }
+    }
+
+    /// Puts a parked workload back in its team's queue, with its original submit time.
+    pub fn unpark(&mut self, id: WlId, now: Time) {
+        if !self.workloads.get(&id).is_some_and(|w| w.is_parked()) {
+            return;
+        }
+        if let Some(wl) = wl_mut(&mut self.workloads, &id) {
+            wl.set_condition(
+                "Requeued",
+                true,
+                "BackoffFinished",
+                "The workload backoff was finished",
+                now,
+            );
+        }
+        self.enqueue(id);
     }
 
     /// Team `t`'s shape index, built first where the state was read back without it.
