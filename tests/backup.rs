@@ -137,3 +137,52 @@ fn a_backup_taken_under_load_restores_a_new_cluster_with_everything_acknowledged
         names.len()
     );
 }
+
+/// A state above what one answer carries (16 MiB) travels in pieces, and restores.
+#[test]
+fn a_backup_larger_than_one_frame_is_streamed_and_restores() {
+    let c = Cluster::new(1, 1_000_000);
+    setup_team(&c, "team-a");
+    let rt = rt();
+    let _in_rt = rt.enter();
+    let mut client = c.client("user-team-a");
+    // Six workloads with 3 MiB of environment each: about 18 MiB of state.
+    let big = "x".repeat(3 << 20);
+    for i in 0..6 {
+        let mut job = sleep_job(&format!("big-{i}"), ResourceName::cpu(), 60, "big");
+        if let Some(run) = job.run.as_mut() {
+            run.env.insert("PAYLOAD".into(), big.clone());
+        }
+        let r = rt.block_on(client.call(Body::Submit(job)));
+        assert!(matches!(r, Ok(Ok(_))), "{r:?}");
+    }
+    let keep = tempfile::tempdir().expect("a directory for the backup");
+    let file = keep.path().join("big.backup");
+    let file_arg = file.to_str().expect("utf-8").to_string();
+    let out = c.cli_ok("admin-admin", &["backup", &file_arg]);
+    assert!(out.contains("written to"), "{out}");
+    let size = std::fs::metadata(&file).expect("the backup").len();
+    assert!(size > 17 << 20, "a backup of {size} bytes");
+    assert!(!file.with_extension("partial").exists());
+    drop(c);
+    let restored = Cluster::with(1, 1_000_000, None, &["--restore", &file_arg]);
+    rt.block_on(async { wait_leader(&mut restored.client("admin-admin")).await });
+    // (Listing them all would not fit one answer either: each is described.)
+    for i in 0..6 {
+        let d = restored.cli_ok(
+            "admin-admin",
+            &[
+                "describe",
+                "workload",
+                &format!("big-{i}"),
+                "--team",
+                "team-a",
+            ],
+        );
+        assert!(
+            d.contains(&format!("big-{i}")),
+            "{}",
+            &d[..d.len().min(500)]
+        );
+    }
+}

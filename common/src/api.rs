@@ -699,6 +699,10 @@ pub enum Body {
     SetGangScheduling(Option<crate::pods_ready::PodsReadyPolicy>),
     /// `allot get gang-scheduling`: the settings in force. Protocol 5.
     GetGangScheduling,
+    /// `allot backup` of any size (admins): answered with `Reply::BackupStream`, then the
+    /// snapshot's bytes in frames of their own on the same stream. Protocol 6; a client
+    /// falls back to `Backup` where a coordinator does not speak it.
+    BackupStream,
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -945,7 +949,17 @@ pub enum Reply {
     },
     /// The answer to `Body::GetGangScheduling`: the settings, `None` when it is off.
     GangScheduling(Option<crate::pods_ready::PodsReadyPolicy>),
+    /// The first frame of the answer to `Body::BackupStream`: the snapshot's format, when it
+    /// was taken and its size; its bytes follow in frames of at most `BACKUP_CHUNK`.
+    BackupStream {
+        format: u32,
+        taken_ms: i64,
+        size: u64,
+    },
 }
+
+/// The most bytes of a backup in one frame after `Reply::BackupStream`.
+pub const BACKUP_CHUNK: usize = 4 << 20;
 
 /// A bulk cancel's reply names at most this many workloads (and counts them all).
 pub const CANCELLED_NAMES_MAX: usize = 200;

@@ -31,6 +31,7 @@ pub(crate) fn route(body: Body, who: &Identity) -> ControlFlow<Result<Route, Api
         | Body::DrainNode { .. }
         | Body::RemoveNode { .. }
         | Body::Backup
+        | Body::BackupStream
         | Body::SetGangScheduling(_)
         | Body::GetGangScheduling) => ControlFlow::Break(answer(b, who)),
         other => ControlFlow::Continue(other),
@@ -166,6 +167,7 @@ fn answer(body: Body, who: &Identity) -> Result<Route, ApiError> {
         }
         b @ (Body::CordonNode { .. }
         | Body::Backup
+        | Body::BackupStream
         | Body::RemoveNode { .. }
         | Body::DrainNode { .. }) => maintenance(b, who),
         Body::SetGangScheduling(policy) => {
@@ -203,6 +205,12 @@ fn maintenance(body: Body, who: &Identity) -> Result<Route, ApiError> {
             admin_only(who, "take backups")?;
             Ok(Route::HeavyRead(Box::new(|m: &Machine| {
                 crate::backup::take(m, allot_common::timefmt::now_ms())
+            })))
+        }
+        Body::BackupStream => {
+            admin_only(who, "take backups")?;
+            Ok(Route::HeavyRead(Box::new(|m: &Machine| {
+                crate::backup::take_whole(m, allot_common::timefmt::now_ms())
             })))
         }
         Body::RemoveNode { name } => {

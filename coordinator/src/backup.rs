@@ -47,14 +47,16 @@ pub fn cluster_hello(id: &str) -> Vec<u8> {
 
 /// The answer to `Body::Backup`: `m` encoded as a snapshot of its format.
 pub fn take(m: &Machine, taken_ms: i64) -> Response {
-    let data = (SnapshotCodec::wire().encode_machine)(m)
-        .map_err(|e| ApiError::new(ErrorKind::Invalid, format!("encoding the state: {e}")))?;
+    let data = match take_whole(m, taken_ms)? {
+        Reply::Backup { data, .. } => data,
+        _ => Vec::new(),
+    };
     let limit = allot_net::wire::MAX_FRAME - 4096;
     if data.len() > limit {
         return Err(ApiError::new(
             ErrorKind::Invalid,
             format!(
-                "the cluster's state is {} MiB, above the {} MiB one answer carries: copy a stopped replica's data directory instead",
+                "the cluster's state is {} MiB, above the {} MiB one answer carries: use an allot of this release, which streams it",
                 data.len() >> 20,
                 limit >> 20
             ),
@@ -67,9 +69,29 @@ pub fn take(m: &Machine, taken_ms: i64) -> Response {
     })
 }
 
+/// `m` encoded as a snapshot of its format, of any size (`Body::BackupStream`: the
+/// connection sends it in pieces).
+pub fn take_whole(m: &Machine, taken_ms: i64) -> Response {
+    let data = (SnapshotCodec::wire().encode_machine)(m)
+        .map_err(|e| ApiError::new(ErrorKind::Invalid, format!("encoding the state: {e}")))?;
+    Ok(Reply::Backup {
+        format: m.format,
+        taken_ms,
+        data,
+    })
+}
+
+/// The header of a backup file (its snapshot's bytes follow).
+pub fn file_header(format: u32, taken_ms: i64) -> String {
+    format!(
+        "{MAGIC} format={format} taken_ms={taken_ms}
+"
+    )
+}
+
 /// The bytes of a backup file.
 pub fn file_bytes(format: u32, taken_ms: i64, data: &[u8]) -> Vec<u8> {
-    let mut out = format!("{MAGIC} format={format} taken_ms={taken_ms}\n").into_bytes();
+    let mut out = file_header(format, taken_ms).into_bytes();
     out.extend_from_slice(data);
     out
 }

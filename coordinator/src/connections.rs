@@ -262,6 +262,13 @@ async fn serve_request(
                 shared.protocol
             ),
         )),
+        Ok(Some(Request {
+            body: Body::BackupStream,
+            ..
+        })) => {
+            let r = handle_request(Body::BackupStream, &who, &shared).await;
+            return stream_backup(&mut send, &who, r).await;
+        }
         Ok(Some(req)) => handle_request(req.body, &who, &shared).await,
         Ok(None) => return,
         Err(e) => Err(ApiError::new(
@@ -270,6 +277,32 @@ async fn serve_request(
         )),
     };
     respond(&mut send, &who, resp).await;
+}
+
+/// The answer to `Body::BackupStream`: `Reply::BackupStream` with the size, then the bytes in
+/// frames of `BACKUP_CHUNK`, so a state of any size travels (one frame carries 16 MiB).
+async fn stream_backup(send: &mut quinn::SendStream, who: &Identity, r: Response) {
+    let (format, taken_ms, data) = match r {
+        Ok(Reply::Backup {
+            format,
+            taken_ms,
+            data,
+        }) => (format, taken_ms, data),
+        other => return respond(send, who, other).await,
+    };
+    let head: Response = Ok(Reply::BackupStream {
+        format,
+        taken_ms,
+        size: data.len() as u64,
+    });
+    if !send_answer(send, who, head).await {
+        return;
+    }
+    if let Err(e) = wire::write_chunks(send, &data, allot_common::api::BACKUP_CHUNK).await {
+        tracing::warn!("backup to {who}: {e}");
+        return;
+    }
+    let _ = send.finish();
 }
 
 /// Whether this coordinator answers requests in protocol `version`.
@@ -335,6 +368,13 @@ pub(crate) async fn format_prober(
 
 /// Writes `resp` as the stream's one reply and ends the stream.
 async fn respond(send: &mut quinn::SendStream, who: &Identity, resp: Response) {
+    if send_answer(send, who, resp).await {
+        let _ = send.finish();
+    }
+}
+
+/// Writes `resp` as one frame; false when it could not be written.
+async fn send_answer(send: &mut quinn::SendStream, who: &Identity, resp: Response) -> bool {
     if let Err(e) = &resp {
         if e.kind == ErrorKind::Forbidden {
             // An audit trail: who tried what they may not (a node reporting another's pods, a
@@ -353,14 +393,15 @@ async fn respond(send: &mut quinn::SendStream, who: &Identity, resp: Response) {
             ));
             match wire::encode(&too_big) {
                 Ok(b) => b,
-                Err(_) => return,
+                Err(_) => return false,
             }
         }
     };
     if let Err(e) = wire::write_frame_bytes(send, &bytes).await {
         tracing::debug!("reply to {who}: {e}");
+        return false;
     }
-    let _ = send.finish();
+    true
 }
 
 /// `allot logs`: checks the reader may read `req.workload`, asks `node`'s agent for the log,

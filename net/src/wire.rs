@@ -30,8 +30,9 @@ pub const CLOSE_OVER_LIMIT: u32 = 3;
 /// before during an upgrade; a coordinator answers every version from
 /// `OLDEST_PROTOCOL_VERSION` to its own. Version 3 added `Body::FormatProbe` and
 /// `Body::RemoveNode`; version 4 compute quotas with GPU partitions (layout 1 of
-/// `allot_common::layout`); version 5 the gang scheduling requests.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// `allot_common::layout`); version 5 the gang scheduling requests; version 6
+/// `Body::BackupStream`.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The oldest request protocol a coordinator of this release answers (the release before's).
 pub const OLDEST_PROTOCOL_VERSION: u32 = 2;
@@ -45,6 +46,7 @@ pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
         {
             4
         }
+        Body::BackupStream => 6,
         Body::SetGangScheduling(_) | Body::GetGangScheduling => 5,
         Body::FormatProbe | Body::RemoveNode { .. } | Body::Backup => 3,
         Body::OnBehalf { body, .. } => protocol_of(body),
@@ -307,6 +309,49 @@ where
 {
     let payload = encode(v)?;
     write_frame_bytes(w, &payload).await
+}
+
+/// Writes `data` as frames of at most `chunk` bytes (an answer too large for one frame, such as
+/// a backup, after a first frame that announces its size).
+pub async fn write_chunks<W>(w: &mut W, data: &[u8], chunk: usize) -> Result<(), WireError>
+where
+    W: AsyncWrite + Unpin,
+{
+    for c in data.chunks(chunk.clamp(1, MAX_FRAME)) {
+        write_frame_bytes(w, c).await?;
+    }
+    Ok(())
+}
+
+/// Reads exactly `size` bytes written by `write_chunks` (frames of at most `chunk`), handing
+/// each frame to `sink`; a stream that ends early or sends more is an error.
+pub async fn read_chunks<R>(
+    r: &mut R,
+    size: u64,
+    chunk: usize,
+    mut sink: impl FnMut(&[u8]),
+) -> Result<(), WireError>
+where
+    R: AsyncRead + Unpin,
+{
+    let mut got = 0u64;
+    while got < size {
+        let Some(c) = read_frame_bytes_limited(r, chunk.clamp(1, MAX_FRAME)).await? else {
+            return Err(WireError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the stream ended after {got} of {size} bytes"),
+            )));
+        };
+        got += c.len() as u64;
+        if got > size {
+            return Err(WireError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("more than the {size} bytes announced"),
+            )));
+        }
+        sink(&c);
+    }
+    Ok(())
 }
 
 /// Reads one frame and decodes it as `T`. Returns `Ok(None)` when the stream ends cleanly before
@@ -616,6 +661,34 @@ mod tests {
                 .prop_map(|(a, b)| Msg::Pair(a, b.map(Box::new))),
             prop::collection::vec(any::<u8>(), 0..16).prop_map(Msg::Bytes),
         ]
+    }
+
+    #[tokio::test]
+    async fn chunks_carry_more_than_a_frame_and_a_short_or_long_stream_is_refused() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut buf = Vec::new();
+        write_chunks(&mut buf, &data, 4096).await.unwrap();
+        let mut got = Vec::new();
+        let mut frames = 0;
+        read_chunks(&mut buf.as_slice(), 10_000, 4096, |c| {
+            frames += 1;
+            got.extend_from_slice(c);
+        })
+        .await
+        .unwrap();
+        assert_eq!((got, frames), (data, 3));
+        let e = read_chunks(&mut buf.as_slice(), 20_000, 4096, |_| {})
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("after 10000 of 20000 bytes"), "{e}");
+        let e = read_chunks(&mut buf.as_slice(), 5_000, 4096, |_| {})
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("more than the 5000 bytes"), "{e}");
+        // A frame above the chunk is refused before it is read.
+        assert!(read_chunks(&mut buf.as_slice(), 10_000, 100, |_| {})
+            .await
+            .is_err());
     }
 
     proptest! {

@@ -1084,26 +1084,78 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
 
 /// `allot backup FILE`: the cluster's state, written whole or not at all.
 async fn write_backup(c: &mut Client, file: &std::path::Path) -> anyhow::Result<()> {
-    let Reply::Backup {
-        format,
-        taken_ms,
-        data,
-    } = api(c.call(Body::Backup).await)?
-    else {
-        bail!("unexpected answer to a backup");
-    };
-    let bytes = allot_coordinator::backup::file_bytes(format, taken_ms, &data);
     let tmp = file.with_extension("partial");
-    std::fs::write(&tmp, &bytes)
-        .and_then(|()| std::fs::rename(&tmp, file))
-        .map_err(|e| anyhow!("writing {}: {e}", file.display()))?;
+    let written = match c.stream(Body::BackupStream).await? {
+        (
+            Ok(Reply::BackupStream {
+                format,
+                taken_ms,
+                size,
+            }),
+            mut recv,
+        ) => {
+            let mut out = std::fs::File::create(&tmp)
+                .map_err(|e| anyhow!("writing {}: {e}", tmp.display()))?;
+            let header = allot_coordinator::backup::file_header(format, taken_ms);
+            let n = receive_backup(&mut recv, &mut out, header.as_bytes(), size)
+                .await
+                .map_err(|e| {
+                    let _ = std::fs::remove_file(&tmp);
+                    anyhow!("receiving the backup: {e}")
+                })?;
+            (n, format)
+        }
+        // A coordinator of a release before streams: the whole state in one answer.
+        (Err(e), _) if e.kind == allot_common::api::ErrorKind::Version => {
+            let Reply::Backup {
+                format,
+                taken_ms,
+                data,
+            } = api(c.call(Body::Backup).await)?
+            else {
+                bail!("unexpected answer to a backup");
+            };
+            let bytes = allot_coordinator::backup::file_bytes(format, taken_ms, &data);
+            std::fs::write(&tmp, &bytes).map_err(|e| anyhow!("writing {}: {e}", tmp.display()))?;
+            (bytes.len() as u64, format)
+        }
+        (other, _) => {
+            api(Ok(other))?;
+            bail!("unexpected answer to a backup");
+        }
+    };
+    std::fs::rename(&tmp, file).map_err(|e| anyhow!("writing {}: {e}", file.display()))?;
+    let (bytes, format) = written;
     println!(
-        "backup of the cluster's state ({} bytes, format {format}) written to {}; start a new cluster from it with allot coordinator --restore {}",
-        bytes.len(),
+        "backup of the cluster's state ({bytes} bytes, format {format}) written to {}; start a new cluster from it with allot coordinator --restore {}",
         file.display(),
         file.display()
     );
     Ok(())
+}
+
+/// Writes `header`, then the `size` bytes that follow `Reply::BackupStream` on `recv`, to
+/// `out` (synced); returns the bytes written.
+async fn receive_backup(
+    recv: &mut quinn::RecvStream,
+    out: &mut std::fs::File,
+    header: &[u8],
+    size: u64,
+) -> anyhow::Result<u64> {
+    use std::io::Write;
+    out.write_all(header)?;
+    let mut failed = None;
+    allot_net::wire::read_chunks(recv, size, allot_common::api::BACKUP_CHUNK, |chunk| {
+        if failed.is_none() {
+            failed = out.write_all(chunk).err();
+        }
+    })
+    .await?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    out.sync_all()?;
+    Ok(header.len() as u64 + size)
 }
 
 /// `drain --wait`: cordons `node`, then waits until nothing holds room on it; past `timeout`,

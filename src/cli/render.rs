@@ -237,6 +237,7 @@ pub(crate) fn render(r: &Reply) -> String {
         Reply::Done => "done\n".into(),
         Reply::Format { reads } => format!("reads formats up to {reads}\n"),
         Reply::Backup { data, .. } => format!("a backup of {} bytes\n", data.len()),
+        Reply::BackupStream { size, .. } => format!("a backup of {size} bytes follows\n"),
         Reply::GangScheduling(p) => render_gang_scheduling(p.as_ref()),
         Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
         Reply::LogChunk(b) => String::from_utf8_lossy(b).into_owned(),
