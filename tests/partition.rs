@@ -3,8 +3,10 @@
 //! client streams submissions through every replica's address. The old leader stops
 //! admitting and answering reads; the followers elect a new leader that takes the stream; no
 //! acknowledged submission is lost and no workload runs two attempts at once; once the cut is
-//! lifted the old leader catches up. A replica's QUIC traffic, in and out, uses its listen
-//! port, so the rules name ports. Packet filtering needs root and iptables (CI runs as root,
+//! lifted the old leader catches up. And one agent cut off from the leader only: its lease runs
+//! out, it stops its pod, and the work runs on the other node, never two attempts at once. A
+//! replica's QUIC traffic, in and out, uses its listen port, and an agent's the ports of its
+//! sockets (read from /proc), so the rules name ports. Packet filtering needs root and iptables (CI runs as root,
 //! `.ci/run` installs iptables); elsewhere the test says it was skipped, unless
 //! `ALLOT_REQUIRE_IPTABLES=1` (`.ci/run`), where that is a failure.
 
@@ -227,5 +229,127 @@ fn a_leader_cut_off_from_its_followers_stops_and_a_new_one_takes_over() {
         new_leader.1,
         acked.len(),
         caught_up
+    );
+}
+
+/// The UDP ports process `pid` has sockets on (its QUIC clients'), from /proc: its file
+/// descriptors' socket inodes, looked up in the system's UDP tables.
+fn udp_ports_of(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .filter_map(|l| {
+                    let l = l.to_string_lossy().to_string();
+                    l.strip_prefix("socket:[")
+                        .and_then(|s| s.strip_suffix(']'))
+                        .map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/udp", "/proc/net/udp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(inode)) = (cols.get(1), cols.get(9)) else {
+                continue;
+            };
+            if !inodes.iter().any(|i| i == inode) {
+                continue;
+            }
+            if let Some(p) = local
+                .rsplit(':')
+                .next()
+                .and_then(|h| u16::from_str_radix(h, 16).ok())
+            {
+                ports.push(p);
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// One agent cut off from the leader only (it still reaches the followers): its lease runs
+/// out, it stops its pod, the leader fails its node and runs the work on the other node, and
+/// the two attempts never run at once; once the cut is lifted the node comes back.
+#[test]
+fn an_agent_cut_off_from_the_leader_stops_its_pods_before_they_run_elsewhere() {
+    let Some(probe) = Cut::between(1, &[2]) else {
+        assert!(
+            std::env::var("ALLOT_REQUIRE_IPTABLES").as_deref() != Ok("1"),
+            "ALLOT_REQUIRE_IPTABLES=1 but iptables cannot add a rule here (needs root)"
+        );
+        println!("skipped: iptables cannot add a rule here (needs root)");
+        return;
+    };
+    drop(probe);
+    let c = Cluster::new(3, 100_000);
+    let rt = rt();
+    let _in_rt = rt.enter();
+    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    let run = format!("agent-cut-{}", std::process::id());
+    let agents: Vec<AgentProc> = (1..=2)
+        .map(|i| c.start_agent(&format!("node-{i}"), "ml.g5.8xlarge", 1, 3.0))
+        .collect();
+    rt.block_on(quota_and_long_jobs(&c, 1, |name| {
+        sleep_job(name, ResourceName::gpu(), 3600, &run)
+    }));
+    let first = wait_for(30, "the long-running pod", || {
+        pod_processes(&run)
+            .into_iter()
+            .find(|p| p.workload.starts_with("long-"))
+    });
+    let watch = AttemptWatch::start(&run);
+    let isolated = agents
+        .iter()
+        .find(|a| a.name == first.node)
+        .expect("the pod's agent");
+    let pid = isolated.child.as_ref().expect("the agent runs").id();
+    let ports = udp_ports_of(pid);
+    assert!(!ports.is_empty(), "no UDP sockets found for agent {pid}");
+    let leader = rt
+        .block_on(leader_seen(&mut c.client("admin-admin")))
+        .expect("a leader") as usize
+        - 1;
+    let leader_port = port(&c.addrs[leader]);
+    let cuts: Vec<Cut> = ports
+        .iter()
+        .map(|&p| Cut::between(p, &[leader_port]).expect("the cut"))
+        .collect();
+    let t = Instant::now();
+    // The agent's lease (3 s) runs out: it stops its pod.
+    wait_for(20, "the cut-off agent stopping its pod", || {
+        (!pod_processes(&run).iter().any(|p| p.pid == first.pid)).then_some(())
+    });
+    let stopped = t.elapsed();
+    // The work runs again on the other node.
+    let moved = wait_for(40, "the work running on the other node", || {
+        pod_processes(&run)
+            .into_iter()
+            .find(|p| p.workload == first.workload && p.node != first.node)
+    });
+    let elsewhere = t.elapsed();
+    assert_ne!(moved.attempt, first.attempt);
+    drop(cuts);
+    // Heard again, the node is back in service.
+    wait_for(30, "the node back", || {
+        c.cli_ok("admin-admin", &["get", "nodes"])
+            .lines()
+            .filter(|l| l.contains("Ready"))
+            .count()
+            .eq(&2)
+            .then_some(())
+    });
+    let (samples, twice) = watch.finish();
+    assert!(samples > 20, "only {samples} samples of the pods");
+    assert!(twice.is_empty(), "two attempts ran at once: {twice:?}");
+    eprintln!(
+        "agent {} cut off from leader {}: its pod stopped after {stopped:?}; the work ran on another node after {elsewhere:?}",
+        first.node,
+        leader + 1
     );
 }
