@@ -383,7 +383,7 @@ impl Sim {
                         .state
                         .admission_on(id, &lookup)
                         .map_err(|e| err(format!("{path}.admitted"), e))?;
-                    let ev = self.state.admit(id, &adm, at).map_err(|e| {
+                    let ev = self.state.admit_over_quota(id, &adm, at).map_err(|e| {
                         err(
                             format!("{path}.admitted"),
                             format!("does not fit the initial state: {e}"),

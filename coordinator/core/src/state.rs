@@ -1738,6 +1738,29 @@ impl State {
     /// Checks an admission against the current state with the shared `fits` (quota) and exact
     /// device re-take (placement), then commits it. Nothing changes when it fails.
     pub fn admit(&mut self, id: WlId, adm: &Admission, now: Time) -> Result<Vec<Event>, String> {
+        self.admit_checked(id, adm, now, true)
+    }
+
+    /// An admission the cluster already holds, taken as it is even where it exceeds the quota
+    /// now (a quota lowered, a node lost: `allot simulate`'s `admitted` workloads, as Kueue
+    /// accepts such a state); the rules then preempt what runs over. The placement must still
+    /// fit the nodes: pods cannot run where there is no room.
+    pub fn admit_over_quota(
+        &mut self,
+        id: WlId,
+        adm: &Admission,
+        now: Time,
+    ) -> Result<Vec<Event>, String> {
+        self.admit_checked(id, adm, now, false)
+    }
+
+    fn admit_checked(
+        &mut self,
+        id: WlId,
+        adm: &Admission,
+        now: Time,
+        check_quota: bool,
+    ) -> Result<Vec<Event>, String> {
         let wl = self
             .workloads
             .get(&id)
@@ -1751,14 +1774,16 @@ impl State {
         }
         let team = wl.team;
         check_admission(self, wl, adm)?;
-        quota::fits(self, &self.acct, team, &adm.usage, true).map_err(|s| {
+        if check_quota {
+            quota::fits(self, &self.acct, team, &adm.usage, true).map_err(|s| {
             format!(
                 "admission no longer fits at apply time: {} requested {}, available {}; it will be retried",
                 self.names.describe_fr(s.fr),
-                s.requested,
-                s.available
-            )
-        })?;
+                    s.requested,
+                    s.available
+                )
+            })?;
+        }
         let mut taken: Vec<&PodAlloc> = Vec::new();
         for (_, p) in &adm.placement {
             if let Err(e) = self.acct.nodes.take_exact(p) {
