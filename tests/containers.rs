@@ -713,18 +713,12 @@ fn a_gpu_partition_gets_its_gpu_and_capability_nodes() {
     let image = env.push_busybox("team-a/busybox", "1");
     let c = Cluster::new(1, 0);
     rt().block_on(async { wait_leader(&mut c.client("admin-admin")).await });
-    c.cli_ok(
-        "admin-admin",
-        &[
-            "create-compute-quota",
-            "--name",
-            "team-a-quota",
-            "--compute-quota-config",
-            "ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,Accelerators=1,AcceleratorPartition={Type=mig-3g.40gb,Count=2}}]",
-            "--compute-quota-target",
-            "TeamName=team-a,FairShareWeight=10",
-        ],
+    let o = create_quota(
+        &c,
+        "team-a",
+        "ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,Accelerators=1,AcceleratorPartition={Type=mig-3g.40gb,Count=2}}]",
     );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut extra = env.driver_args();
     extra.extend(["--fake-mig".to_string(), "1=3g.40gb*2".to_string()]);
     let agent = c.start_agent_with("mig-1", "ml.p5.48xlarge", 2, 3.0, &extra);

@@ -68,6 +68,20 @@ impl Drop for Cut {
     }
 }
 
+/// Whether this machine can filter packets (a harmless rule is tried); says so when it cannot,
+/// and fails where `ALLOT_REQUIRE_IPTABLES=1`.
+fn can_filter() -> bool {
+    if Cut::between(1, &[2]).is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var("ALLOT_REQUIRE_IPTABLES").as_deref() != Ok("1"),
+        "ALLOT_REQUIRE_IPTABLES=1 but iptables cannot add a rule here (needs root)"
+    );
+    println!("skipped: iptables cannot add a rule here (needs root)");
+    false
+}
+
 fn port(addr: &str) -> u16 {
     addr.rsplit(':')
         .next()
@@ -86,15 +100,9 @@ async fn leader_seen(cl: &mut allot_net::client::Client) -> Option<u64> {
 #[test]
 fn a_leader_cut_off_from_its_followers_stops_and_a_new_one_takes_over() {
     // A harmless rule first: can this machine filter packets at all?
-    let Some(probe) = Cut::between(1, &[2]) else {
-        assert!(
-            std::env::var("ALLOT_REQUIRE_IPTABLES").as_deref() != Ok("1"),
-            "ALLOT_REQUIRE_IPTABLES=1 but iptables cannot add a rule here (needs root)"
-        );
-        println!("skipped: iptables cannot add a rule here (needs root)");
+    if !can_filter() {
         return;
-    };
-    drop(probe);
+    }
     let c = Cluster::new(3, 100_000);
     let rt = rt();
     let _in_rt = rt.enter();
@@ -278,15 +286,9 @@ fn udp_ports_of(pid: u32) -> Vec<u16> {
 /// the two attempts never run at once; once the cut is lifted the node comes back.
 #[test]
 fn an_agent_cut_off_from_the_leader_stops_its_pods_before_they_run_elsewhere() {
-    let Some(probe) = Cut::between(1, &[2]) else {
-        assert!(
-            std::env::var("ALLOT_REQUIRE_IPTABLES").as_deref() != Ok("1"),
-            "ALLOT_REQUIRE_IPTABLES=1 but iptables cannot add a rule here (needs root)"
-        );
-        println!("skipped: iptables cannot add a rule here (needs root)");
+    if !can_filter() {
         return;
-    };
-    drop(probe);
+    }
     let c = Cluster::new(3, 100_000);
     let rt = rt();
     let _in_rt = rt.enter();

@@ -32,18 +32,12 @@ fn state(c: &Cluster, name: &str) -> String {
 fn partitions_are_quota_placement_and_devices_end_to_end() {
     let c = Cluster::new(1, 10_000);
     // A quota of one whole GPU and seven 1g.10gb partitions on p5.
-    c.cli_ok(
-        "admin-admin",
-        &[
-            "create-compute-quota",
-            "--name",
-            "team-a-quota",
-            "--compute-quota-config",
-            "ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,Accelerators=1,AcceleratorPartition={Type=mig-1g.10gb,Count=7}}]",
-            "--compute-quota-target",
-            "TeamName=team-a,FairShareWeight=10",
-        ],
+    let o = create_quota(
+        &c,
+        "team-a",
+        "ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,Accelerators=1,AcceleratorPartition={Type=mig-1g.10gb,Count=7}}]",
     );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let described = c.cli_ok(
         "admin-admin",
         &[
@@ -57,17 +51,10 @@ fn partitions_are_quota_placement_and_devices_end_to_end() {
         "{described}"
     );
     // A profile p5 lacks is refused with the ones it has.
-    let o = c.cli(
-        "admin-admin",
-        &[
-            "create-compute-quota",
-            "--name",
-            "bad",
-            "--compute-quota-config",
-            "ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,AcceleratorPartition={Type=mig-1g.5gb,Count=1}}]",
-            "--compute-quota-target",
-            "TeamName=team-b,FairShareWeight=10",
-        ],
+    let o = create_quota(
+        &c,
+        "team-b",
+        "ComputeQuotaResources=[{InstanceType=ml.p5.48xlarge,AcceleratorPartition={Type=mig-1g.5gb,Count=1}}]",
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

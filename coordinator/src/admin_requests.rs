@@ -170,6 +170,18 @@ fn answer(body: Body, who: &Identity) -> Result<Route, ApiError> {
         | Body::BackupStream
         | Body::RemoveNode { .. }
         | Body::DrainNode { .. }) => maintenance(b, who),
+        b @ (Body::SetGangScheduling(_) | Body::GetGangScheduling) => gang_scheduling(b, who),
+        _ => Err(ApiError::new(
+            ErrorKind::Invalid,
+            "a request routed to the admin handlers that is not one of theirs",
+        )),
+    }
+}
+
+/// Gang scheduling: set by admins, read by anyone (it says how long a user's gang may take to
+/// start).
+fn gang_scheduling(body: Body, who: &Identity) -> Result<Route, ApiError> {
+    match body {
         Body::SetGangScheduling(policy) => {
             admin_only(who, "set gang scheduling")?;
             if let Some(p) = &policy {
@@ -178,14 +190,9 @@ fn answer(body: Body, who: &Identity) -> Result<Route, ApiError> {
             }
             Ok(Route::Propose(Command::SetPodsReady(policy)))
         }
-        // Everyone may read it: it says how long a user's gang may take to start.
-        Body::GetGangScheduling => Ok(Route::Read(Box::new(|m: &Machine| {
+        _ => Ok(Route::Read(Box::new(|m: &Machine| {
             Ok(Reply::GangScheduling(m.pods_ready.policy))
         }))),
-        _ => Err(ApiError::new(
-            ErrorKind::Invalid,
-            "a request routed to the admin handlers that is not one of theirs",
-        )),
     }
 }
 

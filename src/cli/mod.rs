@@ -1016,6 +1016,20 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
             };
             println!("{}", cancel_summary(count, &names, "Cancelled"));
         }
+        cmd @ (ClusterCmd::Cordon { .. }
+        | ClusterCmd::Uncordon { .. }
+        | ClusterCmd::Drain { .. }
+        | ClusterCmd::Backup { .. }
+        | ClusterCmd::SetGangScheduling { .. }
+        | ClusterCmd::DeleteNode { .. }) => run_node_admin(cmd, c).await?,
+        _ => bail!("a command run_writes does not run"),
+    }
+    Ok(())
+}
+
+/// The admin's node maintenance, backups and gang scheduling (`run_writes`).
+async fn run_node_admin(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
+    match cmd {
         ClusterCmd::Cordon { node } => {
             api(c
                 .call(Body::CordonNode {
@@ -1048,21 +1062,7 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
             backoff_base,
             backoff_max,
         } => {
-            let policy = (!off).then(|| {
-                let d = allot_common::pods_ready::PodsReadyPolicy::default();
-                let secs = |v: Option<std::time::Duration>, default: u32| {
-                    v.map_or(default, |v| u32::try_from(v.as_secs()).unwrap_or(u32::MAX))
-                };
-                allot_common::pods_ready::PodsReadyPolicy {
-                    timeout_s: secs(timeout, d.timeout_s),
-                    block_admission,
-                    backoff_base_s: secs(backoff_base, d.backoff_base_s),
-                    backoff_max_s: secs(backoff_max, d.backoff_max_s),
-                }
-            });
-            if let Some(p) = &policy {
-                p.validate().map_err(|e| anyhow::anyhow!(e))?;
-            }
+            let policy = gang_policy(off, timeout, block_admission, backoff_base, backoff_max)?;
             api(c.call(Body::SetGangScheduling(policy)).await)?;
             print!("{}", render::render_gang_scheduling(policy.as_ref()));
         }
@@ -1077,7 +1077,7 @@ async fn run_writes(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> 
                  and are requeued (allot get workloads follows them; allot uncordon {node} ends it)"
             );
         }
-        _ => bail!("a command run_writes does not run"),
+        _ => bail!("a command run_node_admin does not run"),
     }
     Ok(())
 }
@@ -1132,6 +1132,32 @@ async fn write_backup(c: &mut Client, file: &std::path::Path) -> anyhow::Result<
         file.display()
     );
     Ok(())
+}
+
+/// The settings `allot set-gang-scheduling` gives (`None` with --off), defaults where a flag is
+/// not given, checked.
+fn gang_policy(
+    off: bool,
+    timeout: Option<std::time::Duration>,
+    block_admission: bool,
+    backoff_base: Option<std::time::Duration>,
+    backoff_max: Option<std::time::Duration>,
+) -> anyhow::Result<Option<allot_common::pods_ready::PodsReadyPolicy>> {
+    if off {
+        return Ok(None);
+    }
+    let d = allot_common::pods_ready::PodsReadyPolicy::default();
+    let secs = |v: Option<std::time::Duration>, default: u32| {
+        v.map_or(default, |v| u32::try_from(v.as_secs()).unwrap_or(u32::MAX))
+    };
+    let p = allot_common::pods_ready::PodsReadyPolicy {
+        timeout_s: secs(timeout, d.timeout_s),
+        block_admission,
+        backoff_base_s: secs(backoff_base, d.backoff_base_s),
+        backoff_max_s: secs(backoff_max, d.backoff_max_s),
+    };
+    p.validate().map_err(|e| anyhow!(e))?;
+    Ok(Some(p))
 }
 
 /// Writes `header`, then the `size` bytes that follow `Reply::BackupStream` on `recv`, to

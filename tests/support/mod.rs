@@ -368,18 +368,31 @@ pub fn two_gpu_nodes(c: &Cluster) -> (AgentProc, AgentProc) {
 }
 
 pub fn setup_team(c: &Cluster, team: &str) {
-    c.cli_ok(
+    let o = create_quota(c, team, QUOTA);
+    assert!(
+        o.status.success(),
+        "create-compute-quota for {team}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `allot create-compute-quota` for `team` (`TEAM-quota`, weight 10) with `config`, as an
+/// admin; its output.
+pub fn create_quota(c: &Cluster, team: &str, config: &str) -> Output {
+    let name = format!("{team}-quota");
+    let target = format!("TeamName={team},FairShareWeight=10");
+    c.cli(
         "admin-admin",
         &[
             "create-compute-quota",
             "--name",
-            &format!("{team}-quota"),
+            &name,
             "--compute-quota-config",
-            QUOTA,
+            config,
             "--compute-quota-target",
-            &format!("TeamName={team},FairShareWeight=10"),
+            &target,
         ],
-    );
+    )
 }
 
 pub async fn wait_leader(c: &mut Client) {

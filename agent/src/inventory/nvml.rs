@@ -49,21 +49,7 @@ pub struct GpuFacts {
     pub retired_pages_pending: Option<bool>,
 }
 
-/// One MIG device: a GPU instance with its compute instance, as CUDA sees it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct MigFacts {
-    /// Its slot on the parent GPU (NVML's MIG device index).
-    pub index: u32,
-    /// `MIG-...`, what `CUDA_VISIBLE_DEVICES` takes to select it.
-    pub uuid: String,
-    /// NVML's name, which includes the profile: `NVIDIA H100 80GB HBM3 MIG 1g.10gb`.
-    pub name: String,
-    pub memory_bytes: u64,
-    /// The GPU instance and compute instance ids (their `/dev/nvidia-caps` nodes), when NVML
-    /// answers.
-    pub gpu_instance: Option<u32>,
-    pub compute_instance: Option<u32>,
-}
+pub use super::partitions::MigFacts;
 
 /// The driver as NVML reports it; a field NVML cannot read is `None`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -348,9 +334,14 @@ impl DeviceSource for NvmlSource {
                 }
             }
         }
-        let gpus: Vec<(u32, &GpuFacts, String)> = partitioned
+        let gpus: Vec<super::partitions::PartitionedGpu<'_>> = partitioned
             .iter()
-            .map(|(i, f, r)| (*i, f, r.clone()))
+            .map(|(index, f, reason)| super::partitions::PartitionedGpu {
+                index: *index,
+                pci_bus_id: &f.pci_bus_id,
+                migs: &f.mig_devices,
+                reason: reason.clone(),
+            })
             .collect();
         let (devices, parts, notes) = super::partitions::partitions(&gpus, &mut self.book);
         out.extend(devices);

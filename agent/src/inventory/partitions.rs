@@ -16,7 +16,30 @@ use std::collections::{BTreeMap, BTreeSet};
 use allot_common::api::DeviceInfo;
 use serde::{Deserialize, Serialize};
 
-use super::nvml::GpuFacts;
+/// One MIG device: a GPU instance with its compute instance, as CUDA sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MigFacts {
+    /// Its slot on the parent GPU (NVML's MIG device index).
+    pub index: u32,
+    /// `MIG-...`, what `CUDA_VISIBLE_DEVICES` takes to select it.
+    pub uuid: String,
+    /// NVML's name, which includes the profile: `NVIDIA H100 80GB HBM3 MIG 1g.10gb`.
+    pub name: String,
+    pub memory_bytes: u64,
+    /// The GPU instance and compute instance ids (their `/dev/nvidia-caps` nodes), when NVML
+    /// answers.
+    pub gpu_instance: Option<u32>,
+    pub compute_instance: Option<u32>,
+}
+
+/// A GPU in MIG mode as read: its index and bus id, its MIG devices, and why it is unhealthy
+/// (empty when it is not).
+pub struct PartitionedGpu<'a> {
+    pub index: u32,
+    pub pci_bus_id: &'a str,
+    pub migs: &'a [MigFacts],
+    pub reason: String,
+}
 
 /// One GPU partition, with what a pod given it needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,52 +96,52 @@ impl IndexBook {
     }
 }
 
-/// The partitions of the GPUs read (`(index, facts, health reason)`): one device each, with
-/// the parent's health, and what a pod needs of it. A MIG device whose name carries no profile
-/// is left out (named in the returned warnings).
+/// The partitions of the GPUs in MIG mode: one device each, with the parent's health, and
+/// what a pod needs of it. A MIG device whose name carries no profile is left out (named in
+/// the returned warnings).
 pub fn partitions(
-    gpus: &[(u32, &GpuFacts, String)],
+    gpus: &[PartitionedGpu<'_>],
     book: &mut IndexBook,
 ) -> (Vec<DeviceInfo>, Vec<Partition>, Vec<String>) {
     let mut found = Vec::new();
     let mut warnings = Vec::new();
-    for (gpu, facts, reason) in gpus.iter().filter(|(_, f, _)| f.mig_enabled) {
-        for m in &facts.mig_devices {
+    for g in gpus {
+        for m in g.migs {
             match allot_common::mig::profile_of_device_name(&m.name) {
-                Some(profile) => found.push((*gpu, facts, reason, m, profile)),
+                Some(profile) => found.push((g, m, profile)),
                 None => warnings.push(format!(
-                    "MIG device {} on GPU {gpu} ({:?}) names no profile NVML's way \
+                    "MIG device {} on GPU {} ({:?}) names no profile NVML's way \
                      (\"... MIG 1g.10gb\"); it is not scheduled",
-                    m.uuid, m.name
+                    m.uuid, g.index, m.name
                 )),
             }
         }
     }
     let keys: Vec<(String, String)> = found
         .iter()
-        .map(|(_, _, _, m, p)| (p.clone(), m.uuid.clone()))
+        .map(|(_, m, p)| (p.clone(), m.uuid.clone()))
         .collect();
     let indices = book.assign(&keys);
     let mut devices = Vec::new();
     let mut parts = Vec::new();
-    for ((gpu, facts, reason, m, profile), index) in found.into_iter().zip(indices) {
+    for ((g, m, profile), index) in found.into_iter().zip(indices) {
         devices.push(DeviceInfo {
             resource: profile.clone(),
             index,
             id: m.uuid.clone(),
             model: m.name.clone(),
             memory_mib: m.memory_bytes >> 20,
-            pci_bus_id: facts.pci_bus_id.clone(),
+            pci_bus_id: g.pci_bus_id.to_string(),
             mig: true,
             cores: 0,
-            healthy: reason.is_empty(),
-            reason: reason.clone(),
+            healthy: g.reason.is_empty(),
+            reason: g.reason.clone(),
         });
         parts.push(Partition {
             resource: profile,
             index,
             uuid: m.uuid.clone(),
-            gpu,
+            gpu: g.index,
             slot: m.index,
             gpu_instance: m.gpu_instance,
             compute_instance: m.compute_instance,
@@ -130,38 +153,35 @@ pub fn partitions(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::nvml::MigFacts;
 
-    fn gpu(uuid: &str, migs: &[(u32, &str, &str)]) -> GpuFacts {
-        GpuFacts {
-            uuid: uuid.into(),
-            name: "NVIDIA H100 80GB HBM3".into(),
-            pci_bus_id: format!("bus-{uuid}"),
-            mig_enabled: true,
-            mig_devices: migs
-                .iter()
-                .map(|(slot, uuid, profile)| MigFacts {
-                    index: *slot,
-                    uuid: (*uuid).into(),
-                    name: format!("NVIDIA H100 80GB HBM3 MIG {profile}"),
-                    memory_bytes: 10 << 30,
-                    gpu_instance: Some(slot + 1),
-                    compute_instance: Some(0),
-                })
-                .collect(),
-            ..GpuFacts::default()
+    fn migs(list: &[(u32, &str, &str)]) -> Vec<MigFacts> {
+        list.iter()
+            .map(|(slot, uuid, profile)| MigFacts {
+                index: *slot,
+                uuid: (*uuid).into(),
+                name: format!("NVIDIA H100 80GB HBM3 MIG {profile}"),
+                memory_bytes: 10 << 30,
+                gpu_instance: Some(slot + 1),
+                compute_instance: Some(0),
+            })
+            .collect()
+    }
+
+    fn gpu<'a>(index: u32, migs: &'a [MigFacts], reason: &str) -> PartitionedGpu<'a> {
+        PartitionedGpu {
+            index,
+            pci_bus_id: "bus",
+            migs,
+            reason: reason.into(),
         }
     }
 
     #[test]
     fn each_profile_is_numbered_and_indices_stay_put() {
         let mut book = IndexBook::default();
-        let g0 = gpu("GPU-0", &[(0, "MIG-a", "1g.10gb"), (1, "MIG-b", "1g.10gb")]);
-        let g1 = gpu("GPU-1", &[(0, "MIG-c", "1g.10gb"), (1, "MIG-d", "3g.40gb")]);
-        let (devs, parts, w) = partitions(
-            &[(0, &g0, String::new()), (1, &g1, "XID 79".into())],
-            &mut book,
-        );
+        let m0 = migs(&[(0, "MIG-a", "1g.10gb"), (1, "MIG-b", "1g.10gb")]);
+        let m1 = migs(&[(0, "MIG-c", "1g.10gb"), (1, "MIG-d", "3g.40gb")]);
+        let (devs, parts, w) = partitions(&[gpu(0, &m0, ""), gpu(1, &m1, "XID 79")], &mut book);
         assert!(w.is_empty());
         let got: Vec<(&str, u32, &str, bool)> = devs
             .iter()
@@ -179,20 +199,17 @@ mod tests {
         assert_eq!((parts[2].gpu, parts[2].slot), (1, 0));
         assert_eq!(parts[0].gpu_instance, Some(1));
         // GPU 0's partitions are destroyed: GPU 1's keep their indices; a new one takes 0.
-        let g0 = gpu("GPU-0", &[(0, "MIG-e", "1g.10gb")]);
-        let (devs, _, _) = partitions(
-            &[(0, &g0, String::new()), (1, &g1, String::new())],
-            &mut book,
-        );
+        let m0 = migs(&[(0, "MIG-e", "1g.10gb")]);
+        let (devs, _, _) = partitions(&[gpu(0, &m0, ""), gpu(1, &m1, "")], &mut book);
         let got: Vec<(&str, u32)> = devs.iter().map(|d| (d.id.as_str(), d.index)).collect();
         assert_eq!(got, vec![("MIG-e", 0), ("MIG-c", 2), ("MIG-d", 0)]);
     }
 
     #[test]
     fn a_name_without_a_profile_is_left_out_and_said() {
-        let mut g = gpu("GPU-0", &[(0, "MIG-a", "1g.10gb")]);
-        g.mig_devices[0].name = "Odd".into();
-        let (devs, _, w) = partitions(&[(0, &g, String::new())], &mut IndexBook::default());
+        let mut m = migs(&[(0, "MIG-a", "1g.10gb")]);
+        m[0].name = "Odd".into();
+        let (devs, _, w) = partitions(&[gpu(0, &m, "")], &mut IndexBook::default());
         assert!(devs.is_empty());
         assert!(w[0].contains("MIG-a"), "{w:?}");
     }

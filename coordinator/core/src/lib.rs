@@ -20,6 +20,7 @@ pub mod pods_ready;
 pub mod preemption;
 pub mod protection;
 pub mod quota;
+pub mod readiness;
 pub mod reads;
 pub mod recorded;
 pub mod scheduler;

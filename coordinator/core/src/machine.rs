@@ -855,35 +855,24 @@ impl Machine {
             Command::DrainNode { name } => self.drain_node(name, now, events),
             Command::SetFormat { version } => Ok(self.raise_format(*version)),
             Command::RemoveNode { name } => self.remove_node(name, now, events),
-            Command::SetPodsReady(p) => self.set_pods_ready(*p),
-            Command::PodsReadyTimeout {
-                workload_id,
-                attempt,
-                message,
-            } => self.pods_ready_timeout(WlId(*workload_id), *attempt, message, now, events),
-            Command::BackoffFinished { workload_id } => {
-                self.backoff_finished(WlId(*workload_id), now)
-            }
+            Command::SetPodsReady(_)
+            | Command::PodsReadyTimeout { .. }
+            | Command::BackoffFinished { .. } => self.apply_pods_ready(cmd, now, events),
             Command::NodeLost { name, reason } => self.node_lost(name, reason, now, events),
             Command::PodsStarted {
                 node,
                 workload,
                 workload_id,
                 attempt,
-                // Which ranks started is not kept (one started pod makes the workload Running);
-                // they are checked against the placement.
                 ranks,
-            } => {
-                let id = self.find_reported(workload, *workload_id, node.as_deref())?;
-                self.check_node(id, node.as_deref())?;
-                if self.state.workload(id).attempt != *attempt {
-                    return Ok(Reply::Done);
-                }
-                self.check_ranks(id, node.as_deref(), ranks.iter().copied())?;
-                self.state.mark_running(id);
-                self.record_started(id, *attempt, ranks, now);
-                Ok(Reply::Done)
-            }
+            } => self.pods_started(
+                node.as_deref(),
+                workload,
+                *workload_id,
+                *attempt,
+                ranks,
+                now,
+            ),
             Command::PodsExited {
                 node,
                 workload,
@@ -1017,6 +1006,29 @@ impl Machine {
         meta.reason.clear();
         // A removed node whose agent reports again is back (cordoned, as it was removed).
         self.removed_nodes.remove(&r.name);
+        Ok(Reply::Done)
+    }
+
+    /// Pods of one attempt started on `node`. The ranks are checked against the placement; one
+    /// started pod makes the workload Running, and each rank's start is recorded (gang
+    /// readiness waits for all of them).
+    fn pods_started(
+        &mut self,
+        node: Option<&str>,
+        workload: &str,
+        workload_id: Option<u64>,
+        attempt: u32,
+        ranks: &[u32],
+        now: Time,
+    ) -> Result<Reply, ApiError> {
+        let id = self.find_reported(workload, workload_id, node)?;
+        self.check_node(id, node)?;
+        if self.state.workload(id).attempt != attempt {
+            return Ok(Reply::Done);
+        }
+        self.check_ranks(id, node, ranks.iter().copied())?;
+        self.state.mark_running(id);
+        self.record_started(id, attempt, ranks, now);
         Ok(Reply::Done)
     }
 

@@ -14,9 +14,7 @@ mod support;
 const T: &str = "ml.p5.48xlarge"; // 8 GPUs per node
 
 fn apply(m: &mut Machine, now: i64, cmd: Command) -> Result<(), String> {
-    let (r, _) = m.apply(&Entry { now, cmd });
-    m.state.check_invariants().expect("invariants hold");
-    r.map(|_| ()).map_err(|e| e.message)
+    support::apply_cmd(m, now, cmd)
 }
 
 /// A p5 node whose GPU 0 is in MIG mode with `mig` 1g.10gb partitions.
@@ -66,23 +64,11 @@ fn machine(format: u32) -> Machine {
 }
 
 fn submit(m: &mut Machine, name: &str, resource: &str, n: i64) {
-    let mut r = Resources::new();
-    r.add(&ResourceName::parse(resource).unwrap(), n);
-    apply(
-        m,
-        1,
-        Command::Submit(SubmitInput {
-            spec: WorkloadSpec::single(name, "team-a", 1, r),
-            run: None,
-            client_token: None,
-        }),
-    )
-    .expect("submitted");
+    support::submit_a(m, name, resource, n, 1, 1);
 }
 
 fn cycle(m: &mut Machine, now: i64) {
-    let plan = schedule(&m.state, now);
-    apply(m, now, Command::Plan(plan)).expect("plan applies");
+    support::cycle_at(m, now);
 }
 
 fn state(m: &Machine, name: &str) -> WlState {

@@ -13,9 +13,7 @@ mod support;
 const T: &str = "ml.g5.12xlarge"; // 4 GPUs
 
 fn apply(m: &mut Machine, now: i64, cmd: Command) -> Result<(), String> {
-    let (r, _) = m.apply(&Entry { now, cmd });
-    m.state.check_invariants().expect("invariants hold");
-    r.map(|_| ()).map_err(|e| e.message)
+    support::apply_cmd(m, now, cmd)
 }
 
 fn machine(policy: PodsReadyPolicy) -> Machine {
@@ -35,23 +33,11 @@ fn machine(policy: PodsReadyPolicy) -> Machine {
 }
 
 fn submit(m: &mut Machine, name: &str, pods: u32, now: i64) {
-    let mut r = Resources::new();
-    r.add(&ResourceName::gpu(), 1);
-    apply(
-        m,
-        now,
-        Command::Submit(SubmitInput {
-            spec: WorkloadSpec::single(name, "team-a", pods, r),
-            run: None,
-            client_token: None,
-        }),
-    )
-    .expect("submitted");
+    support::submit_a(m, name, "gpu", 1, pods, now);
 }
 
 fn cycle(m: &mut Machine, now: i64) {
-    let plan = schedule(&m.state, now);
-    apply(m, now, Command::Plan(plan)).expect("plan applies");
+    support::cycle_at(m, now);
 }
 
 fn id(m: &Machine, name: &str) -> allot_core::WlId {

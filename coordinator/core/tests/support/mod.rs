@@ -196,3 +196,43 @@ pub fn create_quota(name: &str, team: &str, shorthand: &str) -> allot_core::mach
         activation: ActivationState::Enabled,
     })
 }
+
+/// Applies `cmd` at `now` to `m`, checks the invariants, and returns the command's refusal as
+/// its message.
+pub fn apply_cmd(
+    m: &mut allot_core::machine::Machine,
+    now: i64,
+    cmd: allot_core::machine::Command,
+) -> Result<(), String> {
+    let (r, _) = m.apply(&allot_core::machine::Entry { now, cmd });
+    m.state.check_invariants().expect("invariants hold");
+    r.map(|_| ()).map_err(|e| e.message)
+}
+
+/// Submits team-a's workload `name` of `pods` pods asking `amount` of `resource` each.
+pub fn submit_a(
+    m: &mut allot_core::machine::Machine,
+    name: &str,
+    resource: &str,
+    amount: i64,
+    pods: u32,
+    now: i64,
+) {
+    let mut r = Resources::new();
+    r.add(
+        &ResourceName::parse(resource).expect("a resource name"),
+        amount,
+    );
+    let input = allot_common::api::SubmitInput {
+        spec: WorkloadSpec::single(name, "team-a", pods, r),
+        run: None,
+        client_token: None,
+    };
+    apply_cmd(m, now, allot_core::machine::Command::Submit(input)).expect("submitted");
+}
+
+/// One scheduling cycle at `now`, its plan applied.
+pub fn cycle_at(m: &mut allot_core::machine::Machine, now: i64) {
+    let plan = schedule(&m.state, now);
+    apply_cmd(m, now, allot_core::machine::Command::Plan(plan)).expect("plan applies");
+}
