@@ -121,4 +121,39 @@ fn partitions_are_quota_placement_and_devices_end_to_end() {
     c.cli_ok("user-team-a", &["submit", "-f", &more]);
     std::thread::sleep(std::time::Duration::from_secs(2));
     assert_eq!(state(&c, "more"), "Pending");
+
+    // HyperPod's CLI flags; and a pod may not mix whole GPUs and partitions.
+    let out = c.cli_ok(
+        "user-team-a",
+        &[
+            "submit",
+            "--name",
+            "hyp",
+            "--accelerator-partition-type",
+            "mig-1g.10gb",
+            "--accelerator-partition-count",
+            "3",
+            "--",
+            "sleep",
+            "60",
+        ],
+    );
+    assert!(out.contains("Admitted"), "{out}");
+    let o = c.cli(
+        "user-team-a",
+        &[
+            "submit",
+            "--name",
+            "mixed",
+            "--request",
+            "gpu=1,nvidia.com/mig-1g.10gb=1",
+            "--",
+            "true",
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("whole GPUs and GPU partitions"),
+        "{err}"
+    );
 }

@@ -225,6 +225,18 @@ impl WorkloadSpec {
                 pod_set: ps.name.clone(),
                 what,
             };
+            // CUDA sees either whole GPUs or MIG devices, never both (HyperPod's CLI refuses
+            // the mix too).
+            let asks = |pred: &dyn Fn(&ResourceName) -> bool| {
+                ps.requests.iter().any(|(r, v)| v > 0 && pred(r))
+            };
+            if asks(&|r| r.as_str() == crate::resource::GPU) && asks(&|r| r.is_partition()) {
+                return Err(bad(
+                    "requests whole GPUs and GPU partitions: a pod gets one or the other (CUDA \
+                     sees whole GPUs or MIG devices, not both); use two pod sets"
+                        .into(),
+                ));
+            }
             if ps.requests.iter().all(|(_, v)| v == 0) {
                 let asked = ps
                     .requests

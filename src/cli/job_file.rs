@@ -38,6 +38,13 @@ pub struct JobFlags {
     /// Requests per pod as resource=quantity pairs: gpu=1,cpu=8,memory=32Gi.
     #[arg(long, value_delimiter = ',')]
     pub(crate) request: Vec<String>,
+    /// GPU partitions per pod, of this MIG profile (mig-1g.10gb), as HyperPod's CLI takes
+    /// them; with --accelerator-partition-count (1 unless given).
+    #[arg(long, conflicts_with = "gpus")]
+    pub(crate) accelerator_partition_type: Option<String>,
+    /// How many partitions of --accelerator-partition-type each pod gets.
+    #[arg(long, requires = "accelerator_partition_type")]
+    pub(crate) accelerator_partition_count: Option<u32>,
     /// A label (key=value; repeat or comma-separate for several), for `cancel -l`.
     #[arg(short = 'l', long = "label", value_delimiter = ',')]
     pub(crate) label: Vec<String>,
@@ -217,6 +224,17 @@ impl JobFlags {
             if let Some(v) = v {
                 requests.push((k.to_string(), v.clone()));
             }
+        }
+        if let Some(p) = &self.accelerator_partition_type {
+            let name = p.strip_prefix("nvidia.com/").unwrap_or(p);
+            if allot_common::mig::profile(name).is_none() {
+                bail!(
+                    "--accelerator-partition-type {p:?}: not a MIG profile; write one such as \
+                     mig-1g.10gb (the node's instance type decides which it has)"
+                );
+            }
+            let n = self.accelerator_partition_count.unwrap_or(1);
+            requests.push((name.to_string(), n.to_string()));
         }
         for pair in &self.request {
             let (k, v) = pair.split_once('=').ok_or_else(|| {

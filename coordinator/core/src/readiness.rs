@@ -190,10 +190,16 @@ impl Machine {
 
     /// Workloads holding quota (not being evicted) with a pod not started, and their admission
     /// time.
+    ///
+    /// Only the workloads holding quota are looked at (the teams' admitted sets), not every
+    /// workload the cluster keeps: the leader asks each lease check, and with block admission
+    /// each submit.
     fn admitted_not_ready(&self) -> impl Iterator<Item = (WlId, Time)> + '_ {
         self.state
-            .workloads
-            .values()
+            .teams
+            .iter()
+            .flat_map(|t| t.admitted.iter())
+            .filter_map(|id| self.state.workloads.get(id))
             .filter(|w| matches!(w.state, WlState::Admitted | WlState::Running))
             .filter_map(|w| w.admitted_at.map(|t| (w.id, t)))
             .filter(|(id, _)| !self.not_started(*id).is_empty())
