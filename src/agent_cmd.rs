@@ -170,6 +170,7 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
         .data_dir
         .or(f.data_dir)
         .unwrap_or_else(|| PathBuf::from(format!("allot-agent/{node}")));
+    let partition_indices = data_dir.join("mig-indices.json");
     let containerd = match a.driver.or(f.driver).as_deref().unwrap_or("process") {
         "process" => None,
         "containerd" => {
@@ -256,6 +257,7 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
             fake_gpus,
             fake_mig,
             nvml: true,
+            partition_indices: Some(partition_indices),
         },
         lease: seconds("lease", a.lease.or(f.lease).unwrap_or(10.0))?,
         discover_every: seconds(
@@ -341,7 +343,12 @@ fn fake_mig_nodes(
 
 /// `allot agent --discover`: what the agent would report, and what NVML says, as JSON.
 pub fn discover(cfg: &AgentConfig) -> anyhow::Result<serde_json::Value> {
-    let mut d = Discovery::new(&cfg.inventory).map_err(|e| anyhow!(e))?;
+    // Read-only: the running agent's index book is left alone.
+    let inventory = InventoryConfig {
+        partition_indices: None,
+        ..cfg.inventory.clone()
+    };
+    let mut d = Discovery::new(&inventory).map_err(|e| anyhow!(e))?;
     let inv = d.discover();
     let nvml = if cfg.inventory.fake_gpus.is_some() {
         serde_json::json!({ "fake_gpus": cfg.inventory.fake_gpus })

@@ -1105,8 +1105,13 @@ async fn write_backup(c: &mut Client, file: &std::path::Path) -> anyhow::Result<
                 })?;
             (n, format)
         }
-        // A coordinator of a release before streams: the whole state in one answer.
-        (Err(e), _) if e.kind == allot_common::api::ErrorKind::Version => {
+        // A coordinator of a release before streams: the whole state in one answer. Releases
+        // before protocol 6 cannot decode the request at all, and say so.
+        (Err(e), _)
+            if e.kind == allot_common::api::ErrorKind::Version
+                || (e.kind == allot_common::api::ErrorKind::Invalid
+                    && e.message.starts_with("could not read the request")) =>
+        {
             let Reply::Backup {
                 format,
                 taken_ms,

@@ -107,6 +107,9 @@ pub struct InventoryConfig {
     pub fake_mig: Vec<(u32, Vec<String>)>,
     /// Try NVML (ignored when `fake_gpus` is set).
     pub nvml: bool,
+    /// Where the indices given to GPU partitions are kept across restarts (the agent's data
+    /// directory); `None`: in memory only.
+    pub partition_indices: Option<PathBuf>,
 }
 
 impl Default for InventoryConfig {
@@ -118,6 +121,7 @@ impl Default for InventoryConfig {
             fake_gpus: None,
             fake_mig: Vec::new(),
             nvml: true,
+            partition_indices: None,
         }
     }
 }
@@ -515,6 +519,14 @@ impl fmt::Debug for Discovery {
     }
 }
 
+/// The MIG index book of `cfg` (kept in its file, if it names one).
+fn book(cfg: &InventoryConfig) -> partitions::IndexBook {
+    cfg.partition_indices
+        .clone()
+        .map(partitions::IndexBook::kept_in)
+        .unwrap_or_default()
+}
+
 fn lookup(instance_type: &str) -> Result<InstanceType, String> {
     let name = check_instance_type(instance_type, "the configuration")?;
     Ok(Catalog::builtin()
@@ -572,7 +584,7 @@ impl Discovery {
             };
             let mut d = Discovery::with_sources(
                 &it.name,
-                vec![Box::new(NvmlSource::new(Box::new(fake)))],
+                vec![Box::new(NvmlSource::with_book(Box::new(fake), book(cfg)))],
                 host,
             )?;
             d.fake_gpus = Some(n);
@@ -586,7 +598,7 @@ impl Discovery {
         let mut nvml_error = None;
         if cfg.nvml {
             match open_nvml() {
-                Ok(api) => sources.push(Box::new(NvmlSource::new(api))),
+                Ok(api) => sources.push(Box::new(NvmlSource::with_book(api, book(cfg)))),
                 Err(e) => nvml_error = Some(e),
             }
         } else {

@@ -190,6 +190,14 @@ pub struct NvmlSource {
 }
 
 impl NvmlSource {
+    /// With the MIG index book kept in `book` (see `partitions::IndexBook`).
+    pub fn with_book(api: Box<dyn NvmlApi>, book: super::partitions::IndexBook) -> NvmlSource {
+        NvmlSource {
+            book,
+            ..NvmlSource::new(api)
+        }
+    }
+
     pub fn new(api: Box<dyn NvmlApi>) -> NvmlSource {
         NvmlSource {
             api,

@@ -60,16 +60,62 @@ pub struct Partition {
     pub compute_instance: Option<u32>,
 }
 
-/// The index each MIG device was given, per profile.
+/// The index each MIG device was given, per profile; kept in a file when given one, so an
+/// agent restarted while pods run gives each partition the index it had (a partition made or
+/// destroyed while the agent was down must not renumber the others under running pods).
 #[derive(Debug, Default)]
 pub struct IndexBook {
     by_profile: BTreeMap<String, BTreeMap<String, u32>>,
+    file: Option<std::path::PathBuf>,
 }
 
 impl IndexBook {
+    /// The book kept in `file`, as an earlier agent left it (empty when it is missing or
+    /// unreadable: indices are then given afresh, and said).
+    pub fn kept_in(file: std::path::PathBuf) -> IndexBook {
+        let by_profile = match std::fs::read(&file) {
+            Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+                tracing::warn!(
+                    "{}: not a MIG index book ({e}); partitions are numbered afresh",
+                    file.display()
+                );
+                BTreeMap::new()
+            }),
+            Err(_) => BTreeMap::new(),
+        };
+        IndexBook {
+            by_profile,
+            file: Some(file),
+        }
+    }
+
+    fn save(&self) {
+        let Some(file) = &self.file else { return };
+        let saved = serde_json::to_vec(&self.by_profile)
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                let tmp = file.with_extension("tmp");
+                std::fs::write(&tmp, b)
+                    .and_then(|()| std::fs::rename(&tmp, file))
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(e) = saved {
+            tracing::warn!("{}: cannot keep the MIG index book: {e}", file.display());
+        }
+    }
+
     /// Indices for the MIG devices present now (`(profile, uuid)`, in discovery order): the
     /// ones seen before keep theirs, new ones take the lowest free; the gone are forgotten.
     fn assign(&mut self, present: &[(String, String)]) -> Vec<u32> {
+        let before = self.by_profile.clone();
+        let out = self.assign_in_memory(present);
+        if self.by_profile != before {
+            self.save();
+        }
+        out
+    }
+
+    fn assign_in_memory(&mut self, present: &[(String, String)]) -> Vec<u32> {
         let mut keep: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (profile, uuid) in present {
             keep.entry(profile.clone())
@@ -203,6 +249,28 @@ mod tests {
         let (devs, _, _) = partitions(&[gpu(0, &m0, ""), gpu(1, &m1, "")], &mut book);
         let got: Vec<(&str, u32)> = devs.iter().map(|d| (d.id.as_str(), d.index)).collect();
         assert_eq!(got, vec![("MIG-e", 0), ("MIG-c", 2), ("MIG-d", 0)]);
+    }
+
+    #[test]
+    fn the_book_kept_in_a_file_gives_a_restarted_agent_the_same_indices() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mig-indices.json");
+        let m = migs(&[
+            (0, "MIG-a", "1g.10gb"),
+            (1, "MIG-b", "1g.10gb"),
+            (2, "MIG-c", "1g.10gb"),
+        ]);
+        let mut book = IndexBook::kept_in(file.clone());
+        partitions(&[gpu(0, &m, "")], &mut book);
+        // MIG-a is destroyed while the agent is down: the others keep 1 and 2.
+        let later = migs(&[(1, "MIG-b", "1g.10gb"), (2, "MIG-c", "1g.10gb")]);
+        let (devs, _, _) = partitions(&[gpu(0, &later, "")], &mut IndexBook::kept_in(file.clone()));
+        let got: Vec<(&str, u32)> = devs.iter().map(|d| (d.id.as_str(), d.index)).collect();
+        assert_eq!(got, vec![("MIG-b", 1), ("MIG-c", 2)]);
+        // A file that is not a book is numbered afresh.
+        std::fs::write(&file, "garbage").unwrap();
+        let (devs, _, _) = partitions(&[gpu(0, &later, "")], &mut IndexBook::kept_in(file));
+        assert_eq!(devs[0].index, 0);
     }
 
     #[test]

@@ -616,7 +616,33 @@ fn verdict(mode: Mode, blocked: bool) -> String {
     }
 }
 
+/// A workload out of its queue until a gang-readiness backoff ends: why, and until when;
+/// nothing is judged before then. False for any other.
+fn parked_lines(wl: &Workload, out: &mut Vec<String>) -> bool {
+    let Some(rq) = wl.condition("Requeued").filter(|_| wl.is_parked()) else {
+        return false;
+    };
+    if let Some(e) = wl.condition("Evicted").filter(|c| c.status) {
+        out.push(format!(
+            "evicted {}: {}: {}",
+            fmt_time(e.time),
+            e.reason,
+            e.message
+        ));
+    }
+    out.push(format!(
+        "it is out of its team's queue: it {} ({}); then it is queued again with its original submit time {}",
+        rq.message,
+        rq.reason,
+        fmt_time(wl.submit_time)
+    ));
+    true
+}
+
 fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
+    if parked_lines(wl, out) {
+        return;
+    }
     let team = &st.teams[wl.team.idx()];
     let mut ctx = Ctx::new(st, 0);
     let mut d = Diag::default();

@@ -982,6 +982,10 @@ impl Machine {
                         r.name, r.instance_type
                     )));
                 }
+                if self.format >= FORMAT_PARTITIONS {
+                    // Checked before anything changes: a refused report changes nothing.
+                    self.state.check_partitions(&r.name, &r.capacity)?;
+                }
                 if !node.healthy {
                     events.extend(self.state.set_node_health(&r.name, true, now)?);
                 }
@@ -1000,6 +1004,9 @@ impl Machine {
                     .set_device_health(&r.name, res, *index, *healthy, reason, now)?,
             );
         }
+        if self.format >= FORMAT_PARTITIONS {
+            self.missing_partitions(r, &devices, now, events)?;
+        }
         self.learn(&r.instance_type, learned);
         let meta = self.nodes_meta.entry(r.name.clone()).or_default();
         meta.report = Some(r.clone());
@@ -1007,6 +1014,46 @@ impl Machine {
         // A removed node whose agent reports again is back (cordoned, as it was removed).
         self.removed_nodes.remove(&r.name);
         Ok(Reply::Done)
+    }
+
+    /// A node's GPU partitions that its report leaves out (destroyed while its agent was down,
+    /// so the agent never saw them go) are held out of use, as a device no longer discovered.
+    fn missing_partitions(
+        &mut self,
+        r: &NodeReport,
+        reported: &[(ResourceName, u8, bool, String)],
+        now: Time,
+        events: &mut Vec<Event>,
+    ) -> Result<(), ApiError> {
+        let Some(n) = self.state.acct.nodes.find(&r.name) else {
+            return Ok(());
+        };
+        let mut missing: Vec<(ResourceName, u8)> = Vec::new();
+        for nr in &self.state.acct.nodes.node(n).res {
+            let name = self.state.names.resource_name(nr.res);
+            if !name.is_partition() {
+                continue;
+            }
+            for i in 0..u8::try_from(nr.cap).unwrap_or(u8::MAX) {
+                if !reported
+                    .iter()
+                    .any(|(res, idx, _, _)| res == name && *idx == i)
+                {
+                    missing.push((name.clone(), i));
+                }
+            }
+        }
+        for (res, i) in missing {
+            events.extend(self.state.set_device_health(
+                &r.name,
+                &res,
+                i,
+                false,
+                "no longer discovered",
+                now,
+            )?);
+        }
+        Ok(())
     }
 
     /// Pods of one attempt started on `node`. The ranks are checked against the placement; one

@@ -142,9 +142,11 @@ impl Machine {
             .map(|h| &h.pods);
         (0..adm.placement.len() as u32)
             .filter(|r| {
+                // A pod that ended came up (one that exited before its agent saw it run never
+                // reports a start).
                 started
                     .and_then(|p| p.get(r))
-                    .is_none_or(|p| p.started.is_none())
+                    .is_none_or(|p| p.started.is_none() && p.ended.is_none())
             })
             .map(|r| (r, self.pod_node(id, r)))
             .collect()

@@ -747,10 +747,14 @@ impl State {
     pub fn remove_team(&mut self, name: &str) -> Result<(), StateError> {
         let id = self.team_id(name)?;
         let t = &self.teams[id.idx()];
-        if !t.pending.is_empty() || !t.admitted.is_empty() {
+        // Pending out of the queue while in a backoff (`park`): pending all the same.
+        let parked = (self.workloads.values())
+            .filter(|w| w.team == id && w.is_parked())
+            .count();
+        if !t.pending.is_empty() || !t.admitted.is_empty() || parked > 0 {
             return Err(StateError::Invalid(format!(
                 "team {name} still has {} pending and {} admitted workloads; cancel them first",
-                t.pending.len(),
+                t.pending.len() + parked,
                 t.admitted.len()
             )));
         }
@@ -804,12 +808,9 @@ impl State {
 
     /// Grows a registered node's GPU partitions to what it reports (`capacity`'s partition
     /// resources): partitions created after it registered become schedulable.
+    /// Everything is checked first (`check_partitions`), so a refusal changes nothing.
     pub fn grow_partitions(&mut self, name: &str, capacity: &Resources) -> Result<(), StateError> {
-        let id = self
-            .acct
-            .nodes
-            .find(name)
-            .ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
+        let id = self.check_partitions(name, capacity)?;
         let mut grown = false;
         for (r, cap) in capacity.iter().filter(|(r, _)| r.is_partition()) {
             let r = self.names.resource(r);
@@ -824,6 +825,36 @@ impl State {
             self.rebuild();
         }
         Ok(())
+    }
+
+    /// Whether `grow_partitions` can take `capacity`'s partitions for node `name`: each at most
+    /// `MAX_DEVICES`, and none already a counted resource of the node. Changes nothing.
+    pub fn check_partitions(&self, name: &str, capacity: &Resources) -> Result<NodeId, StateError> {
+        let id = self
+            .acct
+            .nodes
+            .find(name)
+            .ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
+        let node = self.acct.nodes.node(id);
+        for (r, cap) in capacity.iter().filter(|(r, _)| r.is_partition()) {
+            if cap > crate::nodes::MAX_DEVICES {
+                return Err(StateError::Invalid(format!(
+                    "node {name}: {cap} GPU partitions of {r}; at most {} are supported",
+                    crate::nodes::MAX_DEVICES
+                )));
+            }
+            let counted = self.names.find_resource(r).is_some_and(|rid| {
+                node.res
+                    .iter()
+                    .any(|x| x.res == rid && x.free_mask.is_none())
+            });
+            if counted {
+                return Err(StateError::Invalid(format!(
+                    "node {name}: {r} was registered as a counted resource, not devices"
+                )));
+            }
+        }
+        Ok(id)
     }
 
     /// `add_node` without the rebuild the caller owes.
@@ -1751,7 +1782,11 @@ impl State {
         adm: &Admission,
         now: Time,
     ) -> Result<Vec<Event>, String> {
-        self.admit_checked(id, adm, now, false)
+        let events = self.admit_checked(id, adm, now, false)?;
+        // What runs over quota now is counted in the excess the rules read, as a live
+        // cluster's quota change counts it.
+        self.rebuild();
+        Ok(events)
     }
 
     fn admit_checked(
@@ -1770,6 +1805,12 @@ impl State {
                 "workload {} is {}, not Pending",
                 wl.spec.name,
                 wl.state.as_str()
+            ));
+        }
+        if wl.is_parked() {
+            return Err(format!(
+                "workload {} waits out a backoff and is not in its queue",
+                wl.spec.name
             ));
         }
         let team = wl.team;

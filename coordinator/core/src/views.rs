@@ -148,11 +148,21 @@ pub fn workloads(m: &Machine, f: &WorkloadFilter) -> Vec<WorkloadView> {
         // watcher of one team is asked again after every change, with any backlog waiting).
         Some(t) if !f.all => {
             let team = &m.state.teams[t.idx()];
+            // Workloads waiting out a gang-readiness backoff are out of the queue, not gone.
+            let parked = (m.pods_ready.backoff.keys())
+                .filter(|id| {
+                    m.state
+                        .workloads
+                        .get(id)
+                        .is_some_and(|w| w.team == t && w.is_parked())
+                })
+                .copied();
             let mut ids: Vec<WlId> = team
                 .pending
                 .iter()
                 .map(|k| k.id)
                 .chain(team.admitted.iter().copied())
+                .chain(parked)
                 .collect();
             ids.sort_unstable();
             ids.dedup();

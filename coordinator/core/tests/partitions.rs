@@ -122,6 +122,20 @@ fn partitions_made_after_registration_become_schedulable() {
 }
 
 #[test]
+fn partitions_a_report_leaves_out_are_held_out() {
+    let mut m = machine(FORMAT_PARTITIONS);
+    apply(&mut m, 0, Command::ReportNode(report(7))).expect("report");
+    // The agent restarted without its index book after 4 partitions were destroyed: its
+    // report names 3, and the registered 4 others are not handed out.
+    apply(&mut m, 1, Command::ReportNode(report(3))).expect("report");
+    submit(&mut m, "four", "mig-1g.10gb", 4);
+    submit(&mut m, "three", "mig-1g.10gb", 3);
+    cycle(&mut m, 2);
+    assert_eq!(state(&m, "four"), WlState::Pending);
+    assert_eq!(state(&m, "three"), WlState::Admitted);
+}
+
+#[test]
 fn before_the_format_of_partitions_they_are_refused_and_mig_gpus_are_whole() {
     let mut m = machine(FORMAT_PARTITIONS - 1);
     let e = apply(&mut m, 0, Command::ReportNode(report(7))).unwrap_err();

@@ -142,6 +142,27 @@ fn a_gang_not_ready_in_time_is_evicted_and_waits_out_a_doubling_backoff() {
     stopped(&mut m, "gang", 2, 13_000);
     assert_eq!(state(&m, "gang"), WlState::Pending);
     assert!(m.state.workload(id(&m, "gang")).is_parked());
+    // Its team still lists it, explain says why it waits, and its quota cannot go under it.
+    let filter = allot_common::api::WorkloadFilter {
+        team: Some("team-a".into()),
+        all: false,
+    };
+    let listed = allot_core::views::workloads(&m, &filter);
+    assert!(listed.iter().any(|w| w.name == "gang"), "{listed:?}");
+    let why = allot_core::explain::explain(&m, id(&m, "gang")).join("\n");
+    assert!(
+        why.contains("out of its team's queue") && why.contains("backoff"),
+        "{why}"
+    );
+    let refused = apply(
+        &mut m,
+        13_500,
+        Command::DeleteComputeQuota { name: "qa".into() },
+    );
+    assert!(
+        refused.is_err_and(|e| e.contains("1 pending")),
+        "deleted under a parked workload"
+    );
     cycle(&mut m, 14_000);
     assert_eq!(state(&m, "gang"), WlState::Pending);
     assert!(m.backoffs_due(16_999).is_empty());
@@ -216,6 +237,37 @@ fn a_ready_gang_is_left_alone_and_a_stale_timeout_changes_nothing() {
     submit(&mut m, "other", 1, 61_000);
     cycle(&mut m, 62_000);
     assert!(m.unready(1_000_000).is_empty());
+}
+
+#[test]
+fn a_pod_that_ended_before_its_start_was_seen_came_up() {
+    let mut m = machine(POLICY);
+    submit(&mut m, "gang", 2, 1_000);
+    cycle(&mut m, 2_000);
+    started(&mut m, "gang", vec![0], 3_000);
+    // Rank 1 ran and exited before its agent saw it run: no start was reported.
+    let attempt = m.state.workload(id(&m, "gang")).attempt;
+    let exit = PodExit {
+        rank: 1,
+        succeeded: true,
+        lost: false,
+        detail: "exit code 0".into(),
+        exit_code: Some(0),
+    };
+    let gang = id(&m, "gang").0;
+    apply(
+        &mut m,
+        3_500,
+        Command::PodsExited {
+            node: Some("n1".into()),
+            workload: "gang".into(),
+            workload_id: Some(gang),
+            attempt,
+            exits: vec![exit],
+        },
+    )
+    .expect("exited");
+    assert!(m.unready(60_000).is_empty(), "{:?}", m.unready(60_000));
 }
 
 #[test]
