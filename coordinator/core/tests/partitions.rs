@@ -4,10 +4,10 @@
 //! are taken; and before the format of partitions all of it is refused as a release before
 //! refuses it.
 
-use allot_common::api::{DeviceInfo, NodeReport, SubmitInput};
-use allot_common::{Catalog, ResourceName, Resources, WorkloadSpec};
-use allot_core::machine::{Command, Entry, Machine, FORMAT_PARTITIONS};
-use allot_core::{schedule, views, WlState};
+use allot_common::api::{DeviceInfo, NodeReport};
+use allot_common::{Catalog, ResourceName};
+use allot_core::machine::{Command, Machine, FORMAT_PARTITIONS};
+use allot_core::{views, WlState};
 
 mod support;
 

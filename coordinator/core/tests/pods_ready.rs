@@ -2,11 +2,11 @@
 //! timeout is evicted (`PodsReadyTimeout`), waits out a doubling backoff out of its queue, and
 //! is queued again with its original submit time; block admission; the settings' checks.
 
-use allot_common::api::{NodeReport, PodExit, SubmitInput};
+use allot_common::api::{NodeReport, PodExit};
 use allot_common::pods_ready::PodsReadyPolicy;
-use allot_common::{Catalog, ResourceName, Resources, WorkloadSpec};
-use allot_core::machine::{Command, Entry, Machine};
-use allot_core::{schedule, WlState};
+use allot_common::Catalog;
+use allot_core::machine::{Command, Machine};
+use allot_core::WlState;
 
 mod support;
 
