@@ -165,7 +165,8 @@ pub struct TeamIn {
     /// Absent = the default cohort; null = none.
     #[serde(default = "absent")]
     pub cohort: Value,
-    pub fair_share_weight: Option<u32>,
+    /// A whole number or a decimal (`0.5`, Kueue's weights), 0 to 100, at most 3 places.
+    pub fair_share_weight: Option<f64>,
     pub compute_quota: Option<Value>,
     pub quota: Option<QuotaIn>,
     pub resource_groups: Option<Vec<GroupIn>>,
@@ -415,6 +416,41 @@ fn resources(path: &str, m: &OrderedMap<Qty>) -> Result<Resources, ScenarioError
     Ok(r)
 }
 
+/// A team's `fair_share_weight`: a whole number, or a decimal of at most 3 places (Kueue's
+/// weights, such as 0.5), from 0 to 100; `default` when absent.
+fn set_weight(
+    spec: &mut TeamSpec,
+    w: Option<f64>,
+    default: u32,
+    path: &str,
+) -> Result<(), ScenarioError> {
+    let w = w.unwrap_or(f64::from(default));
+    let milli = (w * 1000.0).round();
+    if !w.is_finite() || !(0.0..=100.0).contains(&w) || (w * 1000.0 - milli).abs() > 1e-6 {
+        return Err(err(
+            format!("{path}.fair_share_weight"),
+            format!(
+                "{w} is not a weight from 0 to 100 with at most 3 decimal places (1, 0.5, 2.25)"
+            ),
+        ));
+    }
+    let milli = milli as u32;
+    spec.fair_share_weight = milli / 1000;
+    spec.fair_share_weight_exact = (!milli.is_multiple_of(1000)).then(|| {
+        let g = gcd(milli, 1000);
+        (milli / g, 1000 / g)
+    });
+    Ok(())
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a.max(1)
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 fn quota_list(path: &str, q: &QuotaIn) -> Result<Vec<FlavorQuota>, ScenarioError> {
     let mut out = Vec::new();
     for (flavor, res) in &q.0 {
@@ -561,14 +597,14 @@ pub fn team(path: &str, t: &TeamIn) -> Result<TeamSpec, ScenarioError> {
                 .to_quotas(Catalog::builtin())
                 .map_err(|e| err(&p, e.to_string()))?;
             spec.preemption = cfg.preemption_policy();
-            spec.fair_share_weight = t.fair_share_weight.unwrap_or(0);
+            set_weight(&mut spec, t.fair_share_weight, 0, path)?;
             if t.preemption.is_some() || t.resource_groups.is_some() {
                 return Err(err(path, "preemption and resource_groups belong to the advanced form (quota:); the HyperPod form sets them through compute_quota"));
             }
         }
         (None, Some(q)) => {
             spec.quotas = quota_list(&format!("{path}.quota"), q)?;
-            spec.fair_share_weight = t.fair_share_weight.unwrap_or(1);
+            set_weight(&mut spec, t.fair_share_weight, 1, path)?;
             if let Some(groups) = &t.resource_groups {
                 let mut gs = Vec::new();
                 for (i, g) in groups.iter().enumerate() {

@@ -175,3 +175,33 @@ fn a_minimum_run_time_set_mid_run_ends_on_time() {
         "{preempted:?}"
     );
 }
+
+#[test]
+fn a_weight_is_a_number_from_0_to_100_with_at_most_3_places() {
+    for (w, ok) in [
+        ("0.5", true),
+        ("2.25", true),
+        ("0.0001", false),
+        ("101", false),
+        ("-1", false),
+    ] {
+        let text = format!(
+            "version: 1\nteams:\n  - name: t\n    fair_share_weight: {w}\n    quota: {{default: {{cpu: {{nominal: 1}}}}}}\nworkloads: []\n"
+        );
+        if ok {
+            let out = simulate("w.yaml", &text);
+            assert!(
+                out.status.success(),
+                "{w}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        } else {
+            let stderr = refused("w.yaml", &text);
+            assert!(
+                stderr.contains("teams[0].fair_share_weight")
+                    && stderr.contains("at most 3 decimal places"),
+                "{w}: {stderr}"
+            );
+        }
+    }
+}

@@ -136,6 +136,11 @@ pub struct TeamSpec {
     pub cohort: Option<String>,
     /// 0..=100 in the HyperPod form; 0 = borrows last and is reclaimed first.
     pub fair_share_weight: u32,
+    /// A weight that is not a whole number (Kueue's `0.5`), as numerator and denominator;
+    /// then `fair_share_weight` is its whole part, for display. Only `allot simulate` sets it
+    /// (the API's weights are whole numbers), so it is not stored.
+    #[serde(skip)]
+    pub fair_share_weight_exact: Option<(u32, u32)>,
     /// Quota per flavor, in the order flavors are preferred by default.
     pub quotas: Vec<FlavorQuota>,
     /// Empty = one group covering every resource, flavors in quota order.
@@ -146,12 +151,19 @@ pub struct TeamSpec {
 }
 
 impl TeamSpec {
+    /// The fair-share weight as numerator and denominator.
+    pub fn weight_ratio(&self) -> (u32, u32) {
+        self.fair_share_weight_exact
+            .unwrap_or((self.fair_share_weight, 1))
+    }
+
     /// A team in the default cohort with HyperPod defaults and the given quotas.
     pub fn new(name: &str, quotas: Vec<FlavorQuota>) -> Self {
         TeamSpec {
             name: name.to_string(),
             cohort: Some(DEFAULT_COHORT.to_string()),
             fair_share_weight: 0,
+            fair_share_weight_exact: None,
             quotas,
             resource_groups: Vec::new(),
             preemption: PreemptionPolicy::default(),

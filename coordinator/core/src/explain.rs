@@ -1754,7 +1754,10 @@ fn standing_lines(st: &State, wl: &Workload, out: &mut Vec<String>) {
             s.push_str(&format!(
                 "; weighted share {} (weight {})",
                 fmt_share(&quota::share(st, &st.acct, m, &[])),
-                mt.spec.fair_share_weight
+                match mt.spec.weight_ratio() {
+                    (n, 1) => n.to_string(),
+                    (n, d) => format!("{}", f64::from(n) / f64::from(d)),
+                }
             ));
         }
         out.push(s);

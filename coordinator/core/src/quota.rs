@@ -23,8 +23,8 @@ pub trait Limits {
     fn quotas(&self, t: TeamId) -> &[(FrId, ResourceQuota)];
     /// Team `t`'s quota for one (flavor, resource).
     fn quota(&self, t: TeamId, fr: FrId) -> Option<&ResourceQuota>;
-    /// Team `t`'s fair-share weight (0 = lowest).
-    fn weight(&self, t: TeamId) -> u32;
+    /// Team `t`'s fair-share weight (0 = lowest), as numerator and denominator.
+    fn weight(&self, t: TeamId) -> (u32, u32);
     fn cohort(&self, c: CohortId) -> &CohortRt;
     /// Pool usage above the pool that cohort `c` may keep on `fr` (left by a shrunken pool).
     fn pool_excess(&self, c: CohortId, fr: FrId) -> i64;
@@ -303,18 +303,19 @@ pub fn share(st: &impl Limits, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) ->
     let Some((num, den, _)) = best else {
         return Share::ZERO;
     };
-    let weight = st.weight(t);
-    if weight == 0 {
+    let (wn, wd) = st.weight(t);
+    if wn == 0 {
         return Share {
             infinite: true,
             num,
             den,
         };
     }
+    // share / (wn / wd): the same numbers as before for a whole weight (wd = 1).
     Share {
         infinite: false,
-        num,
-        den: den * i128::from(weight),
+        num: num * i128::from(wd.max(1)),
+        den: den * i128::from(wn),
     }
 }
 

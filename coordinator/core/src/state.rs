@@ -520,8 +520,8 @@ impl Limits for State {
     fn quota(&self, t: TeamId, fr: FrId) -> Option<&ResourceQuota> {
         self.teams[t.idx()].quota(fr)
     }
-    fn weight(&self, t: TeamId) -> u32 {
-        self.teams[t.idx()].spec.fair_share_weight
+    fn weight(&self, t: TeamId) -> (u32, u32) {
+        self.teams[t.idx()].spec.weight_ratio()
     }
     fn cohort(&self, c: CohortId) -> &CohortRt {
         &self.cohorts[c.idx()]

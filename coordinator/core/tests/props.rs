@@ -317,6 +317,7 @@ fn build_team(i: usize, g: TeamGen) -> TeamSpec {
         name: format!("team-{i}"),
         cohort: in_cohort.then(|| DEFAULT_COHORT.to_string()),
         fair_share_weight: weight,
+        fair_share_weight_exact: None,
         quotas: flavors
             .iter()
             .map(|f| FlavorQuota {
