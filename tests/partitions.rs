@@ -104,6 +104,7 @@ fn partitions_are_quota_placement_and_devices_end_to_end() {
         node.contains("MIG mode: handed out as its partitions"),
         "{node}"
     );
+    assert!(node.contains("Held out:       gpu0 (MIG mode)"), "{node}");
 
     // GPU 0 is partitioned: of two GPUs, one can be had whole; a second whole-GPU job waits.
     let whole = job(&c, "whole", "{gpu: 1}", 60);

@@ -707,6 +707,23 @@ pub(crate) fn render_node(n: &NodeView, ws: &[WorkloadView]) -> String {
         fmt_res(&n.used),
         fmt_sources(n),
     );
+    // Devices counted in Used that no pod holds: a GPU in MIG mode (its partitions are
+    // handed out instead) and unhealthy ones.
+    let held: Vec<String> = (n.devices.iter())
+        .filter_map(|d| {
+            let why = if !d.healthy {
+                "unhealthy"
+            } else if d.mig && d.resource == allot_common::resource::GPU {
+                "MIG mode"
+            } else {
+                return None;
+            };
+            Some(format!("{}{} ({why})", d.resource, d.index))
+        })
+        .collect();
+    if !held.is_empty() {
+        out.push_str(&format!("Held out:       {}\n", held.join(", ")));
+    }
     if !n.devices.is_empty() {
         out.push_str("Devices:\n");
         let rows: Vec<Vec<String>> = (n.devices.iter())
