@@ -338,7 +338,12 @@ impl DeviceSource for NvmlSource {
                     if !sticky.is_empty() {
                         reason = format!("{sticky}; {reason}");
                     }
-                    out.push(device_info(index, &f, reason));
+                    out.push(device_info(index, &f, reason.clone()));
+                    // Its partitions as last read, unhealthy with it: forgetting them would
+                    // give them other indices once the GPU reads again.
+                    if f.mig_enabled {
+                        partitioned.push((index, f, reason));
+                    }
                 }
             }
         }

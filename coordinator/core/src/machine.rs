@@ -1028,10 +1028,19 @@ impl Machine {
         let Some(n) = self.state.acct.nodes.find(&r.name) else {
             return Ok(());
         };
+        // Only where the report shows NVML was read (a GPU is listed): an agent restarted
+        // without NVML reports no devices at all, which says nothing of its partitions.
+        if !r
+            .devices
+            .iter()
+            .any(|d| d.resource == allot_common::resource::GPU)
+        {
+            return Ok(());
+        }
         let mut missing: Vec<(ResourceName, u8)> = Vec::new();
         for nr in &self.state.acct.nodes.node(n).res {
             let name = self.state.names.resource_name(nr.res);
-            if !name.is_partition() {
+            if !name.is_partition() || nr.free_mask.is_none() {
                 continue;
             }
             for i in 0..u8::try_from(nr.cap).unwrap_or(u8::MAX) {

@@ -247,9 +247,45 @@ impl PartialOrd for Share {
 }
 impl Ord for Share {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.infinite
-            .cmp(&other.infinite)
-            .then_with(|| (self.num * other.den).cmp(&(other.num * self.den)))
+        self.infinite.cmp(&other.infinite).then_with(|| {
+            match (
+                self.num.checked_mul(other.den),
+                other.num.checked_mul(self.den),
+            ) {
+                (Some(a), Some(b)) => a.cmp(&b),
+                // Bytes of memory times a fractional weight's numerator and denominator can
+                // pass i128: compare the fractions without multiplying.
+                _ => cmp_fractions(self.num, self.den, other.num, other.den),
+            }
+        })
+    }
+}
+
+/// `a / b` against `c / d` for `a, c >= 0` and `b, d > 0`, exactly and without overflow: by
+/// whole parts, then the remainders' fractions inverted (a continued fraction's steps).
+fn cmp_fractions(mut a: i128, mut b: i128, mut c: i128, mut d: i128) -> Ordering {
+    let mut flipped = false;
+    loop {
+        if b <= 0 || d <= 0 {
+            return Ordering::Equal;
+        }
+        let (qa, ra) = (a / b, a % b);
+        let (qc, rc) = (c / d, c % d);
+        let o = match qa.cmp(&qc) {
+            Ordering::Equal => match (ra == 0, rc == 0) {
+                (true, true) => Ordering::Equal,
+                (true, false) => Ordering::Less,
+                (false, true) => Ordering::Greater,
+                (false, false) => {
+                    // ra/b against rc/d is the reverse of b/ra against d/rc.
+                    (a, b, c, d) = (b, ra, d, rc);
+                    flipped = !flipped;
+                    continue;
+                }
+            },
+            o => o,
+        };
+        return if flipped { o.reverse() } else { o };
     }
 }
 
@@ -373,6 +409,40 @@ pub fn borrowed_part(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn shares_compare_exactly_where_their_products_would_overflow() {
+        use std::cmp::Ordering::*;
+        let big = i128::MAX / 3;
+        for (a, b, c, d, want) in [
+            (1, 3, 1, 3, Equal),
+            (2, 3, 3, 4, Less),
+            (7, 2, 10, 3, Greater),
+            (big, big - 1, big - 1, big - 2, Less),
+            (big, 7, big, 7, Equal),
+            (0, 5, 0, big, Equal),
+            (0, 5, 1, big, Less),
+        ] {
+            assert_eq!(cmp_fractions(a, b, c, d), want, "{a}/{b} against {c}/{d}");
+            let s = |num, den| Share {
+                infinite: false,
+                num,
+                den,
+            };
+            assert_eq!(s(a, b).cmp(&s(c, d)), want, "{a}/{b} against {c}/{d}");
+        }
+        // Every small pair agrees with the cross products.
+        for a in 0..16 {
+            for b in 1..16 {
+                for c in 0..16 {
+                    for d in 1..16 {
+                        assert_eq!(cmp_fractions(a, b, c, d), (a * d).cmp(&(c * b)));
+                    }
+                }
+            }
+        }
+    }
+
     use super::*;
 
     #[test]

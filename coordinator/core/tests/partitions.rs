@@ -136,6 +136,20 @@ fn partitions_a_report_leaves_out_are_held_out() {
 }
 
 #[test]
+fn a_report_without_nvml_says_nothing_of_partitions() {
+    let mut m = machine(FORMAT_PARTITIONS);
+    apply(&mut m, 0, Command::ReportNode(report(7))).expect("report");
+    // The agent restarted without NVML: no devices at all, no GPUs in its capacity.
+    let mut blind = report(0);
+    blind.devices.clear();
+    blind.capacity.0.remove(&ResourceName::gpu());
+    apply(&mut m, 1, Command::ReportNode(blind)).expect("report");
+    submit(&mut m, "seven", "mig-1g.10gb", 7);
+    cycle(&mut m, 2);
+    assert_eq!(state(&m, "seven"), WlState::Admitted);
+}
+
+#[test]
 fn before_the_format_of_partitions_they_are_refused_and_mig_gpus_are_whole() {
     let mut m = machine(FORMAT_PARTITIONS - 1);
     let e = apply(&mut m, 0, Command::ReportNode(report(7))).unwrap_err();
