@@ -13,8 +13,6 @@
 mod support;
 
 use std::process::Command;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use allot_common::api::{Body, Reply};
@@ -82,6 +80,25 @@ fn can_filter() -> bool {
     false
 }
 
+/// Three replicas with a leader, two one-GPU agents (`node-1`, `node-2`) with leases of
+/// `lease_s`, team-a's quota and `long` hour-long GPU jobs of `run` (`rt` entered).
+fn three_replicas_two_nodes(
+    rt: &tokio::runtime::Runtime,
+    run: &str,
+    lease_s: f64,
+    long: usize,
+) -> (Cluster, Vec<AgentProc>) {
+    let c = Cluster::new(3, 100_000);
+    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
+    let agents = (1..=2)
+        .map(|i| c.start_agent(&format!("node-{i}"), "ml.g5.8xlarge", 1, lease_s))
+        .collect();
+    rt.block_on(quota_and_long_jobs(&c, long, |name| {
+        sleep_job(name, ResourceName::gpu(), 3600, run)
+    }));
+    (c, agents)
+}
+
 fn port(addr: &str) -> u16 {
     addr.rsplit(':')
         .next()
@@ -103,17 +120,10 @@ fn a_leader_cut_off_from_its_followers_stops_and_a_new_one_takes_over() {
     if !can_filter() {
         return;
     }
-    let c = Cluster::new(3, 100_000);
     let rt = rt();
     let _in_rt = rt.enter();
-    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
     let run = format!("partition-{}", std::process::id());
-    let _agents: Vec<AgentProc> = (1..=2)
-        .map(|i| c.start_agent(&format!("node-{i}"), "ml.g5.8xlarge", 1, 5.0))
-        .collect();
-    rt.block_on(quota_and_long_jobs(&c, 2, |name| {
-        sleep_job(name, ResourceName::gpu(), 3600, &run)
-    }));
+    let (c, _agents) = three_replicas_two_nodes(&rt, &run, 5.0, 2);
     wait_for(30, "the long-running pods", || {
         let n = pod_processes(&run)
             .iter()
@@ -122,14 +132,7 @@ fn a_leader_cut_off_from_its_followers_stops_and_a_new_one_takes_over() {
         (n == 2).then_some(())
     });
     let watch = AttemptWatch::start(&run);
-    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
-    let done = Arc::new(AtomicBool::new(false));
-    let stream = {
-        let run = run.clone();
-        submit_stream(&c, acked.clone(), done.clone(), move |name| {
-            sleep_job(name, ResourceName::cpu(), 1, &run)
-        })
-    };
+    let (acked, done, stream) = one_second_stream(&c, &run);
     std::thread::sleep(Duration::from_secs(1));
 
     let leader = rt
@@ -289,17 +292,10 @@ fn an_agent_cut_off_from_the_leader_stops_its_pods_before_they_run_elsewhere() {
     if !can_filter() {
         return;
     }
-    let c = Cluster::new(3, 100_000);
     let rt = rt();
     let _in_rt = rt.enter();
-    rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
     let run = format!("agent-cut-{}", std::process::id());
-    let agents: Vec<AgentProc> = (1..=2)
-        .map(|i| c.start_agent(&format!("node-{i}"), "ml.g5.8xlarge", 1, 3.0))
-        .collect();
-    rt.block_on(quota_and_long_jobs(&c, 1, |name| {
-        sleep_job(name, ResourceName::gpu(), 3600, &run)
-    }));
+    let (c, agents) = three_replicas_two_nodes(&rt, &run, 3.0, 1);
     let first = wait_for(30, "the long-running pod", || {
         pod_processes(&run)
             .into_iter()

@@ -11,8 +11,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use allot_common::ResourceName;
@@ -71,14 +70,7 @@ fn a_rolling_upgrade_loses_restarts_and_refuses_nothing() {
         (ps.len() == NODES).then_some(ps)
     });
 
-    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
-    let done = Arc::new(AtomicBool::new(false));
-    let stream = {
-        let run = run.clone();
-        submit_stream(&c, acked.clone(), done.clone(), move |name| {
-            sleep_job(name, ResourceName::cpu(), 1, &run)
-        })
-    };
+    let (acked, done, stream) = one_second_stream(&c, &run);
 
     // One replica at a time, then the agent beside it. Until the last replica runs the new
     // build, the cluster writes the old format.

@@ -748,6 +748,25 @@ impl AttemptWatch {
 
 /// Submits a stream of workloads (`make` names each) until `done`, each repeated with its key while its
 /// outcome is unknown; any other error fails the test (nothing may be refused).
+/// A `submit_stream` of one-second one-CPU jobs of `run`: what it acknowledged, the flag that
+/// stops it, and its thread.
+pub fn one_second_stream(
+    c: &Cluster,
+    run: &str,
+) -> (
+    Arc<Mutex<Vec<String>>>,
+    Arc<AtomicBool>,
+    std::thread::JoinHandle<()>,
+) {
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let done = Arc::new(AtomicBool::new(false));
+    let run = run.to_string();
+    let stream = submit_stream(c, acked.clone(), done.clone(), move |name| {
+        sleep_job(name, ResourceName::cpu(), 1, &run)
+    });
+    (acked, done, stream)
+}
+
 pub fn submit_stream(
     c: &Cluster,
     acked: Arc<Mutex<Vec<String>>>,

@@ -465,6 +465,17 @@ impl Diag {
     }
 }
 
+/// When and why it was last evicted, if it was.
+fn evicted_line(wl: &Workload) -> Option<String> {
+    let e = wl.condition("Evicted").filter(|c| c.status)?;
+    Some(format!(
+        "evicted {}: {}: {}",
+        fmt_time(e.time),
+        e.reason,
+        e.message
+    ))
+}
+
 /// Why it is pending again after an eviction, and the last scheduling decision about it.
 fn requeue_lines(st: &State, wl: &Workload, out: &mut Vec<String>) {
     if let Some(rq) = wl.condition("Requeued").filter(|c| c.status) {
@@ -473,14 +484,7 @@ fn requeue_lines(st: &State, wl: &Workload, out: &mut Vec<String>) {
                 out.extend(preempted_line(st, wl, p, "preempted"));
             }
             _ => {
-                if let Some(e) = wl.condition("Evicted").filter(|c| c.status) {
-                    out.push(format!(
-                        "evicted {}: {}: {}",
-                        fmt_time(e.time),
-                        e.reason,
-                        e.message
-                    ));
-                }
+                out.extend(evicted_line(wl));
             }
         }
         out.push(format!(
@@ -622,14 +626,7 @@ fn parked_lines(wl: &Workload, out: &mut Vec<String>) -> bool {
     let Some(rq) = wl.condition("Requeued").filter(|_| wl.is_parked()) else {
         return false;
     };
-    if let Some(e) = wl.condition("Evicted").filter(|c| c.status) {
-        out.push(format!(
-            "evicted {}: {}: {}",
-            fmt_time(e.time),
-            e.reason,
-            e.message
-        ));
-    }
+    out.extend(evicted_line(wl));
     out.push(format!(
         "it is out of its team's queue: it {} ({}); then it is queued again with its original submit time {}",
         rq.message,
