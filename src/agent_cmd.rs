@@ -85,6 +85,20 @@ pub struct AgentArgs {
     /// Hours after which an image no pod used leaves the node's image cache [default: 24].
     #[arg(long)]
     pub image_max_age_hours: Option<f64>,
+    /// This node's network topology: LEVEL=DOMAIN[,LEVEL=DOMAIN...], such as
+    /// topology.k8s.aws/network-node-layer-3=nn-1a (repeat for more); placement puts a
+    /// workload that asks for a level in one domain of it.
+    #[arg(long)]
+    pub topology: Vec<String>,
+    /// A file of the node's labels, one LEVEL=DOMAIN a line (written by the DaemonSet's init
+    /// step from the node's labels): those whose key starts with a --topology-label prefix
+    /// are its topology.
+    #[arg(long)]
+    pub topology_file: Option<PathBuf>,
+    /// The label key prefixes --topology-file takes (repeat for several)
+    /// [default: topology.k8s.aws/].
+    #[arg(long)]
+    pub topology_label: Vec<String>,
     /// Discover this node's inventory once, print it as JSON (capacity, devices, warnings, and
     /// what NVML reports: driver, GPUs, MIG mode and MIG devices) and exit, without contacting
     /// the cluster. Read-only: nothing on the GPUs is changed.
@@ -117,6 +131,9 @@ struct FileConfig {
     device_dir: Option<PathBuf>,
     cdi_dirs: Option<Vec<PathBuf>>,
     image_max_age_hours: Option<f64>,
+    topology: Option<std::collections::BTreeMap<String, String>>,
+    topology_file: Option<PathBuf>,
+    topology_labels: Option<Vec<String>>,
 }
 
 fn seconds(flag: &str, v: f64) -> anyhow::Result<Duration> {
@@ -232,7 +249,21 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
     if !max_age.is_finite() || max_age <= 0.0 || max_age > 24.0 * 365.0 {
         bail!("--image-max-age-hours {max_age}: a number of hours above 0 and at most 8760");
     }
+    let topology = topology(
+        &a.topology,
+        f.topology,
+        a.topology_file.or(f.topology_file),
+        {
+            let p = a.topology_label;
+            if p.is_empty() {
+                f.topology_labels.unwrap_or_default()
+            } else {
+                p
+            }
+        },
+    )?;
     Ok(AgentConfig {
+        topology,
         containerd,
         image_max_age: Duration::from_secs_f64(max_age * 3600.0),
         coordinators,
@@ -269,6 +300,45 @@ pub fn resolve(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<AgentConfig> {
         shim_program,
         node,
     })
+}
+
+/// The node's topology: the file's labels with a taken prefix, then the config file's levels,
+/// then the flags' (later ones win), checked.
+fn topology(
+    flags: &[String],
+    file_config: Option<std::collections::BTreeMap<String, String>>,
+    labels_file: Option<PathBuf>,
+    prefixes: Vec<String>,
+) -> anyhow::Result<allot_common::topology::NodeTopology> {
+    use allot_common::topology as topo;
+    let prefixes = if prefixes.is_empty() {
+        vec![topo::HYPERPOD_PREFIX.to_string()]
+    } else {
+        prefixes
+    };
+    let mut t = topo::NodeTopology::new();
+    if let Some(path) = labels_file {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("--topology-file {}", path.display()))?;
+        t.extend(labels_of_file(&text, &prefixes));
+    }
+    t.extend(file_config.unwrap_or_default());
+    for f in flags {
+        t.extend(topo::parse_node(f).map_err(|e| anyhow!("--topology {f:?}: {e}"))?);
+    }
+    topo::check_node(&t).map_err(|e| anyhow!("this node's topology: {e}"))?;
+    Ok(t)
+}
+
+/// The `key=value` lines of a labels file (values may be quoted) whose key starts with one of
+/// `prefixes`.
+fn labels_of_file(text: &str, prefixes: &[String]) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.trim().split_once('='))
+        .map(|(k, v)| (k.trim(), v.trim().trim_matches('"')))
+        .filter(|(k, v)| !v.is_empty() && prefixes.iter().any(|p| k.starts_with(p.as_str())))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// Device nodes for fake GPUs, so that containers of a node with `--fake-gpus` get a node
@@ -483,8 +553,49 @@ mod tests {
             device_dir: None,
             cdi_dir: Vec::new(),
             image_max_age_hours: None,
+            topology: Vec::new(),
+            topology_file: None,
+            topology_label: Vec::new(),
             discover: false,
         }
+    }
+
+    #[test]
+    fn topology_comes_from_the_labels_file_and_the_flags() {
+        let dir = std::env::temp_dir().join(format!("allot-topo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("labels");
+        std::fs::write(
+            &file,
+            "kubernetes.io/arch=amd64\ntopology.k8s.aws/network-node-layer-1=\"nn-a\"\ntopology.k8s.aws/network-node-layer-3=nn-c\n",
+        )
+        .unwrap();
+        let mut a = args("gpu-1", None);
+        a.topology_file = Some(file.clone());
+        a.topology = vec!["rack=r7".into()];
+        let cfg = resolve(a, &opts()).unwrap();
+        let t: Vec<(&str, &str)> = cfg
+            .topology
+            .iter()
+            .map(|(l, d)| (l.as_str(), d.as_str()))
+            .collect();
+        assert_eq!(
+            t,
+            vec![
+                ("rack", "r7"),
+                ("topology.k8s.aws/network-node-layer-1", "nn-a"),
+                ("topology.k8s.aws/network-node-layer-3", "nn-c"),
+            ]
+        );
+        let mut a = args("gpu-1", None);
+        a.topology = vec!["rack".into()];
+        let e = resolve(a, &opts()).unwrap_err().to_string();
+        assert!(e.contains("LEVEL=DOMAIN"), "{e}");
+        let mut a = args("gpu-1", None);
+        a.topology_file = Some(dir.join("absent"));
+        let e = format!("{:#}", resolve(a, &opts()).unwrap_err());
+        assert!(e.contains("absent"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     fn opts() -> ClientOpts {

@@ -107,6 +107,25 @@ pub struct NodeIn {
     pub count: Option<u32>,
     pub instance_type: String,
     pub resources: Option<OrderedMap<Qty>>,
+    /// Level → domain; in a group, `{i}` and `{i/N}` in a domain take the node's index.
+    pub topology: Option<OrderedMap<String>>,
+}
+
+/// A workload's topology ask: `{required: rack}` or `{preferred: rack}`, with an optional
+/// `slice: {level: kubernetes.io/hostname, size: 2}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyIn {
+    pub required: Option<String>,
+    pub preferred: Option<String>,
+    pub slice: Option<SliceIn>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SliceIn {
+    pub level: String,
+    pub size: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -271,6 +290,7 @@ pub struct WorkloadIn {
     pub requests: Option<OrderedMap<Qty>>,
     pub podsets: Option<Vec<PodSetIn>>,
     pub admitted: Option<AdmittedIn>,
+    pub topology: Option<TopologyIn>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -731,16 +751,54 @@ pub fn workload(path: &str, w: &WorkloadIn) -> Result<WorkloadSpec, ScenarioErro
         team: w.team.clone(),
         priority,
         instance_type: w.instance_type.clone(),
+        labels: match &w.topology {
+            Some(t) => topology_labels(&format!("{path}.topology"), t, &pod_sets)?,
+            None => Default::default(),
+        },
         pod_sets,
-        labels: Default::default(),
         array: None,
     };
     spec.validate().map_err(|e| err(path, e.to_string()))?;
     Ok(spec)
 }
 
-/// Expands node entries (`name_prefix` + `count`) into (name, instance type, capacity).
-pub fn nodes(nodes: &[NodeIn]) -> Result<Vec<(String, String, Resources)>, ScenarioError> {
+/// A workload's `topology:` as the labels that ask it (`allot_common::topology`), checked.
+fn topology_labels(
+    path: &str,
+    t: &TopologyIn,
+    pod_sets: &[PodSet],
+) -> Result<BTreeMap<String, String>, ScenarioError> {
+    use allot_common::topology as topo;
+    let mut labels = BTreeMap::new();
+    match (&t.required, &t.preferred) {
+        (Some(l), None) => labels.insert(topo::REQUIRED_LABEL.to_string(), l.clone()),
+        (None, Some(l)) => labels.insert(topo::PREFERRED_LABEL.to_string(), l.clone()),
+        _ => {
+            return Err(err(
+                path,
+                "give exactly one of required or preferred (a topology level, such as rack)",
+            ))
+        }
+    };
+    if let Some(s) = &t.slice {
+        labels.insert(topo::SLICE_LEVEL_LABEL.to_string(), s.level.clone());
+        labels.insert(topo::SLICE_SIZE_LABEL.to_string(), s.size.to_string());
+    }
+    let counts: Vec<u32> = pod_sets.iter().map(|p| p.count).collect();
+    topo::ask(&labels, &counts).map_err(|e| err(path, e))?;
+    Ok(labels)
+}
+
+/// A node of a scenario: name, instance type, capacity and topology.
+pub type NodeOut = (
+    String,
+    String,
+    Resources,
+    allot_common::topology::NodeTopology,
+);
+
+/// Expands node entries (`name_prefix` + `count`) into (name, instance type, capacity, topology).
+pub fn nodes(nodes: &[NodeIn]) -> Result<Vec<NodeOut>, ScenarioError> {
     let mut out = Vec::new();
     let mut total: u64 = 0;
     for (i, n) in nodes.iter().enumerate() {
@@ -771,7 +829,8 @@ pub fn nodes(nodes: &[NodeIn]) -> Result<Vec<(String, String, Resources)>, Scena
                         "count needs name_prefix instead of name",
                     ));
                 }
-                out.push((name.clone(), n.instance_type.clone(), capacity));
+                let topology = node_topology(&path, n, 0)?;
+                out.push((name.clone(), n.instance_type.clone(), capacity, topology));
             }
             (None, Some(prefix)) => {
                 let count = n.count.unwrap_or(1);
@@ -780,6 +839,7 @@ pub fn nodes(nodes: &[NodeIn]) -> Result<Vec<(String, String, Resources)>, Scena
                         format!("{prefix}{k}"),
                         n.instance_type.clone(),
                         capacity.clone(),
+                        node_topology(&path, n, u64::from(k))?,
                     ));
                 }
             }
@@ -787,6 +847,22 @@ pub fn nodes(nodes: &[NodeIn]) -> Result<Vec<(String, String, Resources)>, Scena
         }
     }
     Ok(out)
+}
+
+/// The topology of the `i`th node of entry `n`, its templates filled in.
+fn node_topology(
+    path: &str,
+    n: &NodeIn,
+    i: u64,
+) -> Result<allot_common::topology::NodeTopology, ScenarioError> {
+    let mut t = allot_common::topology::NodeTopology::new();
+    for (level, template) in n.topology.iter().flat_map(|m| m.0.iter()) {
+        let p = format!("{path}.topology.{level}");
+        let domain = allot_common::topology::expand(template, i).map_err(|e| err(&p, e))?;
+        t.insert(level.clone(), domain);
+    }
+    allot_common::topology::check_node(&t).map_err(|e| err(format!("{path}.topology"), e))?;
+    Ok(t)
 }
 
 /// The flavor per resource of an `admitted:` entry.

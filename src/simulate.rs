@@ -473,8 +473,13 @@ pub fn run_with_progress(
     }
     let nodes = scenario::nodes(sc.nodes.as_deref().unwrap_or(&[]))?;
     sim.state
-        .add_nodes(nodes.iter().map(|(n, f, c)| (n.as_str(), f.as_str(), c)))
+        .add_nodes(nodes.iter().map(|(n, f, c, _)| (n.as_str(), f.as_str(), c)))
         .map_err(|e| err("nodes", e.to_string()))?;
+    for (name, _, _, topology) in nodes.iter().filter(|n| !n.3.is_empty()) {
+        sim.state
+            .set_node_topology(name, topology)
+            .map_err(|e| err("nodes", e.to_string()))?;
+    }
     let until = sc
         .until
         .map(|u| scenario::seconds_to_ms("until", u))

@@ -51,6 +51,8 @@ pub struct AgentConfig {
     pub containerd: Option<ContainerdConfig>,
     /// Images no pod used for this long leave the node's image cache.
     pub image_max_age: Duration,
+    /// The node's network topology, level → domain (`allot_common::topology`).
+    pub topology: allot_common::topology::NodeTopology,
 }
 
 pub use allot_common::BoxError;
@@ -374,6 +376,7 @@ impl Agent {
             lease_ms: self.cfg.lease.as_millis() as u64,
             agent_version: env!("CARGO_PKG_VERSION").to_string(),
             sources: inv.sources.clone(),
+            topology: self.cfg.topology.clone(),
         }
     }
 

@@ -394,7 +394,10 @@ pub struct DeviceInfo {
 }
 
 /// What an agent reports about its node: at registration and whenever the inventory changes.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Encoded in two layouts (`crate::layout`): without `topology` for the formats and protocols
+/// from before topology levels, with it from then on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeReport {
     pub name: String,
     pub instance_type: String,
@@ -409,8 +412,115 @@ pub struct NodeReport {
     pub agent_version: String,
     /// Where each capacity figure came from, by resource: `catalog`, `host` (sysinfo), `nvml`,
     /// `sysfs` or `fake`.
-    #[serde(default)]
     pub sources: BTreeMap<String, String>,
+    /// The node's network topology, level → domain (`crate::topology`).
+    pub topology: crate::topology::NodeTopology,
+}
+
+/// The report as written from layout 2 on (and in every human-readable form).
+#[derive(Serialize, Deserialize)]
+#[serde(rename = "NodeReport")]
+struct ReportNow {
+    name: String,
+    instance_type: String,
+    capacity: Resources,
+    devices: Vec<DeviceInfo>,
+    address: String,
+    http: String,
+    lease_ms: u64,
+    agent_version: String,
+    #[serde(default)]
+    sources: BTreeMap<String, String>,
+    #[serde(default)]
+    topology: crate::topology::NodeTopology,
+}
+
+/// The report as layouts 0 and 1 wrote it: before topology levels.
+#[derive(Serialize, Deserialize)]
+#[serde(rename = "NodeReport")]
+struct ReportBefore {
+    name: String,
+    instance_type: String,
+    capacity: Resources,
+    devices: Vec<DeviceInfo>,
+    address: String,
+    http: String,
+    lease_ms: u64,
+    agent_version: String,
+    #[serde(default)]
+    sources: BTreeMap<String, String>,
+}
+
+impl Serialize for NodeReport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.clone();
+        if s.is_human_readable() || crate::layout::current() >= crate::layout::TOPOLOGY {
+            return ReportNow {
+                name: r.name,
+                instance_type: r.instance_type,
+                capacity: r.capacity,
+                devices: r.devices,
+                address: r.address,
+                http: r.http,
+                lease_ms: r.lease_ms,
+                agent_version: r.agent_version,
+                sources: r.sources,
+                topology: r.topology,
+            }
+            .serialize(s);
+        }
+        if !r.topology.is_empty() {
+            return Err(serde::ser::Error::custom(
+                "a node report with topology levels cannot be written for a release before \
+                 them (cluster format 6, request protocol 7)",
+            ));
+        }
+        ReportBefore {
+            name: r.name,
+            instance_type: r.instance_type,
+            capacity: r.capacity,
+            devices: r.devices,
+            address: r.address,
+            http: r.http,
+            lease_ms: r.lease_ms,
+            agent_version: r.agent_version,
+            sources: r.sources,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeReport {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if d.is_human_readable() || crate::layout::current() >= crate::layout::TOPOLOGY {
+            let r = ReportNow::deserialize(d)?;
+            return Ok(NodeReport {
+                name: r.name,
+                instance_type: r.instance_type,
+                capacity: r.capacity,
+                devices: r.devices,
+                address: r.address,
+                http: r.http,
+                lease_ms: r.lease_ms,
+                agent_version: r.agent_version,
+                sources: r.sources,
+                topology: r.topology,
+            });
+        }
+        let r = ReportBefore::deserialize(d)?;
+        Ok(NodeReport {
+            name: r.name,
+            instance_type: r.instance_type,
+            capacity: r.capacity,
+            devices: r.devices,
+            address: r.address,
+            http: r.http,
+            lease_ms: r.lease_ms,
+            agent_version: r.agent_version,
+            sources: r.sources,
+            topology: Default::default(),
+        })
+    }
 }
 
 /// One pod a node should run (or stop), as the coordinator has committed it.

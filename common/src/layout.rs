@@ -11,14 +11,18 @@
 //! |---|---|
 //! | 0 | (every type as first released) |
 //! | 1 | `ComputeQuotaResource::accelerator_partition` (GPU partitions in compute quotas) |
+//! | 2 | `NodeReport::topology` and the core's `Node::topology` (network topology levels) |
 
 use std::cell::Cell;
 
 /// The newest layout.
-pub const CURRENT: u32 = 1;
+pub const CURRENT: u32 = 2;
 
 /// The layout with `ComputeQuotaResource::accelerator_partition`.
 pub const PARTITIONS: u32 = 1;
+
+/// The layout with nodes' topology (`NodeReport::topology`).
+pub const TOPOLOGY: u32 = 2;
 
 thread_local! {
     static LAYOUT: Cell<u32> = const { Cell::new(CURRENT) };
@@ -50,6 +54,7 @@ mod tests {
     fn scoped_sets_and_restores() {
         assert_eq!(current(), CURRENT);
         let inner = scoped(0, || (current(), scoped(1, current), current()));
+        assert_eq!(scoped(TOPOLOGY + 5, current), CURRENT);
         assert_eq!(inner, (0, 1, 0));
         assert_eq!(current(), CURRENT);
         let _ = std::panic::catch_unwind(|| scoped(0, || panic!("restores anyway")));

@@ -17,6 +17,7 @@ pub mod quota;
 pub mod recorded;
 pub mod resource;
 pub mod timefmt;
+pub mod topology;
 pub mod usage;
 pub mod workload;
 

@@ -155,8 +155,19 @@ impl WorkloadSpec {
             ));
         }
         for (k, v) in &self.labels {
-            check_label(k, v).map_err(|e| WorkloadError::Labels(self.name.clone(), e))?;
+            // A topology level (`kubernetes.io/hostname`) is no label value: Kueue keeps it
+            // in an annotation.
+            if crate::topology::is_label(k) {
+                crate::topology::check_name(v).map_err(|e| {
+                    WorkloadError::Labels(self.name.clone(), format!("{k}={v:?}: {e}"))
+                })?;
+            } else {
+                check_label(k, v).map_err(|e| WorkloadError::Labels(self.name.clone(), e))?;
+            }
         }
+        let counts: Vec<u32> = self.pod_sets.iter().map(|p| p.count).collect();
+        crate::topology::ask(&self.labels, &counts)
+            .map_err(|e| WorkloadError::Labels(self.name.clone(), e))?;
         let pods: u64 = self.pod_sets.iter().map(|ps| u64::from(ps.count)).sum();
         if pods > MAX_PODS {
             return Err(WorkloadError::TooManyPods(self.name.clone(), pods));

@@ -15,7 +15,8 @@
 //!
 //! A format also gates what every replica must decide alike: from format 2 on, a failed
 //! workload with auto-resume on is queued again, which a replica of a release before would
-//! mark failed instead.
+//! mark failed instead; from format 6 on, a workload that asks for a topology level is placed
+//! in one domain, which a release before would not know to do.
 //!
 //! | format | what it added |
 //! |---|---|
@@ -25,6 +26,7 @@
 //! | 3 | `RemoveNode`, and `Machine::removed_nodes` at the end of a snapshot |
 //! | 4 | GPU partitions: compute quota rows with `AcceleratorPartition` (layout 1 of `allot_common::layout`), and node reports with MIG devices |
 //! | 5 | gang readiness: `SetPodsReady`, `PodsReadyTimeout`, `BackoffFinished`, and `Machine::pods_ready` at the end of a snapshot |
+//! | 6 | topology: node reports and nodes with topology levels (layout 2 of `allot_common::layout`), and workloads that ask for a level |
 //!
 //! API requests carry a protocol version (`allot_net::wire`): a client sends the oldest one
 //! that has its request, so a newer client talks to an older coordinator during an upgrade,
@@ -33,7 +35,7 @@
 use allot_core::machine::Command;
 
 /// The newest format this build reads and writes.
-pub const CURRENT: u32 = 5;
+pub const CURRENT: u32 = 6;
 
 /// The first byte of an enveloped (format 1 or later) entry or snapshot.
 const ENVELOPE: u8 = 0xFF;
@@ -124,12 +126,26 @@ pub fn needs(cmd: &Command) -> u32 {
         {
             4
         }
-        Command::ReportNode(r) if reports_partitions(r) => 4,
         Command::SetPodsReady(_)
         | Command::PodsReadyTimeout { .. }
         | Command::BackoffFinished { .. } => 5,
+        Command::ReportNode(r) if !r.topology.is_empty() => 6,
+        Command::Submit(input)
+        | Command::SubmitPlanned { input, .. }
+        | Command::SubmitArray { input, .. }
+            if asks_topology(input) =>
+        {
+            6
+        }
+        Command::SubmitBatch(inputs) if inputs.iter().any(asks_topology) => 6,
+        Command::ReportNode(r) if reports_partitions(r) => 4,
         _ => 0,
     }
+}
+
+/// Whether a submit asks for a topology level (`allot_common::topology`).
+fn asks_topology(input: &allot_common::api::SubmitInput) -> bool {
+    allot_common::topology::asks(&input.spec.labels)
 }
 
 /// Whether a node report names GPU partitions, as devices or capacity.
@@ -143,10 +159,10 @@ fn reports_partitions(r: &allot_common::api::NodeReport) -> bool {
 /// The layout of the shared types (`allot_common::layout`) that entries and snapshots of
 /// `format` are encoded in.
 pub fn layout(format: u32) -> u32 {
-    if format >= 4 {
-        allot_common::layout::PARTITIONS
-    } else {
-        0
+    match format {
+        0..=3 => 0,
+        4 | 5 => allot_common::layout::PARTITIONS,
+        _ => allot_common::layout::TOPOLOGY,
     }
 }
 
@@ -156,6 +172,7 @@ pub fn protocol(reads: u32) -> u32 {
         0 => allot_net::wire::OLDEST_PROTOCOL_VERSION,
         1..=3 => 3,
         4 => 4,
+        5 => 6,
         _ => allot_net::wire::PROTOCOL_VERSION,
     }
 }
@@ -268,5 +285,60 @@ mod tests {
         assert_eq!(needs(&Command::ReportNode(report)), 4);
         assert_eq!(needs(&Command::SetPodsReady(None)), 5);
         assert_eq!(needs(&Command::BackoffFinished { workload_id: 1 }), 5);
+    }
+
+    #[test]
+    fn topology_needs_format_6_and_a_machine_with_it_reads_back() {
+        let codec = crate::replica::SnapshotCodec::wire();
+        let report = |topology: &[(&str, &str)]| allot_common::api::NodeReport {
+            name: "n".into(),
+            instance_type: "ml.p5.48xlarge".into(),
+            capacity: allot_common::Catalog::builtin()
+                .get("ml.p5.48xlarge")
+                .expect("in the catalog")
+                .resources(),
+            topology: topology
+                .iter()
+                .map(|(l, d)| (l.to_string(), d.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        let with = Command::ReportNode(report(&[("rack", "r1")]));
+        assert_eq!(needs(&Command::ReportNode(report(&[]))), 0);
+        assert_eq!(needs(&with), 6);
+        let entry = allot_core::machine::Entry {
+            now: 1,
+            cmd: with.clone(),
+        };
+        // Entries of format 5 are what the release before wrote: no topology in them.
+        assert!((codec.encode_cmd)(&entry, 5).is_err());
+        let b = (codec.encode_cmd)(&entry, 6).expect("encodes");
+        assert_eq!((codec.decode_cmd)(&b, 6), Ok(entry.clone()));
+        let mut m = allot_core::machine::Machine::new();
+        m.format = 6;
+        assert!(m.apply(&entry).0.is_ok());
+        let b = (codec.encode_machine)(&m).expect("encodes");
+        let back = (codec.decode_machine)(&b, CURRENT).expect("decodes");
+        let id = back.state.acct().nodes.find("n").expect("the node");
+        let t = &back.state.acct().nodes.node(id).topology;
+        assert_eq!(t.len(), 1);
+        assert_eq!((&*t[0].0, &*t[0].1), ("rack", "r1"));
+        // The same machine cannot be written in format 5, which has no place for it.
+        m.format = 5;
+        assert!((codec.encode_machine)(&m).is_err());
+        let submit = allot_common::api::SubmitInput {
+            spec: allot_common::WorkloadSpec {
+                name: "w".into(),
+                team: "t".into(),
+                priority: allot_common::PriorityRef::None,
+                instance_type: None,
+                pod_sets: Vec::new(),
+                labels: [(allot_common::topology::REQUIRED_LABEL.into(), "rack".into())].into(),
+                array: None,
+            },
+            run: None,
+            client_token: None,
+        };
+        assert_eq!(needs(&Command::Submit(submit)), 6);
     }
 }

@@ -556,6 +556,7 @@ mod tests {
                 lease_ms: LEASE_MS,
                 agent_version: String::new(),
                 sources: Default::default(),
+                topology: Default::default(),
             };
             let cmd = Cmd {
                 now: 0,

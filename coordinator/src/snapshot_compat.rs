@@ -11,7 +11,7 @@
 //! | 0 and 1 | `usage` |
 //! | 2 | `auto_resumed` |
 //! | 3 and 4 | `removed_nodes` (format 4 changed the layout of compute quota rows inside, see `allot_common::layout`, and appended nothing) |
-//! | 5 | `pods_ready` |
+//! | 5 and 6 | `pods_ready` (format 6 changed the layout of nodes and node reports inside, see `allot_common::layout`, and appended nothing) |
 
 use allot_core::machine::Machine;
 use allot_net::wire;

@@ -204,7 +204,7 @@ fn read(body: Body, who: &Identity, wall: i64) -> Result<Route, ApiError> {
 
 /// A live cluster places every pod on a node: a pod set that requests nothing is refused.
 /// What a submit is checked for before it is proposed: that it can be placed at all, and its
-/// auto-resume labels. (Checks here, not where the log is applied, so that replicas of the
+/// auto-resume and topology labels. (Checks here, not where the log is applied, so that replicas of the
 /// release before, which apply the same entries, decide them alike.)
 fn check_placeable(input: &allot_common::api::SubmitInput) -> Result<(), ApiError> {
     let invalid = |e: String| ApiError::new(ErrorKind::Invalid, e);
@@ -213,6 +213,9 @@ fn check_placeable(input: &allot_common::api::SubmitInput) -> Result<(), ApiErro
         .check_placeable()
         .map_err(|e| invalid(e.to_string()))?;
     allot_common::auto_resume::retries(&input.spec.labels)
+        .map_err(|e| invalid(format!("workload {:?}: {e}", input.spec.name)))?;
+    let counts: Vec<u32> = input.spec.pod_sets.iter().map(|p| p.count).collect();
+    allot_common::topology::ask(&input.spec.labels, &counts)
         .map_err(|e| invalid(format!("workload {:?}: {e}", input.spec.name)))?;
     Ok(())
 }

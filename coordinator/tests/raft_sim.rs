@@ -1200,6 +1200,7 @@ impl Sim {
             lease_ms: LEASE_MS,
             agent_version: String::new(),
             sources: Default::default(),
+            topology: Default::default(),
         }
     }
 

@@ -31,8 +31,9 @@ pub const CLOSE_OVER_LIMIT: u32 = 3;
 /// `OLDEST_PROTOCOL_VERSION` to its own. Version 3 added `Body::FormatProbe` and
 /// `Body::RemoveNode`; version 4 compute quotas with GPU partitions (layout 1 of
 /// `allot_common::layout`); version 5 the gang scheduling requests; version 6
-/// `Body::BackupStream`.
-pub const PROTOCOL_VERSION: u32 = 6;
+/// `Body::BackupStream`; version 7 node reports with topology levels (layout 2) and submits
+/// that ask for a topology level.
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// The oldest request protocol a coordinator of this release answers (the release before's).
 pub const OLDEST_PROTOCOL_VERSION: u32 = 2;
@@ -46,6 +47,19 @@ pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
         {
             4
         }
+        Body::ReportNode(r) if !r.topology.is_empty() => 7,
+        Body::Submit(input) | Body::SubmitArray { input, .. }
+            if allot_common::topology::asks(&input.spec.labels) =>
+        {
+            7
+        }
+        Body::SubmitBatch(inputs)
+            if inputs
+                .iter()
+                .any(|i| allot_common::topology::asks(&i.spec.labels)) =>
+        {
+            7
+        }
         Body::BackupStream => 6,
         Body::SetGangScheduling(_) | Body::GetGangScheduling => 5,
         Body::FormatProbe | Body::RemoveNode { .. } | Body::Backup => 3,
@@ -56,10 +70,10 @@ pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
 
 /// The layout of the shared types (`allot_common::layout`) in request protocol `version`.
 pub fn layout_of_protocol(version: u32) -> u32 {
-    if version >= 4 {
-        allot_common::layout::PARTITIONS
-    } else {
-        0
+    match version {
+        0..=3 => 0,
+        4..=6 => allot_common::layout::PARTITIONS,
+        _ => allot_common::layout::TOPOLOGY,
     }
 }
 

@@ -125,6 +125,7 @@ fn request_seeds() -> Vec<Vec<u8>> {
             lease_ms: 10_000,
             agent_version: "test".into(),
             sources: Default::default(),
+            topology: Default::default(),
         }),
         Body::Cancel {
             name: "train-llm".into(),

@@ -232,7 +232,7 @@ fn assign_among(
         }
         if st.placement && ps_mode == Mode::Fit {
             let here = (ps, count, placement_checked);
-            if let Err(why) = hold_pods(ctx, single_flavor, reqs, here, &mut tentative) {
+            if let Err(why) = hold_pods(ctx, wl, single_flavor, reqs, here, &mut tentative) {
                 ps_reasons.push(why);
                 ps_mode = Mode::NoFit;
             }
@@ -318,6 +318,7 @@ fn best_flavor(
 /// resources span groups (`placement_checked` false), this is its placement check.
 fn hold_pods(
     ctx: &mut Ctx,
+    wl: &Workload,
     single_flavor: Option<FlavorId>,
     reqs: &[(ResId, i64)],
     (ps, count, placement_checked): (&allot_common::PodSet, u32, bool),
@@ -327,14 +328,16 @@ fn hold_pods(
     let Some(f) = single_flavor else {
         return Ok(());
     };
-    match ctx.acct.nodes.place(f, reqs, count) {
+    match ctx.acct.nodes.place_in(f, reqs, count, wl.topology()) {
         Ok(allocs) => tentative.extend(allocs),
         Err(_) if !placement_checked => {
             return Err(format!(
                 "no room on nodes of flavor {} for pod set {}: {}",
                 st.names.flavor_name(f),
                 ps.name,
-                ctx.acct.nodes.describe_room(f, reqs, &st.names)
+                ctx.acct
+                    .nodes
+                    .describe_room_in(f, reqs, count, wl.topology(), &st.names)
             ))
         }
         Err(_) => {}
@@ -526,17 +529,23 @@ fn flavor_room(
     }
     let shortfall = if ev.mode == Mode::Preempt {
         // Quota is short already: what the nodes add to the contested pairs.
-        node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
-    } else if let Err(fail) = ctx.acct.nodes.try_place(f, reqs, count) {
+        node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count, wl.topology())
+    } else if let Err(fail) = ctx.acct.nodes.try_place_in(f, reqs, count, wl.topology()) {
         // The room left on the flavor's nodes is said when the workload is read, as above.
         ev.note(|| {
             format!(
-                "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit)",
-                wl.spec.pod_sets[ps].name, fail.placed, fail.wanted
+                "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit{})",
+                wl.spec.pod_sets[ps].name,
+                fail.placed,
+                fail.wanted,
+                match wl.topology() {
+                    Some(ask) => format!(" in one domain of {}", ask.level),
+                    None => String::new(),
+                }
             )
         });
         ev.mode = Mode::Preempt;
-        node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count)
+        node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count, wl.topology())
     } else {
         NodeShortfall::Room
     };

@@ -105,10 +105,16 @@ fn numbers_now(st: &State, wl: &Workload) -> Option<String> {
                 .iter()
                 .map(|(fr, v)| (st.names.fr_parts(*fr).1, *v))
                 .collect();
-            parts.push(format!(
-                "nodes of flavor {fname}: {}",
-                st.acct.nodes.describe_room(f, &reqs, &st.names)
-            ));
+            let mut room = st.acct.nodes.describe_room(f, &reqs, &st.names);
+            if let (Some(ask), [ps]) = (wl.topology(), &wl.spec.pod_sets[..]) {
+                room.push_str("; ");
+                room.push_str(
+                    &st.acct
+                        .nodes
+                        .describe_domains(f, &wl.pod_reqs[0], ps.count, ask),
+                );
+            }
+            parts.push(format!("nodes of flavor {fname}: {room}"));
         }
     }
     (!parts.is_empty()).then(|| parts.join("; "))
@@ -739,7 +745,7 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
         }
         if st.placement && chosen.len() == 1 {
             if let Some(f) = chosen.first() {
-                if let Ok(allocs) = ctx.acct.nodes.place(*f, reqs, ps.count) {
+                if let Ok(allocs) = ctx.acct.nodes.place_in(*f, reqs, ps.count, wl.topology()) {
                     tentative.extend(allocs);
                 }
             }
@@ -945,16 +951,23 @@ fn node_room(
         d.suggest(format!("nodes of {fname} joined the cluster"));
         return false;
     }
-    match ctx.acct.nodes.try_place(f, reqs, count) {
+    match ctx.acct.nodes.try_place_in(f, reqs, count, wl.topology()) {
         Ok(()) => true,
         Err(fail) => {
-            d.lines.push(format!(
-                "{head}: quota fits{} but no node has room: {} of {} pod(s) can be placed; {}",
+            let domains = wl
+                .topology()
+                .map(|ask| format!("; {}", ctx.acct.nodes.describe_domains(f, reqs, count, ask)))
+                .unwrap_or_default();
+            d.lines.push(
+                format!(
+                "{head}: quota fits{} but no node has room: {} of {} pod(s) can be placed{}; {}",
                 if borrows { " (by borrowing)" } else { "" },
                 fail.placed,
                 fail.wanted,
+                if domains.is_empty() { "" } else { " in one domain" },
                 node_summary(st, &ctx.acct.nodes, f, reqs)
-            ));
+            ) + &domains,
+            );
             d.suggest(format!(
                 "nodes of {fname} had room for {} more pod(s) of {}",
                 fail.wanted - fail.placed,
@@ -1364,14 +1377,20 @@ fn preemption_lines_for(
     d: &mut Diag,
 ) {
     let mut contested_flavors = BTreeSet::new();
-    let place =
-        if on_nodes {
-            working::node_shortfall(ctx.st, &mut ctx.acct.nodes, f, &wl.pod_reqs[ps], count)
-                .contest(f, &mut contested, &mut contested_flavors);
-            vec![(ps, f, count)]
-        } else {
-            Vec::new()
-        };
+    let place = if on_nodes {
+        working::node_shortfall(
+            ctx.st,
+            &mut ctx.acct.nodes,
+            f,
+            &wl.pod_reqs[ps],
+            count,
+            wl.topology(),
+        )
+        .contest(f, &mut contested, &mut contested_flavors);
+        vec![(ps, f, count)]
+    } else {
+        Vec::new()
+    };
     preemption_lines(ctx, wl, usage, &place, &contested, &contested_flavors, d);
 }
 

@@ -935,6 +935,8 @@ impl Machine {
             return Err(invalid("a node report needs the node's name"));
         }
         let learned = self.check_type(&r.name, &r.instance_type, &r.capacity)?;
+        allot_common::topology::check_node(&r.topology)
+            .map_err(|e| invalid(format!("node {:?}: {e}", r.name)))?;
         let mut devices: Vec<(ResourceName, u8, bool, String)> = Vec::new();
         for d in &r.devices {
             let res = ResourceName::parse(&d.resource)
@@ -998,6 +1000,7 @@ impl Machine {
                     .add_node(&r.name, &r.instance_type, &r.capacity)?;
             }
         }
+        self.state.set_node_topology(&r.name, &r.topology)?;
         for (res, index, healthy, reason) in &devices {
             events.extend(
                 self.state

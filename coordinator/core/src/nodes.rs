@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 use crate::ids::{FlavorId, Interner, NodeId, ResId};
+use crate::topology::{NodeTopo, TopoIndex};
 
 /// Device indices are tracked in a 64-bit mask per device resource.
 pub const MAX_DEVICES: i64 = 64;
@@ -72,7 +73,9 @@ impl NodeRes {
 /// set (every scheduling cycle does) allocates nothing per node.
 pub type NodeResources = SmallVec<[NodeRes; 4]>;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Encoded in two layouts (`allot_common::layout`): without `topology` for the formats from
+/// before topology levels, with it from then on.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
     /// Shared between copies of the node set (names never change).
     pub name: Arc<str>,
@@ -81,6 +84,90 @@ pub struct Node {
     pub res: NodeResources,
     pub healthy: bool,
     pub cordoned: bool,
+    /// Its network topology, level → domain (`topology.rs`).
+    pub topology: NodeTopo,
+}
+
+/// A node as written from layout 2 on.
+#[derive(Serialize, Deserialize)]
+#[serde(rename = "Node")]
+struct NodeNow {
+    name: Arc<str>,
+    flavor: FlavorId,
+    res: NodeResources,
+    healthy: bool,
+    cordoned: bool,
+    topology: Vec<(Arc<str>, Arc<str>)>,
+}
+
+/// A node as layouts 0 and 1 wrote it: before topology levels.
+#[derive(Serialize, Deserialize)]
+#[serde(rename = "Node")]
+struct NodeBefore {
+    name: Arc<str>,
+    flavor: FlavorId,
+    res: NodeResources,
+    healthy: bool,
+    cordoned: bool,
+}
+
+impl Serialize for Node {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let n = self.clone();
+        if s.is_human_readable()
+            || allot_common::layout::current() >= allot_common::layout::TOPOLOGY
+        {
+            return NodeNow {
+                name: n.name,
+                flavor: n.flavor,
+                res: n.res,
+                healthy: n.healthy,
+                cordoned: n.cordoned,
+                topology: n.topology.to_vec(),
+            }
+            .serialize(s);
+        }
+        if !n.topology.is_empty() {
+            return Err(serde::ser::Error::custom(
+                "a node with topology levels cannot be written in a format before them (6)",
+            ));
+        }
+        NodeBefore {
+            name: n.name,
+            flavor: n.flavor,
+            res: n.res,
+            healthy: n.healthy,
+            cordoned: n.cordoned,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if d.is_human_readable()
+            || allot_common::layout::current() >= allot_common::layout::TOPOLOGY
+        {
+            let n = NodeNow::deserialize(d)?;
+            return Ok(Node {
+                name: n.name,
+                flavor: n.flavor,
+                res: n.res,
+                healthy: n.healthy,
+                cordoned: n.cordoned,
+                topology: n.topology.into(),
+            });
+        }
+        let n = NodeBefore::deserialize(d)?;
+        Ok(Node {
+            name: n.name,
+            flavor: n.flavor,
+            res: n.res,
+            healthy: n.healthy,
+            cordoned: n.cordoned,
+            topology: Arc::from([]),
+        })
+    }
 }
 
 /// Nodes per chunk of a `NodeVec`.
@@ -387,7 +474,16 @@ impl From<NodeSetStored> for NodeSet {
             by_name: s.by_name,
             flavors: s.flavors,
             healthy: BTreeMap::new(),
+            topo: Arc::default(),
         };
+        let mut topo = TopoIndex::default();
+        let none: NodeTopo = Arc::from([]);
+        for (i, n) in set.nodes.iter().enumerate() {
+            if !n.topology.is_empty() {
+                topo.set(NodeId(i as u32), &none, &n.topology);
+            }
+        }
+        set.topo = Arc::new(topo);
         for i in 0..set.nodes.len() {
             set.count_healthy(NodeId(i as u32), 1);
         }
@@ -419,6 +515,9 @@ pub struct NodeSet {
     /// afresh at each of 10,000 nodes' registration made registering them quadratic.
     #[serde(skip)]
     healthy: BTreeMap<(FlavorId, ResId), (u32, i128)>,
+    /// Derived: which nodes share each topology domain (rebuilt when a node set is read back).
+    #[serde(skip)]
+    pub(crate) topo: Arc<TopoIndex>,
 }
 
 /// Why a pod set could not be placed.
@@ -519,6 +618,7 @@ impl NodeSet {
             res,
             healthy: true,
             cordoned: false,
+            topology: Arc::from([]),
         }));
         Arc::make_mut(&mut self.by_name).insert(name.to_string(), id);
         self.index_insert(id);
@@ -633,6 +733,38 @@ impl NodeSet {
         self.index_insert(id);
     }
 
+    /// Sets node `id`'s topology; returns whether it changed.
+    pub fn set_topology(&mut self, id: NodeId, topology: NodeTopo) -> bool {
+        let old = self.node(id).topology.clone();
+        if old == topology {
+            return false;
+        }
+        Arc::make_mut(&mut self.topo).set(id, &old, &topology);
+        self.node_mut(id).topology = topology;
+        true
+    }
+
+    /// The schedulable nodes of `flavor`, most allocated first.
+    pub(crate) fn schedulable_of(&self, flavor: FlavorId) -> impl Iterator<Item = NodeId> + '_ {
+        self.flavors
+            .get(&flavor)
+            .into_iter()
+            .flat_map(|f| f.index.iter().map(|(_, id)| *id))
+    }
+
+    /// The free amount of `flavor`'s primary resource on node `id` (what placement orders by).
+    pub(crate) fn primary_free(&self, flavor: FlavorId, id: NodeId) -> i64 {
+        match self.primary(flavor) {
+            Some(p) => self.nodes[id.idx()].free(p),
+            None => 0,
+        }
+    }
+
+    /// How many schedulable nodes `flavor` has.
+    pub(crate) fn schedulable_count(&self, flavor: FlavorId) -> usize {
+        self.flavors.get(&flavor).map_or(0, |f| f.index.len())
+    }
+
     pub fn set_cordoned(&mut self, id: NodeId, cordoned: bool) {
         self.index_remove(id);
         self.node_mut(id).cordoned = cordoned;
@@ -698,7 +830,7 @@ impl NodeSet {
 
     /// Allocates one pod on `id`, taking the lowest free device indices. The caller has checked
     /// that it fits.
-    fn allocate(&mut self, id: NodeId, req: &[(ResId, i64)]) -> PodAlloc {
+    pub(crate) fn allocate(&mut self, id: NodeId, req: &[(ResId, i64)]) -> PodAlloc {
         self.index_remove(id);
         let node = self.node_mut(id);
         let mut devices = Vec::new();

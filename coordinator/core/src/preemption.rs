@@ -512,6 +512,8 @@ impl Bound {
     ) -> Bound {
         let room = match place {
             _ if !ctx.st.placement || place.is_empty() => Room::Free,
+            // Placing in a topology domain is not counted: placed at the end, as several.
+            [_] if wl.topology().is_some() => Room::Placed(Vec::new()),
             [(i, f, count)] => match ctx.acct.nodes.room_count(*f, &wl.pod_reqs[*i], *count) {
                 Some(r) => Room::Counted(r),
                 None => Room::Never,

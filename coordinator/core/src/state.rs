@@ -260,8 +260,19 @@ impl Workload {
                 p.min_count.hash(h);
                 r.hash(h);
             }
+            // Only where asked: fingerprints of workloads without topology stay as they were.
+            if let Some(ask) = self.topology() {
+                ask.hash(h);
+            }
         }
         ((u128::from(a.finish()) << 64) | u128::from(b.finish())).max(1)
+    }
+    /// The topology its pods ask for (`allot_common::topology`): each pod set in one domain.
+    pub fn topology(&self) -> Option<allot_common::topology::Ask<'_>> {
+        if self.spec.labels.is_empty() {
+            return None;
+        }
+        allot_common::topology::ask_or_none(&self.spec.labels, &[])
     }
     pub fn condition(&self, kind: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.kind == kind)
@@ -804,6 +815,26 @@ impl State {
             Some(e) => Err(e),
             None => Ok(ids),
         }
+    }
+
+    /// Sets node `name`'s topology (level → domain), checked (`topology::check_node`). Returns
+    /// whether it changed.
+    pub fn set_node_topology(
+        &mut self,
+        name: &str,
+        topology: &allot_common::topology::NodeTopology,
+    ) -> Result<bool, StateError> {
+        let id = self
+            .acct
+            .nodes
+            .find(name)
+            .ok_or_else(|| StateError::UnknownNode(name.to_string()))?;
+        allot_common::topology::check_node(topology)
+            .map_err(|e| StateError::Invalid(format!("node {name}: {e}")))?;
+        Ok(self
+            .acct
+            .nodes
+            .set_topology(id, crate::topology::node_topo(topology)))
     }
 
     /// Grows a registered node's GPU partitions to what it reports (`capacity`'s partition
@@ -1913,7 +1944,7 @@ impl State {
                     let allocs = self
                         .acct
                         .nodes
-                        .place(f, &wl.pod_reqs[i], ps.count)
+                        .place_in(f, &wl.pod_reqs[i], ps.count, wl.topology())
                         .map_err(|e| {
                             format!(
                                 "pod set {} does not fit on the nodes ({} of {} pods placed)",

@@ -151,11 +151,15 @@ impl Witness {
         let usage = short.usage();
         if st.placement {
             let mut flavors = BTreeSet::new();
-            node_shortfall(st, &mut ctx.acct.nodes, f, &wl.pod_reqs[0], short.count).contest(
+            node_shortfall(
+                st,
+                &mut ctx.acct.nodes,
                 f,
-                &mut short.contested,
-                &mut flavors,
-            );
+                &wl.pod_reqs[0],
+                short.count,
+                wl.topology(),
+            )
+            .contest(f, &mut short.contested, &mut flavors);
             if flavors.contains(&f) {
                 short.contested.extend(usage.iter().map(|(fr, _)| *fr));
             }

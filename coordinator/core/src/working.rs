@@ -410,7 +410,11 @@ impl<'a> Ctx<'a> {
     ) -> Result<Vec<(usize, PodAlloc)>, (usize, FlavorId)> {
         let mut out: Vec<(usize, PodAlloc)> = Vec::new();
         for (i, f, count) in place {
-            match self.acct.nodes.place(*f, &wl.pod_reqs[*i], *count) {
+            match self
+                .acct
+                .nodes
+                .place_in(*f, &wl.pod_reqs[*i], *count, wl.topology())
+            {
                 Ok(allocs) => out.extend(allocs.into_iter().map(|a| (*i, a))),
                 Err(_) => {
                     for (_, a) in out.iter().rev() {
@@ -442,7 +446,7 @@ impl<'a> Ctx<'a> {
             return self
                 .acct
                 .nodes
-                .try_place(*f, &wl.pod_reqs[*i], *count)
+                .try_place_in(*f, &wl.pod_reqs[*i], *count, wl.topology())
                 .is_ok();
         }
         match self.place_all(wl, place) {
@@ -498,6 +502,7 @@ pub(crate) fn node_shortfall(
     f: FlavorId,
     reqs: &[(ResId, i64)],
     count: u32,
+    ask: Option<allot_common::topology::Ask>,
 ) -> NodeShortfall {
     let short: BTreeSet<FrId> = nodes
         .short_resources(f, reqs, count)
@@ -506,7 +511,7 @@ pub(crate) fn node_shortfall(
         .collect();
     if !short.is_empty() {
         NodeShortfall::Pairs(short)
-    } else if nodes.try_place(f, reqs, count).is_err() {
+    } else if nodes.try_place_in(f, reqs, count, ask).is_err() {
         NodeShortfall::Split
     } else {
         NodeShortfall::Room

@@ -41,6 +41,7 @@ fn report(node: &str, unhealthy: &[u32]) -> NodeReport {
         lease_ms: 10_000,
         agent_version: "test".into(),
         sources: Default::default(),
+        topology: Default::default(),
     }
 }
 
