@@ -53,6 +53,10 @@ pub struct DevArgs {
     /// such as 0=1g.10gb*7 (repeat for several GPUs; as `allot agent --fake-mig`).
     #[arg(long)]
     pub mig: Vec<String>,
+    /// Put the nodes in racks of this many (`rack=r0` for the first ones, `rack=r1` for the
+    /// next, ...), so that `--topology rack` places a gang in one rack.
+    #[arg(long)]
+    pub rack_size: Option<u32>,
 }
 
 /// The directory `allot dev` uses by default, and where the CLI looks for it.
@@ -413,6 +417,9 @@ fn agent_args(
     ];
     for spec in &a.mig {
         args.extend(["--fake-mig".to_string(), spec.clone()]);
+    }
+    if let Some(size) = a.rack_size.filter(|s| *s > 0) {
+        args.extend(["--topology".to_string(), format!("rack=r{}", i / size)]);
     }
     args.extend([
         "--data-dir".to_string(),

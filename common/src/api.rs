@@ -813,6 +813,8 @@ pub enum Body {
     /// snapshot's bytes in frames of their own on the same stream. Protocol 6; a client
     /// falls back to `Backup` where a coordinator does not speak it.
     BackupStream,
+    /// `allot get topology`: every topology domain, its nodes and their room. Protocol 7.
+    GetTopology,
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -1066,6 +1068,22 @@ pub enum Reply {
         taken_ms: i64,
         size: u64,
     },
+    /// The answer to `Body::GetTopology`: the domains of every level, by level and domain.
+    Topology(Vec<DomainView>),
+}
+
+/// One topology domain as `allot get topology` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainView {
+    pub level: String,
+    pub domain: String,
+    /// Its nodes, by name (natural order).
+    pub nodes: Vec<String>,
+    /// How many of them take pods (healthy, not cordoned).
+    pub schedulable: u32,
+    /// Capacity and free room of its schedulable nodes, summed.
+    pub capacity: Resources,
+    pub free: Resources,
 }
 
 /// The most bytes of a backup in one frame after `Reply::BackupStream`.

@@ -37,6 +37,7 @@ fn manifest(v: &Value) -> Result<Value> {
     let kind = string(v.get("kind"), "kind")?.unwrap_or_default();
     let mut out = Map::new();
     metadata(v, &mut out)?;
+    topology(v, &mut out)?;
     match (api.as_str(), kind.as_str()) {
         ("batch/v1", "Job") | ("v1", "Pod") => {
             let (count, pod) = if kind == "Job" {
@@ -124,6 +125,69 @@ fn metadata(v: &Value, out: &mut Map<String, Value>) -> Result<()> {
     }
     if !labels.is_empty() {
         out.insert("labels".into(), Value::Object(labels));
+    }
+    Ok(())
+}
+
+/// Kueue's topology annotations (`crate::topology`), kept as labels: from the pod templates,
+/// where Kueue reads them, or the object's own metadata. allot asks one topology of every pod
+/// set of a workload, so templates that ask differently are refused.
+fn topology(v: &Value, out: &mut Map<String, Value>) -> Result<()> {
+    let mut places: Vec<(String, Option<&Value>)> = vec![
+        (
+            "metadata.annotations".into(),
+            v.pointer("/metadata/annotations"),
+        ),
+        (
+            "spec.template.metadata.annotations".into(),
+            v.pointer("/spec/template/metadata/annotations"),
+        ),
+    ];
+    for role in ["Master", "Worker"] {
+        places.push((
+            format!("spec.pytorchReplicaSpecs.{role}.template.metadata.annotations"),
+            v.pointer(&format!(
+                "/spec/pytorchReplicaSpecs/{role}/template/metadata/annotations"
+            )),
+        ));
+    }
+    let mut found: Map<String, Value> = Map::new();
+    let mut from: Option<String> = None;
+    for (path, annotations) in places {
+        let mut here = Map::new();
+        for (k, val) in object(annotations, &path)?.into_iter().flatten() {
+            if crate::topology::is_label(k) {
+                let val = match val {
+                    Value::String(s) => s.clone(),
+                    o => o.to_string(),
+                };
+                here.insert(k.clone(), val.into());
+            }
+        }
+        if here.is_empty() {
+            continue;
+        }
+        match &from {
+            Some(first) if found != here => {
+                return Err(format!(
+                    "{path}: asks for another topology than {first}; allot places every pod set \
+                     of a workload by one topology ask"
+                ))
+            }
+            Some(_) => {}
+            None => {
+                found = here;
+                from = Some(path);
+            }
+        }
+    }
+    if !found.is_empty() {
+        let labels = out
+            .entry("labels")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(l) = labels {
+            l.extend(found);
+        }
     }
     Ok(())
 }
@@ -649,6 +713,50 @@ spec:
                 "sagemaker.amazonaws.com/enable-job-auto-resume": "true",
                 "sagemaker.amazonaws.com/job-max-retry-count": "2"
             })
+        );
+    }
+
+    #[test]
+    fn topology_annotations_of_pod_templates_are_kept_as_labels() {
+        let text = r#"
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: llm
+  namespace: hyperpod-ns-team-a
+spec:
+  pytorchReplicaSpecs:
+    Worker:
+      replicas: 4
+      template:
+        metadata:
+          annotations:
+            kueue.x-k8s.io/podset-required-topology: topology.k8s.aws/network-node-layer-3
+            kueue.x-k8s.io/podset-slice-required-topology: kubernetes.io/hostname
+            kueue.x-k8s.io/podset-slice-size: 2
+        spec:
+          containers:
+            - name: c
+              image: busybox
+              command: ["true"]
+"#;
+        let j = convert(text).unwrap().expect("a manifest");
+        assert_eq!(
+            j["labels"],
+            json!({
+                "kueue.x-k8s.io/podset-required-topology": "topology.k8s.aws/network-node-layer-3",
+                "kueue.x-k8s.io/podset-slice-required-topology": "kubernetes.io/hostname",
+                "kueue.x-k8s.io/podset-slice-size": "2"
+            })
+        );
+        let both = text.replace(
+            "    Worker:",
+            "    Master:\n      replicas: 1\n      template:\n        metadata:\n          annotations:\n            kueue.x-k8s.io/podset-preferred-topology: rack\n        spec:\n          containers:\n            - name: c\n              image: busybox\n              command: [\"true\"]\n    Worker:",
+        );
+        let e = refusal(&both);
+        assert!(
+            e.contains("Worker.template.metadata.annotations") && e.contains("one topology"),
+            "{e}"
         );
     }
 

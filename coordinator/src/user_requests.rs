@@ -35,6 +35,7 @@ pub(crate) fn route(
         | Body::GetWorkloads(..)
         | Body::DescribeWorkload { .. }
         | Body::GetNodes
+        | Body::GetTopology
         | Body::GetTeams
         | Body::Explain { .. }) => ControlFlow::Break(read(b, who, wall)),
         other => ControlFlow::Continue(other),
@@ -183,6 +184,9 @@ fn read(body: Body, who: &Identity, wall: i64) -> Result<Route, ApiError> {
         }
         Body::GetNodes => Ok(Route::Read(Box::new(|m: &Machine| {
             Ok(Reply::Nodes(views::nodes(m)))
+        }))),
+        Body::GetTopology => Ok(Route::Read(Box::new(|m: &Machine| {
+            Ok(Reply::Topology(views::topology(m)))
         }))),
         Body::GetTeams => Ok(Route::Read(Box::new(|m: &Machine| {
             Ok(Reply::Teams(views::teams(m)))

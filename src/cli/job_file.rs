@@ -77,6 +77,15 @@ pub struct JobFlags {
     /// With --auto-resume: how many times a failed workload is queued again (0 to 100).
     #[arg(long)]
     pub(crate) max_retry: Option<u32>,
+    /// Place each pod set's pods in one domain of this topology level: LEVEL (required) or
+    /// LEVEL:preferred, such as topology.k8s.aws/network-node-layer-3 (Kueue's
+    /// podset-required-topology and podset-preferred-topology annotations).
+    #[arg(long)]
+    pub(crate) topology: Option<String>,
+    /// With --topology: slices of PODS pods, each in one domain of LEVEL (LEVEL:PODS, such as
+    /// kubernetes.io/hostname:2).
+    #[arg(long, requires = "topology")]
+    pub(crate) topology_slice: Option<String>,
     /// The program and its arguments, after `--`.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
@@ -135,6 +144,12 @@ impl JobFlags {
         }
         if let Some(n) = self.max_retry {
             obj.insert("max_retry".into(), Value::from(n));
+        }
+        if let Some(t) = &self.topology {
+            obj.insert(
+                "topology".into(),
+                topology_value(t, self.topology_slice.as_deref())?,
+            );
         }
         self.merge_lists(obj, &origin)?;
         self.merge_requests(obj, &origin)?;
@@ -293,6 +308,37 @@ pub(crate) fn parse_job_text(text: &str, origin: &str) -> anyhow::Result<Value> 
     }
 }
 
+/// `--topology LEVEL[:required|preferred]` and `--topology-slice LEVEL:PODS` as the job file's
+/// `topology` (`{required: LEVEL, slice: {level, size}}`).
+fn topology_value(topology: &str, slice: Option<&str>) -> anyhow::Result<Value> {
+    use allot_common::topology as topo;
+    let mut t = serde_json::Map::new();
+    for (k, v) in topo::labels_of(topology, slice).map_err(anyhow::Error::msg)? {
+        match k.as_str() {
+            topo::REQUIRED_LABEL => t.insert("required".into(), Value::String(v)),
+            topo::PREFERRED_LABEL => t.insert("preferred".into(), Value::String(v)),
+            topo::SLICE_LEVEL_LABEL => {
+                let s = t
+                    .entry("slice")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                s["level"] = Value::String(v);
+                None
+            }
+            _ => {
+                let n = v.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    anyhow!("--topology-slice {slice:?}: {v:?} is not a number of pods, at least 1")
+                })?;
+                let s = t
+                    .entry("slice")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                s["size"] = Value::from(n);
+                None
+            }
+        };
+    }
+    Ok(Value::Object(t))
+}
+
 /// The job file's `auto_resume` and `max_retry` as the labels HyperPod's annotations are,
 /// checked.
 fn auto_resume_labels(
@@ -427,7 +473,10 @@ pub(crate) fn job_from_value(mut v: Value, origin: &str) -> anyhow::Result<Submi
     let w: scenario::WorkloadIn = serde_path_to_error::deserialize(v)
         .map_err(|e| anyhow!("{}: {}: {}", origin, e.path(), e.inner()))?;
     let mut spec = scenario::workload("", &w).map_err(|e| anyhow!("{}: {e}", origin))?;
-    spec.labels = labels;
+    // The file's labels, and those its `topology` wrote.
+    let topology = std::mem::replace(&mut spec.labels, labels);
+    spec.labels.extend(topology);
+    spec.validate().map_err(|e| anyhow!("{origin}: {e}"))?;
     Ok(SubmitInput {
         client_token: Some(format!("{}-{}", spec.name, token_suffix())),
         spec,

@@ -103,6 +103,14 @@ pub enum GetWhat {
         #[command(flatten)]
         out: Out,
     },
+    /// Topology domains (racks, network blocks): their nodes and free room, level by level.
+    Topology {
+        /// Only this level's domains.
+        #[arg(long)]
+        level: Option<String>,
+        #[command(flatten)]
+        out: Out,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -902,7 +910,17 @@ async fn describe_node(c: &mut Client, name: &str) -> anyhow::Result<()> {
     let Reply::Workloads(ws) = api(c.call(Body::GetWorkloads(filter)).await)? else {
         bail!("unexpected answer to get workloads");
     };
-    print!("{}", render_node(node, &ws));
+    // Its topology, where the coordinator knows topology (protocol 7).
+    let domains = match c.call(Body::GetTopology).await {
+        Ok(Ok(Reply::Topology(ds))) => ds,
+        _ => Vec::new(),
+    };
+    let topology: Vec<String> = domains
+        .iter()
+        .filter(|d| d.nodes.iter().any(|n| n == name))
+        .map(|d| format!("{}={}", d.level, d.domain))
+        .collect();
+    print!("{}", render_node(node, &ws, &topology));
     Ok(())
 }
 
@@ -1370,6 +1388,15 @@ async fn run_reads(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
             GetWhat::GangScheduling { out } => {
                 print_reply(api(c.call(Body::GetGangScheduling).await)?, out.format)
             }
+            GetWhat::Topology { level, out } => {
+                let Reply::Topology(mut ds) = api(c.call(Body::GetTopology).await)? else {
+                    bail!("unexpected answer to get topology");
+                };
+                if let Some(l) = &level {
+                    ds.retain(|d| &d.level == l);
+                }
+                print_reply(Reply::Topology(ds), out.format)
+            }
         },
         _ => bail!("a command run_reads does not run"),
     }
@@ -1569,6 +1596,68 @@ mod tests {
         assert!(e.contains("from 0 to 100"), "{e}");
         let e = job("max_retry: 2\n").unwrap_err().to_string();
         assert!(e.contains("without"), "{e}");
+    }
+
+    /// Issue 51, item 2: a job file's `topology` and `--topology` write Kueue's topology
+    /// annotations, as labels; bad asks are named with what is accepted.
+    #[test]
+    fn job_files_and_flags_ask_for_a_topology_level() {
+        use allot_common::topology::{REQUIRED_LABEL, SLICE_LEVEL_LABEL, SLICE_SIZE_LABEL};
+        use clap::Parser;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("job.yaml");
+        let job = |text: &str| {
+            std::fs::write(
+                &p,
+                format!("name: t\nteam: a\ncount: 4\nrequests: {{gpu: 8}}\ncommand: [x]\n{text}"),
+            )
+            .unwrap();
+            read_job(&p)
+        };
+        let j = job("topology: {required: rack, slice: {level: kubernetes.io/hostname, size: 2}}\nlabels: {owner: ml}\n")
+            .unwrap();
+        assert_eq!(j.spec.labels[REQUIRED_LABEL], "rack");
+        assert_eq!(j.spec.labels[SLICE_LEVEL_LABEL], "kubernetes.io/hostname");
+        assert_eq!(j.spec.labels[SLICE_SIZE_LABEL], "2");
+        assert_eq!(j.spec.labels["owner"], "ml");
+        let e = job("topology: {required: rack, slice: {level: host, size: 3}}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("whole number of slices"), "{e}");
+        let e = job("topology: {required: rack, preferred: block}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exactly one of required or preferred"), "{e}");
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            job: JobFlags,
+        }
+        let flags = |args: &[&str]| {
+            let mut all = vec![
+                "t", "--name", "g", "--team", "a", "--count", "4", "--gpus", "8",
+            ];
+            all.extend_from_slice(args);
+            T::try_parse_from(all).unwrap().job.submit_input(None, None)
+        };
+        let j = flags(&[
+            "--topology",
+            "rack:preferred",
+            "--topology-slice",
+            "kubernetes.io/hostname:2",
+            "--",
+            "x",
+        ])
+        .unwrap();
+        assert_eq!(
+            j.spec.labels[allot_common::topology::PREFERRED_LABEL],
+            "rack"
+        );
+        assert_eq!(j.spec.labels[SLICE_SIZE_LABEL], "2");
+        let e = flags(&["--topology", "rack:maybe", "--", "x"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("LEVEL:preferred"), "{e}");
     }
 
     /// Issue 24, item 1: a job from flags alone, or a file with flags over it.

@@ -239,6 +239,7 @@ pub(crate) fn render(r: &Reply) -> String {
         Reply::Backup { data, .. } => format!("a backup of {} bytes\n", data.len()),
         Reply::BackupStream { size, .. } => format!("a backup of {size} bytes follows\n"),
         Reply::GangScheduling(p) => render_gang_scheduling(p.as_ref()),
+        Reply::Topology(ds) => render_topology(ds),
         Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
         Reply::LogChunk(b) => String::from_utf8_lossy(b).into_owned(),
         Reply::LogRequests(rs) => format!("{} log requests\n", rs.len()),
@@ -642,6 +643,40 @@ pub(crate) fn render_nodes(ns: &[NodeView]) -> String {
     )
 }
 
+/// `get topology`: each domain, its nodes and the free room of the schedulable ones.
+pub(crate) fn render_topology(ds: &[allot_common::api::DomainView]) -> String {
+    if ds.is_empty() {
+        return "no node reports a topology level (allot agent --topology, or the node's topology.k8s.aws/* labels)\n".into();
+    }
+    table(
+        &[
+            "LEVEL",
+            "DOMAIN",
+            "NODES",
+            "SCHEDULABLE",
+            "FREE",
+            "CAPACITY",
+        ],
+        &ds.iter()
+            .map(|d| {
+                let nodes = if d.nodes.len() > 4 {
+                    format!("{},... ({})", d.nodes[..3].join(","), d.nodes.len())
+                } else {
+                    d.nodes.join(",")
+                };
+                vec![
+                    d.level.clone(),
+                    d.domain.clone(),
+                    nodes,
+                    d.schedulable.to_string(),
+                    fmt_res(&d.free),
+                    fmt_res(&d.capacity),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
 /// `get gang-scheduling`: the settings, or that it is off.
 pub(crate) fn render_gang_scheduling(
     p: Option<&allot_common::pods_ready::PodsReadyPolicy>,
@@ -696,7 +731,7 @@ pub(crate) fn partition_rows(n: &NodeView) -> Vec<PartitionRow> {
 }
 
 /// `describe node`: the node, its devices, and the pods of `ws` placed on it.
-pub(crate) fn render_node(n: &NodeView, ws: &[WorkloadView]) -> String {
+pub(crate) fn render_node(n: &NodeView, ws: &[WorkloadView], topology: &[String]) -> String {
     let mut out = format!(
         "Name:           {}\nInstance type:  {}\nStatus:         {}{}\nCapacity:       {}\nUsed:           {}\nSources:        {}\n",
         n.name,
@@ -707,6 +742,9 @@ pub(crate) fn render_node(n: &NodeView, ws: &[WorkloadView]) -> String {
         fmt_res(&n.used),
         fmt_sources(n),
     );
+    if !topology.is_empty() {
+        out.push_str(&format!("Topology:       {}\n", topology.join(", ")));
+    }
     // Devices counted in Used that no pod holds: a GPU in MIG mode (its partitions are
     // handed out instead) and unhealthy ones.
     let held: Vec<String> = (n.devices.iter())

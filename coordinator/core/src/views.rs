@@ -228,6 +228,45 @@ pub fn nodes(m: &Machine) -> Vec<NodeView> {
     out
 }
 
+/// Every topology domain (`topology.rs`): its nodes and their room, by level and domain name.
+pub fn topology(m: &Machine) -> Vec<allot_common::api::DomainView> {
+    let st = &m.state;
+    let ns = &st.acct.nodes;
+    let mut out = Vec::new();
+    for (level, l) in ns.topo.levels() {
+        for d in l.domains.iter().filter(|d| !d.nodes.is_empty()) {
+            let mut view = allot_common::api::DomainView {
+                level: level.to_string(),
+                domain: d.name.to_string(),
+                nodes: Vec::new(),
+                schedulable: 0,
+                capacity: Resources::new(),
+                free: Resources::new(),
+            };
+            for id in &d.nodes {
+                let n = ns.node(*id);
+                if m.removed_nodes.contains(&*n.name) {
+                    continue;
+                }
+                view.nodes.push(n.name.to_string());
+                if !n.schedulable() {
+                    continue;
+                }
+                view.schedulable += 1;
+                for r in &n.res {
+                    let name = st.names.resource_name(r.res);
+                    view.capacity.add(name, r.cap);
+                    view.free.add(name, r.cap - r.used);
+                }
+            }
+            view.nodes.sort_by_key(|n| natural_key(n));
+            out.push(view);
+        }
+    }
+    out.sort_by(|a, b| (&a.level, natural_key(&a.domain)).cmp(&(&b.level, natural_key(&b.domain))));
+    out
+}
+
 /// Splits a name into text and number chunks so that numbers compare by value.
 pub fn natural_key(s: &str) -> Vec<(String, u64)> {
     let mut out = Vec::new();
