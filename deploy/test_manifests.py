@@ -72,6 +72,9 @@ AGENT_CONFIG_KEYS = {
     "plain_http_registry",
     "device_dir",
     "image_max_age_hours",
+    "topology",
+    "topology_file",
+    "topology_labels",
 }
 
 
@@ -453,9 +456,12 @@ class Agent(unittest.TestCase):
             spec = pod_spec(ds)
             agent = container(spec, "agent")
             path = agent["args"][agent["args"].index("--instance-type-file") + 1]
+            labels = agent["args"][agent["args"].index("--topology-file") + 1]
+            self.assertEqual(os.path.dirname(labels), os.path.dirname(path))
             init = container(spec, "instance-type")
             self.assertIn("node.kubernetes.io/instance-type", script_of(init).replace("\\.", "."))
             self.assertIn(f"> {path}", script_of(init))
+            self.assertIn(f"> {labels}", script_of(init))
             d = os.path.dirname(path)
             vol = mounts_of(init)[d]["name"]
             self.assertEqual(mounts_of(agent)[d]["name"], vol)
@@ -488,7 +494,12 @@ class Agent(unittest.TestCase):
                 kubectl = os.path.join(tmp, "kubectl")
                 write_exe(kubectl, '#!/bin/sh\nprintf "%s" "$STUB_LABEL"\n')
                 out_file = os.path.join(tmp, "instance-type")
-                script = script_of(init).replace("/run/allot-node/instance-type", out_file)
+                labels_file = os.path.join(tmp, "labels")
+                script = (
+                    script_of(init)
+                    .replace("/run/allot-node/instance-type", out_file)
+                    .replace("/run/allot-node/labels", labels_file)
+                )
                 base = {"PATH": f"{tmp}:{os.environ['PATH']}", "NODE_NAME": "n1"}
                 for label, fallback, want in [
                     ("ml.p5.48xlarge", "", "ml.p5.48xlarge"),
@@ -506,6 +517,9 @@ class Agent(unittest.TestCase):
                     else:
                         self.assertEqual(r.returncode, 0, r.stderr)
                         self.assertEqual(read_text(out_file), want)
+                        # The node's labels, for the agent's topology (the stub prints the
+                        # same text for any query).
+                        self.assertEqual(read_text(labels_file), label)
 
     def test_nvml_and_devices(self):
         for k, _objs, ds in self.each():

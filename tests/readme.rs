@@ -386,3 +386,24 @@ fn readme_walkthrough_with_gpu_partitions_matches_the_product() {
         "allot dev did not stop cleanly: {status:?}"
     );
 }
+
+#[test]
+fn readme_walkthrough_with_topology_matches_the_product() {
+    let mut steps = walkthrough("topology-walkthrough");
+    let (first, _) = steps.remove(0);
+    let extra: Vec<String> = shell_words(&first).into_iter().skip(2).collect();
+    assert!(
+        first.starts_with("allot dev ") && extra.contains(&"--rack-size".to_string()),
+        "the topology walkthrough starts allot dev with --rack-size: {first}"
+    );
+    assert!(steps.len() >= 6, "{} commands", steps.len());
+    let home = tempfile::tempdir().expect("home");
+    let mut dev = start_dev(home.path(), &extra);
+    let failure = play(home.path(), &repo(), &steps);
+    let status = stop_dev(&mut dev);
+    assert!(failure.is_none(), "{}", failure.unwrap_or_default());
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "allot dev did not stop cleanly: {status:?}"
+    );
+}

@@ -968,11 +968,19 @@ fn node_room(
                 node_summary(st, &ctx.acct.nodes, f, reqs)
             ) + &domains,
             );
-            d.suggest(format!(
-                "nodes of {fname} had room for {} more pod(s) of {}",
-                fail.wanted - fail.placed,
-                per_pod(st, reqs)
-            ));
+            d.suggest(match wl.topology() {
+                Some(ask) => format!(
+                    "one {} domain of {fname} had room for {} more pod(s) of {}",
+                    ask.level,
+                    fail.wanted - fail.placed,
+                    per_pod(st, reqs)
+                ),
+                None => format!(
+                    "nodes of {fname} had room for {} more pod(s) of {}",
+                    fail.wanted - fail.placed,
+                    per_pod(st, reqs)
+                ),
+            });
             let here = (ps, f, count);
             preemption_lines_for(ctx, wl, usage_here, here, BTreeSet::new(), true, d);
             false
