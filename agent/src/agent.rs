@@ -558,6 +558,15 @@ fn sync_timing(lease: Duration) -> (Duration, Duration) {
     (wait, grace)
 }
 
+/// How long a node reports without its topology levels after the cluster refused them.
+const TOPOLOGY_RETRY: Duration = Duration::from_secs(60);
+
+/// Whether the cluster refused a report for its topology levels: a coordinator that does not
+/// speak their protocol, or a cluster whose format is older than theirs.
+fn refuses_topology(e: &ApiError) -> bool {
+    e.kind == ErrorKind::Version || e.message.contains("needs format")
+}
+
 /// Holds the lease: registers, long-polls for assignments, renews the lease file.
 async fn sync_task(
     cfg: AgentConfig,
@@ -573,12 +582,31 @@ async fn sync_task(
     let mut digest = 0u64;
     let mut backoff = Duration::from_millis(100);
     let mut seed = (std::process::id() as u64) << 20 | (shim::now_ms() as u64 & 0xfffff) | 1;
+    // While the cluster does not take topology levels yet (a coordinator of the release
+    // before, or a cluster not yet raised to their format), the node reports without them,
+    // and tries them again now and then: an upgrade never loses a node over its topology.
+    let mut topology_refused: Option<Instant> = None;
     loop {
-        if !registered || report_rx.has_changed().unwrap_or(false) {
-            let r = report_rx.borrow_and_update().clone();
+        let retry_topology = topology_refused.is_some_and(|t| t.elapsed() >= TOPOLOGY_RETRY);
+        if retry_topology {
+            topology_refused = None;
+        }
+        if !registered || retry_topology || report_rx.has_changed().unwrap_or(false) {
+            let mut r = report_rx.borrow_and_update().clone();
+            if topology_refused.is_some() {
+                r.topology.clear();
+            }
+            let with_topology = !r.topology.is_empty();
             match tokio::time::timeout(Duration::from_secs(5), client.call(Body::ReportNode(r)))
                 .await
             {
+                Ok(Ok(Err(e))) if with_topology && refuses_topology(&e) => {
+                    tracing::warn!(
+                        "the cluster does not take topology levels yet ({e}); reporting without them, and trying them again in {TOPOLOGY_RETRY:?}"
+                    );
+                    topology_refused = Some(Instant::now());
+                    continue;
+                }
                 Ok(Ok(Ok(_))) => {
                     if !registered {
                         tracing::info!("node {} registered", cfg.node);

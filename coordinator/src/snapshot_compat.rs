@@ -62,7 +62,10 @@ pub fn decode_machine(b: &[u8], format: u32) -> Result<Machine, String> {
         longer.extend_from_slice(tail_since(f));
     }
     let err = match wire::decode_snapshot::<Machine>(&longer) {
-        Ok(m) => return Ok(m),
+        Ok(mut m) => {
+            m.state.refresh_queue_shapes();
+            return Ok(m);
+        }
         Err(e) => e,
     };
     if format > 0 {
@@ -82,6 +85,7 @@ pub fn decode_machine(b: &[u8], format: u32) -> Result<Machine, String> {
     // log positions may differ on the hours of the upgrade itself; reports come from the
     // leader, and a snapshot the leader sends brings a follower its figures.
     m.usage = allot_core::usage::Ledger::seeded(&m.state);
+    m.state.refresh_queue_shapes();
     Ok(m)
 }
 

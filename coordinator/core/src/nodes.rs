@@ -97,6 +97,7 @@ struct NodeNow {
     res: NodeResources,
     healthy: bool,
     cordoned: bool,
+    #[serde(default)]
     topology: Vec<(Arc<str>, Arc<str>)>,
 }
 

@@ -147,7 +147,12 @@ impl Touched {
             self.whole_node(b);
             return;
         }
-        if a.healthy != b.healthy || a.cordoned != b.cordoned || a.res.len() != b.res.len() {
+        if a.healthy != b.healthy
+            || a.cordoned != b.cordoned
+            || a.res.len() != b.res.len()
+            // A node that moved between topology domains changes the room of domains.
+            || a.topology != b.topology
+        {
             self.whole_node(b);
             self.whole_node(a);
             return;

@@ -52,7 +52,8 @@ pub(crate) fn entry_key<'a>(ctx: &mut Ctx, wl: &'a Workload) -> EntryKey<'a> {
 
 /// Workloads with the same shape get the same decision from the same working state (Kueue's
 /// scheduling-equivalence idea): team, priority, pinned flavor, pod sets, the submit time only
-/// where the team's policy compares it, whether it is a preemptor, and who evicted it.
+/// where the team's policy compares it, whether it is a preemptor, who evicted it, and the
+/// topology it asks for.
 type ShapeKey = (
     TeamId,
     i32,
@@ -61,7 +62,11 @@ type ShapeKey = (
     Time,
     bool,
     Option<WlId>,
+    Option<TopologyKey>,
 );
+
+/// A topology ask, owned: level, required, and the slice's level and size.
+type TopologyKey = (String, bool, Option<(String, u32)>);
 
 fn shape_key(st: &State, wl: &Workload) -> ShapeKey {
     use allot_common::quota::WithinTeam;
@@ -82,6 +87,13 @@ fn shape_key(st: &State, wl: &Workload) -> ShapeKey {
         // The workload that evicted it is never its victim (`preemption::never_taken`): two
         // workloads alike in all else but this may not get the same decision.
         preemption::evicted_by(wl),
+        wl.topology().map(|a| {
+            (
+                a.level.to_string(),
+                a.required,
+                a.slice.map(|s| (s.level.to_string(), s.size)),
+            )
+        }),
     )
 }
 

@@ -1582,6 +1582,34 @@ impl State {
         self.enqueue(id);
     }
 
+    /// Gives queue entries whose shape another release fingerprinted this build's shape: a
+    /// workload whose labels ask for a topology level, kept as plain labels by a release
+    /// before topology, has another shape here. Called on a state read back from a snapshot.
+    pub fn refresh_queue_shapes(&mut self) {
+        for t in 0..self.teams.len() {
+            let workloads = &self.workloads;
+            let stale: Vec<(QueueKey, u128)> = self.teams[t]
+                .pending
+                .iter()
+                .filter(|k| k.shape != 0)
+                .filter_map(|k| {
+                    let now = workloads.get(&k.id)?.shape_fingerprint();
+                    (now != k.shape).then(|| (k.clone(), now))
+                })
+                .collect();
+            if stale.is_empty() {
+                continue;
+            }
+            let team = &mut self.teams[t];
+            for (old, shape) in stale {
+                team.unqueue(&old);
+                team.enqueue(QueueKey { shape, ..old });
+            }
+            // Built again from the queue when next needed.
+            team.shapes = ShapeIndex::default();
+        }
+    }
+
     /// Team `t`'s shape index, built first where the state was read back without it.
     fn shape_index(&mut self, t: usize) -> &mut ShapeIndex {
         if !self.teams[t].shapes.built {
@@ -1917,9 +1945,33 @@ impl State {
         flavor_of: &dyn Fn(&ResourceName) -> Option<String>,
     ) -> Result<Admission, String> {
         let wl = self.workloads.get(&id).ok_or("unknown workload")?.clone();
+        let mut placement = Vec::new();
+        let built = self.admission_parts(&wl, flavor_of, &mut placement);
+        // Placed only to be checked: given back whether or not every pod set fitted.
+        for (_, p) in placement.iter().rev() {
+            self.acct.nodes.release(p);
+        }
+        let (pod_sets, usage) = built?;
+        let usage: Vec<(FrId, i64)> = usage.into_iter().collect();
+        let borrowed = quota::borrowed_part(self, &self.acct, wl.team, &usage);
+        Ok(Admission {
+            pod_sets,
+            usage,
+            placement,
+            borrowed,
+        })
+    }
+
+    /// `admission_on`'s pod sets and usage; the pods it placed are in `placement` (also when it
+    /// fails part way), for the caller to give back.
+    fn admission_parts(
+        &mut self,
+        wl: &Workload,
+        flavor_of: &dyn Fn(&ResourceName) -> Option<String>,
+        placement: &mut Vec<(usize, PodAlloc)>,
+    ) -> Result<(Vec<PodSetAdmission>, BTreeMap<FrId, i64>), String> {
         let mut pod_sets = Vec::new();
         let mut usage: BTreeMap<FrId, i64> = BTreeMap::new();
-        let mut placement = Vec::new();
         for (i, ps) in wl.spec.pod_sets.iter().enumerate() {
             let mut flavors = Vec::new();
             let mut placed_flavor = None;
@@ -1960,17 +2012,7 @@ impl State {
                 flavors,
             });
         }
-        for (_, p) in &placement {
-            self.acct.nodes.release(p);
-        }
-        let usage: Vec<(FrId, i64)> = usage.into_iter().collect();
-        let borrowed = quota::borrowed_part(self, &self.acct, wl.team, &usage);
-        Ok(Admission {
-            pod_sets,
-            usage,
-            placement,
-            borrowed,
-        })
+        Ok((pod_sets, usage))
     }
 }
 
@@ -2086,4 +2128,56 @@ pub fn verify(state: &State, plan: &Plan) -> Vec<Result<(), String>> {
         .iter()
         .map(|a| scratch.admit(a.wl, &a.admission, 0).map(|_| ()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allot_common::quota::FlavorQuota;
+
+    /// A queue entry written by a release whose fingerprint did not count a workload's
+    /// topology ask gets this build's shape when the state is read back.
+    #[test]
+    fn queue_shapes_of_another_release_are_refreshed() {
+        let mut st = State::new(ClusterPolicy::default());
+        let quota = FlavorQuota {
+            flavor: "p5".into(),
+            resources: vec![(ResourceName::gpu(), ResourceQuota::default())],
+        };
+        st.set_team(TeamSpec::new("a", vec![quota])).unwrap();
+        let mut pod = allot_common::PodSet {
+            name: "main".into(),
+            count: 2,
+            min_count: None,
+            requests: allot_common::Resources::new(),
+        };
+        pod.requests.set(ResourceName::gpu(), 1);
+        let spec = WorkloadSpec {
+            name: "w".into(),
+            team: "a".into(),
+            priority: allot_common::PriorityRef::None,
+            instance_type: None,
+            pod_sets: vec![pod],
+            labels: [(
+                allot_common::topology::REQUIRED_LABEL.to_string(),
+                "rack".to_string(),
+            )]
+            .into(),
+            array: None,
+        };
+        let (id, _) = st.submit(spec, 0).unwrap();
+        let fresh = st.workload(id).shape_fingerprint();
+        let team = &mut st.teams[0];
+        let key = team.pending.iter().next().cloned().unwrap();
+        assert_eq!(key.shape, fresh);
+        team.unqueue(&key);
+        team.enqueue(QueueKey {
+            shape: fresh ^ 1,
+            ..key
+        });
+        st.refresh_queue_shapes();
+        let key = st.teams[0].pending.iter().next().cloned().unwrap();
+        assert_eq!(key.shape, fresh);
+        assert!(crate::invariants::check(&st).is_ok());
+    }
 }

@@ -14,6 +14,7 @@
 use allot_common::quota::{
     BorrowWithinCohortPolicy, QueueingStrategy, ReclaimWithinCohort, ResourceQuota, WithinTeam,
 };
+use allot_common::topology::{PREFERRED_LABEL, REQUIRED_LABEL};
 use allot_common::{
     ClusterPolicy, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources, Stability, TeamSpec,
     WorkloadSpec,
@@ -141,8 +142,11 @@ fn cluster(rng: &mut Rng) -> (State, usize) {
     cap.set(ResourceName::gpu(), 8);
     cap.set(ResourceName::cpu(), 192_000);
     for n in 0..(1 + rng.below(6)) {
-        st.add_node(&format!("p5-{n}"), FLAVOR, &cap)
-            .expect("valid node");
+        let name = format!("p5-{n}");
+        st.add_node(&name, FLAVOR, &cap).expect("valid node");
+        // Racks of two, so that gangs that ask for a rack (`workload`) meet part-used racks.
+        let rack = [("rack".to_string(), format!("r{}", n / 2))].into();
+        st.set_node_topology(&name, &rack).expect("valid topology");
     }
     if two {
         let mut cap = Resources::new();
@@ -177,7 +181,12 @@ fn workload(rng: &mut Rng, i: usize, teams: usize) -> WorkloadSpec {
             min_count: (rng.below(8) == 0).then_some(1),
             requests: req,
         }],
-        labels: Default::default(),
+        // One workload in five asks for a rack, one in seven prefers one.
+        labels: match i % 35 {
+            k if k % 5 == 0 => [(REQUIRED_LABEL.to_string(), "rack".to_string())].into(),
+            k if k % 7 == 0 => [(PREFERRED_LABEL.to_string(), "rack".to_string())].into(),
+            _ => Default::default(),
+        },
         array: None,
     }
 }
