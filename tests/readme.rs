@@ -366,16 +366,16 @@ fn readme_walkthrough_with_images_matches_the_product() {
     );
 }
 
-#[test]
-fn readme_walkthrough_with_gpu_partitions_matches_the_product() {
-    let mut steps = walkthrough("mig-walkthrough");
+/// Plays walkthrough `name`, whose first command starts `allot dev` with `flag`.
+fn play_walkthrough(name: &str, flag: &str, min_steps: usize) {
+    let mut steps = walkthrough(name);
     let (first, _) = steps.remove(0);
     let extra: Vec<String> = shell_words(&first).into_iter().skip(2).collect();
     assert!(
-        first.starts_with("allot dev ") && extra.contains(&"--mig".to_string()),
-        "the MIG walkthrough starts allot dev with --mig: {first}"
+        first.starts_with("allot dev ") && extra.contains(&flag.to_string()),
+        "the {name} starts allot dev with {flag}: {first}"
     );
-    assert!(steps.len() >= 5, "{} commands", steps.len());
+    assert!(steps.len() >= min_steps, "{} commands", steps.len());
     let home = tempfile::tempdir().expect("home");
     let mut dev = start_dev(home.path(), &extra);
     let failure = play(home.path(), &repo(), &steps);
@@ -388,22 +388,11 @@ fn readme_walkthrough_with_gpu_partitions_matches_the_product() {
 }
 
 #[test]
+fn readme_walkthrough_with_gpu_partitions_matches_the_product() {
+    play_walkthrough("mig-walkthrough", "--mig", 5);
+}
+
+#[test]
 fn readme_walkthrough_with_topology_matches_the_product() {
-    let mut steps = walkthrough("topology-walkthrough");
-    let (first, _) = steps.remove(0);
-    let extra: Vec<String> = shell_words(&first).into_iter().skip(2).collect();
-    assert!(
-        first.starts_with("allot dev ") && extra.contains(&"--rack-size".to_string()),
-        "the topology walkthrough starts allot dev with --rack-size: {first}"
-    );
-    assert!(steps.len() >= 6, "{} commands", steps.len());
-    let home = tempfile::tempdir().expect("home");
-    let mut dev = start_dev(home.path(), &extra);
-    let failure = play(home.path(), &repo(), &steps);
-    let status = stop_dev(&mut dev);
-    assert!(failure.is_none(), "{}", failure.unwrap_or_default());
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "allot dev did not stop cleanly: {status:?}"
-    );
+    play_walkthrough("topology-walkthrough", "--rack-size", 6);
 }
