@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes large contended scenarios for `allot simulate`.
 
-    gen_scenario.py contended OUT NODES TEAMS WORKLOADS [SEED] [--unequal] [--mixed] [--pinned] [--long-gangs]
+    gen_scenario.py contended OUT NODES TEAMS WORKLOADS [SEED] [--unequal] [--mixed] [--pinned] [--long-gangs] [--racks]
     gen_scenario.py kueue-baseline OUT
 
 `contended` has the knobs of shared/bench/gen_contended.py and, without options, writes the same
@@ -14,6 +14,8 @@ to 3 hours. The options add what real clusters have and that generator lacks:
   --pinned      --mixed, with every job pinned to one type, as jobs that name their instance
                 type are: 1-GPU jobs on g5, the others on p5 or p4d by turns (the same jobs)
   --long-gangs  one job in ten is an 8-node gang running 6 to 12 hours (past the horizon)
+  --racks       p5 nodes in racks of 8 (topology level `rack`), and every multi-node gang
+                requires one rack (the same jobs: no random draw is added)
 
 `kueue-baseline` is Kueue's scheduler performance baseline (test/performance/scheduler,
 configs/baseline): 5 cohorts of 6 queues (here teams), 20 cpu of nominal quota each, borrowing
@@ -29,7 +31,7 @@ CLASSES = [("inference", 90), ("experimentation", 80), ("training", 70), ("fine-
 
 
 def contended(out, nodes, teams, wls, seed, unequal=False, mixed=False, long_gangs=False,
-              pinned=False):
+              pinned=False, racks=False):
     rng = random.Random(seed)
     horizon = 3600
     with open(out, "w") as f:
@@ -47,7 +49,8 @@ def contended(out, nodes, teams, wls, seed, unequal=False, mixed=False, long_gan
                 f.write(f"  - {{name_prefix: {t.split('.')[1]}-, count: {c}, instance_type: {t}}}\n")
         else:
             types = [("ml.p5.48xlarge", nodes)]
-            f.write(f"nodes:\n  - {{name_prefix: p5-, count: {nodes}, instance_type: ml.p5.48xlarge}}\n")
+            topo = ', topology: {rack: "r{i/8}"}' if racks else ""
+            f.write(f"nodes:\n  - {{name_prefix: p5-, count: {nodes}, instance_type: ml.p5.48xlarge{topo}}}\n")
         f.write("teams:\n")
         if unequal:
             parts = [[1, 2, 4, 8][t % 4] for t in range(teams)]
@@ -93,8 +96,9 @@ def contended(out, nodes, teams, wls, seed, unequal=False, mixed=False, long_gan
                     pin = "instance_type: ml.g5.8xlarge, "
                 else:
                     pin = f"instance_type: {'ml.p5.48xlarge' if i % 2 == 0 else 'ml.p4d.24xlarge'}, "
+            ask = "topology: {required: rack}, " if racks and count > 1 else ""
             f.write(f"  - {{name: w{i:06d}, team: team-{team:03d}, priority: {cls}, submit_at: {t}, duration: {dur}, "
-                    f"count: {count}, {pin}requests: {{gpu: {gpu}, cpu: {cpu}, memory: {mem}Gi}}}}\n")
+                    f"count: {count}, {pin}{ask}requests: {{gpu: {gpu}, cpu: {cpu}, memory: {mem}Gi}}}}\n")
         f.write(f"until: {horizon * 4}\n")
 
 
@@ -128,15 +132,17 @@ def main(argv):
     elif len(argv) >= 5 and argv[0] == "contended":
         flags = {a for a in argv[1:] if a.startswith("--")}
         pos = [a for a in argv[1:] if not a.startswith("--")]
-        unknown = flags - {"--unequal", "--mixed", "--pinned", "--long-gangs"}
+        unknown = flags - {"--unequal", "--mixed", "--pinned", "--long-gangs", "--racks"}
         if unknown:
             sys.exit(f"unknown option(s) {sorted(unknown)}; use --unequal, --mixed, --pinned, "
-                     "--long-gangs")
+                     "--long-gangs, --racks")
+        if "--racks" in flags and ("--mixed" in flags or "--pinned" in flags):
+            sys.exit("--racks puts p5 nodes in racks; it does not go with --mixed or --pinned")
         out, nodes, teams, wls = pos[0], int(pos[1]), int(pos[2]), int(pos[3])
         seed = int(pos[4]) if len(pos) > 4 else 7
         pinned = "--pinned" in flags
         contended(out, nodes, teams, wls, seed, "--unequal" in flags,
-                  "--mixed" in flags or pinned, "--long-gangs" in flags, pinned)
+                  "--mixed" in flags or pinned, "--long-gangs" in flags, pinned, "--racks" in flags)
     else:
         sys.exit(__doc__)
 

@@ -12,8 +12,9 @@
 //!
 //! `kubernetes.io/hostname` is a level every node has: each node is a domain of its own.
 //!
-//! Placing in a domain is not counted the way `RoomCount` counts room for plain pod sets: the
-//! count and the preemption bound place and give back (`try_place_in`).
+//! Whether pods fit in a domain is counted without placing them (`try_place_in`), except for
+//! slices, which only placing tells; the preemption bound places a gang that asks for a
+//! domain with its candidates gone, rather than counting room as it goes (`RoomCount`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -85,14 +86,93 @@ impl NodeSet {
         count: u32,
         ask: Option<Ask>,
     ) -> Result<(), PlaceFailure> {
-        if ask.is_none() {
+        let Some(ask) = ask else {
             return self.try_place(flavor, req, count);
+        };
+        if ask.slice.is_none() {
+            let counted = self.count_in(flavor, req, count, ask);
+            // Debug builds (every test) also place them, give them back, and compare.
+            #[cfg(debug_assertions)]
+            {
+                let placed = self.place_in(flavor, req, count, Some(ask)).map(|allocs| {
+                    for a in allocs.iter().rev() {
+                        self.release(a);
+                    }
+                });
+                assert_eq!(
+                    counted, placed,
+                    "counting room in a domain disagrees with placing"
+                );
+            }
+            return counted;
         }
-        let allocs = self.place_in(flavor, req, count, ask)?;
+        // Slices are placed greedily: only placing them tells.
+        let allocs = self.place_in(flavor, req, count, Some(ask))?;
         for a in allocs.iter().rev() {
             self.release(a);
         }
         Ok(())
+    }
+
+    /// `try_place_in` for an ask without slices, counted without placing: in a domain, pods
+    /// go on nodes each taking what it can (`place_on`), so they fit exactly when the pods its
+    /// nodes take add up to the count.
+    fn count_in(
+        &mut self,
+        flavor: FlavorId,
+        req: &[(ResId, i64)],
+        count: u32,
+        ask: Ask,
+    ) -> Result<(), PlaceFailure> {
+        let mut best = self.most_in_one(flavor, req, count, ask.level);
+        if best < count && !ask.required {
+            for level in self.topo.wider_than(ask.level, ask.level == HOSTNAME) {
+                best = best.max(self.most_in_one(flavor, req, count, &level));
+                if best >= count {
+                    break;
+                }
+            }
+            if best < count && self.try_place(flavor, req, count).is_ok() {
+                best = count;
+            }
+        }
+        if best >= count {
+            return Ok(());
+        }
+        Err(PlaceFailure {
+            placed: best,
+            wanted: count,
+            schedulable_nodes: self.schedulable_count(flavor),
+        })
+    }
+
+    /// The most pods of `req` (at most `count`) one domain of `level` takes on `flavor`.
+    fn most_in_one(&self, flavor: FlavorId, req: &[(ResId, i64)], count: u32, level: &str) -> u32 {
+        if level == HOSTNAME {
+            return self
+                .schedulable_of(flavor)
+                .map(|id| self.node(id).pods_fit(req, count))
+                .max()
+                .unwrap_or(0);
+        }
+        let Some(l) = self.topo.level(level) else {
+            return 0;
+        };
+        let mut best = 0;
+        for d in &l.domains {
+            let mut room = 0u32;
+            for id in &d.nodes {
+                let n = self.node(*id);
+                if n.flavor == flavor && n.schedulable() {
+                    room = room.saturating_add(n.pods_fit(req, count));
+                    if room >= count {
+                        return count;
+                    }
+                }
+            }
+            best = best.max(room);
+        }
+        best
     }
 
     /// `describe_room`, and with an ask, the domains that come closest: `by rack: r3 takes 2
@@ -185,24 +265,40 @@ impl NodeSet {
         count: u32,
         level: &str,
     ) -> Vec<Candidate> {
-        let mut by_domain: BTreeMap<Arc<str>, Vec<NodeId>> = BTreeMap::new();
-        for id in self.schedulable_of(flavor) {
-            if let Some(d) = self.domain_name(id, level) {
-                by_domain.entry(d).or_default().push(id);
+        let candidate = |name: Arc<str>, nodes: Vec<NodeId>| {
+            let room = self.room_on(&nodes, req, count);
+            let free = nodes.iter().map(|id| self.primary_free(flavor, *id)).sum();
+            Candidate {
+                name,
+                nodes,
+                room,
+                free,
             }
+        };
+        if level == HOSTNAME {
+            return self
+                .schedulable_of(flavor)
+                .map(|id| candidate(self.node(id).name.clone(), vec![id]))
+                .collect();
         }
-        by_domain
-            .into_iter()
-            .map(|(name, mut nodes)| {
-                nodes.sort();
-                let room = self.room_on(&nodes, req, count);
-                let free = nodes.iter().map(|id| self.primary_free(flavor, *id)).sum();
-                Candidate {
-                    name,
-                    nodes,
-                    room,
-                    free,
-                }
+        let Some(l) = self.topo.level(level) else {
+            return Vec::new();
+        };
+        // The index's domains, in the order first seen: callers order them by what they
+        // compare (free room, then name), so every replica picks alike.
+        l.domains
+            .iter()
+            .filter_map(|d| {
+                let nodes: Vec<NodeId> = d
+                    .nodes
+                    .iter()
+                    .copied()
+                    .filter(|id| {
+                        let n = self.node(*id);
+                        n.flavor == flavor && n.schedulable()
+                    })
+                    .collect();
+                (!nodes.is_empty()).then(|| candidate(d.name.clone(), nodes))
             })
             .collect()
     }
