@@ -197,6 +197,9 @@ struct Agent {
     syncing: Option<u64>,
     next_sync: u64,
     registered: bool,
+    /// Its last report carried its rack (a report before the cluster took topology did not:
+    /// it reports again once the cluster does, as a real agent tries its levels again).
+    with_topology: bool,
     /// Cut off from every replica until this step.
     cut_until: u64,
 }
@@ -299,6 +302,7 @@ impl Sim {
                     syncing: None,
                     next_sync: 1,
                     registered: false,
+                    with_topology: false,
                     cut_until: 0,
                 })
                 .collect(),
@@ -630,7 +634,15 @@ impl Sim {
             let team = self.rng.below(4);
             let priority = self.rng.below(3) as i32;
             let count = 1 + self.rng.below(2) as u32;
-            let input = self.submit_input(team, priority, count, ResourceName::gpu(), 1);
+            let mut input = self.submit_input(team, priority, count, ResourceName::gpu(), 1);
+            // Every third two-pod gang asks for one rack, where the cluster takes topology (a
+            // client of an older cluster is refused and does not ask): no random draw added.
+            if count > 1 && self.submitted.is_multiple_of(3) && self.takes_topology(i) {
+                input
+                    .spec
+                    .labels
+                    .insert(allot_common::topology::REQUIRED_LABEL.into(), "rack".into());
+            }
             // Half the submits come with a plan made here, a test input: the plan for the
             // state right after the submit, computed on this replica's applied state whether
             // or not other entries are in flight (the leader's fast path waits until none is),
@@ -1096,8 +1108,10 @@ impl Sim {
                 continue;
             }
             let (target, incarnation, registered) = (a.target, a.incarnation, a.registered);
-            if !registered {
-                let body = Body::ReportNode(self.report_of(k));
+            if !registered || (!self.agents[k].with_topology && self.takes_topology(target)) {
+                let report = self.report_of(k, target);
+                self.agents[k].with_topology = !report.topology.is_empty();
+                let body = Body::ReportNode(report);
                 let at = step + 1 + self.rng.below(3);
                 self.agent_send(AgentMsg::Report {
                     replica: target,
@@ -1188,8 +1202,17 @@ impl Sim {
         }
     }
 
-    fn report_of(&self, k: usize) -> NodeReport {
+    /// Agent `k`'s report, sent to replica `target`: its rack (the three agents share one, which
+    /// nodes registered by hand are not in) where the cluster takes topology
+    /// levels (a real agent reports without them while they are refused, and tries them
+    /// again later).
+    fn report_of(&self, k: usize, target: usize) -> NodeReport {
         let it = Catalog::builtin().get("ml.g5.8xlarge").expect("in catalog");
+        let topology = if self.takes_topology(target) {
+            [("rack".to_string(), format!("r{}", k / 3))].into()
+        } else {
+            Default::default()
+        };
         NodeReport {
             name: self.agents[k].node.clone(),
             instance_type: "ml.g5.8xlarge".into(),
@@ -1200,8 +1223,48 @@ impl Sim {
             lease_ms: LEASE_MS,
             agent_version: String::new(),
             sources: Default::default(),
-            topology: Default::default(),
+            topology,
         }
+    }
+
+    /// Gangs placed by a rack on any live replica: each has its pods in one rack (agents
+    /// `3r` to `3r+2` are rack `r`; nodes registered by hand have none). Returns how many
+    /// there are.
+    fn racks_checked(&self) -> usize {
+        let mut seen = 0;
+        for i in 0..self.n {
+            let Some(r) = self.rep(i) else {
+                continue;
+            };
+            let st = &r.machine.state;
+            for (_, w) in st.workloads().iter() {
+                let (Some(adm), Some(_)) = (&w.admission, w.topology()) else {
+                    continue;
+                };
+                let racks: std::collections::BTreeSet<String> = adm
+                    .placement
+                    .iter()
+                    .map(|(_, p)| {
+                        let name = &st.acct().nodes.node(p.node).name;
+                        let k: usize = name.trim_start_matches("agent-").parse().expect("agent-K");
+                        format!("r{}", k / 3)
+                    })
+                    .collect();
+                assert!(
+                    racks.len() <= 1,
+                    "seed {}: {} asks for one rack and runs on {racks:?}",
+                    self.seed,
+                    w.spec.name
+                );
+                seen += 1;
+            }
+        }
+        seen
+    }
+
+    /// Whether replica `i`'s cluster format takes topology levels.
+    fn takes_topology(&self, i: usize) -> bool {
+        self.rep(i).is_some_and(|r| r.machine.format >= 6)
     }
 
     /// Agent `k` got its assignments for a sync sent at step `sent`: its lease runs from then;
@@ -1578,10 +1641,12 @@ fn three_replicas_many_seeds() {
     let mut admitted = 0;
     let mut background = 0;
     let mut started = 0;
+    let mut by_rack = 0;
     for seed in 0..seeds(12) {
         let mut sim = Sim::new(seed, 3);
         sim.run(600);
         assert!(!sim.leaders.is_empty(), "seed {seed}: no leader ever");
+        by_rack += sim.racks_checked();
         fast += sim.planned_in_submit;
         admitted += sim.admitted_in_submit;
         background += sim.background_written;
@@ -1592,6 +1657,8 @@ fn three_replicas_many_seeds() {
         started > 100,
         "only {started} pods started by the simulated agents"
     );
+    // Gangs that ask for a rack must have run, or the rack check checked nothing.
+    assert!(by_rack > 0, "no gang that asks for a rack was admitted");
     // The fast path must have planned some submits in their own entries, or it went untested.
     eprintln!("the fast path planned {fast} submits; {admitted} were admitted by their entry");
     assert!(fast > 0, "the fast path planned no submit");
