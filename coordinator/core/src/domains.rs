@@ -13,8 +13,9 @@
 //! `kubernetes.io/hostname` is a level every node has: each node is a domain of its own.
 //!
 //! Whether pods fit in a domain is counted without placing them (`try_place_in`), except for
-//! slices, which only placing tells; the preemption bound places a gang that asks for a
-//! domain with its candidates gone, rather than counting room as it goes (`RoomCount`).
+//! slices, which only placing tells. The preemption bound counts the room a required domain
+//! gains per domain as candidates go (`NodeSet::room_count_in`); a preferred level or slices
+//! it places with the candidates gone.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -346,6 +346,10 @@ pub struct RoomCount {
     /// Per node given something back: the amounts per resource (a broken device stays held),
     /// and the pods it takes with them.
     touched: BTreeMap<NodeId, (Amounts, i64)>,
+    /// For pods that must share one domain of a topology level: the level, and the pods each
+    /// of its domains takes (by domain index; by node id for the hostname level). `total` is
+    /// then the most one domain takes.
+    domains: Option<(Arc<str>, BTreeMap<u32, i64>)>,
 }
 
 impl RoomCount {
@@ -374,6 +378,7 @@ impl RoomCount {
             .touched
             .entry(a.node)
             .or_insert_with(|| (Amounts::new(), i64::from(node.pods_fit(req, want as u32))));
+        let before = *room;
         for (r, v) in &a.req {
             let mut amount = *v;
             if let (Some(nr), Some((_, idx))) = (
@@ -403,8 +408,22 @@ impl RoomCount {
             n = n.min((node.free(*r) + extra) / v);
         }
         let n = n.max(0);
-        self.total += n - *room;
         *room = n;
+        match &mut self.domains {
+            None => self.total += n - before,
+            Some((level, per)) => {
+                let domain = if &**level == allot_common::topology::HOSTNAME {
+                    Some(a.node.0)
+                } else {
+                    ns.topo.level(level).and_then(|l| l.domain_index(a.node))
+                };
+                if let Some(d) = domain {
+                    let pods = per.entry(d).or_insert(0);
+                    *pods += n - before;
+                    self.total = self.total.max(*pods);
+                }
+            }
+        }
     }
 }
 
@@ -1118,6 +1137,7 @@ impl NodeSet {
             want: i64::from(count),
             total: 0,
             touched: BTreeMap::new(),
+            domains: None,
         };
         let per_pod_primary = f.per_pod_primary(req);
         if count > 0 {
@@ -1129,6 +1149,44 @@ impl NodeSet {
             }
         }
         Some(room)
+    }
+
+    /// `room_count` for pods that must all be in one domain of topology level `level`: the
+    /// room is the most pods one domain takes.
+    pub fn room_count_in(
+        &self,
+        flavor: FlavorId,
+        req: &[(ResId, i64)],
+        count: u32,
+        level: &str,
+    ) -> Option<RoomCount> {
+        let f = self.flavors.get(&flavor)?;
+        let mut per: BTreeMap<u32, i64> = BTreeMap::new();
+        let fit = |id: NodeId| {
+            let n = &self.nodes[id.idx()];
+            if n.flavor == flavor && n.schedulable() {
+                i64::from(n.pods_fit(req, count))
+            } else {
+                0
+            }
+        };
+        if level == allot_common::topology::HOSTNAME {
+            for (_, id) in &f.index {
+                per.insert(id.0, fit(*id));
+            }
+        } else if let Some(l) = self.topo.level(level) {
+            for (d, dom) in l.domains.iter().enumerate() {
+                per.insert(d as u32, dom.nodes.iter().map(|id| fit(*id)).sum());
+            }
+        }
+        Some(RoomCount {
+            flavor,
+            req: req.iter().copied().collect(),
+            want: i64::from(count),
+            total: per.values().copied().max().unwrap_or(0),
+            touched: BTreeMap::new(),
+            domains: Some((Arc::from(level), per)),
+        })
     }
 
     /// Total and free capacity of one resource over the schedulable nodes of a flavor.

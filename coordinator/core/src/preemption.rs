@@ -512,8 +512,21 @@ impl Bound {
     ) -> Bound {
         let room = match place {
             _ if !ctx.st.placement || place.is_empty() => Room::Free,
-            // Placing in a topology domain is not counted: placed at the end, as several.
-            [_] if wl.topology().is_some() => Room::Placed(Vec::new()),
+            // One domain that a gang requires, without slices: counted per domain. Otherwise
+            // (a preferred level widens, slices are placed greedily) placed at the end.
+            [(i, f, count)] if wl.topology().is_some() => match wl.topology() {
+                Some(ask) if ask.required && ask.slice.is_none() => {
+                    match ctx
+                        .acct
+                        .nodes
+                        .room_count_in(*f, &wl.pod_reqs[*i], *count, ask.level)
+                    {
+                        Some(r) => Room::Counted(r),
+                        None => Room::Never,
+                    }
+                }
+                _ => Room::Placed(Vec::new()),
+            },
             [(i, f, count)] => match ctx.acct.nodes.room_count(*f, &wl.pod_reqs[*i], *count) {
                 Some(r) => Room::Counted(r),
                 None => Room::Never,

@@ -41,6 +41,11 @@ impl Level {
             .and_then(|d| self.domains.get(*d as usize))
     }
 
+    /// The index of the domain node `id` is in, if it has this level.
+    pub fn domain_index(&self, id: NodeId) -> Option<u32> {
+        self.of_node.get(&id).copied()
+    }
+
     /// Domains with at least one node.
     pub fn count(&self) -> usize {
         self.domains.iter().filter(|d| !d.nodes.is_empty()).count()

@@ -196,3 +196,31 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn room_in_one_domain_counts_what_is_given_back_per_domain() {
+    let (mut ns, f, g) = racks(8, 4);
+    let full: Vec<PodAlloc> = (0..8)
+        .map(|_| ns.place_in(f, &[(g, 8)], 1, None).unwrap().remove(0))
+        .collect();
+    let by_node = |id: u32| full.iter().find(|a| a.node == NodeId(id)).unwrap();
+    let mut room = ns.room_count_in(f, &[(g, 8)], 3, "rack").unwrap();
+    assert!(!room.fits());
+    // Two nodes of r0 and one of r1 back: three pods fit over two racks, not in one.
+    for id in [0, 1, 4] {
+        room.release(&ns, by_node(id));
+    }
+    assert!(!room.fits());
+    assert_eq!(room.room(), 2);
+    room.release(&ns, by_node(2));
+    assert!(room.fits(), "rack r0 has three nodes back");
+    // The hostname level: one node takes at most one 8-GPU pod.
+    let mut host = ns.room_count_in(f, &[(g, 4)], 2, HOSTNAME).unwrap();
+    assert!(!host.fits());
+    host.release(&ns, by_node(7));
+    assert!(host.fits());
+    // A level no node has never fits.
+    let mut none = ns.room_count_in(f, &[(g, 8)], 1, "row").unwrap();
+    none.release(&ns, by_node(3));
+    assert!(!none.fits());
+}
