@@ -76,7 +76,17 @@ fn the_dashboard_shows_the_cluster_as_it_is_and_keeps_teams_apart() {
     );
     setup_team(&c, "team-a");
     setup_team(&c, "team-b");
-    let (_g1, _g2) = two_gpu_nodes(&c);
+    // Two nodes of one GPU in one rack.
+    let rack = ["--topology".to_string(), "rack=r1".to_string()];
+    let _g1 = c.start_agent_with("g5-1", "ml.g5.8xlarge", 1, 3.0, &rack);
+    let _g2 = c.start_agent_with("g5-2", "ml.g5.8xlarge", 1, 3.0, &rack);
+    wait_for(30, "two registered nodes", || {
+        (c.cli_ok("admin-admin", &["get", "nodes"])
+            .matches("Ready")
+            .count()
+            == 2)
+            .then_some(())
+    });
     submit(
         &c,
         "user-team-a",
@@ -182,6 +192,12 @@ fn the_dashboard_shows_the_cluster_as_it_is_and_keeps_teams_apart() {
         let row = browser.text_of(&format!("node-row-{n}"), 20);
         assert!(row.contains("Ready") && row.contains("1 / 1"), "{row}");
     }
+    // Their rack, both ready, its GPUs in use.
+    let rack = browser.text_of("domain-row-rack-r1", 20);
+    assert!(
+        rack.contains("g5-1, g5-2") && rack.contains("2 / 2") && rack.contains("0 free of 2"),
+        "{rack}"
+    );
     browser.screenshot(&shots.join("nodes.png"));
 
     // Usage: a row per team that ran.

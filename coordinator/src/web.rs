@@ -279,6 +279,7 @@ async fn answer(
         }
         "teams" => Body::GetTeams,
         "nodes" => Body::GetNodes,
+        "topology" => Body::GetTopology,
         "workloads" => Body::GetWorkloads(WorkloadFilter { team, all: false }),
         "workload" => Body::DescribeWorkload {
             name: text("name").ok_or_else(|| invalid("name= is needed".into()))?,
@@ -318,8 +319,8 @@ async fn answer(
             return Err(ApiError::new(
                 ErrorKind::NotFound,
                 format!(
-                    "no view {other:?}; the views are whoami, teams, nodes, workloads, workload, \
-                     explain, history, usage, logs"
+                    "no view {other:?}; the views are whoami, teams, nodes, topology, workloads, \
+                     workload, explain, history, usage, logs"
                 ),
             ))
         }

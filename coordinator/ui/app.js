@@ -308,7 +308,8 @@ async function workload(team, name, rank) {
 }
 
 async function nodes() {
-  const ns = (await get('nodes')).Nodes;
+  const [nodeReply, topoReply] = await Promise.all([get('nodes'), get('topology')]);
+  const ns = nodeReply.Nodes;
   const res = present(ns.map((n) => n.capacity));
   const rows = ns.map((n) => h('tr', { id: `node-row-${n.name}` },
     h('td', {}, n.name), h('td', {}, n.instance_type),
@@ -317,7 +318,24 @@ async function nodes() {
     h('td', {}, n.devices.map((d) => h('div', { class: d.healthy ? '' : 'bad' },
       `${d.resource}${d.index} ${d.model || ''}${d.mig ? ' (MIG)' : ''} ${d.healthy ? '✓' : `✗ ${d.reason}`}`)))));
   return h('div', {}, h('h1', {}, 'Nodes'),
-    table(['Node', 'Instance type', 'Status', ...res.map((r) => `${LABEL[r]}#`), 'Devices'], rows, { id: 'nodes' }));
+    table(['Node', 'Instance type', 'Status', ...res.map((r) => `${LABEL[r]}#`), 'Devices'], rows, { id: 'nodes' }),
+    topology(topoReply.Topology || [], res));
+}
+
+// The topology domains (racks, network blocks) and what their ready nodes have free: where a
+// gang that asks for one domain of a level can go.
+function topology(ds, res) {
+  if (!ds.length) return null;
+  const rows = ds.map((d) => h('tr', { id: `domain-row-${d.level}-${d.domain}` },
+    h('td', {}, d.level), h('td', {}, d.domain), h('td', {}, d.nodes.join(', ')),
+    num(`${d.schedulable} / ${d.nodes.length}`),
+    res.map((r) => {
+      const cap = val(d.capacity, r);
+      const free = val(d.free, r);
+      return h('td', { class: 'num' }, bar(cap - free, cap), `${fmt(r, free)} free of ${fmt(r, cap)}`);
+    })));
+  return [h('h2', {}, 'Topology'),
+    table(['Level', 'Domain', 'Nodes', 'Ready#', ...res.map((r) => `${LABEL[r]}#`)], rows, { id: 'topology' })];
 }
 
 const HOUR_MS = 3600 * 1000;
