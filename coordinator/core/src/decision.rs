@@ -683,12 +683,22 @@ pub(crate) fn process(ctx: &mut Ctx, wl: &Workload) -> Outcome {
         .collect();
     let total: u32 = deltas.iter().sum();
     if total > 0 {
+        // With slices, a pod set is admitted in whole slices only (the fewest at or above its
+        // min_count).
+        let slice = wl
+            .topology()
+            .and_then(|a| a.slice)
+            .map_or(1, |s| s.size.max(1));
         let counts_at = |i: u32| -> Vec<u32> {
             wl.spec
                 .pod_sets
                 .iter()
                 .zip(&deltas)
-                .map(|(p, d)| p.count - ((u64::from(*d) * u64::from(i)) / u64::from(total)) as u32)
+                .map(|(p, d)| {
+                    let c = p.count - ((u64::from(*d) * u64::from(i)) / u64::from(total)) as u32;
+                    let least = p.min_count.unwrap_or(p.count).div_ceil(slice) * slice;
+                    (c / slice * slice).max(least).min(p.count)
+                })
                 .collect()
         };
         // Smallest i in 1..=total whose counts fit or can preempt (binary search, as Kueue).

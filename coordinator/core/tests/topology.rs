@@ -10,6 +10,8 @@ use allot_core::nodes::{NodeSet, PodAlloc, ResKind};
 use allot_core::topology::node_topo;
 use proptest::prelude::*;
 
+mod support;
+
 /// `n` nodes of 8 GPUs, `per_rack` to a rack (`r0`, `r1`, ...), every rack in block `b0`.
 fn racks(n: u32, per_rack: u32) -> (NodeSet, FlavorId, ResId) {
     let mut names = Interner::default();
@@ -223,4 +225,38 @@ fn room_in_one_domain_counts_what_is_given_back_per_domain() {
     let mut none = ns.room_count_in(f, &[(g, 8)], 1, "row").unwrap();
     none.release(&ns, by_node(3));
     assert!(!none.fits());
+}
+
+/// Partial admission of a gang in slices keeps whole slices: six pods in slices of two on
+/// hosts with room for one slice each is admitted as four, not five.
+#[test]
+fn partial_admission_keeps_whole_slices() {
+    use allot_common::topology::{REQUIRED_LABEL, SLICE_LEVEL_LABEL, SLICE_SIZE_LABEL};
+    use support::*;
+    let mut sim = Sim::classical(vec![gpu_team("a", 16, None)]);
+    // Two hosts of 2 GPUs and one of 1 GPU, in one block: 5 pods of 1 GPU fit, but only two
+    // slices of two.
+    sim.nodes(F, "h", 2, 2);
+    sim.nodes(F, "small", 1, 1);
+    let block = [("block".to_string(), "b0".to_string())].into();
+    for n in ["h0", "h1", "small0"] {
+        sim.st.set_node_topology(n, &block).unwrap();
+    }
+    let mut w = wl("sliced", "a", 0, 6, &[("gpu", "1")]);
+    w.pod_sets[0].min_count = Some(3);
+    w.labels = [
+        (REQUIRED_LABEL.to_string(), "block".to_string()),
+        (SLICE_LEVEL_LABEL.to_string(), HOSTNAME.to_string()),
+        (SLICE_SIZE_LABEL.to_string(), "2".to_string()),
+    ]
+    .into();
+    sim.submit(w).settle();
+    let st = &sim.st;
+    let id = st.find_workload("sliced").unwrap();
+    let adm = st
+        .workload(id)
+        .admission
+        .as_ref()
+        .expect("admitted in part");
+    assert_eq!(adm.pod_sets[0].count, 4, "two whole slices");
 }
