@@ -78,15 +78,7 @@ fn the_dashboard_shows_the_cluster_as_it_is_and_keeps_teams_apart() {
     setup_team(&c, "team-b");
     // Two nodes of one GPU in one rack.
     let rack = ["--topology".to_string(), "rack=r1".to_string()];
-    let _g1 = c.start_agent_with("g5-1", "ml.g5.8xlarge", 1, 3.0, &rack);
-    let _g2 = c.start_agent_with("g5-2", "ml.g5.8xlarge", 1, 3.0, &rack);
-    wait_for(30, "two registered nodes", || {
-        (c.cli_ok("admin-admin", &["get", "nodes"])
-            .matches("Ready")
-            .count()
-            == 2)
-            .then_some(())
-    });
+    let (_g1, _g2) = two_gpu_nodes_with(&c, &rack);
     submit(
         &c,
         "user-team-a",

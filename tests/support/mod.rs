@@ -355,8 +355,13 @@ pub fn one_gpu_cluster() -> (Cluster, AgentProc) {
 
 /// Two one-GPU nodes (ml.g5.8xlarge) `g5-1` and `g5-2`, registered and ready.
 pub fn two_gpu_nodes(c: &Cluster) -> (AgentProc, AgentProc) {
-    let a1 = c.start_agent("g5-1", "ml.g5.8xlarge", 1, 3.0);
-    let a2 = c.start_agent("g5-2", "ml.g5.8xlarge", 1, 3.0);
+    two_gpu_nodes_with(c, &[])
+}
+
+/// `two_gpu_nodes`, each agent started with `extra` flags too.
+pub fn two_gpu_nodes_with(c: &Cluster, extra: &[String]) -> (AgentProc, AgentProc) {
+    let a1 = c.start_agent_with("g5-1", "ml.g5.8xlarge", 1, 3.0, extra);
+    let a2 = c.start_agent_with("g5-2", "ml.g5.8xlarge", 1, 3.0, extra);
     wait_for(30, "two registered nodes", || {
         (c.cli_ok("admin-admin", &["get", "nodes"])
             .matches("Ready")
