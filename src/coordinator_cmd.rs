@@ -12,7 +12,11 @@ use anyhow::{anyhow, bail};
 use serde::Deserialize;
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct CoordinatorArgs {
+    /// Ask the running cluster about its replicas instead of running one.
+    #[command(subcommand)]
+    pub cmd: Option<CoordinatorCmd>,
     /// YAML config file with the same keys as the flags (snake_case); flags override it.
     #[arg(long, env = "ALLOT_CONFIG")]
     pub config: Option<PathBuf>,
@@ -65,6 +69,26 @@ pub struct CoordinatorArgs {
     /// started with the same file; a data directory that already holds a log is refused.
     #[arg(long)]
     pub restore: Option<PathBuf>,
+}
+
+/// What `allot coordinator` does instead of running a replica.
+#[derive(Debug, clap::Subcommand)]
+pub enum CoordinatorCmd {
+    /// The cluster's coordinator replicas.
+    Members {
+        #[command(subcommand)]
+        cmd: MembersCmd,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum MembersCmd {
+    /// Each replica as the leader sees it: address, role, the log index it has matched, how far
+    /// behind the commit index it is, and whether the leader hears from it (admins).
+    List {
+        #[command(flatten)]
+        out: crate::cli::Out,
+    },
 }
 
 #[derive(Debug, Default, Deserialize)]

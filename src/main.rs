@@ -129,6 +129,19 @@ fn main() -> ExitCode {
         memory::give_back_freed_memory();
     }
     match cli.command {
+        Command::Coordinator(coordinator_cmd::CoordinatorArgs {
+            cmd:
+                Some(coordinator_cmd::CoordinatorCmd::Members {
+                    cmd: coordinator_cmd::MembersCmd::List { out },
+                }),
+            ..
+        }) => {
+            let opts = cli.client.clone();
+            let get = cli::ClusterCmd::Get {
+                what: cli::GetWhat::Members { out },
+            };
+            async_cmd(Box::pin(async move { cli::run(get, &opts).await }), false)
+        }
         Command::Coordinator(a) => async_cmd(Box::pin(coordinator_cmd::run(a)), true),
         Command::Dev(a) => async_cmd(Box::pin(dev::run(a)), true),
         Command::Agent(a) => match agent_cmd::run(a, &cli.client) {

@@ -815,6 +815,9 @@ pub enum Body {
     BackupStream,
     /// `allot get topology`: every topology domain, its nodes and their room. Protocol 7.
     GetTopology,
+    /// `allot coordinator members list` (admins): the replicas, as the leader sees them.
+    /// Protocol 7.
+    GetMembers,
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -1070,6 +1073,23 @@ pub enum Reply {
     },
     /// The answer to `Body::GetTopology`: the domains of every level, by level and domain.
     Topology(Vec<DomainView>),
+    /// The answer to `Body::GetMembers`: each replica, by id.
+    Members(Vec<MemberView>),
+}
+
+/// One coordinator replica as the leader sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberView {
+    pub id: u64,
+    /// Where its peers and clients reach it.
+    pub address: String,
+    /// `leader` or `follower`.
+    pub role: String,
+    /// The log index it has matched, and how far it is behind the commit index.
+    pub matched: u64,
+    pub behind: u64,
+    /// Whether the leader heard from it within the last election timeout.
+    pub active: bool,
 }
 
 /// One topology domain as `allot get topology` shows it.

@@ -78,4 +78,7 @@ pub struct Status {
     /// Set while a failed write keeps the replica out of the cluster (`Stop::Disk`): why, and
     /// since when. `/readyz` says so.
     pub disk_wait: Option<String>,
+    /// The voters, each with, on the leader, the index it has matched and whether it was
+    /// heard from recently (a follower keeps no progress of its peers).
+    pub members: Vec<(u64, Option<(u64, bool)>)>,
 }

@@ -261,6 +261,9 @@ impl RaftLoop {
             s.limits = rep.machine.limits;
             s.wants_formats = self.node.wants_peer_formats();
             s.disk_wait = None;
+            if s.members.len() != rep.voters().len() || s.is_leader {
+                s.members = rep.member_progress();
+            }
         }
     }
 

@@ -344,6 +344,23 @@ impl<D: Disk> Replica<D> {
         self.cfg.format_reads
     }
 
+    /// Each voter with, on the leader, the log index it has matched and whether it was heard
+    /// from recently (`None` on a follower, which keeps no progress of its peers).
+    pub fn member_progress(&self) -> Vec<(u64, Option<(u64, bool)>)> {
+        let leader = self.is_leader();
+        self.cfg
+            .voters
+            .iter()
+            .map(|&id| {
+                let progress = self.raw.raft.prs().get(id).filter(|_| leader);
+                (
+                    id,
+                    progress.map(|p| (p.matched, p.recent_active || id == self.cfg.id)),
+                )
+            })
+            .collect()
+    }
+
     /// The voters of the cluster, this replica among them.
     pub fn voters(&self) -> &[u64] {
         &self.cfg.voters

@@ -29,6 +29,7 @@ pub(crate) async fn handle_request(body: Body, who: &Identity, sh: &Shared) -> R
             })
         }
         Body::WebTicket => web_ticket(who, sh),
+        Body::GetMembers => members(who, sh),
         Body::FormatProbe => match who {
             Identity::Coordinator { .. } => Ok(Reply::Format {
                 reads: sh.format_reads,
@@ -126,4 +127,27 @@ fn web_ticket(who: &Identity, sh: &Shared) -> Response {
         http: http.to_string(),
         expires_ms,
     })
+}
+
+/// The replicas as this replica, the leader, sees them (a follower sends the caller to it).
+fn members(who: &Identity, sh: &Shared) -> Response {
+    admin_only(who, "list the coordinator replicas")?;
+    sh.leader_only()?;
+    let s = sh.status();
+    let members = s
+        .members
+        .iter()
+        .map(|&(id, progress)| {
+            let (matched, active) = progress.unwrap_or((0, false));
+            allot_common::api::MemberView {
+                id,
+                address: sh.peers.get(&id).cloned().unwrap_or_default(),
+                role: if id == s.leader { "leader" } else { "follower" }.to_string(),
+                matched,
+                behind: s.commit.saturating_sub(matched),
+                active,
+            }
+        })
+        .collect();
+    Ok(Reply::Members(members))
 }

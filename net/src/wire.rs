@@ -61,7 +61,7 @@ pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
             7
         }
         Body::BackupStream => 6,
-        Body::GetTopology => 7,
+        Body::GetTopology | Body::GetMembers => 7,
         Body::SetGangScheduling(_) | Body::GetGangScheduling => 5,
         Body::FormatProbe | Body::RemoveNode { .. } | Body::Backup => 3,
         Body::OnBehalf { body, .. } => protocol_of(body),

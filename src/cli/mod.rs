@@ -103,6 +103,12 @@ pub enum GetWhat {
         #[command(flatten)]
         out: Out,
     },
+    /// The coordinator replicas as the leader sees them: address, role, how far behind, and
+    /// whether it hears from them (admins; also `allot coordinator members list`).
+    Members {
+        #[command(flatten)]
+        out: Out,
+    },
     /// Topology domains (racks, network blocks): their nodes and free room, level by level.
     Topology {
         /// Only this level's domains.
@@ -1387,6 +1393,9 @@ async fn run_reads(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
             GetWhat::Teams { out } => print_reply(api(c.call(Body::GetTeams).await)?, out.format),
             GetWhat::GangScheduling { out } => {
                 print_reply(api(c.call(Body::GetGangScheduling).await)?, out.format)
+            }
+            GetWhat::Members { out } => {
+                print_reply(api(c.call(Body::GetMembers).await)?, out.format)
             }
             GetWhat::Topology { level, out } => {
                 let Reply::Topology(mut ds) = api(c.call(Body::GetTopology).await)? else {

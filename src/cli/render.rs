@@ -240,6 +240,7 @@ pub(crate) fn render(r: &Reply) -> String {
         Reply::BackupStream { size, .. } => format!("a backup of {size} bytes follows\n"),
         Reply::GangScheduling(p) => render_gang_scheduling(p.as_ref()),
         Reply::Topology(ds) => render_topology(ds),
+        Reply::Members(ms) => render_members(ms),
         Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
         Reply::LogChunk(b) => String::from_utf8_lossy(b).into_owned(),
         Reply::LogRequests(rs) => format!("{} log requests\n", rs.len()),
@@ -638,6 +639,25 @@ pub(crate) fn render_nodes(ns: &[NodeView]) -> String {
                     });
                 }
                 row
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// `coordinator members list`: each replica as the leader sees it.
+pub(crate) fn render_members(ms: &[allot_common::api::MemberView]) -> String {
+    table(
+        &["ID", "ADDRESS", "ROLE", "MATCHED", "BEHIND", "ACTIVE"],
+        &ms.iter()
+            .map(|m| {
+                vec![
+                    m.id.to_string(),
+                    m.address.clone(),
+                    m.role.clone(),
+                    m.matched.to_string(),
+                    m.behind.to_string(),
+                    if m.active { "yes" } else { "no" }.to_string(),
+                ]
             })
             .collect::<Vec<_>>(),
     )
