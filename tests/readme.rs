@@ -196,13 +196,25 @@ fn pods_of(home: &Path) -> Vec<u32> {
     out
 }
 
-/// Starts `allot dev` with `HOME` at `home` and waits until the CLI can find it.
+/// Starts `allot dev` with `HOME` at `home` and waits until the CLI can find it. Its ports
+/// (a base and offsets above it for HTTP) are drawn below the ephemeral range, where other
+/// tests' outgoing connections take theirs; one that `allot dev` finds taken (it exits) is
+/// drawn again.
 fn start_dev(home: &Path, extra: &[String]) -> std::process::Child {
-    let port = std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-        .clamp(10_000, 60_000);
+    for _ in 0..3 {
+        let drawn = std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .map(|a| a.port())
+            .expect("port");
+        if let Some(dev) = try_start_dev(home, extra, 20_000 + drawn % 10_000) {
+            return dev;
+        }
+    }
+    panic!("allot dev did not start on three ports");
+}
+
+/// `start_dev` on one base port; `None` when `allot dev` exited before it was running.
+fn try_start_dev(home: &Path, extra: &[String], port: u16) -> Option<std::process::Child> {
     let mut dev = Command::new(BIN)
         .args(["dev", "--port", &port.to_string()])
         .args(extra)
@@ -224,12 +236,21 @@ fn start_dev(home: &Path, extra: &[String]) -> std::process::Child {
             }
         }
     });
-    assert!(
-        rx.recv_timeout(Duration::from_secs(60)).is_ok(),
-        "allot dev did not start"
-    );
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => {}
+        // Its output closed: it exited (a port taken); the caller draws another.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            let _ = dev.wait();
+            return None;
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            let _ = dev.kill();
+            let _ = dev.wait();
+            panic!("allot dev did not start within 60 s");
+        }
+    }
     assert!(home.join(".allot/dev/coordinators").exists());
-    dev
+    Some(dev)
 }
 
 /// Runs each step in `cwd` and compares its output with the README's (commands that read are

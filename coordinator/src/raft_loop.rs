@@ -256,12 +256,13 @@ impl RaftLoop {
             s.term = rep.term();
             s.commit = rep.commit_index();
             s.applied = rep.applied_index();
+            let was_leader = s.is_leader;
             s.is_leader = rep.is_leader();
             s.beat = Some(Instant::now());
             s.limits = rep.machine.limits;
             s.wants_formats = self.node.wants_peer_formats();
             s.disk_wait = None;
-            if s.members.len() != rep.voters().len() || s.is_leader {
+            if s.members.len() != rep.voters().len() || s.is_leader || was_leader {
                 s.members = rep.member_progress();
             }
         }

@@ -132,8 +132,16 @@ fn web_ticket(who: &Identity, sh: &Shared) -> Response {
 /// The replicas as this replica, the leader, sees them (a follower sends the caller to it).
 fn members(who: &Identity, sh: &Shared) -> Response {
     admin_only(who, "list the coordinator replicas")?;
-    sh.leader_only()?;
+    // One look at the status: progress and roles from the same turn of a leader.
     let s = sh.status();
+    if !s.is_leader {
+        return Err(sh.leader_only().err().unwrap_or_else(|| {
+            ApiError::new(
+                ErrorKind::Unavailable,
+                "this coordinator became the leader while answering; ask again",
+            )
+        }));
+    }
     let members = s
         .members
         .iter()

@@ -1152,7 +1152,8 @@ impl NodeSet {
     }
 
     /// `room_count` for pods that must all be in one domain of topology level `level`: the
-    /// room is the most pods one domain takes.
+    /// room is the most pods one domain takes. `None` when the flavor has no nodes or no node
+    /// has the level (no room however much is given back).
     pub fn room_count_in(
         &self,
         flavor: FlavorId,
@@ -1174,7 +1175,9 @@ impl NodeSet {
             for (_, id) in &f.index {
                 per.insert(id.0, fit(*id));
             }
-        } else if let Some(l) = self.topo.level(level) {
+        } else {
+            // A level no node has: never room (the bound fails at once, reading nothing).
+            let l = self.topo.level(level)?;
             for (d, dom) in l.domains.iter().enumerate() {
                 per.insert(d as u32, dom.nodes.iter().map(|id| fit(*id)).sum());
             }
