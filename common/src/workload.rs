@@ -165,9 +165,6 @@ impl WorkloadSpec {
                 check_label(k, v).map_err(|e| WorkloadError::Labels(self.name.clone(), e))?;
             }
         }
-        let counts: Vec<u32> = self.pod_sets.iter().map(|p| p.count).collect();
-        crate::topology::ask(&self.labels, &counts)
-            .map_err(|e| WorkloadError::Labels(self.name.clone(), e))?;
         let pods: u64 = self.pod_sets.iter().map(|ps| u64::from(ps.count)).sum();
         if pods > MAX_PODS {
             return Err(WorkloadError::TooManyPods(self.name.clone(), pods));

@@ -477,6 +477,8 @@ pub(crate) fn job_from_value(mut v: Value, origin: &str) -> anyhow::Result<Submi
     let topology = std::mem::replace(&mut spec.labels, labels);
     spec.labels.extend(topology);
     spec.validate().map_err(|e| anyhow!("{origin}: {e}"))?;
+    let counts: Vec<u32> = spec.pod_sets.iter().map(|p| p.count).collect();
+    allot_common::topology::ask(&spec.labels, &counts).map_err(|e| anyhow!("{origin}: {e}"))?;
     Ok(SubmitInput {
         client_token: Some(format!("{}-{}", spec.name, token_suffix())),
         spec,
