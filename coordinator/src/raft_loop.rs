@@ -263,7 +263,9 @@ impl RaftLoop {
             s.wants_formats = self.node.wants_peer_formats();
             s.disk_wait = None;
             if s.members.len() != rep.voters().len() || s.is_leader || was_leader {
-                s.members = rep.member_progress();
+                // Refilled in place: no allocation per turn.
+                s.members.clear();
+                s.members.extend(rep.member_progress());
             }
         }
     }

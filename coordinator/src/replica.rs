@@ -346,19 +346,15 @@ impl<D: Disk> Replica<D> {
 
     /// Each voter with, on the leader, the log index it has matched and whether it was heard
     /// from recently (`None` on a follower, which keeps no progress of its peers).
-    pub fn member_progress(&self) -> Vec<(u64, Option<(u64, bool)>)> {
+    pub fn member_progress(&self) -> impl Iterator<Item = (u64, Option<(u64, bool)>)> + '_ {
         let leader = self.is_leader();
-        self.cfg
-            .voters
-            .iter()
-            .map(|&id| {
-                let progress = self.raw.raft.prs().get(id).filter(|_| leader);
-                (
-                    id,
-                    progress.map(|p| (p.matched, p.recent_active || id == self.cfg.id)),
-                )
-            })
-            .collect()
+        self.cfg.voters.iter().map(move |&id| {
+            let progress = self.raw.raft.prs().get(id).filter(|_| leader);
+            (
+                id,
+                progress.map(|p| (p.matched, p.recent_active || id == self.cfg.id)),
+            )
+        })
     }
 
     /// The voters of the cluster, this replica among them.

@@ -1258,6 +1258,56 @@ async fn drain_waiting(
     }
 }
 
+/// `allot get ...`: one list each.
+async fn run_get(what: GetWhat, c: &mut Client) -> anyhow::Result<()> {
+    match what {
+        GetWhat::Workloads {
+            team,
+            all,
+            watch,
+            expand,
+            out,
+        } => {
+            let filter = WorkloadFilter {
+                team: team.clone(),
+                all,
+            };
+            if watch {
+                return watch_workloads(c, filter).await;
+            }
+            let r = api(c.call(Body::GetWorkloads(filter)).await)?;
+            match (r, out.format, expand) {
+                (Reply::Workloads(ws), Format::Table, false) => {
+                    let Reply::Arrays(arrays) = api(c.call(Body::GetArrays { team }).await)? else {
+                        bail!("unexpected answer to get arrays");
+                    };
+                    print!("{}", render_collapsed(&ws, &arrays));
+                }
+                (r, format, _) => print_reply(r, format),
+            }
+        }
+        GetWhat::Arrays { team, out } => {
+            print_reply(api(c.call(Body::GetArrays { team }).await)?, out.format)
+        }
+        GetWhat::Nodes { out } => print_reply(api(c.call(Body::GetNodes).await)?, out.format),
+        GetWhat::Teams { out } => print_reply(api(c.call(Body::GetTeams).await)?, out.format),
+        GetWhat::GangScheduling { out } => {
+            print_reply(api(c.call(Body::GetGangScheduling).await)?, out.format)
+        }
+        GetWhat::Members { out } => print_reply(api(c.call(Body::GetMembers).await)?, out.format),
+        GetWhat::Topology { level, out } => {
+            let Reply::Topology(mut ds) = api(c.call(Body::GetTopology).await)? else {
+                bail!("unexpected answer to get topology");
+            };
+            if let Some(l) = &level {
+                ds.retain(|d| &d.level == l);
+            }
+            print_reply(Reply::Topology(ds), out.format)
+        }
+    }
+    Ok(())
+}
+
 /// Everything that reads: usage, history, waits, explanations, logs, describe and get.
 async fn run_reads(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
     match cmd {
@@ -1359,54 +1409,7 @@ async fn run_reads(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
         ClusterCmd::Describe {
             what: DescribeWhat::Node { name },
         } => describe_node(c, &name).await?,
-        ClusterCmd::Get { what } => match what {
-            GetWhat::Workloads {
-                team,
-                all,
-                watch,
-                expand,
-                out,
-            } => {
-                let filter = WorkloadFilter {
-                    team: team.clone(),
-                    all,
-                };
-                if watch {
-                    return watch_workloads(c, filter).await;
-                }
-                let r = api(c.call(Body::GetWorkloads(filter)).await)?;
-                match (r, out.format, expand) {
-                    (Reply::Workloads(ws), Format::Table, false) => {
-                        let Reply::Arrays(arrays) = api(c.call(Body::GetArrays { team }).await)?
-                        else {
-                            bail!("unexpected answer to get arrays");
-                        };
-                        print!("{}", render_collapsed(&ws, &arrays));
-                    }
-                    (r, format, _) => print_reply(r, format),
-                }
-            }
-            GetWhat::Arrays { team, out } => {
-                print_reply(api(c.call(Body::GetArrays { team }).await)?, out.format)
-            }
-            GetWhat::Nodes { out } => print_reply(api(c.call(Body::GetNodes).await)?, out.format),
-            GetWhat::Teams { out } => print_reply(api(c.call(Body::GetTeams).await)?, out.format),
-            GetWhat::GangScheduling { out } => {
-                print_reply(api(c.call(Body::GetGangScheduling).await)?, out.format)
-            }
-            GetWhat::Members { out } => {
-                print_reply(api(c.call(Body::GetMembers).await)?, out.format)
-            }
-            GetWhat::Topology { level, out } => {
-                let Reply::Topology(mut ds) = api(c.call(Body::GetTopology).await)? else {
-                    bail!("unexpected answer to get topology");
-                };
-                if let Some(l) = &level {
-                    ds.retain(|d| &d.level == l);
-                }
-                print_reply(Reply::Topology(ds), out.format)
-            }
-        },
+        ClusterCmd::Get { what } => run_get(what, c).await?,
         _ => bail!("a command run_reads does not run"),
     }
     Ok(())

@@ -161,17 +161,11 @@ impl NodeSet {
         };
         let mut best = 0;
         for d in &l.domains {
-            let mut room = 0u32;
-            for id in &d.nodes {
-                let n = self.node(*id);
-                if n.flavor == flavor && n.schedulable() {
-                    room = room.saturating_add(n.pods_fit(req, count));
-                    if room >= count {
-                        return count;
-                    }
-                }
+            let on_flavor = d.nodes.iter().copied().filter(|id| self.takes(flavor, *id));
+            best = best.max(self.room_on(on_flavor, req, count));
+            if best >= count {
+                break;
             }
-            best = best.max(room);
         }
         best
     }
@@ -267,7 +261,7 @@ impl NodeSet {
         level: &str,
     ) -> Vec<Candidate> {
         let candidate = |name: Arc<str>, nodes: Vec<NodeId>| {
-            let room = self.room_on(&nodes, req, count);
+            let room = self.room_on(nodes.iter().copied(), req, count);
             let free = nodes.iter().map(|id| self.primary_free(flavor, *id)).sum();
             Candidate {
                 name,
@@ -294,10 +288,7 @@ impl NodeSet {
                     .nodes
                     .iter()
                     .copied()
-                    .filter(|id| {
-                        let n = self.node(*id);
-                        n.flavor == flavor && n.schedulable()
-                    })
+                    .filter(|id| self.takes(flavor, *id))
                     .collect();
                 (!nodes.is_empty()).then(|| candidate(d.name.clone(), nodes))
             })
@@ -316,10 +307,15 @@ impl NodeSet {
     }
 
     /// Pods of `req` that `nodes` take, at most `count`.
-    fn room_on(&self, nodes: &[NodeId], req: &[(ResId, i64)], count: u32) -> u32 {
+    fn room_on(
+        &self,
+        nodes: impl IntoIterator<Item = NodeId>,
+        req: &[(ResId, i64)],
+        count: u32,
+    ) -> u32 {
         let mut room = 0u32;
         for id in nodes {
-            room = room.saturating_add(self.node(*id).pods_fit(req, count));
+            room = room.saturating_add(self.node(id).pods_fit(req, count));
             if room >= count {
                 return count;
             }
@@ -394,7 +390,7 @@ impl NodeSet {
             let size = slice.size.max(1).min(remaining);
             let pick = groups
                 .iter()
-                .filter(|(_, g)| self.room_on(g, req, size) >= size)
+                .filter(|(_, g)| self.room_on(g.iter().copied(), req, size) >= size)
                 .map(|(name, g)| {
                     let free: i64 = g.iter().map(|id| self.primary_free(flavor, *id)).sum();
                     (free, name.clone())

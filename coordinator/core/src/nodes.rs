@@ -780,6 +780,12 @@ impl NodeSet {
         }
     }
 
+    /// Whether node `id` is a schedulable node of `flavor`.
+    pub(crate) fn takes(&self, flavor: FlavorId, id: NodeId) -> bool {
+        let n = &self.nodes[id.idx()];
+        n.flavor == flavor && n.schedulable()
+    }
+
     /// How many schedulable nodes `flavor` has.
     pub(crate) fn schedulable_count(&self, flavor: FlavorId) -> usize {
         self.flavors.get(&flavor).map_or(0, |f| f.index.len())
@@ -1036,7 +1042,7 @@ impl NodeSet {
             n => Err(PlaceFailure {
                 placed: n.unwrap_or(0),
                 wanted: count,
-                schedulable_nodes: self.flavors.get(&flavor).map_or(0, |f| f.index.len()),
+                schedulable_nodes: self.schedulable_count(flavor),
             }),
         };
         #[cfg(debug_assertions)]
@@ -1164,9 +1170,8 @@ impl NodeSet {
         let f = self.flavors.get(&flavor)?;
         let mut per: BTreeMap<u32, i64> = BTreeMap::new();
         let fit = |id: NodeId| {
-            let n = &self.nodes[id.idx()];
-            if n.flavor == flavor && n.schedulable() {
-                i64::from(n.pods_fit(req, count))
+            if self.takes(flavor, id) {
+                i64::from(self.nodes[id.idx()].pods_fit(req, count))
             } else {
                 0
             }
@@ -1323,11 +1328,7 @@ impl NodeSet {
         req: &[(ResId, i64)],
         names: &Interner,
     ) -> String {
-        let nodes = self
-            .flavors
-            .get(&flavor)
-            .map(|f| f.index.len())
-            .unwrap_or(0);
+        let nodes = self.schedulable_count(flavor);
         let parts: Vec<String> = req
             .iter()
             .filter(|(_, v)| *v > 0)

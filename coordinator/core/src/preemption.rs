@@ -502,6 +502,23 @@ enum Room {
     Placed(Vec<WlId>),
 }
 
+impl Room {
+    /// The room for one pod set, counted on the nodes where counting tells.
+    fn of_one(ctx: &Ctx, wl: &Workload, (i, f, count): (usize, FlavorId, u32)) -> Room {
+        let (nodes, req) = (&ctx.acct.nodes, &wl.pod_reqs[i]);
+        let counted = match wl.topology() {
+            None => nodes.room_count(f, req, count),
+            // One domain that a gang requires, without slices: counted per domain.
+            Some(ask) if ask.required && ask.slice.is_none() => {
+                nodes.room_count_in(f, req, count, ask.level)
+            }
+            // A preferred level widens and slices are placed greedily: placed at the end.
+            Some(_) => return Room::Placed(Vec::new()),
+        };
+        counted.map_or(Room::Never, Room::Counted)
+    }
+}
+
 impl Bound {
     fn start(
         ctx: &Ctx,
@@ -512,25 +529,7 @@ impl Bound {
     ) -> Bound {
         let room = match place {
             _ if !ctx.st.placement || place.is_empty() => Room::Free,
-            // One domain that a gang requires, without slices: counted per domain. Otherwise
-            // (a preferred level widens, slices are placed greedily) placed at the end.
-            [(i, f, count)] if wl.topology().is_some() => match wl.topology() {
-                Some(ask) if ask.required && ask.slice.is_none() => {
-                    match ctx
-                        .acct
-                        .nodes
-                        .room_count_in(*f, &wl.pod_reqs[*i], *count, ask.level)
-                    {
-                        Some(r) => Room::Counted(r),
-                        None => Room::Never,
-                    }
-                }
-                _ => Room::Placed(Vec::new()),
-            },
-            [(i, f, count)] => match ctx.acct.nodes.room_count(*f, &wl.pod_reqs[*i], *count) {
-                Some(r) => Room::Counted(r),
-                None => Room::Never,
-            },
+            [one] => Room::of_one(ctx, wl, *one),
             _ => Room::Placed(Vec::new()),
         };
         Bound {
