@@ -69,6 +69,12 @@ pub struct CoordinatorArgs {
     /// started with the same file; a data directory that already holds a log is refused.
     #[arg(long)]
     pub restore: Option<PathBuf>,
+    /// Join a running cluster as a new replica, after `allot coordinator members add ID
+    /// ADDRESS` named it: the replica starts with no configuration and waits for the leader's
+    /// snapshot. `--peers` lists the running replicas and this one. Only for an empty data
+    /// directory's first start; afterwards the flag changes nothing.
+    #[arg(long)]
+    pub join: bool,
 }
 
 /// What `allot coordinator` does instead of running a replica.
@@ -89,6 +95,89 @@ pub enum MembersCmd {
         #[command(flatten)]
         out: crate::cli::Out,
     },
+    /// Add replica ID, reached at ADDRESS (HOST:PORT), to the cluster (admins). It joins as a
+    /// learner (it gets the log but does not vote) and becomes a voter once it has caught up.
+    /// Start it with `allot coordinator --id ID --join` and a certificate for coordinator ID
+    /// (`allot certs issue --role coordinator --id ID`).
+    Add {
+        /// The new replica's id: unique, never used before in this cluster.
+        id: u64,
+        /// Where its peers and clients reach it (HOST:PORT, UDP).
+        address: String,
+        /// Return once the replica is a learner, without waiting for it to become a voter.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Remove replica ID from the cluster (admins), one at a time. Refused when the voters left
+    /// could not form a quorum; removing the leader hands leadership to another voter first.
+    Remove { id: u64 },
+}
+
+/// Runs a `members` subcommand against the cluster.
+pub async fn members(cmd: MembersCmd, opts: &crate::client::ClientOpts) -> anyhow::Result<()> {
+    use crate::client::api;
+    use allot_common::api::Body;
+    let (body, what) = match cmd {
+        MembersCmd::List { out } => {
+            let get = crate::cli::ClusterCmd::Get {
+                what: crate::cli::GetWhat::Members { out },
+            };
+            return crate::cli::run(get, opts).await;
+        }
+        MembersCmd::Add {
+            id,
+            address,
+            no_wait,
+        } => (
+            Body::AddMember {
+                id,
+                address: address.clone(),
+            },
+            (!no_wait).then_some(id),
+        ),
+        MembersCmd::Remove { id } => (Body::RemoveMember { id }, None),
+    };
+    let mut c = opts.connect()?;
+    let added = matches!(body, Body::AddMember { .. });
+    let id = match &body {
+        Body::AddMember { id, .. } | Body::RemoveMember { id } => *id,
+        _ => 0,
+    };
+    let r = api(c.call(body).await);
+    let r = match (r, what) {
+        (Err(e), _) => Err(e),
+        (Ok(_), None) => Ok(()),
+        (Ok(_), Some(id)) => {
+            eprintln!("replica {id} added as a learner; waiting for it to catch up and become a voter (start it with --join)");
+            wait_for_voter(&mut c, id).await
+        }
+    };
+    opts.remember(&c);
+    c.close().await;
+    r?;
+    if added {
+        println!("replica {id} is a member (see allot coordinator members list)");
+    } else {
+        println!("replica {id} removed from the cluster; stop its process");
+    }
+    Ok(())
+}
+
+/// Polls the members until replica `id` votes (or a minute passes).
+async fn wait_for_voter(c: &mut allot_net::client::Client, id: u64) -> anyhow::Result<()> {
+    use allot_common::api::{Body, Reply};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Reply::Members(ms) = crate::client::api(c.call(Body::GetMembers).await)? {
+            if ms.iter().any(|m| m.id == id && m.role != "learner") {
+                return Ok(());
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("replica {id} is still a learner after a minute: is it running with --join, and can the leader reach it? (allot coordinator members list shows how far behind it is)");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -271,6 +360,7 @@ pub fn resolve(a: CoordinatorArgs) -> anyhow::Result<ServerConfig> {
         raft_priority,
         disk_reserve_bytes: disk_reserve_mb << 20,
         restore: a.restore,
+        join: a.join,
     })
 }
 

@@ -130,17 +130,12 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Coordinator(coordinator_cmd::CoordinatorArgs {
-            cmd:
-                Some(coordinator_cmd::CoordinatorCmd::Members {
-                    cmd: coordinator_cmd::MembersCmd::List { out },
-                }),
+            cmd: Some(coordinator_cmd::CoordinatorCmd::Members { cmd }),
             ..
         }) => {
             let opts = cli.client.clone();
-            let get = cli::ClusterCmd::Get {
-                what: cli::GetWhat::Members { out },
-            };
-            async_cmd(Box::pin(async move { cli::run(get, &opts).await }), false)
+            let run = async move { coordinator_cmd::members(cmd, &opts).await };
+            async_cmd(Box::pin(run), false)
         }
         Command::Coordinator(a) => async_cmd(Box::pin(coordinator_cmd::run(a)), true),
         Command::Dev(a) => async_cmd(Box::pin(dev::run(a)), true),

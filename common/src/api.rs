@@ -818,6 +818,17 @@ pub enum Body {
     /// `allot coordinator members list` (admins): the replicas, as the leader sees them.
     /// Protocol 7.
     GetMembers,
+    /// `allot coordinator members add` (admins): replica `id`, reached at `address`, joins the
+    /// cluster as a learner, and the leader makes it a voter once it has caught up. Protocol 8.
+    AddMember {
+        id: u64,
+        address: String,
+    },
+    /// `allot coordinator members remove` (admins): replica `id` leaves the cluster. Refused
+    /// when the voters left could not form a quorum. Protocol 8.
+    RemoveMember {
+        id: u64,
+    },
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -1083,7 +1094,7 @@ pub struct MemberView {
     pub id: u64,
     /// Where its peers and clients reach it.
     pub address: String,
-    /// `leader` or `follower`.
+    /// `leader`, `follower`, or `learner` (added, still catching up: it does not vote yet).
     pub role: String,
     /// The log index it has matched, and how far it is behind the commit index.
     pub matched: u64,

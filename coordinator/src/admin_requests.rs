@@ -1,6 +1,6 @@
 //! An admin's configuration requests: compute quotas, the cluster scheduler config, teams'
 //! registry credentials (which a team's own users may set too), and node maintenance (cordon,
-//! uncordon, drain).
+//! uncordon, drain), and the coordinator replicas themselves (`members.rs`).
 
 use std::ops::ControlFlow;
 
@@ -10,6 +10,7 @@ use allot_net::tls::Identity;
 
 use crate::auth::*;
 use crate::config_text;
+use crate::members::MemberChange;
 use crate::route::Route;
 
 /// What `body` becomes if it is one of these requests (or why `who` may not make it);
@@ -34,6 +35,14 @@ pub(crate) fn route(body: Body, who: &Identity) -> ControlFlow<Result<Route, Api
         | Body::BackupStream
         | Body::SetGangScheduling(_)
         | Body::GetGangScheduling) => ControlFlow::Break(answer(b, who)),
+        Body::AddMember { id, address } => ControlFlow::Break(
+            admin_only(who, "add coordinator replicas")
+                .map(|_| Route::Member(MemberChange::Add { id, address })),
+        ),
+        Body::RemoveMember { id } => ControlFlow::Break(
+            admin_only(who, "remove coordinator replicas")
+                .map(|_| Route::Member(MemberChange::Remove { id })),
+        ),
         other => ControlFlow::Continue(other),
     }
 }

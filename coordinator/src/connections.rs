@@ -38,6 +38,9 @@ pub(crate) async fn peer_sender(
         let conn = match connect(&endpoint, &client, &addr).await {
             Ok(c) => c,
             Err(e) => {
+                if rx.is_closed() {
+                    return;
+                }
                 tracing::debug!("peer {to} at {addr}: {e}");
                 // Raft resends; drop what queued up and tell it about lost snapshots.
                 while let Ok(m) = rx.try_recv() {
@@ -345,12 +348,16 @@ pub(crate) async fn probe_format(
 pub(crate) async fn format_prober(
     peer: u64,
     addr: String,
-    endpoint: quinn::Endpoint,
-    client: quinn::ClientConfig,
+    (endpoint, client): (quinn::Endpoint, quinn::ClientConfig),
+    linked: mpsc::WeakUnboundedSender<Message>,
     shared: Shared,
 ) {
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
+        // The peer left the membership: its sender was dropped.
+        if linked.upgrade().is_none() {
+            return;
+        }
         if !shared.status().wants_formats {
             continue;
         }

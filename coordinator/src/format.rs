@@ -27,6 +27,7 @@
 //! | 4 | GPU partitions: compute quota rows with `AcceleratorPartition` (layout 1 of `allot_common::layout`), and node reports with MIG devices |
 //! | 5 | gang readiness: `SetPodsReady`, `PodsReadyTimeout`, `BackoffFinished`, and `Machine::pods_ready` at the end of a snapshot |
 //! | 6 | topology: node reports and nodes with topology levels (layout 2 of `allot_common::layout`), and workloads that ask for a level |
+//! | 7 | membership changes: raft configuration changes, and `Machine::members` (the added replicas' addresses) at the end of a snapshot |
 //!
 //! API requests carry a protocol version (`allot_net::wire`): a client sends the oldest one
 //! that has its request, so a newer client talks to an older coordinator during an upgrade,
@@ -35,7 +36,7 @@
 use allot_core::machine::Command;
 
 /// The newest format this build reads and writes.
-pub const CURRENT: u32 = 6;
+pub const CURRENT: u32 = 7;
 
 /// The first byte of an enveloped (format 1 or later) entry or snapshot.
 const ENVELOPE: u8 = 0xFF;
@@ -173,6 +174,7 @@ pub fn protocol(reads: u32) -> u32 {
         1..=3 => 3,
         4 => 4,
         5 => 6,
+        6 => 7,
         _ => allot_net::wire::PROTOCOL_VERSION,
     }
 }

@@ -365,6 +365,19 @@ impl<D: Disk, R> Node<D, R> {
                 self.handle_heartbeat(&node, now);
                 self.propose(cmd, reply, None, now, wall)
             }
+            Route::Member(change) => {
+                let token = self.leader.token();
+                match self.rep.propose_member_change(token, &change) {
+                    Ok(()) => {
+                        self.waiters.insert(token, (reply, now, None));
+                        Proposed::Waiting
+                    }
+                    Err(e) => {
+                        self.outbox.push((reply, Err(e)));
+                        Proposed::Refused
+                    }
+                }
+            }
             Route::Read(q) => {
                 self.handle_read(q, reply);
                 Proposed::Waiting
@@ -463,6 +476,7 @@ impl<D: Disk, R> Node<D, R> {
         }
         self.led_in = leads;
         self.raise_format(now, wall);
+        self.rep.promote_caught_up();
         let timeout = self.write_timeout_ms;
         self.waiters
             .retain(|_, (_, since, _)| now.saturating_sub(*since) <= timeout);

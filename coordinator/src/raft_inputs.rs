@@ -58,6 +58,10 @@ pub(crate) struct SnapshotDone {
     pub(crate) took: [Duration; 2],
 }
 
+/// A member as `Status::members` lists it: its id, whether it is a learner, and on the
+/// leader the index it has matched and whether it was heard from recently.
+pub type MemberStatus = (u64, bool, Option<(u64, bool)>);
+
 /// What the rest of the process can see of the raft thread.
 #[derive(Clone, Debug, Default)]
 pub struct Status {
@@ -78,7 +82,8 @@ pub struct Status {
     /// Set while a failed write keeps the replica out of the cluster (`Stop::Disk`): why, and
     /// since when. `/readyz` says so.
     pub disk_wait: Option<String>,
-    /// The voters, each with, on the leader, the index it has matched and whether it was
-    /// heard from recently (a follower keeps no progress of its peers).
-    pub members: Vec<(u64, Option<(u64, bool)>)>,
+    /// The voters then the learners, each with whether it is a learner and, on the leader,
+    /// the index it has matched and whether it was heard from recently (a follower keeps no
+    /// progress of its peers).
+    pub members: Vec<MemberStatus>,
 }

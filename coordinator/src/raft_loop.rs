@@ -30,6 +30,9 @@ pub(crate) struct RaftLoop {
     /// The monotonic clock's origin for the driver's `Millis`.
     pub(crate) origin: Instant,
     pub(crate) peers: BTreeMap<u64, mpsc::UnboundedSender<Message>>,
+    /// Starts and stops the peer senders as the membership changes (set once the endpoint
+    /// listens).
+    pub(crate) links: Option<crate::peer_links::PeerLinks>,
     pub(crate) status: Arc<Mutex<Status>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) applied_tx: tokio::sync::watch::Sender<u64>,
@@ -248,6 +251,13 @@ impl RaftLoop {
         );
     }
 
+    /// The peer senders, in line with the membership.
+    pub(crate) fn sync_peers(&mut self) {
+        if let Some(links) = &mut self.links {
+            links.sync(self.node.replica(), &mut self.peers);
+        }
+    }
+
     /// What the rest of the process sees, after each turn.
     fn publish(&mut self) {
         let rep = self.node.replica();
@@ -262,7 +272,8 @@ impl RaftLoop {
             s.limits = rep.machine.limits;
             s.wants_formats = self.node.wants_peer_formats();
             s.disk_wait = None;
-            if s.members.len() != rep.voters().len() || s.is_leader || was_leader {
+            let members = rep.voters().len() + rep.learners().len();
+            if s.members.len() != members || s.is_leader || was_leader {
                 // Refilled in place: no allocation per turn.
                 s.members.clear();
                 s.members.extend(rep.member_progress());
@@ -321,6 +332,7 @@ impl RaftLoop {
                 return Stop::Disk(why);
             }
             self.publish();
+            self.sync_peers();
         }
     }
 }
@@ -504,6 +516,7 @@ pub(crate) async fn wait_for_disk(
         node,
         origin,
         peers,
+        mut links,
         status,
         metrics,
         applied_tx,
@@ -551,12 +564,16 @@ pub(crate) async fn wait_for_disk(
                 tracing::info!(
                     "coordinator {id}: its disk takes writes again; the replica is open again and catches up from its peers"
                 );
+                if let Some(l) = &mut links {
+                    l.forget();
+                }
                 return Some(RaftLoop {
                     encode_machine: node.replica().codec().encode_machine,
                     snapshot_files: node.replica().disk().snapshot_store(),
                     node,
                     origin,
                     peers,
+                    links,
                     status,
                     metrics,
                     applied_tx,

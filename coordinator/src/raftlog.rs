@@ -195,8 +195,12 @@ impl raft::Storage for LogCache {
         Ok(self.last())
     }
 
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        if self.snap_index() < request_index || self.snapshot.data.is_empty() {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        // A replica just added refuses a snapshot whose configuration lacks it: it waits for
+        // the one taken where it was added.
+        let conf = self.snapshot.get_metadata().get_conf_state();
+        let has_to = conf.voters.contains(&to) || conf.learners.contains(&to);
+        if self.snap_index() < request_index || self.snapshot.data.is_empty() || !has_to {
             return Err(store_err(StorageError::SnapshotTemporarilyUnavailable));
         }
         Ok(self.snapshot.clone())
@@ -301,6 +305,9 @@ fn apply_batch(c: &mut LogCache, b: &Batch<'_>) {
     }
     if let Some(s) = b.local {
         c.record(s);
+        // What the disk gives back on load is the configuration at its snapshot; changes
+        // after it are applied again from the log (as `RedbDisk` does).
+        c.conf_state = s.get_metadata().get_conf_state().clone();
     }
     c.append(b.entries);
     if let Some(hs) = b.hard_state {

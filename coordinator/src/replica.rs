@@ -8,16 +8,24 @@ use allot_common::api::{ApiError, ErrorKind, Reply};
 use allot_core::machine::{Entry as Cmd, Machine};
 use allot_core::Event;
 use protobuf::Message as _;
-use raft::eraftpb::{Entry, EntryType, Message, MessageType, Snapshot};
+use raft::eraftpb::{
+    ConfChange, ConfChangeType, ConfState, Entry, EntryType, Message, MessageType, Snapshot,
+};
 use raft::{RawNode, StateRole};
 
 use crate::format::{self, FormatError};
+use crate::members::{self, MemberChange};
 use crate::raftlog::{Batch, Disk, DiskError, LogCache, SnapshotFile};
 
 #[derive(Clone, Debug)]
 pub struct ReplicaConfig {
     pub id: u64,
+    /// The voters a cluster starts with (`--peers`), this replica among them; afterwards the
+    /// configuration in the log and snapshots holds.
     pub voters: Vec<u64>,
+    /// This replica joins a running cluster (`members add`): it starts with no configuration,
+    /// never campaigns, and waits for the leader's snapshot.
+    pub join: bool,
     /// Ticks without a heartbeat before a follower campaigns. The election timeout is drawn in
     /// `[election_tick, max_election_tick)`.
     pub election_tick: usize,
@@ -40,6 +48,7 @@ impl ReplicaConfig {
         ReplicaConfig {
             id,
             voters,
+            join: false,
             election_tick: 10,
             max_election_tick: 20,
             heartbeat_tick: 2,
@@ -103,6 +112,14 @@ pub struct Replica<D: Disk> {
     must_reach: u64,
     /// Read indexes asked before this leader committed an entry of its term.
     deferred_reads: Vec<u64>,
+    /// The configuration at the index of the snapshot being encoded elsewhere.
+    job_conf: ConfState,
+    /// A replica was added at this index: a snapshot is taken there at once, so that the one
+    /// the leader sends it holds it in its configuration.
+    snapshot_due: Option<u64>,
+    /// Configuration changes applied or installed since this replica opened: the shell
+    /// connects to the members anew when it moves.
+    conf_changes: u64,
 }
 
 /// A snapshot to encode off the raft thread: a copy of the machine at `index`. The copy shares
@@ -205,7 +222,8 @@ impl<D: Disk> Replica<D> {
         logger: &slog::Logger,
     ) -> Result<Self, ReplicaError> {
         let persisted = disk.load()?;
-        let cache = LogCache::from_persisted(persisted, &cfg.voters);
+        let voters = if cfg.join { &[][..] } else { &cfg.voters[..] };
+        let cache = LogCache::from_persisted(persisted, voters);
         let snap_index = cache.snapshot.get_metadata().index;
         let machine = if cache.snapshot.data.is_empty() {
             Machine::new()
@@ -250,6 +268,9 @@ impl<D: Disk> Replica<D> {
             snapshot_base: snap_index,
             must_reach: 0,
             deferred_reads: Vec::new(),
+            job_conf: ConfState::default(),
+            snapshot_due: None,
+            conf_changes: 0,
         })
     }
 
@@ -271,6 +292,15 @@ impl<D: Disk> Replica<D> {
     ///   moved back to what it has, and the leader probes from there.
     pub fn step(&mut self, mut m: Message) -> Result<(), raft::Error> {
         let last = self.raw.raft.raft_log.last_index();
+        if self.joining() {
+            // Entries from the start of the log would lack the configuration the cluster
+            // started with (it is in `--peers`, not the log): a joiner takes a snapshot first.
+            match m.get_msg_type() {
+                MessageType::MsgAppend => return Ok(()),
+                MessageType::MsgHeartbeat => m.commit = m.commit.min(last),
+                _ => {}
+            }
+        }
         match m.get_msg_type() {
             MessageType::MsgHeartbeat if m.commit > last => {
                 if m.commit > self.must_reach {
@@ -344,22 +374,46 @@ impl<D: Disk> Replica<D> {
         self.cfg.format_reads
     }
 
-    /// Each voter with, on the leader, the log index it has matched and whether it was heard
-    /// from recently (`None` on a follower, which keeps no progress of its peers).
-    pub fn member_progress(&self) -> impl Iterator<Item = (u64, Option<(u64, bool)>)> + '_ {
+    /// Each member (voters, then learners) with whether it is a learner and, on the leader,
+    /// the log index it has matched and whether it was heard from recently (`None` on a
+    /// follower, which keeps no progress of its peers).
+    pub fn member_progress(&self) -> impl Iterator<Item = (u64, bool, Option<(u64, bool)>)> + '_ {
         let leader = self.is_leader();
-        self.cfg.voters.iter().map(move |&id| {
-            let progress = self.raw.raft.prs().get(id).filter(|_| leader);
-            (
-                id,
-                progress.map(|p| (p.matched, p.recent_active || id == self.cfg.id)),
-            )
-        })
+        let conf = &self.raw.store().conf_state;
+        let voters = conf.voters.iter().map(|&id| (id, false));
+        voters
+            .chain(conf.learners.iter().map(|&id| (id, true)))
+            .map(move |(id, learner)| {
+                let progress = self.raw.raft.prs().get(id).filter(|_| leader);
+                (
+                    id,
+                    learner,
+                    progress.map(|p| (p.matched, p.recent_active || id == self.cfg.id)),
+                )
+            })
     }
 
-    /// The voters of the cluster, this replica among them.
+    /// The voters of the cluster, this replica among them (unless it was removed, or is a
+    /// learner), in id order.
     pub fn voters(&self) -> &[u64] {
-        &self.cfg.voters
+        &self.raw.store().conf_state.voters
+    }
+
+    /// The learners: replicas added and still catching up, in id order.
+    pub fn learners(&self) -> &[u64] {
+        &self.raw.store().conf_state.learners
+    }
+
+    /// Configuration changes applied or installed since this replica opened.
+    pub fn conf_changes(&self) -> u64 {
+        self.conf_changes
+    }
+
+    /// Whether this replica has no configuration yet: it joins a running cluster and waits
+    /// for the leader's snapshot.
+    pub fn joining(&self) -> bool {
+        let conf = &self.raw.store().conf_state;
+        conf.voters.is_empty() && conf.learners.is_empty()
     }
 
     pub fn codec(&self) -> SnapshotCodec {
@@ -411,6 +465,153 @@ impl<D: Disk> Replica<D> {
         self.raw
             .propose(ctx_bytes(self.cfg.id, token), data)
             .map_err(|e| ApiError::new(ErrorKind::Unavailable, format!("proposal dropped: {e}")))
+    }
+
+    /// Proposes a membership change (`members.rs`); only the leader accepts, one change at a
+    /// time, and never one that would leave the voters without a reachable quorum. `token`
+    /// comes back with the applied entry.
+    pub fn propose_member_change(
+        &mut self,
+        token: u64,
+        change: &MemberChange,
+    ) -> Result<(), ApiError> {
+        if !self.is_leader() {
+            return Err(self.not_leader());
+        }
+        // Unavailable is asked again by clients; Conflict is not: the cluster must change first.
+        let unavailable = |m: String| ApiError::new(ErrorKind::Unavailable, m);
+        let conflict = |m: String| ApiError::new(ErrorKind::Conflict, m);
+        let need = allot_core::machine::FORMAT_MEMBERS;
+        if self.machine.format < need {
+            return Err(conflict(format!(
+                "membership changes need cluster format {need}, and the cluster writes format {}: upgrade every replica first (the leader raises the format once every voter reads it)",
+                self.machine.format
+            )));
+        }
+        if self.raw.raft.has_pending_conf() {
+            return Err(unavailable(
+                "another membership change is being applied: ask again once `allot coordinator members list` shows it".into(),
+            ));
+        }
+        let conf = &self.raw.store().conf_state;
+        let role = |id: u64| {
+            if conf.voters.contains(&id) {
+                Some("a voter")
+            } else if conf.learners.contains(&id) {
+                Some("a learner")
+            } else {
+                None
+            }
+        };
+        let (kind, id, address) = match change {
+            MemberChange::Add { id, address } => {
+                if *id == 0 {
+                    return Err(ApiError::new(
+                        ErrorKind::Invalid,
+                        "replica id 0 is not valid: ids start at 1",
+                    ));
+                }
+                if let Some(r) = role(*id) {
+                    return Err(ApiError::new(
+                        ErrorKind::Conflict,
+                        format!("replica {id} is already a member ({r}); to move it to another address, remove it first"),
+                    ));
+                }
+                members::check_address(address)?;
+                (ConfChangeType::AddLearnerNode, *id, address.as_str())
+            }
+            MemberChange::Remove { id } => {
+                match role(*id) {
+                    None => {
+                        return Err(ApiError::new(
+                            ErrorKind::NotFound,
+                            format!(
+                                "replica {id} is not a member; the voters are {:?} and the learners {:?}",
+                                conf.voters, conf.learners
+                            ),
+                        ))
+                    }
+                    Some("a voter") if *id == self.cfg.id => return Err(self.hand_over()),
+                    Some("a voter") => {
+                        let prs = self.raw.raft.prs();
+                        let me = self.cfg.id;
+                        members::quorum_after_remove(&conf.voters, *id, |v| {
+                            v == me || prs.get(v).is_some_and(|p| p.recent_active)
+                        })
+                        .map_err(conflict)?;
+                    }
+                    Some(_) => {}
+                }
+                (ConfChangeType::RemoveNode, *id, "")
+            }
+        };
+        let mut cc = ConfChange::default();
+        cc.set_change_type(kind);
+        cc.node_id = id;
+        self.raw
+            .propose_conf_change(members::context(self.cfg.id, token, address), cc)
+            .map_err(|e| unavailable(format!("membership change dropped: {e}")))
+    }
+
+    /// The leader is to be removed: it hands leadership to the voter that has matched the
+    /// most of the log among those heard from lately, and says so.
+    fn hand_over(&mut self) -> ApiError {
+        let me = self.cfg.id;
+        let prs = self.raw.raft.prs();
+        let to = self
+            .voters()
+            .iter()
+            .filter(|&&v| v != me)
+            .filter_map(|&v| {
+                prs.get(v)
+                    .filter(|p| p.recent_active)
+                    .map(|p| (p.matched, v))
+            })
+            .max();
+        match to {
+            Some((_, to)) => {
+                self.raw.transfer_leader(to);
+                ApiError::new(
+                    ErrorKind::Unavailable,
+                    format!("replica {me} leads: leadership is moving to replica {to}; ask again in a moment, and the new leader removes replica {me}"),
+                )
+            }
+            None => ApiError::new(
+                ErrorKind::Conflict,
+                format!("replica {me} leads, and no other voter was heard from lately to hand leadership to: bring one back first"),
+            ),
+        }
+    }
+
+    /// Leader only: makes a learner that has caught up a voter (one change at a time).
+    pub fn promote_caught_up(&mut self) {
+        if !self.is_leader()
+            || self.machine.format < allot_core::machine::FORMAT_MEMBERS
+            || self.raw.raft.has_pending_conf()
+        {
+            return;
+        }
+        let committed = self.commit_index();
+        let prs = self.raw.raft.prs();
+        let ready = self.learners().iter().copied().find(|&l| {
+            prs.get(l).is_some_and(|p| {
+                p.recent_active
+                    && p.state == raft::ProgressState::Replicate
+                    && p.matched + members::CAUGHT_UP >= committed
+            })
+        });
+        if let Some(id) = ready {
+            let mut cc = ConfChange::default();
+            cc.set_change_type(ConfChangeType::AddNode);
+            cc.node_id = id;
+            let ctx = members::context(self.cfg.id, 0, "");
+            if self.raw.propose_conf_change(ctx, cc).is_ok() {
+                tracing::info!(
+                    "replica {}: replica {id} has caught up; making it a voter",
+                    self.cfg.id
+                );
+            }
+        }
     }
 
     /// Asks for a read index; `take_reads` returns (token, index) once the leader confirmed it.
@@ -558,6 +759,10 @@ impl<D: Disk> Replica<D> {
             self.last_snapshot = self.applied;
             self.snapshot_base = self.applied;
             self.installed += 1;
+            self.conf_changes += 1;
+            if self.snapshot_due.is_some_and(|i| i <= self.applied) {
+                self.snapshot_due = None;
+            }
         }
         for rs in rd.take_read_states() {
             if let Some((id, token)) = parse_ctx(&rs.request_ctx) {
@@ -589,6 +794,12 @@ impl<D: Disk> Replica<D> {
     fn apply_entries(&mut self, entries: Vec<Entry>) -> Result<(), ReplicaError> {
         for e in entries {
             if e.index <= self.applied {
+                continue;
+            }
+            if e.get_entry_type() == EntryType::EntryConfChange {
+                self.applied = e.index;
+                let applied = self.apply_conf_change(&e);
+                self.applied_out.push(applied);
                 continue;
             }
             if e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty() {
@@ -635,9 +846,72 @@ impl<D: Disk> Replica<D> {
         Ok(())
     }
 
+    /// Applies a configuration change every replica applies alike: raft-rs's configuration,
+    /// the one kept for snapshots, and the added replica's address (`Machine::members`).
+    fn apply_conf_change(&mut self, e: &Entry) -> Applied {
+        let ctx = members::parse_context(&e.context);
+        let token = ctx
+            .as_ref()
+            .filter(|(id, t, _)| *id == self.cfg.id && *t != 0)
+            .map(|(_, t, _)| *t);
+        let result = ConfChange::parse_from_bytes(&e.data)
+            .map_err(|err| err.to_string())
+            .and_then(|cc| {
+                let cs = self.raw.apply_conf_change(&cc).map_err(|e| e.to_string())?;
+                Ok((cc, cs))
+            });
+        let result = match result {
+            Ok((cc, mut cs)) => {
+                cs.voters.sort_unstable();
+                cs.learners.sort_unstable();
+                self.raw.mut_store().conf_state = cs;
+                self.conf_changes += 1;
+                let id = cc.node_id;
+                match cc.get_change_type() {
+                    ConfChangeType::AddLearnerNode => {
+                        let address = ctx.map(|(_, _, a)| a).unwrap_or_default();
+                        self.machine.members.insert(id, address);
+                        self.snapshot_due = Some(e.index);
+                    }
+                    ConfChangeType::RemoveNode => {
+                        self.machine.members.remove(&id);
+                        if id == self.cfg.id {
+                            tracing::warn!("replica {id} was removed from the cluster at log entry {}: it takes no part any more; stop it", e.index);
+                        }
+                    }
+                    ConfChangeType::AddNode => {}
+                }
+                Ok(Reply::Done)
+            }
+            Err(err) => Err(ApiError::new(
+                ErrorKind::Invalid,
+                format!(
+                    "membership change at log entry {} not applied: {err}",
+                    e.index
+                ),
+            )),
+        };
+        Applied {
+            index: e.index,
+            term: e.term,
+            token,
+            kind: "member-change",
+            result,
+            events: Vec::new(),
+        }
+    }
+
+    /// Whether a snapshot is due: every `snapshot_every` entries, or at once after a replica
+    /// was added.
+    fn snapshot_wanted(&self) -> bool {
+        self.applied > self.last_snapshot
+            && (self.snapshot_due.is_some_and(|i| i <= self.applied)
+                || self.applied >= self.next_snapshot_at())
+    }
+
     /// Snapshots the machine every `snapshot_every` entries and compacts the log behind it.
     fn maybe_snapshot(&mut self) -> Result<(), ReplicaError> {
-        if self.cfg.background_snapshots || self.applied < self.next_snapshot_at() {
+        if self.cfg.background_snapshots || !self.snapshot_wanted() {
             return Ok(());
         }
         self.snapshot_now()
@@ -646,14 +920,12 @@ impl<D: Disk> Replica<D> {
     /// With `background_snapshots`: a snapshot of the applied state to encode elsewhere, when
     /// one is due. Until it is finished (or reported failed) no other is handed out.
     pub fn take_snapshot_job(&mut self) -> Result<Option<SnapshotJob>, ReplicaError> {
-        if !self.cfg.background_snapshots
-            || self.job_index.is_some()
-            || self.applied < self.next_snapshot_at()
-        {
+        if !self.cfg.background_snapshots || self.job_index.is_some() || !self.snapshot_wanted() {
             return Ok(None);
         }
         let term = raft::Storage::term(self.raw.store(), self.applied)?;
         self.job_index = Some(self.applied);
+        self.job_conf = self.raw.store().conf_state.clone();
         Ok(Some(SnapshotJob {
             index: self.applied,
             term,
@@ -672,7 +944,8 @@ impl<D: Disk> Replica<D> {
         if s.index <= self.last_snapshot || s.index > self.applied {
             return Ok(());
         }
-        self.write_snapshot(s)
+        let conf = std::mem::take(&mut self.job_conf);
+        self.write_snapshot(s, conf)
     }
 
     /// A `SnapshotJob` could not be encoded: the next attempt comes an interval later.
@@ -691,10 +964,9 @@ impl<D: Disk> Replica<D> {
     /// each other, and only the leader's own snapshots hold commits up.
     pub fn next_snapshot_at(&self) -> u64 {
         let every = self.cfg.snapshot_every.max(1);
-        let n = self.cfg.voters.len().max(1) as u64;
+        let n = self.voters().len().max(1) as u64;
         let k = self
-            .cfg
-            .voters
+            .voters()
             .iter()
             .position(|v| *v == self.cfg.id)
             .unwrap_or(0) as u64;
@@ -715,16 +987,21 @@ impl<D: Disk> Replica<D> {
         }
         let data = (self.codec.encode_machine)(&self.machine).map_err(ReplicaError::Snapshot)?;
         let term = raft::Storage::term(self.raw.store(), self.applied)?;
-        self.write_snapshot(EncodedSnapshot {
-            index: self.applied,
-            term,
-            data,
-            file: None,
-        })
+        let conf = self.raw.store().conf_state.clone();
+        self.write_snapshot(
+            EncodedSnapshot {
+                index: self.applied,
+                term,
+                data,
+                file: None,
+            },
+            conf,
+        )
     }
 
-    /// Writes a snapshot of the state at `index` and compacts the log behind it.
-    fn write_snapshot(&mut self, s: EncodedSnapshot) -> Result<(), ReplicaError> {
+    /// Writes a snapshot of the state at `index`, whose configuration was `conf`, and compacts
+    /// the log behind it.
+    fn write_snapshot(&mut self, s: EncodedSnapshot, conf: ConfState) -> Result<(), ReplicaError> {
         let EncodedSnapshot {
             index,
             term,
@@ -738,7 +1015,7 @@ impl<D: Disk> Replica<D> {
         let meta = snap.mut_metadata();
         meta.index = index;
         meta.term = term;
-        meta.set_conf_state(self.raw.store().conf_state.clone());
+        meta.set_conf_state(conf);
         let compact_to = index.saturating_sub(self.cfg.keep_behind_snapshot).max(1);
         self.disk.write(&Batch {
             hard_state: None,
@@ -757,6 +1034,9 @@ impl<D: Disk> Replica<D> {
         let _ = crate::priority::in_background(name, move || drop((replaced, compacted)));
         self.last_snapshot = index;
         self.snapshot_base = self.snapshot_base.max(index);
+        if self.snapshot_due.is_some_and(|i| i <= index) {
+            self.snapshot_due = None;
+        }
         Ok(())
     }
 

@@ -145,12 +145,17 @@ fn members(who: &Identity, sh: &Shared) -> Response {
     let members = s
         .members
         .iter()
-        .map(|&(id, progress)| {
+        .map(|&(id, learner, progress)| {
             let (matched, active) = progress.unwrap_or((0, false));
+            let role = match (id == s.leader, learner) {
+                (true, _) => "leader",
+                (_, true) => "learner",
+                _ => "follower",
+            };
             allot_common::api::MemberView {
                 id,
-                address: sh.peers.get(&id).cloned().unwrap_or_default(),
-                role: if id == s.leader { "leader" } else { "follower" }.to_string(),
+                address: sh.peer_address(id).unwrap_or_default(),
+                role: role.to_string(),
                 matched,
                 behind: s.commit.saturating_sub(matched),
                 active,

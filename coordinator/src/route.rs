@@ -30,6 +30,9 @@ pub enum Route {
         node: String,
         cmd: Command,
     },
+    /// A membership change (`members.rs`): a configuration change in the log, answered once
+    /// applied.
+    Member(crate::members::MemberChange),
     Read(Query),
     /// A read that can take tens of milliseconds on a large cluster (an explanation, a
     /// history, a usage report, every workload): it runs on a copy of the machine away from

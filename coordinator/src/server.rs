@@ -19,7 +19,7 @@ pub use allot_common::BoxError;
 use allot_net::tls::{self, Identity, TlsFiles};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::connections::{format_prober, peer_sender, serve_conn};
+use crate::connections::serve_conn;
 use crate::leader::LeaderConfig;
 use crate::metrics::Metrics;
 use crate::node::{Node, NodeConfig};
@@ -52,6 +52,9 @@ pub struct ServerConfig {
     /// A backup to start a new cluster from (`--restore`): written into the empty data
     /// directory before the replica opens.
     pub restore: Option<PathBuf>,
+    /// This replica joins a running cluster (`--join`, after `allot coordinator members
+    /// add`): it starts with no configuration and waits for the leader's snapshot.
+    pub join: bool,
 }
 
 /// A running coordinator; dropping the handle does not stop it, `shutdown` does.
@@ -102,6 +105,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         disk_failed: None,
         reads: crate::raft_loop::HeavyReads::start(cfg.id),
         peers: BTreeMap::new(),
+        links: None,
         origin: Instant::now(),
         space: DiskSpace {
             dir: cfg.data_dir.clone(),
@@ -130,7 +134,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
         id: cfg.id,
         input: input_tx,
         status: status.clone(),
-        peers: Arc::new(cfg.peers.clone()),
+        peers: Arc::new(std::sync::RwLock::new(cfg.peers.clone())),
         applied: applied_rx,
         budgets: budgets.clone(),
         logs: Arc::new(crate::logs::LogRelay::default()),
@@ -198,6 +202,7 @@ fn open_replica(cfg: &ServerConfig, format_reads: u32) -> Result<Replica<RedbDis
         tracing::warn!("{what}");
     }
     let mut rcfg = ReplicaConfig::new(cfg.id, cfg.peers.keys().copied().collect());
+    rcfg.join = cfg.join;
     rcfg.election_tick = cfg.election_ticks;
     rcfg.max_election_tick = cfg.election_ticks * 2;
     rcfg.heartbeat_tick = cfg.heartbeat_ticks;
@@ -260,7 +265,14 @@ fn spawn_raft_thread(
                         }
                     };
                     let mut lp = lp;
-                    connect_peers(&mut lp, &shared, &endpoint, &client_tls);
+                    let links = crate::peer_links::PeerLinks::new(
+                        endpoint.clone(),
+                        client_tls,
+                        shared.clone(),
+                        cfg.peers.clone(),
+                    );
+                    lp.links = Some(links);
+                    lp.sync_peers();
                     accept_connections(endpoint.clone(), shared);
                     let _ = up_tx.send(Ok((endpoint, priority)));
                     // A failed write takes the replica out until its disk takes writes again.
@@ -283,37 +295,6 @@ fn spawn_raft_thread(
             }
         })?;
     Ok(up_rx)
-}
-
-/// A sender task per peer, fed by the raft loop.
-fn connect_peers(
-    lp: &mut RaftLoop,
-    shared: &Shared,
-    endpoint: &quinn::Endpoint,
-    client_tls: &quinn::ClientConfig,
-) {
-    for (&peer, addr) in shared.peers.iter() {
-        if peer == shared.id {
-            continue;
-        }
-        let (tx, rx) = mpsc::unbounded_channel();
-        lp.peers.insert(peer, tx);
-        tokio::spawn(peer_sender(
-            peer,
-            addr.clone(),
-            (endpoint.clone(), client_tls.clone()),
-            rx,
-            shared.input.clone(),
-            shared.cluster_id.clone(),
-        ));
-        tokio::spawn(format_prober(
-            peer,
-            addr.clone(),
-            endpoint.clone(),
-            client_tls.clone(),
-            shared.clone(),
-        ));
-    }
 }
 
 /// Serves every connection that comes in, each on its own task.

@@ -24,7 +24,7 @@ pub(crate) struct Shared {
     pub(crate) id: u64,
     pub(crate) input: mpsc::UnboundedSender<Input>,
     pub(crate) status: Arc<Mutex<Status>>,
-    pub(crate) peers: Arc<BTreeMap<u64, String>>,
+    pub(crate) peers: Arc<std::sync::RwLock<BTreeMap<u64, String>>>,
     /// The applied index, published after every batch of applied entries.
     pub(crate) applied: tokio::sync::watch::Receiver<u64>,
     /// What clients may hold: connections, request bytes in flight.
@@ -111,7 +111,12 @@ impl Shared {
         }
     }
     pub(crate) fn leader_addr(&self, leader: u64) -> Option<String> {
-        self.peers.get(&leader).cloned()
+        self.peer_address(leader)
+    }
+    /// Where replica `id` is reached, as the raft thread last set it from the membership.
+    pub(crate) fn peer_address(&self, id: u64) -> Option<String> {
+        let peers = self.peers.read().unwrap_or_else(|p| p.into_inner());
+        peers.get(&id).cloned()
     }
     pub(crate) fn with_leader(&self, mut e: ApiError) -> ApiError {
         if e.kind == ErrorKind::NotLeader {

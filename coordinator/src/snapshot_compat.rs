@@ -12,6 +12,7 @@
 //! | 2 | `auto_resumed` |
 //! | 3 and 4 | `removed_nodes` (format 4 changed the layout of compute quota rows inside, see `allot_common::layout`, and appended nothing) |
 //! | 5 and 6 | `pods_ready` (format 6 changed the layout of nodes and node reports inside, see `allot_common::layout`, and appended nothing) |
+//! | 7 | `members` |
 
 use allot_core::machine::Machine;
 use allot_net::wire;
@@ -22,6 +23,7 @@ fn tail_since(format: u32) -> &'static [u8] {
         2 | 3 => &[0],
         // Format 4 appended no field; 5 a policy (`None`) and a map.
         5 => &[0, 0],
+        7 => &[0],
         _ => &[],
     }
 }
@@ -32,6 +34,7 @@ fn empty_since(m: &Machine, f: u32) -> bool {
         2 => m.auto_resumed.is_empty(),
         3 => m.removed_nodes.is_empty(),
         5 => m.pods_ready.is_empty(),
+        7 => m.members.is_empty(),
         _ => true,
     }
 }
@@ -110,6 +113,15 @@ mod tests {
         assert_eq!(lens[&0], lens[&1]);
         assert_eq!(lens[&3], lens[&4], "{lens:?}");
         assert_eq!(lens[&4] + 2, lens[&5], "{lens:?}");
+        assert_eq!(lens[&6] + 1, lens[&7], "{lens:?}");
+        // Format 7 holds the replicas a membership change added; format 6 cannot.
+        m.members.insert(4, "10.0.0.4:7000".into());
+        m.format = 7;
+        let b = encode_machine(&m).expect("encodes");
+        assert_eq!(decode_machine(&b, 7).expect("decodes").members, m.members);
+        m.format = 6;
+        assert!(encode_machine(&m).is_err());
+        m.members.clear();
         // Format 5 holds gang readiness; format 4 cannot.
         m.pods_ready.policy = Some(Default::default());
         m.format = 5;

@@ -134,6 +134,13 @@ struct Sim {
     node_failures: u64,
     /// Pods started by agents over the run.
     pods_started: u64,
+    /// The replicas the cluster starts with (ids 1 to `initial`); the slots after them start
+    /// when a membership change adds them.
+    initial: usize,
+    /// Slots started to join a running cluster (`ReplicaConfig::join`).
+    joining: Vec<bool>,
+    /// Slots that are not running and must not be restarted: not yet added, or removed.
+    retired: Vec<bool>,
 }
 
 /// Nodes with a simulated agent; the random commands use `node-N` names, never these.
@@ -162,6 +169,14 @@ impl Faults {
             crashes: true,
             only_leaders: false,
             agents: true,
+        }
+    }
+    fn none() -> Self {
+        Faults {
+            network: false,
+            crashes: false,
+            only_leaders: false,
+            agents: false,
         }
     }
 }
@@ -310,6 +325,9 @@ impl Sim {
             faults: Faults::all(),
             node_failures: 0,
             pods_started: 0,
+            initial: n,
+            joining: vec![false; n],
+            retired: vec![false; n],
         };
         for i in 0..n {
             let r = sim.open(i);
@@ -325,7 +343,8 @@ impl Sim {
     }
 
     fn cfg(&mut self, i: usize) -> ReplicaConfig {
-        let mut c = ReplicaConfig::new(i as u64 + 1, (1..=self.n as u64).collect());
+        let mut c = ReplicaConfig::new(i as u64 + 1, (1..=self.initial as u64).collect());
+        c.join = self.joining[i];
         // raft-rs draws the election timeout from a thread RNG; a one-tick range makes it
         // deterministic, and the seed picks each replica's.
         let e = 10 + self.rng.below(10) as usize;
@@ -981,7 +1000,7 @@ impl Sim {
         }
         // Restart a crashed one.
         for i in 0..self.n {
-            if self.nodes[i].is_none() && self.rng.chance(40) {
+            if self.nodes[i].is_none() && !self.retired[i] && self.rng.chance(40) {
                 let r = self.open(i);
                 self.nodes[i] = Some(r);
                 self.log
@@ -1392,53 +1411,137 @@ impl Sim {
         }
     }
 
+    /// One step with faults and load: the network, the agents, commands to the leader, a turn
+    /// of every replica, and the checks.
+    fn step_once(&mut self) {
+        self.step += 1;
+        self.faults();
+        for i in 0..self.n {
+            if let Some(r) = self.nodes[i].as_mut() {
+                r.tick();
+            }
+        }
+        self.deliver();
+        self.finish_jobs();
+        self.finish_cycles();
+        self.agents_step();
+        self.answer_format_probes();
+        if let Some(l) = self.leader() {
+            // Commands arrive a step apart while entries take steps to commit, so the
+            // leader's log is rarely idle, which its fast path needs: in a lull of 20
+            // steps in every 100, a small submit comes the first time it is.
+            match self.step % 100 {
+                80..=99 => {
+                    let idle = self
+                        .rep(l)
+                        .is_some_and(|r| r.last_index() == r.applied_index());
+                    if idle && self.lull_at != self.step / 100 {
+                        self.lull_at = self.step / 100;
+                        self.lull_submit(l);
+                    }
+                }
+                _ => {
+                    for _ in 0..self.rng.below(3) {
+                        self.random_command(l);
+                    }
+                }
+            }
+        }
+        for i in 0..self.n {
+            self.turn(i);
+        }
+        self.check_leaders();
+        self.check_no_overlap();
+    }
+
+    /// A cluster of `initial` replicas with room for `slots - initial` more, which start only
+    /// when a test adds them.
+    fn with_slots(seed: u64, slots: usize, initial: usize) -> Self {
+        let mut sim = Sim::new(seed, slots);
+        sim.initial = initial;
+        for i in 0..slots {
+            sim.crash(i);
+            sim.retired[i] = i >= initial;
+            if i < initial {
+                let r = sim.open(i);
+                sim.nodes[i] = Some(r);
+            }
+        }
+        sim
+    }
+
+    /// The leader's configuration: its voters and learners.
+    fn membership(&self) -> Option<(Vec<u64>, Vec<u64>)> {
+        let r = self.rep(self.leader()?)?;
+        Some((r.voters().to_vec(), r.learners().to_vec()))
+    }
+
+    /// Asks whichever replica leads for a membership change, again every second (an answer
+    /// may be lost with its leader, or be "ask again"), while the cluster runs with its faults
+    /// and load, until the leader's configuration is as `done` says.
+    fn change_members(&mut self, body: Body, done: impl Fn(&[u64], &[u64]) -> bool) {
+        let admin = Identity::Admin {
+            name: "admin".into(),
+        };
+        let start = self.step;
+        self.faults_on = true;
+        loop {
+            if let Some((v, l)) = self.membership() {
+                if done(&v, &l) {
+                    self.log.push(format!(
+                        "step {}: {body:?} done: voters {v:?}, learners {l:?}",
+                        self.step
+                    ));
+                    return;
+                }
+            }
+            if self.step - start > 3_000 {
+                let now = self.membership();
+                self.fail(&format!(
+                    "{body:?} not done after 3000 steps; the leader's voters and learners: {now:?}"
+                ));
+            }
+            if let Some(l) = self.leader().filter(|_| self.step.is_multiple_of(10)) {
+                self.request(l, body.clone(), &admin);
+            }
+            self.step_once();
+        }
+    }
+
+    /// Starts slot `i` as a replica that joins the running cluster, then adds it and waits
+    /// until it votes.
+    fn add_replica(&mut self, i: usize) {
+        let id = i as u64 + 1;
+        self.retired[i] = false;
+        self.joining[i] = true;
+        let r = self.open(i);
+        self.nodes[i] = Some(r);
+        let body = Body::AddMember {
+            id,
+            address: format!("sim-{id}:7000"),
+        };
+        self.change_members(body, |v, _| v.contains(&id));
+    }
+
+    /// Removes replica `i` and stops it for good.
+    fn remove_replica(&mut self, i: usize) {
+        let id = i as u64 + 1;
+        let body = Body::RemoveMember { id };
+        self.change_members(body, |v, l| !v.contains(&id) && !l.contains(&id));
+        self.crash(i);
+        self.retired[i] = true;
+    }
+
     fn run(&mut self, steps: u64) {
         for _ in 0..steps {
-            self.step += 1;
-            self.faults();
-            for i in 0..self.n {
-                if let Some(r) = self.nodes[i].as_mut() {
-                    r.tick();
-                }
-            }
-            self.deliver();
-            self.finish_jobs();
-            self.finish_cycles();
-            self.agents_step();
-            self.answer_format_probes();
-            if let Some(l) = self.leader() {
-                // Commands arrive a step apart while entries take steps to commit, so the
-                // leader's log is rarely idle, which its fast path needs: in a lull of 20
-                // steps in every 100, a small submit comes the first time it is.
-                match self.step % 100 {
-                    80..=99 => {
-                        let idle = self
-                            .rep(l)
-                            .is_some_and(|r| r.last_index() == r.applied_index());
-                        if idle && self.lull_at != self.step / 100 {
-                            self.lull_at = self.step / 100;
-                            self.lull_submit(l);
-                        }
-                    }
-                    _ => {
-                        for _ in 0..self.rng.below(3) {
-                            self.random_command(l);
-                        }
-                    }
-                }
-            }
-            for i in 0..self.n {
-                self.turn(i);
-            }
-            self.check_leaders();
-            self.check_no_overlap();
+            self.step_once();
         }
         // Heal everything and let the cluster converge; then every acknowledged submission
         // is present exactly once on every replica.
         self.partition = None;
         self.faults_on = false;
         for i in 0..self.n {
-            if self.nodes[i].is_none() {
+            if self.nodes[i].is_none() && !self.retired[i] {
                 let r = self.open(i);
                 self.nodes[i] = Some(r);
             }
@@ -1492,7 +1595,7 @@ impl Sim {
         let Some(commit) = committed_before_end else {
             self.fail("no leader 2 s before the end, after healing every fault");
         };
-        for i in 0..self.n {
+        for i in (0..self.n).filter(|&i| !self.retired[i]) {
             let r = self.rep(i).expect("all up");
             if r.applied_index() < commit {
                 self.fail(&format!(
@@ -1880,4 +1983,113 @@ fn replicas_take_their_snapshots_at_different_indexes() {
         })
         .collect();
     assert_eq!(due, vec![300, 100, 200]);
+}
+
+/// The voters of the leader's configuration at the end of a run, and every live replica's.
+fn final_voters(sim: &Sim) -> Vec<Vec<u64>> {
+    (0..sim.n)
+        .filter_map(|i| sim.rep(i).map(|r| r.voters().to_vec()))
+        .collect()
+}
+
+#[test]
+fn a_dead_replica_is_replaced_by_one_at_a_new_address() {
+    for seed in 0..seeds(4) {
+        let mut sim = Sim::with_slots(3000 + seed, 4, 3);
+        sim.run(300);
+        // Replica 3's machine dies for good: a new replica 4 takes its place, under faults
+        // (crashes of the others, lost and reordered messages, partitions) and submits.
+        sim.crash(2);
+        sim.retired[2] = true;
+        sim.add_replica(3);
+        sim.remove_replica(2);
+        sim.faults_on = true;
+        sim.run(300);
+        for v in final_voters(&sim) {
+            assert_eq!(v, vec![1, 2, 4], "seed {seed}");
+        }
+        let added = sim.rep(3).expect("replica 4 runs");
+        assert_eq!(
+            added.machine.members.get(&4).map(String::as_str),
+            Some("sim-4:7000"),
+            "seed {seed}: the added replica's address is in the replicated state"
+        );
+        assert!(sim.acknowledged.len() > 20, "seed {seed}: too little load");
+    }
+}
+
+#[test]
+fn a_cluster_grows_from_three_to_five_and_shrinks_back() {
+    for seed in 0..seeds(3) {
+        let mut sim = Sim::with_slots(3100 + seed, 5, 3);
+        sim.run(200);
+        sim.add_replica(3);
+        sim.add_replica(4);
+        sim.faults_on = true;
+        sim.run(200);
+        for v in final_voters(&sim) {
+            assert_eq!(v, vec![1, 2, 3, 4, 5], "seed {seed}");
+        }
+        // Back to three, the first two replicas leaving (the leader among them hands over).
+        sim.remove_replica(0);
+        sim.remove_replica(1);
+        sim.faults_on = true;
+        sim.run(300);
+        for v in final_voters(&sim) {
+            assert_eq!(v, vec![3, 4, 5], "seed {seed}");
+        }
+        assert!(sim.acknowledged.len() > 20, "seed {seed}: too little load");
+    }
+}
+
+#[test]
+fn a_change_that_would_lose_the_quorum_is_refused() {
+    let mut sim = Sim::with_slots(3200, 3, 3);
+    sim.faults = Faults::none();
+    sim.run(300);
+    // Replica 3 is down: removing replica 2 would leave 1 of the voters 1 and 3 reachable.
+    sim.crash(2);
+    sim.retired[2] = true;
+    // Long enough for the leader to notice it hears nothing from replica 3.
+    for _ in 0..100 {
+        sim.step_once();
+    }
+    let l = sim.leader().expect("a leader");
+    let leader_id = l as u64 + 1;
+    let other = if leader_id == 1 { 2 } else { 1 };
+    let r = sim.nodes[l].as_mut().expect("the leader runs");
+    let e = r
+        .replica_mut()
+        .propose_member_change(
+            1,
+            &allot_coordinator::members::MemberChange::Remove { id: other },
+        )
+        .expect_err("refused");
+    assert!(
+        e.message.contains("below their quorum of 2"),
+        "{}",
+        e.message
+    );
+    // Adding a replica twice, or one at a bad address, is refused too.
+    let add = |id: u64, address: &str| allot_coordinator::members::MemberChange::Add {
+        id,
+        address: address.into(),
+    };
+    let e = r
+        .replica_mut()
+        .propose_member_change(2, &add(1, "sim-1:7000"))
+        .expect_err("refused");
+    assert!(e.message.contains("already a member"), "{}", e.message);
+    let e = r
+        .replica_mut()
+        .propose_member_change(3, &add(9, "nowhere"))
+        .expect_err("refused");
+    assert!(e.message.contains("HOST:PORT"), "{}", e.message);
+    // Removing the dead replica keeps a quorum (1 and 2 of 1 and 2).
+    r.replica_mut()
+        .propose_member_change(
+            4,
+            &allot_coordinator::members::MemberChange::Remove { id: 3 },
+        )
+        .expect("accepted");
 }

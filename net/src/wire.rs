@@ -32,8 +32,8 @@ pub const CLOSE_OVER_LIMIT: u32 = 3;
 /// `Body::RemoveNode`; version 4 compute quotas with GPU partitions (layout 1 of
 /// `allot_common::layout`); version 5 the gang scheduling requests; version 6
 /// `Body::BackupStream`; version 7 node reports with topology levels (layout 2) and submits
-/// that ask for a topology level.
-pub const PROTOCOL_VERSION: u32 = 7;
+/// that ask for a topology level; version 8 `Body::AddMember` and `Body::RemoveMember`.
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// The oldest request protocol a coordinator of this release answers (the release before's).
 pub const OLDEST_PROTOCOL_VERSION: u32 = 2;
@@ -61,6 +61,7 @@ pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
             7
         }
         Body::BackupStream => 6,
+        Body::AddMember { .. } | Body::RemoveMember { .. } => 8,
         Body::GetTopology | Body::GetMembers => 7,
         Body::SetGangScheduling(_) | Body::GetGangScheduling => 5,
         Body::FormatProbe | Body::RemoveNode { .. } | Body::Backup => 3,

@@ -372,6 +372,12 @@ pub struct Machine {
     /// (`pods_ready.rs`). Last (format 5), and empty in earlier formats' snapshots.
     #[serde(default)]
     pub pods_ready: crate::pods_ready::PodsReady,
+    /// The coordinator replicas added by a membership change, by raft id, with the address
+    /// their peers and clients reach them at (the replicas a cluster started with are in each
+    /// replica's `--peers`). Written by the replica as it applies a configuration change, not
+    /// by a command. Last (format 7), and empty in earlier formats' snapshots.
+    #[serde(default)]
+    pub members: BTreeMap<u64, String>,
 }
 
 /// The cluster format from which a failed workload with auto-resume on is queued again: every
@@ -381,6 +387,10 @@ pub const FORMAT_AUTO_RESUME: u32 = 2;
 /// The cluster format from which nodes report GPU partitions (MIG profiles) as devices and
 /// compute quotas may name them; a replica of a release before refuses both.
 pub const FORMAT_PARTITIONS: u32 = 4;
+
+/// The cluster format from which coordinator replicas can be added and removed: a replica of
+/// a release before would not apply the configuration changes.
+pub const FORMAT_MEMBERS: u32 = 7;
 
 /// Why a GPU in MIG mode is not handed out whole.
 pub const PARTITIONED_GPU: &str = "in MIG mode: handed out as its partitions";
@@ -482,6 +492,7 @@ impl Machine {
             auto_resumed: BTreeMap::new(),
             removed_nodes: BTreeSet::new(),
             pods_ready: Default::default(),
+            members: BTreeMap::new(),
         }
     }
 
