@@ -1,8 +1,12 @@
 //! End-to-end: `allot coordinator members list` on three real replicas: each with its
 //! address and role as the leader sees it, a killed replica shown silent and falling behind,
-//! and only admins may ask.
+//! and only admins may ask. Then membership changes with real processes under a submit
+//! stream: a dead replica replaced by one at a new address, and a cluster grown from three
+//! to five and shrunk back, with every acknowledged submission kept once.
 
 mod support;
+
+use std::sync::atomic::Ordering;
 
 use support::*;
 
@@ -60,4 +64,112 @@ fn members_list_shows_each_replica_as_the_leader_sees_it() {
     let o = c.cli("user-team-a", &["coordinator", "members", "list"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("admin"), "{err}");
+}
+
+/// The members' ids, once the leader lists exactly `want`, every one active and one leading.
+fn wait_members(c: &Cluster, want: &[u64]) -> Vec<(u64, String, u64, bool)> {
+    wait_for(60, &format!("the members {want:?}, all active"), || {
+        let m = members(c);
+        let ids: Vec<u64> = m.iter().map(|r| r.0).collect();
+        let leaders = m.iter().filter(|r| r.1 == "leader").count();
+        (ids == want && m.iter().all(|r| r.3 && r.1 != "learner") && leaders == 1).then_some(m)
+    })
+}
+
+/// Starts the cluster's next replica with `--join` and adds it (the CLI waits until it votes).
+fn add_replica(c: &mut Cluster) -> u64 {
+    let i = c.add_slot();
+    c.start_args(i, &["--join"]);
+    let id = (i + 1).to_string();
+    let out = c.cli_ok(
+        "admin-admin",
+        &["coordinator", "members", "add", &id, &c.addrs[i].clone()],
+    );
+    assert!(out.contains(&format!("replica {id} is a member")), "{out}");
+    i as u64 + 1
+}
+
+fn remove_replica(c: &Cluster, id: u64) {
+    let out = c.cli_ok(
+        "admin-admin",
+        &["coordinator", "members", "remove", &id.to_string()],
+    );
+    assert!(out.contains(&format!("replica {id} removed")), "{out}");
+}
+
+#[test]
+fn a_dead_replica_is_replaced_by_one_at_a_new_address_under_submits() {
+    let mut c = Cluster::new(3, 200);
+    setup_team(&c, "team-a");
+    wait_members(&c, &[1, 2, 3]);
+    let (acked, done, stream) = one_second_stream(&c, "replace");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    // Replica 3's machine is gone for good.
+    c.kill(2);
+    let new = add_replica(&mut c);
+    assert_eq!(new, 4);
+    remove_replica(&c, 3);
+    wait_members(&c, &[1, 2, 4]);
+    // The new replica votes: with replica 1 killed, 2 and 4 are a quorum of three and go on.
+    c.kill(0);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    done.store(true, Ordering::SeqCst);
+    stream.join().expect("the submit stream");
+    let acked = acked.lock().expect("lock").clone();
+    assert!(acked.len() > 20, "only {} submits acknowledged", acked.len());
+    let m = members(&c);
+    let leader = m.iter().find(|r| r.1 == "leader").map(|r| r.0);
+    assert!(matches!(leader, Some(2 | 4)), "{m:?}");
+    assert_each_acknowledged_once(&c, &acked);
+    let o = c.cli("user-team-a", &["coordinator", "members", "add", "9", "127.0.0.1:1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("admin"), "{err}");
+}
+
+#[test]
+fn a_cluster_grows_from_three_to_five_and_shrinks_back_under_submits() {
+    let mut c = Cluster::new(3, 200);
+    setup_team(&c, "team-a");
+    wait_members(&c, &[1, 2, 3]);
+    let (acked, done, stream) = one_second_stream(&c, "grow");
+    add_replica(&mut c);
+    add_replica(&mut c);
+    wait_members(&c, &[1, 2, 3, 4, 5]);
+    // Back to three: the leader first (it hands leadership over), then another of the first
+    // three; each is stopped once removed.
+    let m = members(&c);
+    let leader = m.iter().find(|r| r.1 == "leader").map(|r| r.0).expect("leader");
+    let second = [1u64, 2, 3].into_iter().find(|id| *id != leader).expect("one");
+    for id in [leader, second] {
+        remove_replica(&c, id);
+        c.kill((id - 1) as usize);
+    }
+    let mut left: Vec<u64> = (1..=5).filter(|id| *id != leader && *id != second).collect();
+    left.sort_unstable();
+    wait_members(&c, &left);
+    // A removal that would leave no quorum is refused, naming why: two of three are needed.
+    let m = members(&c);
+    let leader = m.iter().find(|r| r.1 == "leader").map(|r| r.0).expect("leader");
+    let dead = *left.iter().find(|id| **id != leader).expect("a follower");
+    c.kill((dead - 1) as usize);
+    wait_for(30, "the killed replica shown silent", || {
+        members(&c).iter().any(|r| r.0 == dead && !r.3).then_some(())
+    });
+    let survivor = *left
+        .iter()
+        .find(|id| **id != leader && **id != dead)
+        .expect("the other follower");
+    let o = c.cli(
+        "admin-admin",
+        &["coordinator", "members", "remove", &survivor.to_string()],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("quorum"), "{err}");
+    c.start(dead as usize - 1);
+    wait_members(&c, &left);
+    done.store(true, Ordering::SeqCst);
+    stream.join().expect("the submit stream");
+    let acked = acked.lock().expect("lock").clone();
+    assert!(acked.len() > 20, "only {} submits acknowledged", acked.len());
+    assert_each_acknowledged_once(&c, &acked);
 }

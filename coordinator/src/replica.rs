@@ -482,9 +482,16 @@ impl<D: Disk> Replica<D> {
         let unavailable = |m: String| ApiError::new(ErrorKind::Unavailable, m);
         let conflict = |m: String| ApiError::new(ErrorKind::Conflict, m);
         let need = allot_core::machine::FORMAT_MEMBERS;
+        if self.machine.format < need && self.cfg.format_reads >= need {
+            // A new cluster starts at format 0 and is raised within seconds.
+            return Err(unavailable(format!(
+                "membership changes need cluster format {need}, and the cluster writes format {}: the leader raises it once every voter says it reads format {need} (a replica of an older release holds it back); ask again in a moment",
+                self.machine.format
+            )));
+        }
         if self.machine.format < need {
             return Err(conflict(format!(
-                "membership changes need cluster format {need}, and the cluster writes format {}: upgrade every replica first (the leader raises the format once every voter reads it)",
+                "membership changes need cluster format {need}, and the cluster writes format {}: upgrade every replica first",
                 self.machine.format
             )));
         }

@@ -145,6 +145,24 @@ impl Cluster {
     }
 
     pub fn start(&mut self, i: usize) {
+        self.start_args(i, &[]);
+    }
+
+    /// Room for one more replica (the next id): its certificate, address and ports; not
+    /// started.
+    pub fn add_slot(&mut self) -> usize {
+        let id = self.addrs.len() as u64 + 1;
+        tls::issue(&self.certs(), &Identity::Coordinator { id }, &[], &[], 2)
+            .expect("coordinator");
+        self.addrs.push(format!("127.0.0.1:{}", udp_port()));
+        self.http.push(tcp_port());
+        self.procs.push(None);
+        self.builds.push(Build::current());
+        self.addrs.len() - 1
+    }
+
+    /// Starts replica `i` with more arguments (`--join`).
+    pub fn start_args(&mut self, i: usize, more: &[&str]) {
         let peers = self
             .addrs
             .iter()
@@ -169,6 +187,7 @@ impl Cluster {
             .arg("--certs")
             .arg(self.certs())
             .args(&self.extra)
+            .args(more)
             .env("ALLOT_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
