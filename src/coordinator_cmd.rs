@@ -72,7 +72,8 @@ pub struct CoordinatorArgs {
     /// Join a running cluster as a new replica, after `allot coordinator members add ID
     /// ADDRESS` named it: the replica starts with no configuration and waits for the leader's
     /// snapshot. `--peers` lists the running replicas and this one. Only for an empty data
-    /// directory's first start; afterwards the flag changes nothing.
+    /// directory's first start; afterwards the flag changes nothing. With `--restore`, only
+    /// the restored cluster's identity is taken from the file.
     #[arg(long)]
     pub join: bool,
 }

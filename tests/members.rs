@@ -116,12 +116,19 @@ fn a_dead_replica_is_replaced_by_one_at_a_new_address_under_submits() {
     done.store(true, Ordering::SeqCst);
     stream.join().expect("the submit stream");
     let acked = acked.lock().expect("lock").clone();
-    assert!(acked.len() > 20, "only {} submits acknowledged", acked.len());
+    assert!(
+        acked.len() > 20,
+        "only {} submits acknowledged",
+        acked.len()
+    );
     let m = members(&c);
     let leader = m.iter().find(|r| r.1 == "leader").map(|r| r.0);
     assert!(matches!(leader, Some(2 | 4)), "{m:?}");
     assert_each_acknowledged_once(&c, &acked);
-    let o = c.cli("user-team-a", &["coordinator", "members", "add", "9", "127.0.0.1:1"]);
+    let o = c.cli(
+        "user-team-a",
+        &["coordinator", "members", "add", "9", "127.0.0.1:1"],
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("admin"), "{err}");
 }
@@ -138,22 +145,38 @@ fn a_cluster_grows_from_three_to_five_and_shrinks_back_under_submits() {
     // Back to three: the leader first (it hands leadership over), then another of the first
     // three; each is stopped once removed.
     let m = members(&c);
-    let leader = m.iter().find(|r| r.1 == "leader").map(|r| r.0).expect("leader");
-    let second = [1u64, 2, 3].into_iter().find(|id| *id != leader).expect("one");
+    let leader = m
+        .iter()
+        .find(|r| r.1 == "leader")
+        .map(|r| r.0)
+        .expect("leader");
+    let second = [1u64, 2, 3]
+        .into_iter()
+        .find(|id| *id != leader)
+        .expect("one");
     for id in [leader, second] {
         remove_replica(&c, id);
         c.kill((id - 1) as usize);
     }
-    let mut left: Vec<u64> = (1..=5).filter(|id| *id != leader && *id != second).collect();
+    let mut left: Vec<u64> = (1..=5)
+        .filter(|id| *id != leader && *id != second)
+        .collect();
     left.sort_unstable();
     wait_members(&c, &left);
     // A removal that would leave no quorum is refused, naming why: two of three are needed.
     let m = members(&c);
-    let leader = m.iter().find(|r| r.1 == "leader").map(|r| r.0).expect("leader");
+    let leader = m
+        .iter()
+        .find(|r| r.1 == "leader")
+        .map(|r| r.0)
+        .expect("leader");
     let dead = *left.iter().find(|id| **id != leader).expect("a follower");
     c.kill((dead - 1) as usize);
     wait_for(30, "the killed replica shown silent", || {
-        members(&c).iter().any(|r| r.0 == dead && !r.3).then_some(())
+        members(&c)
+            .iter()
+            .any(|r| r.0 == dead && !r.3)
+            .then_some(())
     });
     let survivor = *left
         .iter()
@@ -170,6 +193,10 @@ fn a_cluster_grows_from_three_to_five_and_shrinks_back_under_submits() {
     done.store(true, Ordering::SeqCst);
     stream.join().expect("the submit stream");
     let acked = acked.lock().expect("lock").clone();
-    assert!(acked.len() > 20, "only {} submits acknowledged", acked.len());
+    assert!(
+        acked.len() > 20,
+        "only {} submits acknowledged",
+        acked.len()
+    );
     assert_each_acknowledged_once(&c, &acked);
 }

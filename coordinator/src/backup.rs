@@ -113,9 +113,22 @@ fn parse(bytes: &[u8]) -> Result<(&[u8], Machine), String> {
     Ok((data, m))
 }
 
+/// Writes the identity of the cluster restored from `backup` (its bytes) into `dir`.
+fn write_identity(dir: &Path, backup: &[u8]) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, backup);
+    let id: String = (digest.as_ref().iter().take(16))
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    std::fs::write(dir.join(CLUSTER_ID_FILE), &id)
+        .map_err(|e| format!("writing {}: {e}", dir.join(CLUSTER_ID_FILE).display()))
+}
+
 /// Writes the backup `file` into the empty data directory `dir` as the replica's snapshot at
-/// index 1, term 1, with `voters`. Returns what was restored, in words.
-pub fn restore(dir: &Path, file: &Path, voters: &[u64]) -> Result<String, String> {
+/// index 1, term 1, with `voters`. Returns what was restored, in words. A replica that `join`s
+/// the restored cluster later (`members add`) takes only its identity: its state comes from
+/// the leader.
+pub fn restore(dir: &Path, file: &Path, voters: &[u64], join: bool) -> Result<String, String> {
     let db = dir.join("raft.redb");
     if db.exists() {
         return Err(format!(
@@ -126,13 +139,13 @@ pub fn restore(dir: &Path, file: &Path, voters: &[u64]) -> Result<String, String
     let bytes =
         std::fs::read(file).map_err(|e| format!("reading the backup {}: {e}", file.display()))?;
     let (data, m) = parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
-    let id: String = (digest.as_ref().iter().take(16))
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    std::fs::write(dir.join(CLUSTER_ID_FILE), &id)
-        .map_err(|e| format!("writing {}: {e}", dir.join(CLUSTER_ID_FILE).display()))?;
+    write_identity(dir, &bytes)?;
+    if join {
+        return Ok(format!(
+            "took the identity of the cluster restored from {}; the state comes from the leader once this replica is added",
+            file.display()
+        ));
+    }
     let mut disk = RedbDisk::open(&db).map_err(|e| e.to_string())?;
     let mut snap = Snapshot {
         data: data.to_vec().into(),
@@ -188,7 +201,13 @@ mod tests {
         let file = dir.path().join("b");
         std::fs::write(&file, file_bytes(format, taken_ms, &data)).expect("write");
         let data_dir = dir.path().join("data");
-        let what = restore(&data_dir, &file, &[1, 2, 3]).expect("restores");
+        // A replica joining the restored cluster takes its identity only.
+        let joiner = dir.path().join("joiner");
+        let what = restore(&joiner, &file, &[1, 2, 3], true).expect("joins");
+        assert!(what.contains("identity"), "{what}");
+        assert!(!joiner.join("raft.redb").exists());
+        let what = restore(&data_dir, &file, &[1, 2, 3], false).expect("restores");
+        assert_eq!(cluster_id(&joiner), cluster_id(&data_dir));
         assert!(what.contains("restored 0 workloads"), "{what}");
         // The replica opens on it: the machine at index 1, in the backup's format.
         let disk = RedbDisk::open(&data_dir.join("raft.redb")).expect("opens");
@@ -203,10 +222,10 @@ mod tests {
         assert_eq!(rep.applied_index(), 1);
         assert_eq!(rep.machine.format, crate::format::CURRENT);
         drop(rep);
-        let again = restore(&data_dir, &file, &[1, 2, 3]).unwrap_err();
+        let again = restore(&data_dir, &file, &[1, 2, 3], false).unwrap_err();
         assert!(again.contains("already holds a log"), "{again}");
         std::fs::write(&file, b"something else\n").expect("write");
-        let bad = restore(&dir.path().join("other"), &file, &[1]).unwrap_err();
+        let bad = restore(&dir.path().join("other"), &file, &[1], false).unwrap_err();
         assert!(bad.contains("not an allot backup"), "{bad}");
     }
 }

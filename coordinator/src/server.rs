@@ -78,7 +78,7 @@ pub async fn start(cfg: ServerConfig) -> Result<Running, BoxError> {
     let client_tls = tls::client_config(&files)?;
     if let Some(file) = &cfg.restore {
         let voters: Vec<u64> = cfg.peers.keys().copied().collect();
-        let what = crate::backup::restore(&cfg.data_dir, file, &voters)?;
+        let what = crate::backup::restore(&cfg.data_dir, file, &voters, cfg.join)?;
         tracing::info!("coordinator {}: {what}", cfg.id);
     }
     let format_reads = crate::format::reads_from_env()?;

@@ -152,8 +152,7 @@ impl Cluster {
     /// started.
     pub fn add_slot(&mut self) -> usize {
         let id = self.addrs.len() as u64 + 1;
-        tls::issue(&self.certs(), &Identity::Coordinator { id }, &[], &[], 2)
-            .expect("coordinator");
+        tls::issue(&self.certs(), &Identity::Coordinator { id }, &[], &[], 2).expect("coordinator");
         self.addrs.push(format!("127.0.0.1:{}", udp_port()));
         self.http.push(tcp_port());
         self.procs.push(None);
