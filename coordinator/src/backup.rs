@@ -138,7 +138,7 @@ pub fn restore(dir: &Path, file: &Path, voters: &[u64], join: bool) -> Result<St
     }
     let bytes =
         std::fs::read(file).map_err(|e| format!("reading the backup {}: {e}", file.display()))?;
-    let (data, m) = parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+    let (data, mut m) = parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
     write_identity(dir, &bytes)?;
     if join {
         return Ok(format!(
@@ -147,8 +147,16 @@ pub fn restore(dir: &Path, file: &Path, voters: &[u64], join: bool) -> Result<St
         ));
     }
     let mut disk = RedbDisk::open(&db).map_err(|e| e.to_string())?;
+    // The restored cluster is the replicas of `--peers`: the addresses of replicas the old
+    // one added are not its own.
+    let data = if m.members.is_empty() {
+        data.to_vec()
+    } else {
+        m.members.clear();
+        (SnapshotCodec::wire().encode_machine)(&m)?
+    };
     let mut snap = Snapshot {
-        data: data.to_vec().into(),
+        data: data.into(),
         ..Default::default()
     };
     let meta = snap.mut_metadata();

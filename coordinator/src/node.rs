@@ -235,9 +235,11 @@ impl<D: Disk, R> Node<D, R> {
     /// answers within `FORMAT_WORD_MS`; a voter not heard from reads only format 0).
     fn voters_read(&self, now: Millis) -> u32 {
         let id = self.rep.id();
+        // Learners too: one still catching up must read what it will be sent.
         self.rep
             .voters()
             .iter()
+            .chain(self.rep.learners())
             .map(|&v| match self.peer_formats.get(&v) {
                 _ if v == id => self.rep.format_reads(),
                 Some(&(reads, at)) if now.saturating_sub(at) <= FORMAT_WORD_MS => reads,
@@ -364,6 +366,10 @@ impl<D: Disk, R> Node<D, R> {
             Route::Report { node, cmd } => {
                 self.handle_heartbeat(&node, now);
                 self.propose(cmd, reply, None, now, wall)
+            }
+            Route::Member(change) if self.rep.member_change_done(&change) => {
+                self.outbox.push((reply, Ok(Reply::Done)));
+                Proposed::Refused
             }
             Route::Member(change) => {
                 let token = self.leader.token();

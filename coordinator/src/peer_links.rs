@@ -110,8 +110,13 @@ fn wanted<D: Disk>(rep: &Replica<D>, configured: &BTreeMap<u64, String>) -> BTre
         .chain(rep.learners())
         .chain(std::iter::once(&me))
         .filter_map(|id| {
-            let addr = rep.machine.members.get(id).or_else(|| configured.get(id))?;
-            Some((*id, addr.clone()))
+            let addr = rep.machine.members.get(id).or_else(|| configured.get(id));
+            if addr.is_none() {
+                tracing::warn!(
+                    "replica {me}: member {id} has no address (not in --peers, and not added with one): list it in --peers"
+                );
+            }
+            Some((*id, addr?.clone()))
         })
         .collect()
 }

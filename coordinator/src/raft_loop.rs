@@ -380,8 +380,18 @@ impl Io for ServerIo<'_> {
 
     fn send(&mut self, msgs: Vec<Message>) {
         for m in msgs {
-            if let Some(tx) = self.peers.get(&m.to) {
-                let _ = tx.send(m);
+            match self.peers.get(&m.to) {
+                Some(tx) => {
+                    let _ = tx.send(m);
+                }
+                // A member with no address (`peer_links` warned): raft-rs is told, or a
+                // snapshot for it would keep its progress paused for good.
+                None => {
+                    if m.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
+                        let _ = self.input.send(Input::SnapshotStatus(m.to, false));
+                    }
+                    let _ = self.input.send(Input::Unreachable(m.to));
+                }
             }
         }
     }

@@ -120,6 +120,11 @@ pub struct Replica<D: Disk> {
     /// Configuration changes applied or installed since this replica opened: the shell
     /// connects to the members anew when it moves.
     conf_changes: u64,
+    /// Ticks since this replica opened, and the tick each member was last heard from at:
+    /// whether a peer is reachable, steadier than raft-rs's `recent_active`, which is cleared
+    /// for every peer once per election timeout.
+    ticks: u64,
+    heard: std::collections::BTreeMap<u64, u64>,
 }
 
 /// A snapshot to encode off the raft thread: a copy of the machine at `index`. The copy shares
@@ -271,6 +276,8 @@ impl<D: Disk> Replica<D> {
             job_conf: ConfState::default(),
             snapshot_due: None,
             conf_changes: 0,
+            ticks: 0,
+            heard: std::collections::BTreeMap::new(),
         })
     }
 
@@ -278,7 +285,17 @@ impl<D: Disk> Replica<D> {
         self.cfg.id
     }
     pub fn tick(&mut self) {
+        self.ticks += 1;
         self.raw.tick();
+    }
+
+    /// Whether member `id` was heard from within an election timeout (this replica always is).
+    pub fn heard_lately(&self, id: u64) -> bool {
+        id == self.cfg.id
+            || self
+                .heard
+                .get(&id)
+                .is_some_and(|&at| self.ticks - at <= self.cfg.election_tick as u64)
     }
     /// Steps a message from a peer. Two cases raft-rs does not expect are handled first,
     /// both after a replica lost entries it had acknowledged (a journal cut short or a torn
@@ -292,11 +309,18 @@ impl<D: Disk> Replica<D> {
     ///   moved back to what it has, and the leader probes from there.
     pub fn step(&mut self, mut m: Message) -> Result<(), raft::Error> {
         let last = self.raw.raft.raft_log.last_index();
+        if self.raw.raft.prs().get(m.from).is_some() {
+            self.heard.insert(m.from, self.ticks);
+        }
         if self.joining() {
             // Entries from the start of the log would lack the configuration the cluster
             // started with (it is in `--peers`, not the log): a joiner takes a snapshot first.
+            // An append after index 0 is refused by raft-rs (the log is empty), and the leader
+            // falls back to index 1, which it has compacted behind its snapshot, so it sends
+            // the snapshot; one from index 1 (a leader with no snapshot yet) is dropped until
+            // it has one.
             match m.get_msg_type() {
-                MessageType::MsgAppend => return Ok(()),
+                MessageType::MsgAppend if m.index == 0 => return Ok(()),
                 MessageType::MsgHeartbeat => m.commit = m.commit.min(last),
                 _ => {}
             }
@@ -388,7 +412,7 @@ impl<D: Disk> Replica<D> {
                 (
                     id,
                     learner,
-                    progress.map(|p| (p.matched, p.recent_active || id == self.cfg.id)),
+                    progress.map(|p| (p.matched, self.heard_lately(id))),
                 )
             })
     }
@@ -533,19 +557,15 @@ impl<D: Disk> Replica<D> {
                         return Err(ApiError::new(
                             ErrorKind::NotFound,
                             format!(
-                                "replica {id} is not a member; the voters are {:?} and the learners {:?}",
+                                "replica {id} is not a member (if it was just removed, it is gone); the voters are {:?} and the learners {:?}",
                                 conf.voters, conf.learners
                             ),
                         ))
                     }
                     Some("a voter") if *id == self.cfg.id => return Err(self.hand_over()),
                     Some("a voter") => {
-                        let prs = self.raw.raft.prs();
-                        let me = self.cfg.id;
-                        members::quorum_after_remove(&conf.voters, *id, |v| {
-                            v == me || prs.get(v).is_some_and(|p| p.recent_active)
-                        })
-                        .map_err(conflict)?;
+                        members::quorum_after_remove(&conf.voters, *id, |v| self.heard_lately(v))
+                            .map_err(conflict)?;
                     }
                     Some(_) => {}
                 }
@@ -564,20 +584,8 @@ impl<D: Disk> Replica<D> {
     /// most of the log among those heard from lately, and says so.
     fn hand_over(&mut self) -> ApiError {
         let me = self.cfg.id;
-        let prs = self.raw.raft.prs();
-        let to = self
-            .voters()
-            .iter()
-            .filter(|&&v| v != me)
-            .filter_map(|&v| {
-                prs.get(v)
-                    .filter(|p| p.recent_active)
-                    .map(|p| (p.matched, v))
-            })
-            .max();
-        match to {
-            Some((_, to)) => {
-                self.raw.transfer_leader(to);
+        match self.transfer_to_best() {
+            Some(to) => {
                 ApiError::new(
                     ErrorKind::Unavailable,
                     format!("replica {me} leads: leadership is moving to replica {to}; ask again in a moment, and the new leader removes replica {me}"),
@@ -587,6 +595,34 @@ impl<D: Disk> Replica<D> {
                 ErrorKind::Conflict,
                 format!("replica {me} leads, and no other voter was heard from lately to hand leadership to: bring one back first"),
             ),
+        }
+    }
+
+    /// Leader only: hands leadership to the voter (not this replica) that has matched the most
+    /// of the log among those heard from lately; which one, if any.
+    fn transfer_to_best(&mut self) -> Option<u64> {
+        let me = self.cfg.id;
+        let prs = self.raw.raft.prs();
+        let (_, to) = self
+            .voters()
+            .iter()
+            .filter(|&&v| v != me && self.heard_lately(v))
+            .filter_map(|&v| prs.get(v).map(|p| (p.matched, v)))
+            .max()?;
+        self.raw.transfer_leader(to);
+        Some(to)
+    }
+
+    /// Whether `change` is already in force: an add of a member at the same address (asked
+    /// again by a client whose first answer was lost).
+    pub fn member_change_done(&self, change: &MemberChange) -> bool {
+        match change {
+            MemberChange::Add { id, address } => {
+                let conf = &self.raw.store().conf_state;
+                (conf.voters.contains(id) || conf.learners.contains(id))
+                    && self.machine.members.get(id) == Some(address)
+            }
+            MemberChange::Remove { .. } => false,
         }
     }
 
@@ -602,7 +638,7 @@ impl<D: Disk> Replica<D> {
         let prs = self.raw.raft.prs();
         let ready = self.learners().iter().copied().find(|&l| {
             prs.get(l).is_some_and(|p| {
-                p.recent_active
+                self.heard_lately(l)
                     && p.state == raft::ProgressState::Replicate
                     && p.matched + members::CAUGHT_UP >= committed
             })
@@ -884,6 +920,12 @@ impl<D: Disk> Replica<D> {
                         self.machine.members.remove(&id);
                         if id == self.cfg.id {
                             tracing::warn!("replica {id} was removed from the cluster at log entry {}: it takes no part any more; stop it", e.index);
+                            // A removal proposed by an earlier leader: raft-rs would let this
+                            // replica go on leading the others.
+                            if self.is_leader() && self.transfer_to_best().is_none() {
+                                let term = self.term() + 1;
+                                self.raw.raft.become_follower(term, raft::INVALID_ID);
+                            }
                         }
                     }
                     ConfChangeType::AddNode => {}

@@ -141,6 +141,8 @@ struct Sim {
     joining: Vec<bool>,
     /// Slots that are not running and must not be restarted: not yet added, or removed.
     retired: Vec<bool>,
+    /// Snapshots only far apart, with a thousand entries kept behind each.
+    rare_snapshots: bool,
 }
 
 /// Nodes with a simulated agent; the random commands use `node-N` names, never these.
@@ -328,6 +330,7 @@ impl Sim {
             initial: n,
             joining: vec![false; n],
             retired: vec![false; n],
+            rare_snapshots: false,
         };
         for i in 0..n {
             let r = sim.open(i);
@@ -355,6 +358,10 @@ impl Sim {
         c.keep_behind_snapshot = self.rng.below(20);
         c.background_snapshots = self.rng.chance(500);
         c.format_reads = self.format_reads[i];
+        if self.rare_snapshots {
+            c.snapshot_every = 1_000_000;
+            c.keep_behind_snapshot = 1_000;
+        }
         c
     }
 
@@ -2092,4 +2099,31 @@ fn a_change_that_would_lose_the_quorum_is_refused() {
             &allot_coordinator::members::MemberChange::Remove { id: 3 },
         )
         .expect("accepted");
+}
+
+#[test]
+fn a_replica_joins_a_cluster_that_keeps_its_log() {
+    // Regular snapshots far off and a thousand entries kept behind each: the leader still holds
+    // every entry, and the joiner must still get the snapshot taken where it was added.
+    for seed in 0..seeds(2) {
+        let mut sim = Sim::with_slots(3300 + seed, 4, 3);
+        sim.faults = Faults::none();
+        sim.rare_snapshots = true;
+        for i in 0..3 {
+            sim.crash(i);
+            let r = sim.open(i);
+            sim.nodes[i] = Some(r);
+        }
+        sim.run(100);
+        sim.add_replica(3);
+        let joined = sim.rep(3).expect("replica 4 runs");
+        assert!(
+            joined.snapshots_installed() >= 1,
+            "seed {seed}: no snapshot installed"
+        );
+        sim.run(100);
+        for v in final_voters(&sim) {
+            assert_eq!(v, vec![1, 2, 3, 4], "seed {seed}");
+        }
+    }
 }
