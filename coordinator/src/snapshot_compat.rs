@@ -67,6 +67,7 @@ pub fn decode_machine(b: &[u8], format: u32) -> Result<Machine, String> {
     let err = match wire::decode_snapshot::<Machine>(&longer) {
         Ok(mut m) => {
             m.state.refresh_queue_shapes();
+            m.state.refresh_cohort_tree();
             return Ok(m);
         }
         Err(e) => e,
@@ -89,6 +90,7 @@ pub fn decode_machine(b: &[u8], format: u32) -> Result<Machine, String> {
     // leader, and a snapshot the leader sends brings a follower its figures.
     m.usage = allot_core::usage::Ledger::seeded(&m.state);
     m.state.refresh_queue_shapes();
+    m.state.refresh_cohort_tree();
     Ok(m)
 }
 

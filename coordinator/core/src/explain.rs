@@ -870,7 +870,7 @@ fn pool_users(ctx: &Ctx, t: TeamId, fr: FrId) -> Vec<(i64, i64, TeamId)> {
     let st = ctx.st;
     let cohort = &st.cohorts[st.teams[t.idx()].cohort.idx()];
     let mut users: Vec<(i64, i64, TeamId)> = Vec::new();
-    for m in &cohort.members {
+    for m in cohort.sharing() {
         if *m == t {
             continue;
         }
@@ -1544,7 +1544,7 @@ fn why_no_victims(
         ));
     } else {
         let borrowers: Vec<TeamId> = cohort
-            .members
+            .sharing()
             .iter()
             .copied()
             .filter(|m| *m != t)
@@ -1650,7 +1650,7 @@ fn cohort_order_line(st: &State, ctx: &mut Ctx, wl: &Workload) -> String {
     let team = &st.teams[wl.team.idx()];
     let cohort = &st.cohorts[team.cohort.idx()];
     let mut queues: Vec<(TeamId, Vec<scheduler::EntryKey>)> = Vec::new();
-    for m in &cohort.members {
+    for m in cohort.sharing() {
         let keys: Vec<scheduler::EntryKey> = st.teams[m.idx()]
             .pending
             .iter()
@@ -1761,7 +1761,7 @@ fn standing_lines(st: &State, wl: &Workload, out: &mut Vec<String>) {
             }
         }
     }
-    let mut members: Vec<TeamId> = cohort.members.clone();
+    let mut members: Vec<TeamId> = cohort.sharing().to_vec();
     members.sort_by(|a, b| st.teams[a.idx()].name().cmp(st.teams[b.idx()].name()));
     for m in members {
         let mt = &st.teams[m.idx()];

@@ -27,10 +27,50 @@ pub fn check(st: &State) -> Result<(), String> {
         check_workload(st, wl, &mut held)?;
     }
     check_team_usage(st, &held.usage)?;
+    check_pool_used(st)?;
     for c in 0..st.cohorts.len() {
         quota::cohort_within_pool(st, &st.acct, CohortId(c as u32))?;
     }
     check_nodes(st, &held)
+}
+
+/// Each cohort's pool usage is what its teams use beyond what they never lend, plus, up a
+/// tree, what each child cohort's subtree uses beyond its `local`: the accounting kept as
+/// usage changes agrees with the one counted afresh.
+fn check_pool_used(st: &State) -> Result<(), String> {
+    let n = st.cohorts.len();
+    let mut want = vec![FrVec::default(); n];
+    for (i, t) in st.teams.iter().enumerate() {
+        for (k, u) in st.acct.team_usage[i].0.iter().enumerate() {
+            let fr = FrId(k as u32);
+            want[t.cohort.idx()].add(fr, (u - t.reserved(fr)).max(0));
+        }
+    }
+    let mut up: Vec<usize> = (0..n).collect();
+    up.sort_by_key(|&c| (std::cmp::Reverse(st.cohorts[c].tree.depth), c));
+    for c in up {
+        if let Some(p) = st.cohorts[c].tree.parent {
+            for (k, used) in want[c].0.clone().into_iter().enumerate() {
+                let fr = FrId(k as u32);
+                want[p.idx()].add(fr, (used - st.cohorts[c].tree.local.get(fr)).max(0));
+            }
+        }
+    }
+    for (c, w) in want.iter().enumerate() {
+        let kept = &st.acct.pool_used[c];
+        let pairs = w.0.len().max(kept.0.len());
+        if let Some(k) = (0..pairs).find(|&k| w.get(FrId(k as u32)) != kept.get(FrId(k as u32))) {
+            let fr = FrId(k as u32);
+            return Err(format!(
+                "cohort {} accounts {} of {} in use, and its teams and child cohorts add up to {}",
+                st.cohorts[c].name,
+                kept.get(fr),
+                st.names.describe_fr(fr),
+                w.get(fr)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What admitted workloads hold, added up: usage per team, devices and node use.

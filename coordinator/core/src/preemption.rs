@@ -370,8 +370,10 @@ fn usages(ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>) -> Rc<[Usage]> {
     all
 }
 
-/// The teams of the cohort whose workloads `wl` may reclaim: none when its policy never
-/// reclaims or its cohort is its own; else every other member borrowing a contested pair.
+/// The teams of the cohort (of its whole tree) whose workloads `wl` may reclaim: none when its
+/// policy never reclaims or its cohort is its own; else every other team borrowing a contested
+/// pair, and in a tree of cohorts only where every cohort above it, below the one both share,
+/// borrows one as well (`in_reach`).
 fn reclaimable_teams<'c>(
     ctx: &'c Ctx,
     wl: &Workload,
@@ -382,11 +384,41 @@ fn reclaimable_teams<'c>(
     let cohort = &ctx.st.cohorts[team.cohort.idx()];
     let reclaims =
         team.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::Never && !cohort.private;
-    cohort
-        .members
-        .iter()
-        .copied()
-        .filter(move |m| reclaims && *m != t && borrowing_in(ctx, *m, f_set))
+    cohort.sharing().iter().copied().filter(move |m| {
+        reclaims && *m != t && borrowing_in(ctx, *m, f_set) && in_reach(ctx, t, *m, f_set)
+    })
+}
+
+/// Whether team `m`'s work is within reach of a reclaim by team `t` on `f_set`: every cohort
+/// from `m`'s up to (not including) the lowest one `t`'s shares borrows a pair of `f_set`
+/// (Kueue: a candidate's queue and its ancestors below the common one are over their quota).
+/// Teams of one cohort always are.
+fn in_reach(ctx: &Ctx, t: TeamId, m: TeamId, f_set: &BTreeSet<FrId>) -> bool {
+    let st = ctx.st;
+    let (ct, cm) = (st.teams[t.idx()].cohort, st.teams[m.idx()].cohort);
+    if ct == cm {
+        return true;
+    }
+    let mut above_t = Vec::new();
+    let mut c = Some(ct);
+    while let Some(x) = c {
+        above_t.push(x);
+        c = st.cohorts[x.idx()].tree.parent;
+    }
+    let mut c = Some(cm);
+    while let Some(x) = c {
+        if above_t.contains(&x) {
+            return true;
+        }
+        let borrows = f_set
+            .iter()
+            .any(|fr| quota::cohort_borrowing(st, &ctx.acct, x, *fr));
+        if !borrows {
+            return false;
+        }
+        c = st.cohorts[x.idx()].tree.parent;
+    }
+    false
 }
 
 /// The classical search's candidates, unordered (the fair-sharing search gathers its own,
@@ -1501,7 +1533,7 @@ pub(crate) fn cohort_hopeless(
     debug_assert_eq!(
         hopeless,
         st.cohorts[team.cohort.idx()]
-            .members
+            .sharing()
             .iter()
             .filter(|m| **m != t && borrowing_in(ctx, **m, f_set))
             .all(|m| p >= ctx.share(*m)),
@@ -1518,7 +1550,7 @@ fn ranked_borrowers(ctx: &Ctx, cohort: CohortId, f_set: &BTreeSet<FrId>) -> Riva
     let key = pairs_key(f_set);
     let changes = ctx.acct.changes();
     let slot = (cohort, changes % 2 == 1);
-    let members = &ctx.st.cohorts[cohort.idx()].members;
+    let members = ctx.st.cohorts[cohort.idx()].sharing();
     let rank = |m: TeamId| borrowing_in(ctx, m, f_set).then(|| (ctx.share(m), m));
     let first = |a: &(Share, TeamId), b: &(Share, TeamId)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
     let rank_all = || -> Vec<(Share, TeamId)> {

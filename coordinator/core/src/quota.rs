@@ -1,4 +1,13 @@
-//! Quota accounting for flat cohorts (scheduling.md §1, §6, §8).
+//! Quota accounting for cohorts, flat or nested (scheduling.md §1, §6, §8; Kueue's formulas
+//! for a tree of cohorts in kueue-reference.md §2).
+//!
+//! A flat cohort is a root: its `pool` is what its members lend plus what it owns, and a team
+//! may use its own never-lent part plus what the pool has free, within its borrowing limit. A
+//! cohort with a parent is a node of a tree: its `pool` is its subtree's quota (what it owns,
+//! its teams lend, and its child cohorts lend up), it keeps `local` of it for its own subtree
+//! (with a lending limit), and what its subtree uses beyond `local` is charged to its parent,
+//! within the cohort's borrowing limit there. The flat formulas are the tree's with one level,
+//! and a flat cohort takes the same steps as before trees existed.
 //!
 //! Static limits live in `State` (teams and cohorts), read here through `Limits`; what changes
 //! with every admission lives in `Acct` (usage per team, pool usage per cohort, node
@@ -46,10 +55,51 @@ pub struct CohortRt {
     pub private: bool,
     pub spec: Option<CohortSpec>,
     pub members: Vec<TeamId>,
-    /// Lendable quota of the members plus cohort-owned quota.
+    /// Lendable quota of the members plus cohort-owned quota, plus what child cohorts lend up:
+    /// the subtree's quota.
     pub pool: FrVec,
-    /// `pool` summed over flavors, per resource: what the cohort can lend (fair-share divisor).
+    /// What the cohort's teams may borrow from it at most, summed over flavors, per resource:
+    /// the fair-share divisor (`pool` for a root, `potential` below one).
     pub lendable_by_res: BTreeMap<ResId, i64>,
+    /// The tree, rebuilt from the cohorts' specs (`State::refresh_cohort_tree`), not stored:
+    /// flat (`Tree::default`) for a root.
+    #[serde(skip)]
+    pub tree: Tree,
+}
+
+/// Where a cohort sits in a tree of cohorts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tree {
+    pub parent: Option<CohortId>,
+    /// Its own quotas with their borrowing and lending limits (a cohort with a parent only).
+    pub limits: Vec<(FrId, ResourceQuota)>,
+    /// The part of `pool` kept for its own subtree (`pool - lending_limit`), never lent up.
+    pub local: FrVec,
+    /// The most its subtree could draw, the rest of the tree empty (a cohort with a parent).
+    pub potential: FrVec,
+    /// Every team of the root's tree (the teams that share quota with this cohort's, its own
+    /// included): `members` for a flat cohort, which leaves it empty.
+    pub shared: Vec<TeamId>,
+    /// Cohort levels from this cohort up to its root, itself included (1 for a root).
+    pub depth: u8,
+}
+
+impl CohortRt {
+    /// The teams that share quota with this cohort's teams: its root's whole tree.
+    pub fn sharing(&self) -> &[TeamId] {
+        if self.tree.shared.is_empty() {
+            &self.members
+        } else {
+            &self.tree.shared
+        }
+    }
+
+    fn limit(&self, fr: FrId) -> Option<&ResourceQuota> {
+        let l = &self.tree.limits;
+        l.binary_search_by_key(&fr, |(f, _)| *f)
+            .ok()
+            .map(|i| &l[i].1)
+    }
 }
 
 /// What changes with every admission.
@@ -83,14 +133,27 @@ impl Acct {
         self.move_usage(st, t, fr, delta);
     }
 
-    /// `add_usage` without counting a change: the usage and the cohort's pool usage only.
+    /// `add_usage` without counting a change: the usage and the cohort's pool usage only (and
+    /// up a tree, what each cohort uses beyond its `local`).
     fn move_usage(&mut self, st: &impl Limits, t: TeamId, fr: FrId, delta: i64) {
         let reserved = st.reserved(t, fr);
         let u = &mut self.team_usage[t.idx()];
         let before = (u.get(fr) - reserved).max(0);
         u.add(fr, delta);
         let after = (u.get(fr) - reserved).max(0);
-        self.pool_used[st.cohort_of(t).idx()].add(fr, after - before);
+        let mut c = st.cohort_of(t);
+        let mut d = after - before;
+        self.pool_used[c.idx()].add(fr, d);
+        while let Some(parent) = st.cohort(c).tree.parent {
+            if d == 0 {
+                break;
+            }
+            let local = st.cohort(c).tree.local.get(fr);
+            let used = self.pool_used[c.idx()].get(fr);
+            d = (used - local).max(0) - (used - d - local).max(0);
+            self.pool_used[parent.idx()].add(fr, d);
+            c = parent;
+        }
     }
 
     /// How many times team `t`'s usage has changed in this copy, and in which view: equal
@@ -140,8 +203,7 @@ pub fn available(st: &impl Limits, acct: &Acct, t: TeamId, fr: FrId) -> i64 {
     let Some(q) = st.quota(t, fr) else { return 0 };
     let usage = acct.usage(t, fr);
     let reserved = st.reserved(t, fr);
-    let c = st.cohort_of(t);
-    let pool_free = st.cohort(c).pool.get(fr) - acct.pool_used[c.idx()].get(fr);
+    let pool_free = cohort_available(st, acct, st.cohort_of(t), fr);
     let from_pool = match q.borrowing_limit {
         Some(bl) => pool_free.min(q.nominal + bl - usage.max(reserved)),
         None => pool_free,
@@ -149,10 +211,44 @@ pub fn available(st: &impl Limits, acct: &Acct, t: TeamId, fr: FrId) -> i64 {
     ((reserved - usage).max(0) + from_pool).max(0)
 }
 
+/// How much more of `fr` cohort `c`'s subtree may draw now: what its pool has free, and below
+/// a root, its own `local` part left plus what its parent has free, within its borrowing
+/// limit (kueue-reference.md §2).
+pub fn cohort_available(st: &impl Limits, acct: &Acct, c: CohortId, fr: FrId) -> i64 {
+    let cohort = st.cohort(c);
+    let used = acct.pool_used[c.idx()].get(fr);
+    let Some(parent) = cohort.tree.parent else {
+        return cohort.pool.get(fr) - used;
+    };
+    let local = cohort.tree.local.get(fr);
+    let above = cohort_available(st, acct, parent, fr);
+    let above = match cohort.limit(fr).and_then(|q| q.borrowing_limit) {
+        Some(bl) => above.min(cohort.pool.get(fr) - local - (used - local).max(0) + bl),
+        None => above,
+    };
+    (local - used).max(0) + above
+}
+
+/// The most of `fr` cohort `c`'s subtree could ever draw, the rest of the tree empty.
+pub fn cohort_potential(st: &impl Limits, c: CohortId, fr: FrId) -> i64 {
+    let cohort = st.cohort(c);
+    match cohort.tree.parent {
+        None => cohort.pool.get(fr),
+        Some(_) => cohort.tree.potential.get(fr),
+    }
+}
+
+/// Whether cohort `c`'s subtree uses more of `fr` than its own quota (`pool`): it borrows from
+/// its parent. A root never does.
+pub fn cohort_borrowing(st: &impl Limits, acct: &Acct, c: CohortId, fr: FrId) -> bool {
+    let cohort = st.cohort(c);
+    cohort.tree.parent.is_some() && acct.pool_used[c.idx()].get(fr) > cohort.pool.get(fr)
+}
+
 /// The most of `fr` team `t` could ever use, with the cohort otherwise empty.
 pub fn potential_available(st: &impl Limits, t: TeamId, fr: FrId) -> i64 {
     let Some(q) = st.quota(t, fr) else { return 0 };
-    let max = st.reserved(t, fr) + st.cohort(st.cohort_of(t)).pool.get(fr);
+    let max = st.reserved(t, fr) + cohort_potential(st, st.cohort_of(t), fr);
     match q.borrowing_limit {
         Some(bl) => max.min(q.nominal + bl),
         None => max,
@@ -374,7 +470,16 @@ pub fn cohort_within_pool(st: &impl Limits, acct: &Acct, c: CohortId) -> Result<
     for (i, used) in acct.pool_used[c.idx()].0.iter().enumerate() {
         let fr = FrId(i as u32);
         let allowed = st.pool_excess(c, fr);
-        if *used > cohort.pool.get(fr) + allowed {
+        // Below a root, a subtree may use its pool and what its borrowing limit lets it draw
+        // from its parent (without one, only what the parent has, checked there).
+        let bound = match cohort.tree.parent {
+            None => Some(cohort.pool.get(fr)),
+            Some(_) => cohort
+                .limit(fr)
+                .and_then(|q| q.borrowing_limit)
+                .map(|bl| cohort.pool.get(fr) + bl),
+        };
+        if bound.is_some_and(|b| *used > b + allowed) {
             return Err(format!(
                 "cohort {} uses {} of its pool of {} for {}",
                 cohort.name,

@@ -664,18 +664,17 @@ impl State {
     pub fn set_cohort(&mut self, spec: CohortSpec) -> Result<(), StateError> {
         validate_cohort_name(&spec.name).map_err(|e| StateError::Invalid(e.to_string()))?;
         if let Some(p) = &spec.parent {
-            return Err(StateError::Invalid(format!(
-                "cohort {}: parent {p:?}: nested cohorts are not supported yet; give parent: null",
-                spec.name
-            )));
+            self.check_parent(&spec.name, p)?;
+            self.check_depth(&spec)?;
         }
         validate_quotas(&format!("cohort {}", spec.name), &spec.quotas, &[], true)
             .map_err(|e| StateError::Invalid(e.to_string()))?;
-        if spec
-            .quotas
-            .iter()
-            .flat_map(|f| f.resources.iter())
-            .any(|(_, q)| q.borrowing_limit.is_some() || q.lending_limit.is_some())
+        if spec.parent.is_none()
+            && spec
+                .quotas
+                .iter()
+                .flat_map(|f| f.resources.iter())
+                .any(|(_, q)| q.borrowing_limit.is_some() || q.lending_limit.is_some())
         {
             return Err(StateError::Invalid(format!(
                 "cohort {}: borrowing and lending limits on a cohort need a parent cohort; give only nominal",
@@ -685,6 +684,61 @@ impl State {
         self.cohort_specs.insert(spec.name.clone(), spec);
         self.rebuild();
         Ok(())
+    }
+
+    /// Cohort `name` may have `parent`: a cohort name, not itself nor below it (no cycle), and
+    /// the tree no deeper than `cohort_tree::MAX_DEPTH`. A parent not declared is a cohort by
+    /// name alone, as a team's cohort may be.
+    fn check_parent(&self, name: &str, parent: &str) -> Result<(), StateError> {
+        validate_cohort_name(parent).map_err(|e| StateError::Invalid(e.to_string()))?;
+        let mut chain = vec![name.to_string()];
+        let mut at = Some(parent.to_string());
+        while let Some(p) = at {
+            chain.push(p.clone());
+            if p == name {
+                return Err(StateError::Invalid(format!(
+                    "cohort {name}: parent {parent:?} makes a cycle ({}); a cohort's parents must lead to a root",
+                    chain.join(" -> ")
+                )));
+            }
+            if chain.len() > crate::cohort_tree::MAX_DEPTH + 1 {
+                break;
+            }
+            at = self.cohort_specs.get(&p).and_then(|s| s.parent.clone());
+        }
+        Ok(())
+    }
+
+    /// With `spec` in place, no cohort is deeper than `cohort_tree::MAX_DEPTH` levels.
+    fn check_depth(&self, spec: &CohortSpec) -> Result<(), StateError> {
+        let parent_of = |n: &str| -> Option<String> {
+            if n == spec.name {
+                return spec.parent.clone();
+            }
+            self.cohort_specs.get(n).and_then(|s| s.parent.clone())
+        };
+        for start in self.cohort_specs.keys().chain(std::iter::once(&spec.name)) {
+            let mut chain = vec![start.clone()];
+            while let Some(p) = parent_of(chain.last().map_or("", String::as_str)) {
+                chain.push(p);
+                if chain.len() > crate::cohort_tree::MAX_DEPTH {
+                    return Err(StateError::Invalid(format!(
+                        "cohort {}: parent {:?} makes a tree deeper than {} levels ({})",
+                        spec.name,
+                        spec.parent.as_deref().unwrap_or_default(),
+                        crate::cohort_tree::MAX_DEPTH,
+                        chain.join(" -> ")
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Links the cohorts' tree again after the state was read back (the tree is not stored):
+    /// the pools stored are already whole.
+    pub fn refresh_cohort_tree(&mut self) {
+        crate::cohort_tree::link(&mut self.cohorts, &self.names, false);
     }
 
     /// Creates a team or replaces its allocation; workloads keep running.
@@ -983,6 +1037,9 @@ impl State {
         }
         // Cohorts: named ones in name order, then private ones in team order.
         let mut cohort_names: BTreeSet<String> = self.cohort_specs.keys().cloned().collect();
+        for s in self.cohort_specs.values() {
+            cohort_names.extend(s.parent.clone());
+        }
         for t in &self.teams {
             if let Some(c) = &t.spec.cohort {
                 cohort_names.insert(c.clone());
@@ -997,6 +1054,7 @@ impl State {
                 members: Vec::new(),
                 pool: FrVec::default(),
                 lendable_by_res: BTreeMap::new(),
+                tree: Default::default(),
             })
             .collect();
         for (i, t) in self.teams.iter_mut().enumerate() {
@@ -1010,6 +1068,7 @@ impl State {
                         members: Vec::new(),
                         pool: FrVec::default(),
                         lendable_by_res: BTreeMap::new(),
+                        tree: Default::default(),
                     });
                     cohorts.len() - 1
                 }
@@ -1039,11 +1098,9 @@ impl State {
                     c.pool.add(*fr, *v);
                 }
             }
-            for (i, v) in c.pool.0.iter().enumerate() {
-                let (_, r) = self.names.fr_parts(FrId(i as u32));
-                *c.lendable_by_res.entry(r).or_insert(0) += v;
-            }
         }
+        // What child cohorts lend up, and each cohort's fair-share divisor.
+        crate::cohort_tree::link(&mut cohorts, &self.names, true);
         self.cohorts = cohorts;
         // Pool usage from team usage.
         let mut pool_used = vec![FrVec::default(); self.cohorts.len()];
@@ -1053,6 +1110,21 @@ impl State {
                 let over = (u - t.reserved(fr)).max(0);
                 if over != 0 {
                     pool_used[t.cohort.idx()].add(fr, over);
+                }
+            }
+        }
+        // Up a tree: what each cohort's subtree uses beyond its `local`, children first.
+        let mut up: Vec<usize> = (0..self.cohorts.len()).collect();
+        up.sort_by_key(|&i| (std::cmp::Reverse(self.cohorts[i].tree.depth), i));
+        for i in up {
+            let Some(p) = self.cohorts[i].tree.parent else {
+                continue;
+            };
+            for (k, used) in pool_used[i].0.clone().into_iter().enumerate() {
+                let fr = FrId(k as u32);
+                let over = (used - self.cohorts[i].tree.local.get(fr)).max(0);
+                if over != 0 {
+                    pool_used[p.idx()].add(fr, over);
                 }
             }
         }
@@ -1087,9 +1159,22 @@ impl State {
 
     fn current_excess(&self, c: usize) -> FrVec {
         let mut e = FrVec::default();
+        let cohort = &self.cohorts[c];
         for (i, used) in self.acct.pool_used[c].0.iter().enumerate() {
             let fr = FrId(i as u32);
-            let over = used - self.cohorts[c].pool.get(fr);
+            // Below a root, only a borrowing limit bounds what a subtree draws (as
+            // `quota::cohort_within_pool` checks).
+            let bound = match cohort.tree.parent {
+                None => cohort.pool.get(fr),
+                Some(_) => match (cohort.tree.limits.iter())
+                    .find(|(f, _)| *f == fr)
+                    .and_then(|(_, q)| q.borrowing_limit)
+                {
+                    Some(bl) => cohort.pool.get(fr) + bl,
+                    None => continue,
+                },
+            };
+            let over = used - bound;
             if over > 0 {
                 e.set(fr, over);
             }
@@ -1661,13 +1746,16 @@ impl State {
             let mut acct = std::mem::take(&mut self.acct);
             acct.add_all(self, team, &usage, -1);
             self.acct = acct;
-            // An excess left by a shrunk pool only ever shrinks.
-            let c = self.teams[team.idx()].cohort.idx();
-            let now_excess = self.current_excess(c);
-            if let Some(allow) = self.pool_excess.get_mut(c) {
-                for (i, v) in allow.0.iter_mut().enumerate() {
-                    *v = (*v).min(now_excess.get(FrId(i as u32)));
+            // An excess left by a shrunk pool only ever shrinks (up a tree, at every level).
+            let mut at = Some(self.teams[team.idx()].cohort);
+            while let Some(c) = at {
+                let now_excess = self.current_excess(c.idx());
+                if let Some(allow) = self.pool_excess.get_mut(c.idx()) {
+                    for (i, v) in allow.0.iter_mut().enumerate() {
+                        *v = (*v).min(now_excess.get(FrId(i as u32)));
+                    }
                 }
+                at = self.cohorts[c.idx()].tree.parent;
             }
             let team_now = self.current_team_excess(team.idx());
             if let Some(allow) = self.team_excess.get_mut(team.idx()) {

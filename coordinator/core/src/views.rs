@@ -339,12 +339,13 @@ pub fn teams(m: &Machine) -> Vec<TeamView> {
         .collect()
 }
 
-/// What the other members of `t`'s cohort borrow of `fr`'s flavor and resource.
+/// What the other teams of `t`'s cohort (of its whole tree) borrow of `fr`'s flavor and
+/// resource.
 fn cohort_borrowed(m: &Machine, t: TeamId, fr: crate::ids::FrId) -> i64 {
     let st = &m.state;
     let c = st.teams[t.idx()].cohort;
     st.cohorts[c.idx()]
-        .members
+        .sharing()
         .iter()
         .filter(|&&o| o != t)
         .map(|&o| {

@@ -973,15 +973,6 @@ fn cohort_owned_quota_and_idle_sharing() {
     .unwrap();
     s.submit(wl("w", "a", 0, 3, &[("gpu", "1")])).settle();
     assert_eq!(s.state("w"), WlState::Admitted);
-    let e =
-        s.st.set_cohort(CohortSpec {
-            name: "child".into(),
-            parent: Some("shared-pool".into()),
-            quotas: vec![],
-        })
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("nested cohorts"), "{e}");
 
     // Idle resource sharing: 4 GPUs on nodes, 1 of quota: 3 idle become borrowable.
     let mut s = Sim::new(
@@ -998,6 +989,146 @@ fn cohort_owned_quota_and_idle_sharing() {
     s.nodes(F, "g", 4, 1);
     s.submit(wl("w", "a", 0, 4, &[("gpu", "1")])).settle();
     assert_eq!(s.state("w"), WlState::Pending);
+}
+
+// ---------------------------------------------------------------- §8 nested cohorts
+
+/// A team of `dept` with `nominal` GPUs, all lendable, that reclaims from lower priorities.
+fn dept_team(name: &str, dept: &str, nominal: i64) -> allot_common::TeamSpec {
+    let mut t = gpu_team(name, nominal, None);
+    t.cohort = Some(dept.into());
+    t.preemption.reclaim_within_cohort = ReclaimWithinCohort::LowerPriority;
+    t
+}
+
+/// Cohort `name` under `parent` with GPU limits (no quota of its own).
+fn dept(name: &str, parent: &str, bl: Option<i64>, ll: Option<i64>) -> CohortSpec {
+    CohortSpec {
+        name: name.into(),
+        parent: Some(parent.into()),
+        quotas: vec![FlavorQuota {
+            flavor: F.into(),
+            resources: vec![(ResourceName::gpu(), rq(0, bl, ll))],
+        }],
+    }
+}
+
+/// Two departments under one organisation: a1 and a2 (2 GPUs each) in dept-a, b1 (2) in
+/// dept-b, 8 one-GPU nodes.
+fn org(a_limits: (Option<i64>, Option<i64>), b_limits: (Option<i64>, Option<i64>)) -> Sim {
+    let mut s = Sim::classical(vec![
+        dept_team("a1", "dept-a", 2),
+        dept_team("a2", "dept-a", 2),
+        dept_team("b1", "dept-b", 2),
+    ]);
+    s.st.set_cohort(dept("dept-a", "org", a_limits.0, a_limits.1))
+        .unwrap();
+    s.st.set_cohort(dept("dept-b", "org", b_limits.0, b_limits.1))
+        .unwrap();
+    s.nodes(F, "g", 8, 1);
+    s
+}
+
+#[test]
+fn a_team_borrows_through_its_department_and_the_organisation() {
+    let mut s = org((None, None), (None, None));
+    let fr = s.fr("gpu");
+    // Everything is lendable: a1 may use the whole organisation's 6.
+    assert_eq!(quota::potential_available(&s.st, s.tid("a1"), fr), 6);
+    s.submit(wl("a1-w", "a1", 0, 5, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("a1-w"), WlState::Admitted);
+    assert_eq!(quota::available(&s.st, s.st.acct(), s.tid("b1"), fr), 1);
+    let dept_a = quota::Limits::cohort_of(&s.st, s.tid("a1"));
+    assert!(quota::cohort_borrowing(&s.st, s.st.acct(), dept_a, fr));
+}
+
+#[test]
+fn a_lending_limit_keeps_a_departments_quota_and_a_borrowing_limit_caps_it() {
+    // dept-b lends nothing up: the organisation's pool is dept-a's 4.
+    let mut s = org((None, None), (None, Some(0)));
+    let fr = s.fr("gpu");
+    assert_eq!(quota::potential_available(&s.st, s.tid("a1"), fr), 4);
+    assert_eq!(quota::potential_available(&s.st, s.tid("b1"), fr), 6);
+    s.submit(wl("a1-w", "a1", 0, 5, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("a1-w"), WlState::Pending);
+    assert!(
+        s.message("a1-w").contains("request 5 > maximum capacity 4"),
+        "beyond what the tree could ever give: {}",
+        s.message("a1-w")
+    );
+    // dept-a may borrow at most 1 above its 4 from the organisation.
+    let mut s = org((Some(1), None), (None, None));
+    assert_eq!(quota::potential_available(&s.st, s.tid("a1"), fr), 5);
+    s.submit(wl("a1-w", "a1", 0, 5, &[("gpu", "1")])).settle();
+    s.at(1)
+        .submit(wl("a2-w", "a2", 0, 1, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(s.state("a1-w"), WlState::Admitted);
+    assert_eq!(s.state("a2-w"), WlState::Pending, "dept-a is at 4 + 1");
+    assert_eq!(quota::available(&s.st, s.st.acct(), s.tid("b1"), fr), 1);
+}
+
+#[test]
+fn a_team_reclaims_from_another_department_only_where_that_department_borrows() {
+    // a1 borrows a2's quota inside dept-a: dept-a is within its own 4, so b1 (whose 2 are
+    // free) has nothing to reclaim there, and its work fits anyway.
+    let mut s = org((None, None), (None, None));
+    s.submit(wl("a1-w", "a1", 0, 4, &[("gpu", "1")])).settle();
+    s.at(1)
+        .submit(wl("b1-w", "b1", 10, 2, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(s.state("b1-w"), WlState::Admitted);
+    assert_eq!(s.preemptions(), vec![]);
+    // a1 borrows dept-b's quota through the organisation: b1 takes it back.
+    let mut s = org((None, None), (None, None));
+    s.submit(wl("a1-big", "a1", 0, 6, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("a1-big"), WlState::Admitted);
+    s.at(1)
+        .submit(wl("b1-w", "b1", 10, 1, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(s.state("b1-w"), WlState::Admitted);
+    assert_eq!(
+        s.preemptions(),
+        vec![(
+            "a1-big".to_string(),
+            "b1-w".to_string(),
+            allot_core::PreemptReason::InCohortReclamation
+        )]
+    );
+}
+
+#[test]
+fn a_cohort_tree_with_a_cycle_or_too_deep_is_refused() {
+    let mut s = Sim::classical(vec![dept_team("a1", "x", 1)]);
+    s.st.set_cohort(dept("x", "y", None, None)).unwrap();
+    let e =
+        s.st.set_cohort(dept("y", "x", None, None))
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("cycle (y -> x -> y)"), "{e}");
+    let e =
+        s.st.set_cohort(dept("z", "z", None, None))
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("cycle"), "{e}");
+    for i in 0..15 {
+        s.st.set_cohort(dept(&format!("l{i}"), &format!("l{}", i + 1), None, None))
+            .unwrap();
+    }
+    let e =
+        s.st.set_cohort(dept("l15", "l16", None, None))
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("deeper than 16"), "{e}");
+    // Limits on a root stay refused.
+    let e =
+        s.st.set_cohort(CohortSpec {
+            parent: None,
+            ..dept("root", "none", Some(1), None)
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("need a parent"), "{e}");
 }
 
 // ---------------------------------------------------------------- §2 policy on submit
