@@ -490,7 +490,7 @@ pub fn run_fence(a: FenceArgs) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     rt.block_on(allot_agent::containerd::fence::run(
         &cfg,
-        crate::coordinator_cmd::shutdown_signal(),
+        crate::signals::shutdown_signal(),
     ));
     Ok(())
 }
@@ -517,7 +517,7 @@ pub fn run(a: AgentArgs, opts: &ClientOpts) -> anyhow::Result<()> {
                 .unwrap_or_default()
         );
         agent
-            .run(crate::coordinator_cmd::shutdown_signal())
+            .run(crate::signals::shutdown_signal())
             .await
             .map_err(|e| anyhow!("agent {node}: {e}"))?;
         eprintln!("allot agent {node}: stopped");

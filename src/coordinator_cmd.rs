@@ -385,25 +385,10 @@ pub async fn run(a: CoordinatorArgs) -> anyhow::Result<()> {
             .unwrap_or_default(),
         running.raft_priority
     );
-    shutdown_signal().await;
+    crate::signals::shutdown_signal().await;
     eprintln!("allot coordinator {}: stopping", cfg.id);
     running.endpoint.close(0u32.into(), b"shutting down");
     Ok(())
-}
-
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 #[cfg(test)]

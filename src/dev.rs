@@ -239,7 +239,7 @@ pub async fn run(a: DevArgs) -> anyhow::Result<()> {
         .join(",");
     // Ctrl-C (or SIGTERM) during start-up stops what was started, too: the handler is
     // installed now, before the first child.
-    let mut stop = Box::pin(crate::coordinator_cmd::shutdown_signal());
+    let mut stop = Box::pin(crate::signals::shutdown_signal());
     tokio::select! {
         biased;
         _ = &mut stop => return Ok(()),

@@ -18,6 +18,7 @@ mod failover;
 mod lease_watch;
 mod memory;
 mod scenario;
+mod signals;
 mod simulate;
 mod what_if;
 

@@ -76,6 +76,15 @@ fn wait_members(c: &Cluster, want: &[u64]) -> Vec<(u64, String, u64, bool)> {
     })
 }
 
+/// The leader's id, as the members list says.
+fn leader_of(c: &Cluster) -> u64 {
+    members(c)
+        .iter()
+        .find(|r| r.1 == "leader")
+        .map(|r| r.0)
+        .expect("a leader")
+}
+
 /// Starts the cluster's next replica with `--join` and adds it (the CLI waits until it votes).
 fn add_replica(c: &mut Cluster) -> u64 {
     let i = c.add_slot();
@@ -97,14 +106,40 @@ fn remove_replica(c: &Cluster, id: u64) {
     assert!(out.contains(&format!("replica {id} removed")), "{out}");
 }
 
+/// Three replicas taking a stream of submits of one-second jobs (`one_second_stream`).
+type Stream = (
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+);
+
+fn three_under_submits(snapshot_every: u64, run: &str) -> (Cluster, Stream) {
+    let c = Cluster::new(3, snapshot_every);
+    setup_team(&c, "team-a");
+    wait_members(&c, &[1, 2, 3]);
+    let stream = one_second_stream(&c, run);
+    (c, stream)
+}
+
+/// Stops the stream: it was acknowledged often, and every submit it saw acknowledged is there
+/// once.
+fn stream_kept(c: &Cluster, (acked, done, stream): Stream) {
+    done.store(true, Ordering::SeqCst);
+    stream.join().expect("the submit stream");
+    let acked = acked.lock().expect("lock").clone();
+    assert!(
+        acked.len() > 20,
+        "only {} submits acknowledged",
+        acked.len()
+    );
+    assert_each_acknowledged_once(c, &acked);
+}
+
 #[test]
 fn a_dead_replica_is_replaced_by_one_at_a_new_address_under_submits() {
     // Snapshots as by default, far apart: the new replica still starts from the one taken
     // where it was added.
-    let mut c = Cluster::new(3, 10_000);
-    setup_team(&c, "team-a");
-    wait_members(&c, &[1, 2, 3]);
-    let (acked, done, stream) = one_second_stream(&c, "replace");
+    let (mut c, stream) = three_under_submits(10_000, "replace");
     std::thread::sleep(std::time::Duration::from_secs(2));
     // Replica 3's machine is gone for good.
     c.kill(2);
@@ -115,18 +150,10 @@ fn a_dead_replica_is_replaced_by_one_at_a_new_address_under_submits() {
     // The new replica votes: with replica 1 killed, 2 and 4 are a quorum of three and go on.
     c.kill(0);
     std::thread::sleep(std::time::Duration::from_secs(3));
-    done.store(true, Ordering::SeqCst);
-    stream.join().expect("the submit stream");
-    let acked = acked.lock().expect("lock").clone();
-    assert!(
-        acked.len() > 20,
-        "only {} submits acknowledged",
-        acked.len()
-    );
+    stream_kept(&c, stream);
     let m = members(&c);
     let leader = m.iter().find(|r| r.1 == "leader").map(|r| r.0);
     assert!(matches!(leader, Some(2 | 4)), "{m:?}");
-    assert_each_acknowledged_once(&c, &acked);
     let o = c.cli(
         "user-team-a",
         &["coordinator", "members", "add", "9", "127.0.0.1:1"],
@@ -137,21 +164,13 @@ fn a_dead_replica_is_replaced_by_one_at_a_new_address_under_submits() {
 
 #[test]
 fn a_cluster_grows_from_three_to_five_and_shrinks_back_under_submits() {
-    let mut c = Cluster::new(3, 200);
-    setup_team(&c, "team-a");
-    wait_members(&c, &[1, 2, 3]);
-    let (acked, done, stream) = one_second_stream(&c, "grow");
+    let (mut c, stream) = three_under_submits(200, "grow");
     add_replica(&mut c);
     add_replica(&mut c);
     wait_members(&c, &[1, 2, 3, 4, 5]);
     // Back to three: the leader first (it hands leadership over), then another of the first
     // three; each is stopped once removed.
-    let m = members(&c);
-    let leader = m
-        .iter()
-        .find(|r| r.1 == "leader")
-        .map(|r| r.0)
-        .expect("leader");
+    let leader = leader_of(&c);
     let second = [1u64, 2, 3]
         .into_iter()
         .find(|id| *id != leader)
@@ -166,12 +185,7 @@ fn a_cluster_grows_from_three_to_five_and_shrinks_back_under_submits() {
     left.sort_unstable();
     wait_members(&c, &left);
     // A removal that would leave no quorum is refused, naming why: two of three are needed.
-    let m = members(&c);
-    let leader = m
-        .iter()
-        .find(|r| r.1 == "leader")
-        .map(|r| r.0)
-        .expect("leader");
+    let leader = leader_of(&c);
     let dead = *left.iter().find(|id| **id != leader).expect("a follower");
     c.kill((dead - 1) as usize);
     wait_for(30, "the killed replica shown silent", || {
@@ -192,13 +206,5 @@ fn a_cluster_grows_from_three_to_five_and_shrinks_back_under_submits() {
     assert!(!o.status.success() && err.contains("quorum"), "{err}");
     c.start(dead as usize - 1);
     wait_members(&c, &left);
-    done.store(true, Ordering::SeqCst);
-    stream.join().expect("the submit stream");
-    let acked = acked.lock().expect("lock").clone();
-    assert!(
-        acked.len() > 20,
-        "only {} submits acknowledged",
-        acked.len()
-    );
-    assert_each_acknowledged_once(&c, &acked);
+    stream_kept(&c, stream);
 }

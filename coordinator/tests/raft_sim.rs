@@ -1423,14 +1423,7 @@ impl Sim {
     fn step_once(&mut self) {
         self.step += 1;
         self.faults();
-        for i in 0..self.n {
-            if let Some(r) = self.nodes[i].as_mut() {
-                r.tick();
-            }
-        }
-        self.deliver();
-        self.finish_jobs();
-        self.finish_cycles();
+        self.tick_and_deliver();
         self.agents_step();
         self.answer_format_probes();
         if let Some(l) = self.leader() {
@@ -1459,6 +1452,18 @@ impl Sim {
         }
         self.check_leaders();
         self.check_no_overlap();
+    }
+
+    /// A tick of every replica running, then what is due: messages, snapshot jobs, cycles.
+    fn tick_and_deliver(&mut self) {
+        for i in 0..self.n {
+            if let Some(r) = self.nodes[i].as_mut() {
+                r.tick();
+            }
+        }
+        self.deliver();
+        self.finish_jobs();
+        self.finish_cycles();
     }
 
     /// A cluster of `initial` replicas with room for `slots - initial` more, which start only
@@ -1569,14 +1574,7 @@ impl Sim {
         let mut committed_before_end = None;
         for _ in 0..400 {
             self.step += 1;
-            for i in 0..self.n {
-                if let Some(r) = self.nodes[i].as_mut() {
-                    r.tick();
-                }
-            }
-            self.deliver();
-            self.finish_jobs();
-            self.finish_cycles();
+            self.tick_and_deliver();
             // The agents go quiet for the last 3 s (with a sync's round trip before it, less
             // than a lease, so no node is lost), so that what they report has settled.
             let quiet = self.step >= end - 30;

@@ -38,24 +38,7 @@ pub fn check(st: &State) -> Result<(), String> {
 /// tree, what each child cohort's subtree uses beyond its `local`: the accounting kept as
 /// usage changes agrees with the one counted afresh.
 fn check_pool_used(st: &State) -> Result<(), String> {
-    let n = st.cohorts.len();
-    let mut want = vec![FrVec::default(); n];
-    for (i, t) in st.teams.iter().enumerate() {
-        for (k, u) in st.acct.team_usage[i].0.iter().enumerate() {
-            let fr = FrId(k as u32);
-            want[t.cohort.idx()].add(fr, (u - t.reserved(fr)).max(0));
-        }
-    }
-    let mut up: Vec<usize> = (0..n).collect();
-    up.sort_by_key(|&c| (std::cmp::Reverse(st.cohorts[c].tree.depth), c));
-    for c in up {
-        if let Some(p) = st.cohorts[c].tree.parent {
-            for (k, used) in want[c].0.clone().into_iter().enumerate() {
-                let fr = FrId(k as u32);
-                want[p.idx()].add(fr, (used - st.cohorts[c].tree.local.get(fr)).max(0));
-            }
-        }
-    }
+    let want = st.pool_usage();
     for (c, w) in want.iter().enumerate() {
         let kept = &st.acct.pool_used[c];
         let pairs = w.0.len().max(kept.0.len());

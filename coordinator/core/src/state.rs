@@ -1102,7 +1102,18 @@ impl State {
         // What child cohorts lend up, and each cohort's fair-share divisor.
         crate::cohort_tree::link(&mut cohorts, &self.names, true);
         self.cohorts = cohorts;
-        // Pool usage from team usage.
+        self.acct.pool_used = self.pool_usage();
+        self.pool_excess = (0..self.cohorts.len())
+            .map(|c| self.current_excess(c))
+            .collect();
+        self.team_excess = (0..self.teams.len())
+            .map(|t| self.current_team_excess(t))
+            .collect();
+    }
+
+    /// Each cohort's pool usage counted afresh: what its teams use beyond what they never
+    /// lend, and up a tree what each child cohort's subtree uses beyond its `local`.
+    pub(crate) fn pool_usage(&self) -> Vec<FrVec> {
         let mut pool_used = vec![FrVec::default(); self.cohorts.len()];
         for (i, t) in self.teams.iter().enumerate() {
             for (k, u) in self.acct.team_usage[i].0.iter().enumerate() {
@@ -1128,13 +1139,7 @@ impl State {
                 }
             }
         }
-        self.acct.pool_used = pool_used;
-        self.pool_excess = (0..self.cohorts.len())
-            .map(|c| self.current_excess(c))
-            .collect();
-        self.team_excess = (0..self.teams.len())
-            .map(|t| self.current_team_excess(t))
-            .collect();
+        pool_used
     }
 
     /// Usage of team `t` above what its quota allows it to hold now.
