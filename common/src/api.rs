@@ -829,6 +829,22 @@ pub enum Body {
     RemoveMember {
         id: u64,
     },
+    /// `allot create-cohort` (admins): a cohort, new or replaced, with its parent and its own
+    /// quota (limits only below a parent). Protocol 8.
+    SetCohort(crate::quota::CohortSpec),
+    /// `allot delete-cohort` (admins): a cohort no team and no cohort names. Protocol 8.
+    DeleteCohort {
+        name: String,
+    },
+    /// `allot set-team-cohort` (admins): the cohort team `team` shares quota in (`None`: the
+    /// default one, `shared-pool`). Protocol 8.
+    SetTeamCohort {
+        team: String,
+        cohort: Option<String>,
+    },
+    /// `allot get cohorts`: every cohort with its place in the tree, its teams and its pool.
+    /// Protocol 8.
+    ListCohorts,
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -1086,6 +1102,33 @@ pub enum Reply {
     Topology(Vec<DomainView>),
     /// The answer to `Body::GetMembers`: each replica, by id.
     Members(Vec<MemberView>),
+    /// The answer to `Body::ListCohorts`, by name.
+    Cohorts(Vec<CohortView>),
+}
+
+/// One cohort as `allot get cohorts` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CohortView {
+    pub name: String,
+    pub parent: Option<String>,
+    /// Its child cohorts and its teams, by name.
+    pub children: Vec<String>,
+    pub teams: Vec<String>,
+    /// Per (flavor, resource): its own quota, its pool (its subtree's quota: what it owns,
+    /// its teams lend and its children lend up), and what its subtree uses of the pool.
+    pub pairs: Vec<CohortPairView>,
+}
+
+/// One (flavor, resource) of a cohort, quantities as the resource writes them (`8`, `64Gi`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CohortPairView {
+    pub flavor: String,
+    pub resource: String,
+    pub nominal: String,
+    pub borrowing_limit: Option<String>,
+    pub lending_limit: Option<String>,
+    pub pool: String,
+    pub in_use: String,
 }
 
 /// One coordinator replica as the leader sees it.

@@ -43,6 +43,21 @@ pub(crate) fn route(body: Body, who: &Identity) -> ControlFlow<Result<Route, Api
             admin_only(who, "remove coordinator replicas")
                 .map(|_| Route::Member(MemberChange::Remove { id })),
         ),
+        Body::SetCohort(spec) => ControlFlow::Break(
+            admin_only(who, "create or change cohorts")
+                .map(|_| Route::Propose(Command::SetCohort(spec))),
+        ),
+        Body::DeleteCohort { name } => ControlFlow::Break(
+            admin_only(who, "delete cohorts")
+                .map(|_| Route::Propose(Command::DeleteCohort { name })),
+        ),
+        Body::SetTeamCohort { team, cohort } => ControlFlow::Break(
+            admin_only(who, "put teams in cohorts")
+                .map(|_| Route::Propose(Command::SetTeamCohort { team, cohort })),
+        ),
+        Body::ListCohorts => ControlFlow::Break(Ok(Route::Read(Box::new(|m: &Machine| {
+            Ok(Reply::Cohorts(m.cohort_views()))
+        })))),
         other => ControlFlow::Continue(other),
     }
 }

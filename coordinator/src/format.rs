@@ -27,7 +27,7 @@
 //! | 4 | GPU partitions: compute quota rows with `AcceleratorPartition` (layout 1 of `allot_common::layout`), and node reports with MIG devices |
 //! | 5 | gang readiness: `SetPodsReady`, `PodsReadyTimeout`, `BackoffFinished`, and `Machine::pods_ready` at the end of a snapshot |
 //! | 6 | topology: node reports and nodes with topology levels (layout 2 of `allot_common::layout`), and workloads that ask for a level |
-//! | 7 | membership changes: raft configuration changes, and `Machine::members` (the added replicas' addresses) at the end of a snapshot |
+//! | 7 | membership changes: raft configuration changes, and `Machine::members` (the added replicas' addresses) at the end of a snapshot; cohorts set live (`SetCohort`, `DeleteCohort`, `SetTeamCohort`), and `Machine::team_cohorts` after it |
 //!
 //! API requests carry a protocol version (`allot_net::wire`): a client sends the oldest one
 //! that has its request, so a newer client talks to an older coordinator during an upgrade,
@@ -130,6 +130,7 @@ pub fn needs(cmd: &Command) -> u32 {
         Command::SetPodsReady(_)
         | Command::PodsReadyTimeout { .. }
         | Command::BackoffFinished { .. } => 5,
+        Command::SetCohort(_) | Command::DeleteCohort { .. } | Command::SetTeamCohort { .. } => 7,
         Command::ReportNode(r) if !r.topology.is_empty() => 6,
         Command::Submit(input)
         | Command::SubmitPlanned { input, .. }

@@ -12,7 +12,7 @@
 //! | 2 | `auto_resumed` |
 //! | 3 and 4 | `removed_nodes` (format 4 changed the layout of compute quota rows inside, see `allot_common::layout`, and appended nothing) |
 //! | 5 and 6 | `pods_ready` (format 6 changed the layout of nodes and node reports inside, see `allot_common::layout`, and appended nothing) |
-//! | 7 | `members` |
+//! | 7 | `members`, `team_cohorts` |
 
 use allot_core::machine::Machine;
 use allot_net::wire;
@@ -23,7 +23,7 @@ fn tail_since(format: u32) -> &'static [u8] {
         2 | 3 => &[0],
         // Format 4 appended no field; 5 a policy (`None`) and a map.
         5 => &[0, 0],
-        7 => &[0],
+        7 => &[0, 0],
         _ => &[],
     }
 }
@@ -34,7 +34,7 @@ fn empty_since(m: &Machine, f: u32) -> bool {
         2 => m.auto_resumed.is_empty(),
         3 => m.removed_nodes.is_empty(),
         5 => m.pods_ready.is_empty(),
-        7 => m.members.is_empty(),
+        7 => m.members.is_empty() && m.team_cohorts.is_empty(),
         _ => true,
     }
 }
@@ -115,7 +115,7 @@ mod tests {
         assert_eq!(lens[&0], lens[&1]);
         assert_eq!(lens[&3], lens[&4], "{lens:?}");
         assert_eq!(lens[&4] + 2, lens[&5], "{lens:?}");
-        assert_eq!(lens[&6] + 1, lens[&7], "{lens:?}");
+        assert_eq!(lens[&6] + 2, lens[&7], "{lens:?}");
         // Format 7 holds the replicas a membership change added; format 6 cannot.
         m.members.insert(4, "10.0.0.4:7000".into());
         m.format = 7;

@@ -32,7 +32,8 @@ pub const CLOSE_OVER_LIMIT: u32 = 3;
 /// `Body::RemoveNode`; version 4 compute quotas with GPU partitions (layout 1 of
 /// `allot_common::layout`); version 5 the gang scheduling requests; version 6
 /// `Body::BackupStream`; version 7 node reports with topology levels (layout 2) and submits
-/// that ask for a topology level; version 8 `Body::AddMember` and `Body::RemoveMember`.
+/// that ask for a topology level; version 8 `Body::AddMember`, `Body::RemoveMember` and the cohort requests (`SetCohort`,
+/// `DeleteCohort`, `SetTeamCohort`, `ListCohorts`).
 pub const PROTOCOL_VERSION: u32 = 8;
 
 /// The oldest request protocol a coordinator of this release answers (the release before's).
@@ -61,7 +62,12 @@ pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
             7
         }
         Body::BackupStream => 6,
-        Body::AddMember { .. } | Body::RemoveMember { .. } => 8,
+        Body::AddMember { .. }
+        | Body::RemoveMember { .. }
+        | Body::SetCohort(_)
+        | Body::DeleteCohort { .. }
+        | Body::SetTeamCohort { .. }
+        | Body::ListCohorts => 8,
         Body::GetTopology | Body::GetMembers => 7,
         Body::SetGangScheduling(_) | Body::GetGangScheduling => 5,
         Body::FormatProbe | Body::RemoveNode { .. } | Body::Backup => 3,

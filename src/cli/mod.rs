@@ -17,6 +17,7 @@ use allot_common::usage::{UsageBy, UsageQuery};
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Subcommand};
 
+mod cohorts;
 mod dashboard;
 mod follow;
 mod job_file;
@@ -100,6 +101,11 @@ pub enum GetWhat {
     },
     /// Gang scheduling: whether it is on, its timeout and backoff.
     GangScheduling {
+        #[command(flatten)]
+        out: Out,
+    },
+    /// The cohorts: their place in the tree, their teams, their pool and what is in use.
+    Cohorts {
         #[command(flatten)]
         out: Out,
     },
@@ -442,6 +448,17 @@ pub enum ClusterCmd {
         /// Where to write it (replaced whole, or not at all).
         file: PathBuf,
     },
+    /// Creates or changes a cohort (admins): where it sits in the tree of cohorts, the quota it
+    /// owns, and the limits on what it borrows from and lends to its parent. Teams share
+    /// quota in the default cohort (shared-pool) until `set-team-cohort` moves them.
+    CreateCohort(cohorts::CohortFlags),
+    /// Deletes a cohort no team is in and no cohort sits under (admins).
+    DeleteCohort { name: String },
+    /// Puts a team in a cohort (admins); without COHORT, back in the default one.
+    SetTeamCohort {
+        team: String,
+        cohort: Option<String>,
+    },
     /// Removes a node that will not come back (admins): it must be cordoned or failed, with
     /// nothing holding room on it (`drain --wait` first). Its agent reporting again brings it
     /// back, cordoned.
@@ -663,6 +680,11 @@ async fn run_with(cmd: ClusterCmd, c: &mut Client, identity: Option<&str>) -> an
         | ClusterCmd::CreateClusterSchedulerConfig { .. }
         | ClusterCmd::UpdateClusterSchedulerConfig { .. }
         | ClusterCmd::DescribeClusterSchedulerConfig { .. }) => run_admin(cmd, c, identity).await,
+        ClusterCmd::CreateCohort(flags) => cohorts::create(c, &flags).await,
+        ClusterCmd::DeleteCohort { name } => cohorts::delete(c, &name).await,
+        ClusterCmd::SetTeamCohort { team, cohort } => {
+            cohorts::set_team(c, &team, cohort.as_deref()).await
+        }
         cmd @ (ClusterCmd::Submit { .. }
         | ClusterCmd::Cancel { .. }
         | ClusterCmd::Cordon { .. }
@@ -1295,6 +1317,7 @@ async fn run_get(what: GetWhat, c: &mut Client) -> anyhow::Result<()> {
             print_reply(api(c.call(Body::GetGangScheduling).await)?, out.format)
         }
         GetWhat::Members { out } => print_reply(api(c.call(Body::GetMembers).await)?, out.format),
+        GetWhat::Cohorts { out } => print_reply(api(c.call(Body::ListCohorts).await)?, out.format),
         GetWhat::Topology { level, out } => {
             let Reply::Topology(mut ds) = api(c.call(Body::GetTopology).await)? else {
                 bail!("unexpected answer to get topology");

@@ -241,6 +241,7 @@ pub(crate) fn render(r: &Reply) -> String {
         Reply::GangScheduling(p) => render_gang_scheduling(p.as_ref()),
         Reply::Topology(ds) => render_topology(ds),
         Reply::Members(ms) => render_members(ms),
+        Reply::Cohorts(cs) => render_cohorts(cs),
         Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
         Reply::LogChunk(b) => String::from_utf8_lossy(b).into_owned(),
         Reply::LogRequests(rs) => format!("{} log requests\n", rs.len()),
@@ -661,6 +662,67 @@ pub(crate) fn render_members(ms: &[allot_common::api::MemberView]) -> String {
             })
             .collect::<Vec<_>>(),
     )
+}
+
+/// `get cohorts`: each cohort's place in the tree and teams, then a row per pair of its pool.
+pub(crate) fn render_cohorts(cs: &[allot_common::api::CohortView]) -> String {
+    if cs.is_empty() {
+        return "no cohorts: every team shares its quota in shared-pool once it has one (allot create-cohort builds a tree)\n".into();
+    }
+    let mut out = table(
+        &["COHORT", "PARENT", "CHILDREN", "TEAMS"],
+        &cs.iter()
+            .map(|c| {
+                let list = |v: &[String]| {
+                    if v.is_empty() {
+                        "-".to_string()
+                    } else {
+                        v.join(",")
+                    }
+                };
+                vec![
+                    c.name.clone(),
+                    c.parent.clone().unwrap_or_else(|| "-".into()),
+                    list(&c.children),
+                    list(&c.teams),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    );
+    let rows: Vec<Vec<String>> = cs
+        .iter()
+        .flat_map(|c| {
+            c.pairs.iter().map(|p| {
+                vec![
+                    c.name.clone(),
+                    p.flavor.clone(),
+                    p.resource.clone(),
+                    p.nominal.clone(),
+                    p.borrowing_limit.clone().unwrap_or_else(|| "-".into()),
+                    p.lending_limit.clone().unwrap_or_else(|| "-".into()),
+                    p.pool.clone(),
+                    p.in_use.clone(),
+                ]
+            })
+        })
+        .collect();
+    if !rows.is_empty() {
+        out.push('\n');
+        out.push_str(&table(
+            &[
+                "COHORT",
+                "FLAVOR",
+                "RESOURCE",
+                "OWN",
+                "BORROW LIMIT",
+                "LEND LIMIT",
+                "POOL",
+                "IN USE",
+            ],
+            &rows,
+        ));
+    }
+    out
 }
 
 /// `get topology`: each domain, its nodes and the free room of the schedulable ones.

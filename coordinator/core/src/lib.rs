@@ -5,6 +5,7 @@
 //! storage, QUIC) and `allot simulate` drive the same code.
 
 pub mod chunked;
+pub mod cohort_commands;
 pub mod cohort_tree;
 pub mod config_commands;
 pub mod cycle_cache;

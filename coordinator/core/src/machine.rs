@@ -199,6 +199,17 @@ pub enum Command {
     BackoffFinished {
         workload_id: u64,
     },
+    /// An admin sets a cohort (new or replaced): its parent and own quota. Format 7.
+    SetCohort(allot_common::CohortSpec),
+    /// An admin deletes a cohort no team and no cohort names. Format 7.
+    DeleteCohort {
+        name: String,
+    },
+    /// An admin puts a team in a cohort (`None`: the default one). Format 7.
+    SetTeamCohort {
+        team: String,
+        cohort: Option<String>,
+    },
 }
 
 impl Command {
@@ -223,6 +234,9 @@ impl Command {
             Command::SetFormat { .. } => "set-format",
             Command::RemoveNode { .. } => "remove-node",
             Command::SetPodsReady(_) => "set-gang-scheduling",
+            Command::SetCohort(_) => "set-cohort",
+            Command::DeleteCohort { .. } => "delete-cohort",
+            Command::SetTeamCohort { .. } => "set-team-cohort",
             Command::PodsReadyTimeout { .. } => "pods-ready-timeout",
             Command::BackoffFinished { .. } => "backoff-finished",
             Command::Submit(_) | Command::SubmitPlanned { .. } => "submit",
@@ -378,6 +392,11 @@ pub struct Machine {
     /// by a command. Last (format 7), and empty in earlier formats' snapshots.
     #[serde(default)]
     pub members: BTreeMap<u64, String>,
+    /// The cohort of each team an admin put in one (`Command::SetTeamCohort`); a team not
+    /// here shares the default cohort. Last (format 7), and empty in earlier formats'
+    /// snapshots.
+    #[serde(default)]
+    pub team_cohorts: BTreeMap<String, String>,
 }
 
 /// The cluster format from which a failed workload with auto-resume on is queued again: every
@@ -391,6 +410,9 @@ pub const FORMAT_PARTITIONS: u32 = 4;
 /// The cluster format from which coordinator replicas can be added and removed: a replica of
 /// a release before would not apply the configuration changes.
 pub const FORMAT_MEMBERS: u32 = 7;
+
+/// The cluster format from which an admin builds a tree of cohorts and puts teams in them.
+pub const FORMAT_COHORTS: u32 = 7;
 
 /// Why a GPU in MIG mode is not handed out whole.
 pub const PARTITIONED_GPU: &str = "in MIG mode: handed out as its partitions";
@@ -493,6 +515,7 @@ impl Machine {
             removed_nodes: BTreeSet::new(),
             pods_ready: Default::default(),
             members: BTreeMap::new(),
+            team_cohorts: BTreeMap::new(),
         }
     }
 
@@ -652,7 +675,8 @@ impl Machine {
                 input.team, q.input.name
             )));
         }
-        let spec = team_spec(input, &self.catalog())?;
+        let mut spec = team_spec(input, &self.catalog())?;
+        spec.cohort = Some(self.cohort_of_team(&input.team));
         self.state.set_team(spec)?;
         let rec = QuotaRecord {
             // 12 of [a-z0-9], the API's ComputeQuotaId pattern.
@@ -691,7 +715,8 @@ impl Machine {
                 input.name, rec.input.team, input.team
             )));
         }
-        let spec = team_spec(input, &self.catalog())?;
+        let mut spec = team_spec(input, &self.catalog())?;
+        spec.cohort = Some(self.cohort_of_team(&input.team));
         self.state.set_team(spec)?;
         let rec = self.quotas.get_mut(&input.name).expect("checked above");
         rec.input = input.clone();
@@ -866,6 +891,9 @@ impl Machine {
             Command::DrainNode { name } => self.drain_node(name, now, events),
             Command::SetFormat { version } => Ok(self.raise_format(*version)),
             Command::RemoveNode { name } => self.remove_node(name, now, events),
+            Command::SetCohort(_)
+            | Command::DeleteCohort { .. }
+            | Command::SetTeamCohort { .. } => self.apply_cohorts(cmd),
             Command::SetPodsReady(_)
             | Command::PodsReadyTimeout { .. }
             | Command::BackoffFinished { .. } => self.apply_pods_ready(cmd, now, events),

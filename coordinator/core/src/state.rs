@@ -686,6 +686,42 @@ impl State {
         Ok(())
     }
 
+    /// Deletes a cohort no team is in and no cohort has as its parent.
+    pub fn delete_cohort(&mut self, name: &str) -> Result<(), StateError> {
+        let teams: Vec<&str> = (self.teams.iter())
+            .filter(|t| t.spec.cohort.as_deref() == Some(name))
+            .map(|t| t.spec.name.as_str())
+            .collect();
+        if !teams.is_empty() {
+            return Err(StateError::Invalid(format!(
+                "cohort {name} has teams {}: move them to another cohort first (allot set-team-cohort)",
+                teams.join(", ")
+            )));
+        }
+        let children: Vec<&str> = (self.cohort_specs.values())
+            .filter(|s| s.parent.as_deref() == Some(name))
+            .map(|s| s.name.as_str())
+            .collect();
+        if !children.is_empty() {
+            return Err(StateError::Invalid(format!(
+                "cohort {name} is the parent of {}: give them another parent first",
+                children.join(", ")
+            )));
+        }
+        if self.cohort_specs.remove(name).is_none() {
+            return Err(StateError::Invalid(format!(
+                "cohort {name} was never created; cohorts: {}",
+                self.cohort_specs
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        self.rebuild();
+        Ok(())
+    }
+
     /// Cohort `name` may have `parent`: a cohort name, not itself nor below it (no cycle), and
     /// the tree no deeper than `cohort_tree::MAX_DEPTH`. A parent not declared is a cohort by
     /// name alone, as a team's cohort may be.

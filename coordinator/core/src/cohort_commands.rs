@@ -1,0 +1,134 @@
+//! The cohort commands an admin gives a live cluster (`Command::SetCohort`, `DeleteCohort`,
+//! `SetTeamCohort`: format 7, `FORMAT_COHORTS`) and the cohorts' view (`allot get cohorts`).
+//! A team's cohort is kept beside its compute quota (`Machine::team_cohorts`): the AWS
+//! compute quota has no cohort, and a team without one shares the default cohort, as
+//! HyperPod's teams do.
+
+use allot_common::api::{ApiError, CohortPairView, CohortView, ErrorKind, Reply};
+use allot_common::quota::DEFAULT_COHORT;
+use allot_common::CohortSpec;
+
+use crate::ids::FrId;
+use crate::machine::{Command, Machine};
+
+impl Machine {
+    /// Applies a cohort command.
+    pub(crate) fn apply_cohorts(&mut self, cmd: &Command) -> Result<Reply, ApiError> {
+        match cmd {
+            Command::SetCohort(spec) => {
+                self.check_cohort_name(&spec.name)?;
+                self.state.set_cohort(spec.clone())?;
+                Ok(Reply::Done)
+            }
+            Command::DeleteCohort { name } => {
+                self.state.delete_cohort(name)?;
+                Ok(Reply::Done)
+            }
+            Command::SetTeamCohort { team, cohort } => {
+                self.set_team_cohort(team, cohort.as_deref())
+            }
+            other => Err(ApiError::new(
+                ErrorKind::Invalid,
+                format!("{} is not a cohort command", other.kind()),
+            )),
+        }
+    }
+
+    /// A cohort name as Kubernetes names objects (a private cohort, `(team NAME)`, is none).
+    fn check_cohort_name(&self, name: &str) -> Result<(), ApiError> {
+        allot_common::quota::validate_cohort_name(name)
+            .map_err(|e| ApiError::new(ErrorKind::Invalid, e.to_string()))
+    }
+
+    /// Puts `team` in `cohort` (`None`: the default cohort).
+    fn set_team_cohort(&mut self, team: &str, cohort: Option<&str>) -> Result<Reply, ApiError> {
+        let t = self.state.team_id(team)?;
+        if let Some(c) = cohort {
+            self.check_cohort_name(c)?;
+        }
+        let mut spec = self.state.teams()[t.idx()].spec.clone();
+        spec.cohort = Some(cohort.unwrap_or(DEFAULT_COHORT).to_string());
+        self.state.set_team(spec)?;
+        match cohort {
+            Some(c) => self.team_cohorts.insert(team.to_string(), c.to_string()),
+            None => self.team_cohorts.remove(team),
+        };
+        Ok(Reply::Done)
+    }
+
+    /// The cohort `team`'s compute quota puts it in: the one `set-team-cohort` gave it, else
+    /// the default.
+    pub(crate) fn cohort_of_team(&self, team: &str) -> String {
+        (self.team_cohorts.get(team).map(String::as_str))
+            .unwrap_or(DEFAULT_COHORT)
+            .to_string()
+    }
+
+    /// Every named cohort (not the private one of a team without a cohort), by name.
+    pub fn cohort_views(&self) -> Vec<CohortView> {
+        let st = &self.state;
+        let names = st.names();
+        let cohorts = st.cohorts();
+        let mut views: Vec<CohortView> = cohorts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.private)
+            .map(|(i, c)| {
+                let spec = c.spec.clone().unwrap_or_else(|| CohortSpec {
+                    name: c.name.clone(),
+                    parent: None,
+                    quotas: Vec::new(),
+                });
+                let own = |fr: FrId| {
+                    let (f, r) = names.fr_parts(fr);
+                    let fq = spec
+                        .quotas
+                        .iter()
+                        .find(|q| q.flavor == names.flavor_name(f))?;
+                    let rn = names.resource_name(r);
+                    fq.resources.iter().find(|(n, _)| n == rn).map(|(_, q)| *q)
+                };
+                let used = &st.acct().pool_used[i];
+                let pairs = (0..names.fr_count())
+                    .map(|k| FrId(k as u32))
+                    .filter(|&fr| c.pool.get(fr) != 0 || used.get(fr) != 0 || own(fr).is_some())
+                    .map(|fr| {
+                        let (f, r) = names.fr_parts(fr);
+                        let qty = |v: i64| names.format_qty(r, v);
+                        let q = own(fr).unwrap_or_default();
+                        CohortPairView {
+                            flavor: names.flavor_name(f).to_string(),
+                            resource: names.resource_name(r).to_string(),
+                            nominal: qty(q.nominal),
+                            borrowing_limit: q.borrowing_limit.map(qty),
+                            lending_limit: q.lending_limit.map(qty),
+                            pool: qty(c.pool.get(fr)),
+                            in_use: qty(used.get(fr)),
+                        }
+                    })
+                    .collect();
+                let mut teams: Vec<String> = (c.members.iter())
+                    .map(|t| st.teams()[t.idx()].spec.name.clone())
+                    .collect();
+                teams.sort();
+                CohortView {
+                    name: c.name.clone(),
+                    parent: spec.parent.clone(),
+                    children: Vec::new(),
+                    teams,
+                    pairs,
+                }
+            })
+            .collect();
+        views.sort_by(|a, b| a.name.cmp(&b.name));
+        let parents: Vec<(String, String)> = (views.iter())
+            .filter_map(|v| Some((v.parent.clone()?, v.name.clone())))
+            .collect();
+        for (parent, child) in parents {
+            if let Some(v) = views.iter_mut().find(|v| v.name == parent) {
+                v.children.push(child);
+            }
+        }
+        views
+    }
+}

@@ -1,0 +1,125 @@
+//! Cohorts set on a live cluster's state machine: a tree an admin builds, teams moved into it
+//! (and kept there when their compute quota changes), its pools in `get cohorts`, and what
+//! is refused.
+
+use allot_common::{CohortSpec, FlavorQuota, ResourceName, ResourceQuota};
+use allot_core::machine::Command;
+
+mod support;
+
+use support::{apply_cmd, create_quota};
+
+const QUOTA: &str = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2}],ResourceSharingConfig={Strategy=LendAndBorrow}";
+
+fn dept(name: &str, bl: Option<i64>) -> Command {
+    Command::SetCohort(CohortSpec {
+        name: name.into(),
+        parent: Some("org".into()),
+        quotas: vec![FlavorQuota {
+            flavor: "ml.g5.8xlarge".into(),
+            resources: vec![(
+                ResourceName::gpu(),
+                ResourceQuota {
+                    nominal: 0,
+                    borrowing_limit: bl,
+                    lending_limit: None,
+                },
+            )],
+        }],
+    })
+}
+
+fn move_team(team: &str, cohort: Option<&str>) -> Command {
+    Command::SetTeamCohort {
+        team: team.into(),
+        cohort: cohort.map(str::to_string),
+    }
+}
+
+#[test]
+fn an_admin_builds_a_tree_and_moves_teams_into_it() {
+    let mut m = support::machine_with_team_a(QUOTA);
+    apply_cmd(&mut m, 1, create_quota("qb", "team-b", QUOTA)).expect("team-b");
+    apply_cmd(&mut m, 2, dept("dept-a", Some(1))).expect("dept-a");
+    apply_cmd(&mut m, 3, dept("dept-b", None)).expect("dept-b");
+    apply_cmd(&mut m, 4, move_team("team-a", Some("dept-a"))).expect("moved");
+    apply_cmd(&mut m, 5, move_team("team-b", Some("dept-b"))).expect("moved");
+    let views = m.cohort_views();
+    let names: Vec<&str> = views.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["dept-a", "dept-b", "org"]);
+    let org = &views[2];
+    assert_eq!(org.children, ["dept-a", "dept-b"]);
+    assert!(org.teams.is_empty());
+    let gpu = |v: &allot_common::api::CohortView| {
+        v.pairs
+            .iter()
+            .find(|p| p.resource == "gpu")
+            .map(|p| (p.pool.clone(), p.borrowing_limit.clone()))
+    };
+    // Two g5.8xlarge of one GPU each per team: each department pools 2, the organisation 4.
+    assert_eq!(gpu(&views[0]), Some(("2".into(), Some("1".into()))));
+    assert_eq!(gpu(org), Some(("4".into(), None)));
+    assert_eq!(views[0].teams, ["team-a"]);
+    // A changed compute quota keeps the team in its cohort.
+    let mut update = create_quota("qa", "team-a", QUOTA);
+    if let Command::CreateComputeQuota(input) = update {
+        update = Command::UpdateComputeQuota {
+            input,
+            target_version: 1,
+        };
+    }
+    apply_cmd(&mut m, 6, update).expect("updated");
+    assert_eq!(m.cohort_views()[0].teams, ["team-a"]);
+    // Back to the default cohort.
+    apply_cmd(&mut m, 7, move_team("team-a", None)).expect("moved back");
+    let views = m.cohort_views();
+    let shared = views
+        .iter()
+        .find(|v| v.name == "shared-pool")
+        .expect("default");
+    assert_eq!(shared.teams, ["team-a"]);
+}
+
+#[test]
+fn a_cohort_in_use_or_a_cycle_is_refused_by_name() {
+    let mut m = support::machine_with_team_a(QUOTA);
+    apply_cmd(&mut m, 1, dept("dept-a", None)).expect("dept-a");
+    apply_cmd(&mut m, 2, move_team("team-a", Some("dept-a"))).expect("moved");
+    let e = apply_cmd(
+        &mut m,
+        3,
+        Command::DeleteCohort {
+            name: "dept-a".into(),
+        },
+    )
+    .expect_err("has a team");
+    assert!(e.contains("has teams team-a"), "{e}");
+    let e = apply_cmd(&mut m, 3, Command::DeleteCohort { name: "org".into() })
+        .expect_err("has a child");
+    assert!(e.contains("parent of dept-a"), "{e}");
+    let e = apply_cmd(
+        &mut m,
+        3,
+        Command::SetCohort(CohortSpec {
+            name: "org".into(),
+            parent: Some("dept-a".into()),
+            quotas: vec![],
+        }),
+    )
+    .expect_err("cycle");
+    assert!(e.contains("cycle"), "{e}");
+    let e = apply_cmd(&mut m, 3, move_team("team-z", Some("dept-a"))).expect_err("no team");
+    assert!(e.contains("team-z"), "{e}");
+    let e = apply_cmd(&mut m, 3, move_team("team-a", Some("Not A Name"))).expect_err("bad");
+    assert!(e.contains("Not A Name"), "{e}");
+    apply_cmd(&mut m, 4, move_team("team-a", None)).expect("moved back");
+    apply_cmd(
+        &mut m,
+        5,
+        Command::DeleteCohort {
+            name: "dept-a".into(),
+        },
+    )
+    .expect("deleted");
+    assert!(m.cohort_views().iter().all(|v| v.name != "dept-a"));
+}
