@@ -17,6 +17,16 @@ impl Machine {
         match cmd {
             Command::SetCohort(spec) => {
                 self.check_cohort_name(&spec.name)?;
+                let catalog = self.catalog();
+                if let Some(f) = spec.quotas.iter().find(|f| catalog.get(&f.flavor).is_err()) {
+                    return Err(ApiError::new(
+                        ErrorKind::Invalid,
+                        format!(
+                            "cohort {}: {:?} is not an instance type of the catalog (allot get nodes shows the cluster's)",
+                            spec.name, f.flavor
+                        ),
+                    ));
+                }
                 self.state.set_cohort(spec.clone())?;
                 Ok(Reply::Done)
             }

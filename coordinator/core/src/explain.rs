@@ -1183,7 +1183,13 @@ fn check_flavor(
                 (*r, fr, team.cohort),
                 val,
                 q,
-                (potential, reserved, pool),
+                // What the team's cohort could ever give it: its pool, or below a root what
+                // the tree lets it draw.
+                (
+                    potential,
+                    reserved,
+                    quota::cohort_potential(st, team.cohort, fr),
+                ),
                 d,
             );
             return;
@@ -1195,7 +1201,8 @@ fn check_flavor(
         short.insert(fr);
         let missing = val - avail;
         let pool_used = ctx.acct.pool_used[team.cohort.idx()].get(fr);
-        let pool_free = (pool - pool_used).max(0);
+        // Below a root cohort, what its parent has free and its borrowing limit count too.
+        let pool_free = quota::cohort_available(st, &ctx.acct, team.cohort, fr).max(0);
         let own_free = (reserved - usage).max(0);
         let bl_room = q
             .borrowing_limit
@@ -1803,7 +1810,10 @@ fn standing_lines(st: &State, wl: &Workload, out: &mut Vec<String>) {
                     String::new()
                 },
                 st.names.format_qty(r, used),
-                st.names.format_qty(r, (pool - used).max(0))
+                st.names.format_qty(
+                    r,
+                    quota::cohort_available(st, &st.acct, team.cohort, *fr).max(0)
+                )
             ));
         }
     }

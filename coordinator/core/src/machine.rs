@@ -833,6 +833,8 @@ impl Machine {
                     .clone();
                 self.state.remove_team(&team)?;
                 self.quotas.remove(name);
+                // A team created again starts in the default cohort.
+                self.team_cohorts.remove(&team);
                 Ok(Reply::Done)
             }
             Command::CreateSchedulerConfig { .. }

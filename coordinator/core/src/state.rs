@@ -667,7 +667,20 @@ impl State {
             self.check_parent(&spec.name, p)?;
             self.check_depth(&spec)?;
         }
-        validate_quotas(&format!("cohort {}", spec.name), &spec.quotas, &[], true)
+        // A cohort's lending limit bounds what it lends of its subtree's quota, not of its own
+        // nominal (kueue-reference.md §2): checked apart.
+        let mut own = spec.quotas.clone();
+        for (r, q) in own.iter_mut().flat_map(|f| f.resources.iter_mut()) {
+            if let Some(l) = q.lending_limit.take() {
+                if l < 0 {
+                    return Err(StateError::Invalid(format!(
+                        "cohort {}: resource {r}: lending_limit {l} must be >= 0",
+                        spec.name
+                    )));
+                }
+            }
+        }
+        validate_quotas(&format!("cohort {}", spec.name), &own, &[], true)
             .map_err(|e| StateError::Invalid(e.to_string()))?;
         if spec.parent.is_none()
             && spec

@@ -123,3 +123,33 @@ fn a_cohort_in_use_or_a_cycle_is_refused_by_name() {
     .expect("deleted");
     assert!(m.cohort_views().iter().all(|v| v.name != "dept-a"));
 }
+
+#[test]
+fn a_team_created_again_starts_in_the_default_cohort_and_a_cohort_names_known_types() {
+    let mut m = support::machine_with_team_a(QUOTA);
+    apply_cmd(&mut m, 1, dept("dept-a", None)).expect("dept-a");
+    apply_cmd(&mut m, 2, move_team("team-a", Some("dept-a"))).expect("moved");
+    apply_cmd(&mut m, 3, Command::DeleteComputeQuota { name: "qa".into() }).expect("deleted");
+    apply_cmd(
+        &mut m,
+        4,
+        Command::DeleteCohort {
+            name: "dept-a".into(),
+        },
+    )
+    .expect("unused");
+    apply_cmd(&mut m, 5, create_quota("qa", "team-a", QUOTA)).expect("again");
+    let views = m.cohort_views();
+    let shared = views
+        .iter()
+        .find(|v| v.name == "shared-pool")
+        .expect("default");
+    assert_eq!(shared.teams, ["team-a"]);
+    assert!(views.iter().all(|v| v.name != "dept-a"), "{views:?}");
+    let mut bad = dept("dept-x", None);
+    if let Command::SetCohort(spec) = &mut bad {
+        spec.quotas[0].flavor = "ml.nonsense".into();
+    }
+    let e = apply_cmd(&mut m, 6, bad).expect_err("unknown type");
+    assert!(e.contains("\"ml.nonsense\" is not an instance type"), "{e}");
+}

@@ -1069,6 +1069,17 @@ fn a_lending_limit_keeps_a_departments_quota_and_a_borrowing_limit_caps_it() {
 }
 
 #[test]
+fn a_department_that_owns_nothing_lends_part_of_its_teams_quota_up() {
+    // dept-b owns nothing; its lending limit of 1 lends 1 of b1's 2 up and keeps the other.
+    let mut s = org((None, None), (None, Some(1)));
+    let fr = s.fr("gpu");
+    assert_eq!(quota::potential_available(&s.st, s.tid("a1"), fr), 5);
+    s.submit(wl("a1-w", "a1", 0, 5, &[("gpu", "1")])).settle();
+    assert_eq!(s.state("a1-w"), WlState::Admitted);
+    assert_eq!(quota::available(&s.st, s.st.acct(), s.tid("b1"), fr), 1);
+}
+
+#[test]
 fn a_team_reclaims_from_another_department_only_where_that_department_borrows() {
     // a1 borrows a2's quota inside dept-a: dept-a is within its own 4, so b1 (whose 2 are
     // free) has nothing to reclaim there, and its work fits anyway.
