@@ -50,13 +50,29 @@ pub fn check_address(address: &str) -> Result<(), ApiError> {
 
 /// The context of a configuration change's log entry: the proposer's id and token (so its
 /// caller is answered once the change is applied; token 0 answers no one), then the address of
-/// an added replica.
-pub fn context(proposer: u64, token: u64, address: &str) -> Vec<u8> {
+/// an added replica, and a line `ID=ADDRESS` for each member whose address the replicated
+/// state does not hold yet (the replicas of the proposer's `--peers`), so that every replica,
+/// and the snapshot a joiner starts from, holds every member's address.
+pub fn context(proposer: u64, token: u64, address: &str, others: &[(u64, &str)]) -> Vec<u8> {
     let mut v = Vec::with_capacity(16 + address.len());
     v.extend_from_slice(&proposer.to_be_bytes());
     v.extend_from_slice(&token.to_be_bytes());
     v.extend_from_slice(address.as_bytes());
+    for (id, a) in others {
+        v.extend_from_slice(format!("\n{id}={a}").as_bytes());
+    }
     v
+}
+
+/// The other members' addresses a context carries (`context`), skipping lines that do not
+/// parse.
+pub fn other_addresses(text: &str) -> Vec<(u64, String)> {
+    (text.lines().skip(1))
+        .filter_map(|l| {
+            let (id, a) = l.split_once('=')?;
+            Some((id.parse().ok()?, a.to_string()))
+        })
+        .collect()
 }
 
 /// What `context` wrote: the proposer, its token, and the address (empty for none).
@@ -118,11 +134,18 @@ mod tests {
 
     #[test]
     fn a_context_round_trips() {
-        let c = context(3, 99, "10.0.0.9:7000");
+        let c = context(3, 99, "10.0.0.9:7000", &[]);
         assert_eq!(parse_context(&c), Some((3, 99, "10.0.0.9:7000".into())));
         assert_eq!(
-            parse_context(&context(1, 0, "")),
+            parse_context(&context(1, 0, "", &[])),
             Some((1, 0, String::new()))
+        );
+        let c = context(3, 99, "h4:7000", &[(1, "h1:7000"), (2, "h2:7000")]);
+        let (_, _, text) = parse_context(&c).expect("parses");
+        assert_eq!(text.lines().next(), Some("h4:7000"));
+        assert_eq!(
+            other_addresses(&text),
+            vec![(1, "h1:7000".to_string()), (2, "h2:7000".to_string())]
         );
         assert_eq!(parse_context(&[1, 2, 3]), None);
     }

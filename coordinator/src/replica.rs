@@ -26,6 +26,9 @@ pub struct ReplicaConfig {
     /// This replica joins a running cluster (`members add`): it starts with no configuration,
     /// never campaigns, and waits for the leader's snapshot.
     pub join: bool,
+    /// Where the replicas of `--peers` are reached: a membership change it proposes carries
+    /// those the replicated state lacks (`members::context`).
+    pub addresses: std::collections::BTreeMap<u64, String>,
     /// Ticks without a heartbeat before a follower campaigns. The election timeout is drawn in
     /// `[election_tick, max_election_tick)`.
     pub election_tick: usize,
@@ -49,6 +52,7 @@ impl ReplicaConfig {
             id,
             voters,
             join: false,
+            addresses: Default::default(),
             election_tick: 10,
             max_election_tick: 20,
             heartbeat_tick: 2,
@@ -576,8 +580,19 @@ impl<D: Disk> Replica<D> {
         cc.set_change_type(kind);
         cc.node_id = id;
         self.raw
-            .propose_conf_change(members::context(self.cfg.id, token, address), cc)
+            .propose_conf_change(self.change_context(token, address), cc)
             .map_err(|e| unavailable(format!("membership change dropped: {e}")))
+    }
+
+    /// A change's entry context: the added replica's address and every member's the
+    /// replicated state lacks, from this replica's `--peers`.
+    fn change_context(&self, token: u64, address: &str) -> Vec<u8> {
+        let conf = &self.raw.store().conf_state;
+        let others: Vec<(u64, &str)> = (conf.voters.iter().chain(&conf.learners))
+            .filter(|id| !self.machine.members.contains_key(id))
+            .filter_map(|id| Some((*id, self.cfg.addresses.get(id)?.as_str())))
+            .collect();
+        members::context(self.cfg.id, token, address, &others)
     }
 
     /// The leader is to be removed: it hands leadership to the voter that has matched the
@@ -647,7 +662,7 @@ impl<D: Disk> Replica<D> {
             let mut cc = ConfChange::default();
             cc.set_change_type(ConfChangeType::AddNode);
             cc.node_id = id;
-            let ctx = members::context(self.cfg.id, 0, "");
+            let ctx = members::context(self.cfg.id, 0, "", &[]);
             if self.raw.propose_conf_change(ctx, cc).is_ok() {
                 tracing::info!(
                     "replica {}: replica {id} has caught up; making it a voter",
@@ -912,8 +927,17 @@ impl<D: Disk> Replica<D> {
                 let id = cc.node_id;
                 match cc.get_change_type() {
                     ConfChangeType::AddLearnerNode => {
-                        let address = ctx.map(|(_, _, a)| a).unwrap_or_default();
+                        let text = ctx.map(|(_, _, a)| a).unwrap_or_default();
+                        let address = text.lines().next().unwrap_or_default().to_string();
                         self.machine.members.insert(id, address);
+                        let conf = &self.raw.store().conf_state;
+                        for (other, a) in members::other_addresses(&text) {
+                            let member =
+                                conf.voters.contains(&other) || conf.learners.contains(&other);
+                            if member && !self.machine.members.contains_key(&other) {
+                                self.machine.members.insert(other, a);
+                            }
+                        }
                         self.snapshot_due = Some(e.index);
                     }
                     ConfChangeType::RemoveNode => {

@@ -203,6 +203,7 @@ fn open_replica(cfg: &ServerConfig, format_reads: u32) -> Result<Replica<RedbDis
     }
     let mut rcfg = ReplicaConfig::new(cfg.id, cfg.peers.keys().copied().collect());
     rcfg.join = cfg.join;
+    rcfg.addresses = cfg.peers.clone();
     rcfg.election_tick = cfg.election_ticks;
     rcfg.max_election_tick = cfg.election_ticks * 2;
     rcfg.heartbeat_tick = cfg.heartbeat_ticks;

@@ -348,6 +348,9 @@ impl Sim {
     fn cfg(&mut self, i: usize) -> ReplicaConfig {
         let mut c = ReplicaConfig::new(i as u64 + 1, (1..=self.initial as u64).collect());
         c.join = self.joining[i];
+        c.addresses = (1..=self.n as u64)
+            .map(|id| (id, format!("sim-{id}:7000")))
+            .collect();
         // raft-rs draws the election timeout from a thread RNG; a one-tick range makes it
         // deterministic, and the seed picks each replica's.
         let e = 10 + self.rng.below(10) as usize;
@@ -2019,6 +2022,10 @@ fn a_dead_replica_is_replaced_by_one_at_a_new_address() {
             Some("sim-4:7000"),
             "seed {seed}: the added replica's address is in the replicated state"
         );
+        // So are those of the replicas the cluster started with, taken from the proposer's
+        // --peers; the removed one's is gone.
+        let ids: Vec<u64> = added.machine.members.keys().copied().collect();
+        assert_eq!(ids, vec![1, 2, 4], "seed {seed}");
         assert!(sim.acknowledged.len() > 20, "seed {seed}: too little load");
     }
 }
