@@ -280,6 +280,7 @@ async fn answer(
         "teams" => Body::GetTeams,
         "nodes" => Body::GetNodes,
         "topology" => Body::GetTopology,
+        "cohorts" => Body::ListCohorts,
         "workloads" => Body::GetWorkloads(WorkloadFilter { team, all: false }),
         "workload" => Body::DescribeWorkload {
             name: text("name").ok_or_else(|| invalid("name= is needed".into()))?,
