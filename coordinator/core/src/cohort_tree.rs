@@ -36,18 +36,9 @@ pub(crate) fn link(cohorts: &mut [CohortRt], names: &Interner, lend_up: bool) {
             index.get(p).copied()
         })
         .collect();
-    let depth = |mut i: usize| {
-        let mut d = 1u8;
-        while let Some(p) = parents[i] {
-            if d as usize >= MAX_DEPTH {
-                break;
-            }
-            d += 1;
-            i = p;
-        }
-        d
-    };
-    let depths: Vec<u8> = (0..cohorts.len()).map(depth).collect();
+    let depths: Vec<u8> = (0..cohorts.len())
+        .map(|i| up_to_root(&parents, i).0)
+        .collect();
     for (i, c) in cohorts.iter_mut().enumerate() {
         c.tree = Default::default();
         c.tree.depth = depths[i];
@@ -99,6 +90,20 @@ pub(crate) fn link(cohorts: &mut [CohortRt], names: &Interner, lend_up: bool) {
     }
 }
 
+/// Cohort `i`'s levels up to its root, itself included, and the root (at most `MAX_DEPTH`
+/// levels are walked).
+fn up_to_root(parents: &[Option<usize>], mut i: usize) -> (u8, usize) {
+    let mut depth = 1u8;
+    while let Some(p) = parents[i] {
+        if depth as usize >= MAX_DEPTH {
+            break;
+        }
+        depth += 1;
+        i = p;
+    }
+    (depth, i)
+}
+
 /// A cohort's own quotas with their limits, by (flavor, resource), sorted.
 fn limits_of(c: &CohortRt, names: &Interner) -> Vec<(FrId, allot_common::ResourceQuota)> {
     let mut out = Vec::new();
@@ -143,8 +148,7 @@ fn potential_of(c: &CohortRt, above: &FrVec, pairs: usize) -> FrVec {
     for k in 0..pairs {
         let fr = FrId(k as u32);
         let mut v = c.tree.local.get(fr) + above.get(fr);
-        let bl = c.tree.limits.iter().find(|(f, _)| *f == fr);
-        if let Some(bl) = bl.and_then(|(_, q)| q.borrowing_limit) {
+        if let Some(bl) = c.limit(fr).and_then(|q| q.borrowing_limit) {
             v = v.min(c.pool.get(fr) + bl);
         }
         if v != 0 {
@@ -156,18 +160,9 @@ fn potential_of(c: &CohortRt, above: &FrVec, pairs: usize) -> FrVec {
 
 /// Every cohort of a tree with more than one cohort gets the teams of the whole tree, sorted.
 fn share_teams(cohorts: &mut [CohortRt], parents: &[Option<usize>]) {
-    let root = |mut i: usize| {
-        let mut steps = 0;
-        while let Some(p) = parents[i] {
-            if steps >= MAX_DEPTH {
-                break;
-            }
-            steps += 1;
-            i = p;
-        }
-        i
-    };
-    let roots: Vec<usize> = (0..cohorts.len()).map(root).collect();
+    let roots: Vec<usize> = (0..cohorts.len())
+        .map(|i| up_to_root(parents, i).1)
+        .collect();
     let nested: std::collections::BTreeSet<usize> = (0..cohorts.len())
         .filter(|&i| parents[i].is_some())
         .map(|i| roots[i])

@@ -1169,14 +1169,14 @@ fn check_flavor(
         let reserved = team.reserved(fr);
         let pool = cohort.pool.get(fr);
         let potential = quota::potential_available(st, t, fr);
+        let c = Over {
+            head,
+            tname,
+            rname: rname.as_str(),
+            fname,
+            earlier_txt: &earlier_txt,
+        };
         if val > potential {
-            let c = Over {
-                head,
-                tname,
-                rname: rname.as_str(),
-                fname,
-                earlier_txt: &earlier_txt,
-            };
             over_potential(
                 st,
                 &c,
@@ -1211,13 +1211,6 @@ fn check_flavor(
         let miss_bl = bl_room
             .map(|room| (val - own_free - room).max(0))
             .unwrap_or(0);
-        let c = Over {
-            head,
-            tname,
-            rname: rname.as_str(),
-            fname,
-            earlier_txt: &earlier_txt,
-        };
         let limits = (miss_bl, miss_pool, pool_free, pool);
         d.lines.push(short_line(
             st,

@@ -725,6 +725,20 @@ impl Machine {
         Ok(Reply::Quota(rec.view()))
     }
 
+    /// `delete-compute-quota`: the team goes with it.
+    fn delete_quota(&mut self, name: &str) -> Result<Reply, ApiError> {
+        let team = (self.quotas.get(name))
+            .ok_or_else(|| self.unknown_quota(name))?
+            .input
+            .team
+            .clone();
+        self.state.remove_team(&team)?;
+        self.quotas.remove(name);
+        // A team created again starts in the default cohort.
+        self.team_cohorts.remove(&team);
+        Ok(Reply::Done)
+    }
+
     /// A team's credentials for one registry, checked, within the number allowed.
     fn put_credentials(
         &mut self,
@@ -823,20 +837,7 @@ impl Machine {
             Command::DeleteRegistryCredentials { team, registry } => {
                 self.delete_credentials(team, registry)
             }
-            Command::DeleteComputeQuota { name } => {
-                let team = self
-                    .quotas
-                    .get(name)
-                    .ok_or_else(|| self.unknown_quota(name))?
-                    .input
-                    .team
-                    .clone();
-                self.state.remove_team(&team)?;
-                self.quotas.remove(name);
-                // A team created again starts in the default cohort.
-                self.team_cohorts.remove(&team);
-                Ok(Reply::Done)
-            }
+            Command::DeleteComputeQuota { name } => self.delete_quota(name),
             Command::CreateSchedulerConfig { .. }
             | Command::UpdateSchedulerConfig { .. }
             | Command::WithStability { .. } => Err(invalid(

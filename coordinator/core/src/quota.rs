@@ -94,11 +94,24 @@ impl CohortRt {
         }
     }
 
-    fn limit(&self, fr: FrId) -> Option<&ResourceQuota> {
+    /// Its own quota of `fr` with its limits (a cohort with a parent only).
+    pub(crate) fn limit(&self, fr: FrId) -> Option<&ResourceQuota> {
         let l = &self.tree.limits;
         l.binary_search_by_key(&fr, |(f, _)| *f)
             .ok()
             .map(|i| &l[i].1)
+    }
+
+    /// The most of `fr` its subtree may use: a root its pool; below one, its pool and what its
+    /// borrowing limit lets it draw from its parent (without one, only what the parent has,
+    /// which the parent's own bound checks: `None`).
+    pub(crate) fn usage_bound(&self, fr: FrId) -> Option<i64> {
+        match self.tree.parent {
+            None => Some(self.pool.get(fr)),
+            Some(_) => (self.limit(fr))
+                .and_then(|q| q.borrowing_limit)
+                .map(|bl| self.pool.get(fr) + bl),
+        }
     }
 }
 
@@ -470,16 +483,7 @@ pub fn cohort_within_pool(st: &impl Limits, acct: &Acct, c: CohortId) -> Result<
     for (i, used) in acct.pool_used[c.idx()].0.iter().enumerate() {
         let fr = FrId(i as u32);
         let allowed = st.pool_excess(c, fr);
-        // Below a root, a subtree may use its pool and what its borrowing limit lets it draw
-        // from its parent (without one, only what the parent has, checked there).
-        let bound = match cohort.tree.parent {
-            None => Some(cohort.pool.get(fr)),
-            Some(_) => cohort
-                .limit(fr)
-                .and_then(|q| q.borrowing_limit)
-                .map(|bl| cohort.pool.get(fr) + bl),
-        };
-        if bound.is_some_and(|b| *used > b + allowed) {
+        if cohort.usage_bound(fr).is_some_and(|b| *used > b + allowed) {
             return Err(format!(
                 "cohort {} uses {} of its pool of {} for {}",
                 cohort.name,

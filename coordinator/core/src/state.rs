@@ -1216,17 +1216,9 @@ impl State {
         let cohort = &self.cohorts[c];
         for (i, used) in self.acct.pool_used[c].0.iter().enumerate() {
             let fr = FrId(i as u32);
-            // Below a root, only a borrowing limit bounds what a subtree draws (as
-            // `quota::cohort_within_pool` checks).
-            let bound = match cohort.tree.parent {
-                None => cohort.pool.get(fr),
-                Some(_) => match (cohort.tree.limits.iter())
-                    .find(|(f, _)| *f == fr)
-                    .and_then(|(_, q)| q.borrowing_limit)
-                {
-                    Some(bl) => cohort.pool.get(fr) + bl,
-                    None => continue,
-                },
+            // As `quota::cohort_within_pool` checks it.
+            let Some(bound) = cohort.usage_bound(fr) else {
+                continue;
             };
             let over = used - bound;
             if over > 0 {

@@ -36,6 +36,13 @@ fn move_team(team: &str, cohort: Option<&str>) -> Command {
     }
 }
 
+/// The teams of cohort `name` in `views`.
+fn teams_of<'v>(views: &'v [allot_common::api::CohortView], name: &str) -> &'v [String] {
+    let v = views.iter().find(|v| v.name == name);
+    &v.unwrap_or_else(|| panic!("no cohort {name}: {views:?}"))
+        .teams
+}
+
 #[test]
 fn an_admin_builds_a_tree_and_moves_teams_into_it() {
     let mut m = support::machine_with_team_a(QUOTA);
@@ -73,11 +80,7 @@ fn an_admin_builds_a_tree_and_moves_teams_into_it() {
     // Back to the default cohort.
     apply_cmd(&mut m, 7, move_team("team-a", None)).expect("moved back");
     let views = m.cohort_views();
-    let shared = views
-        .iter()
-        .find(|v| v.name == "shared-pool")
-        .expect("default");
-    assert_eq!(shared.teams, ["team-a"]);
+    assert_eq!(teams_of(&views, "shared-pool"), ["team-a"]);
 }
 
 #[test]
@@ -140,11 +143,7 @@ fn a_team_created_again_starts_in_the_default_cohort_and_a_cohort_names_known_ty
     .expect("unused");
     apply_cmd(&mut m, 5, create_quota("qa", "team-a", QUOTA)).expect("again");
     let views = m.cohort_views();
-    let shared = views
-        .iter()
-        .find(|v| v.name == "shared-pool")
-        .expect("default");
-    assert_eq!(shared.teams, ["team-a"]);
+    assert_eq!(teams_of(&views, "shared-pool"), ["team-a"]);
     assert!(views.iter().all(|v| v.name != "dept-a"), "{views:?}");
     let mut bad = dept("dept-x", None);
     if let Command::SetCohort(spec) = &mut bad {
