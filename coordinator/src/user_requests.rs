@@ -195,7 +195,9 @@ fn read(body: Body, who: &Identity, wall: i64) -> Result<Route, ApiError> {
             let scope = workload_scope(who, team, "explain workloads")?;
             Ok(Route::HeavyRead(Box::new(move |m: &Machine| {
                 let id = m.state.find_scoped(&name, scope.as_deref())?;
-                Ok(Reply::Explanation(allot_core::explain::explain(m, id)))
+                Ok(Reply::Explanation(allot_core::explain::explain(
+                    m, id, wall,
+                )))
             })))
         }
         // The shell's (`requests.rs`), or another handler's.

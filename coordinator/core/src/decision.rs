@@ -16,7 +16,10 @@ use crate::nodes::PodAlloc;
 use crate::plan::Plan;
 use crate::preemption::{self, Victim};
 use crate::quota;
-use crate::state::{Admission, PodSetAdmission, State, Workload};
+use crate::state::{Admission, PodSetAdmission, State, Time, Workload};
+use crate::verdict::{
+    self, Ask, Binding, Decided, Finding, MaxBound, PendingReason, WAITS_FOR_LEAVERS,
+};
 use crate::working::Ctx;
 use crate::working::{node_shortfall, NodeShortfall};
 
@@ -47,7 +50,7 @@ pub struct Assignment {
     pub place: Vec<(usize, FlavorId, u32)>,
     /// Per pod set, why it does not fit as it stands.
     pub messages: Vec<String>,
-    pub reason: &'static str,
+    pub reason: PendingReason,
     /// Victims already found while choosing the flavor, when that search was for exactly this
     /// assignment (one pod set, one resource group).
     pub victims: Option<Vec<Victim>>,
@@ -59,19 +62,22 @@ struct FlavorEval {
     borrows: bool,
     contested: BTreeSet<FrId>,
     placement_short: bool,
-    reasons: Vec<String>,
-    /// A quick evaluation (ordering the tournament): its reasons are never read, so none are
-    /// formatted.
+    /// What each check found, in order (`verdict`).
+    findings: Vec<Finding>,
+    /// A quick evaluation (ordering the tournament): its findings are never read, so none are
+    /// recorded.
     quick: bool,
     exceeds_max: bool,
     victims: Option<Vec<Victim>>,
+    /// What the pod set would use of each pair, its workload's earlier pod sets included.
+    usage: Vec<(FrId, i64)>,
 }
 
 impl FlavorEval {
-    /// Records why the flavor does not fit as it stands (not in a quick evaluation).
-    fn note(&mut self, reason: impl FnOnce() -> String) {
+    /// Records what a check found (not in a quick evaluation).
+    fn note(&mut self, finding: impl FnOnce() -> Finding) {
         if !self.quick {
-            self.reasons.push(reason());
+            self.findings.push(finding());
         }
     }
 }
@@ -137,7 +143,7 @@ fn assign_among(
     let mut victims_hint: Option<Vec<Victim>> = None;
     let single = wl.spec.pod_sets.len() == 1;
     let mut tentative: Vec<PodAlloc> = Vec::new();
-    let mut reason = "WaitingForQuota";
+    let mut reason = PendingReason::WaitingForQuota;
     for (i, ps) in wl.spec.pod_sets.iter().enumerate() {
         let count = counts[i];
         let reqs = &wl.pod_reqs[i];
@@ -153,7 +159,7 @@ fn assign_among(
                     team.name()
                 ));
                 ps_mode = Mode::NoFit;
-                reason = "NoMatchingFlavor";
+                reason = PendingReason::NoMatchingFlavor;
             }
         }
         let mut single_flavor: Option<FlavorId> = None;
@@ -282,7 +288,7 @@ fn best_flavor(
     (i, count, covers_all, quick): (usize, u32, bool, bool),
     group_reqs: &[(ResId, i64)],
     acc: &BTreeMap<FrId, i64>,
-    reason: &mut &'static str,
+    reason: &mut PendingReason,
 ) -> (Option<FlavorEval>, Vec<String>) {
     let fung = ctx.st.teams[wl.team.idx()].spec.flavor_fungibility;
     let mut best: Option<FlavorEval> = None;
@@ -292,7 +298,11 @@ fn best_flavor(
             continue;
         }
         let ev = eval_flavor(ctx, wl, i, count, f, group_reqs, acc, covers_all, quick);
-        group_reasons.extend(ev.reasons.iter().cloned());
+        group_reasons.extend(
+            ev.findings
+                .iter()
+                .filter_map(|x| verdict::message(ctx.st, wl, i, f, x)),
+        );
         let stop = match ev.mode {
             Mode::Fit => !ev.borrows || fung.when_can_borrow == WhenCanBorrow::MayStopSearch,
             Mode::Preempt | Mode::Reclaim => fung.when_can_preempt == WhenCanPreempt::MayStopSearch,
@@ -305,7 +315,7 @@ fn best_flavor(
         if better {
             best = Some(ev);
         } else if best.is_none() && ev.exceeds_max {
-            *reason = "ExceedsMaxQuota";
+            *reason = PendingReason::ExceedsMaxQuota;
         }
         if stop {
             break;
@@ -385,19 +395,22 @@ fn eval_flavor(
         borrows: false,
         contested: BTreeSet::new(),
         placement_short: false,
-        reasons: Vec::new(),
+        findings: Vec::new(),
         quick,
         exceeds_max: false,
         victims: None,
+        usage: Vec::new(),
     };
     let Some(usage_here) = flavor_quota(ctx, wl, (f, count), group_reqs, acc, &mut ev) else {
         return ev;
     };
     if ev.mode == Mode::NoFit {
+        ev.usage = usage_here;
         return ev;
     }
     // Placement on the flavor's nodes, with this workload's earlier pod sets already placed.
     if st.placement && covers_all && !flavor_room(ctx, wl, (ps, f, count), &mut ev) {
+        ev.usage = usage_here;
         return ev;
     }
     if ev.mode == Mode::Preempt && quick {
@@ -410,7 +423,25 @@ fn eval_flavor(
         let here = (ps, f, count);
         choose_victims(ctx, wl, here, covers_all, &usage_here, &mut ev);
     }
+    if ev.mode == Mode::Fit {
+        ev.note(|| Finding::Fits);
+    }
+    ev.usage = usage_here;
     ev
+}
+
+/// The scheduler's own check of flavor `f` for pod set `ps` at `count` pods, with every
+/// finding kept, and what the pod set would use of each pair: what `explain` renders.
+pub(crate) fn judge_flavor(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    (ps, f, count): (usize, FlavorId, u32),
+    group_reqs: &[(ResId, i64)],
+    acc: &BTreeMap<FrId, i64>,
+    covers_all: bool,
+) -> (Vec<Finding>, Vec<(FrId, i64)>) {
+    let ev = eval_flavor(ctx, wl, ps, count, f, group_reqs, acc, covers_all, false);
+    (ev.findings, ev.usage)
 }
 
 /// The quota check of one flavor for one pod set, resource by resource: what it would use of
@@ -427,61 +458,43 @@ fn flavor_quota(
     let st = ctx.st;
     let t = wl.team;
     let team = &st.teams[t.idx()];
-    let fname = st.names.flavor_name(f);
     let mut usage_here: Vec<(FrId, i64)> = Vec::new();
     for (r, per_pod) in group_reqs {
-        let rname = st.names.resource_name(*r);
         let Some(fr) = st
             .names
             .find_fr(f, *r)
             .filter(|fr| team.quota(*fr).is_some())
         else {
-            ev.note(|| {
-                format!(
-                    "flavor {fname} has no quota for {rname} in team {}",
-                    team.name()
-                )
-            });
+            ev.note(|| Finding::NoQuota { res: *r });
             ev.mode = Mode::NoFit;
             return None;
         };
         let q = team.quota(fr).copied().unwrap_or_default();
         let earlier = acc.get(&fr).copied().unwrap_or(0);
-        let request = per_pod * i64::from(count);
-        let val = earlier + request;
+        let val = earlier + per_pod * i64::from(count);
         usage_here.push((fr, val));
         let usage = ctx.acct.usage(t, fr);
-        let fmt = |v: i64| st.names.format_qty(*r, v);
+        let ask = Ask {
+            res: *r,
+            fr,
+            requested: val,
+            earlier,
+            nominal: q.nominal,
+        };
         let potential = quota::potential_available(st, t, fr);
         if val > potential {
             ev.exceeds_max = true;
             ev.mode = Mode::NoFit;
-            let borrowed_now = (usage - q.nominal).max(0);
-            match q.borrowing_limit {
-                Some(bl) if q.nominal + bl <= potential => ev.note(|| format!(
-                    "borrowing limit for {rname} in flavor {fname} exceeded (requested {}, nominal {}, borrowing limit {}, borrowed now {})",
-                    fmt(val),
-                    fmt(q.nominal),
-                    fmt(bl),
-                    fmt(borrowed_now)
-                )),
-                _ => ev.note(|| if earlier > 0 {
-                    format!(
-                        "insufficient quota for {rname} in flavor {fname}, previously considered podsets requests ({}) + current podset request ({}) > maximum capacity ({})",
-                        fmt(earlier),
-                        fmt(request),
-                        fmt(potential)
-                    )
-                } else {
-                    format!(
-                        "insufficient quota for {rname} in flavor {fname}, request {} > maximum capacity {} (nominal {}, {} more the cohort can lend)",
-                        fmt(val),
-                        fmt(potential),
-                        fmt(q.nominal),
-                        fmt(potential - team.reserved(fr))
-                    )
-                }),
-            }
+            ev.note(|| Finding::OverMax {
+                ask,
+                potential,
+                reserved: team.reserved(fr),
+                borrowed_now: (usage - q.nominal).max(0),
+                bound: match q.borrowing_limit {
+                    Some(bl) if q.nominal + bl <= potential => MaxBound::BorrowingLimit(bl),
+                    _ => MaxBound::Cohort,
+                },
+            });
             return None;
         }
         if usage + val > q.nominal {
@@ -490,17 +503,19 @@ fn flavor_quota(
         let avail = quota::available(st, &ctx.acct, t, fr);
         if val > avail {
             // What is still available, and so how much more is needed, changes with every
-            // admission and completion in the cohort: said when the workload is read
-            // (`explain::now_note`), not recorded (each change would rewrite the message of
-            // every workload waiting so, in a plan and in the replicated log).
-            ev.note(|| {
-                format!(
-                    "insufficient unused quota for {rname} in flavor {fname} (requested {}, nominal {})",
-                    fmt(val),
-                    fmt(q.nominal)
-                )
+            // admission and completion in the cohort: the pending message names neither (each
+            // change would rewrite the message of every workload waiting so, in a plan and in
+            // the replicated log); `explain` and `explain::now_note` say them when read.
+            let may_preempt = preemption::may_preempt_for_quota(st, wl, q.nominal, val);
+            ev.note(|| Finding::Short {
+                ask,
+                available: avail,
+                usage,
+                borrowing_limit: q.borrowing_limit,
+                binding: Binding::of(st, &ctx.acct, t, &ask, (usage, q.borrowing_limit)),
+                may_preempt,
             });
-            if preemption::may_preempt_for_quota(st, wl, q.nominal, val) {
+            if may_preempt {
                 ev.mode = ev.mode.min(Mode::Preempt);
                 ev.contested.insert(fr);
             } else {
@@ -520,10 +535,9 @@ fn flavor_room(
     ev: &mut FlavorEval,
 ) -> bool {
     let st = ctx.st;
-    let fname = st.names.flavor_name(f);
     let reqs = &wl.pod_reqs[ps];
     if !ctx.acct.nodes.has_flavor(f) {
-        ev.note(|| format!("no nodes of flavor {fname} in the cluster"));
+        ev.note(|| Finding::NoNodes);
         ev.mode = Mode::NoFit;
         return false;
     }
@@ -532,17 +546,11 @@ fn flavor_room(
         node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count, wl.topology())
     } else if let Err(fail) = ctx.acct.nodes.try_place_in(f, reqs, count, wl.topology()) {
         // The room left on the flavor's nodes is said when the workload is read, as above.
-        ev.note(|| {
-            format!(
-                "quota is available but nodes of flavor {fname} have no room for pod set {} ({} of {} pods fit{})",
-                wl.spec.pod_sets[ps].name,
-                fail.placed,
-                fail.wanted,
-                match wl.topology() {
-                    Some(ask) => format!(" in one domain of {}", ask.level),
-                    None => String::new(),
-                }
-            )
+        let borrows = ev.borrows;
+        ev.note(|| Finding::NoRoom {
+            placed: fail.placed,
+            wanted: fail.wanted,
+            borrows,
         });
         ev.mode = Mode::Preempt;
         node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count, wl.topology())
@@ -588,6 +596,7 @@ fn choose_victims(
         &contested_flavors,
     ) {
         Some(v) if !v.is_empty() => {
+            ev.note(|| Finding::Preempts(v.clone()));
             ev.victims = Some(v.clone());
             ev.mode = if v.iter().all(|x| ctx.st.workload(x.id).team != t) {
                 Mode::Reclaim
@@ -610,18 +619,23 @@ fn choose_victims(
         }
         Some(_) => ev.mode = Mode::Fit,
         None => {
-            if ctx.fits_once_victims_leave {
-                ev.note(|| WAITS_FOR_LEAVERS.to_string());
+            // The pairs the search looked at: the contested ones, and every pair of a flavor
+            // whose nodes are short as a whole (no quick evaluation searches).
+            let mut pairs = ev.contested.clone();
+            for (fr, _) in usage_here {
+                if contested_flavors.contains(&st.names.fr_parts(*fr).0) {
+                    pairs.insert(*fr);
+                }
             }
+            let waits_for_leavers = ctx.fits_once_victims_leave;
+            ev.note(|| Finding::NoVictims {
+                pairs,
+                waits_for_leavers,
+            });
             ev.mode = Mode::NoCandidates;
         }
     }
 }
-
-/// Why a workload waits that fits once the workloads preempted in its cycle (for others) have
-/// stopped: it takes no victim of its own.
-const WAITS_FOR_LEAVERS: &str =
-    "it fits once the workloads preempted for others in this cycle have stopped";
 
 /// What happened to one workload in the cycle.
 pub(crate) enum Outcome {
@@ -658,12 +672,34 @@ pub(crate) fn deferred(
                 }) =>
         {
             Outcome::Pending {
-                reason: "WaitingForQuota".into(),
+                reason: PendingReason::WaitingForQuota.as_str().into(),
                 message: "preemption deferred to the next cycle: the teams involved already preempted or were preempted in this cycle".into(),
                 hold: Vec::new(),
             }
         }
         o => o,
+    }
+}
+
+/// What a cycle on `st` at `now` does with pending workload `wl` when it decides it first:
+/// `process` on the state as it is. `explain` says this; the cycle does it.
+pub fn decide(st: &State, wl: &Workload, now: Time) -> Decided {
+    let mut ctx = Ctx::new(st, now);
+    match process(&mut ctx, wl) {
+        Outcome::Admitted(a) => Decided::Admits {
+            counts: a.pod_sets.iter().map(|p| p.count).collect(),
+            flavors: a.pod_sets.into_iter().map(|p| p.flavors).collect(),
+        },
+        Outcome::Preempting(victims, a) => Decided::Preempts {
+            counts: a.counts,
+            victims: victims.iter().map(|v| v.id).collect(),
+        },
+        Outcome::Pending {
+            reason, message, ..
+        } => Decided::Waits {
+            reason: reason.to_string(),
+            message: message.to_string(),
+        },
     }
 }
 
@@ -751,7 +787,7 @@ pub(crate) fn process(ctx: &mut Ctx, wl: &Workload) -> Outcome {
             .push_str(". No workload may be preempted for it under the team's preemption policy");
     }
     Outcome::Pending {
-        reason: a.reason.into(),
+        reason: a.reason.as_str().into(),
         message: message.into(),
         hold,
     }

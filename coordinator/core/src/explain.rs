@@ -14,16 +14,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use allot_common::quota::{QueueingStrategy, ReclaimWithinCohort, WithinTeam, DEFAULT_COHORT};
 use allot_common::PriorityRef;
 
-use crate::decision::{self, Mode};
+use crate::decision::{self, Assignment, Mode};
 use crate::ids::{CohortId, FlavorId, FrId, NodeId, ResId, TeamId, WlId};
 use crate::machine::Machine;
 use crate::nodes::PodAlloc;
 use crate::plan::PreemptReason;
 use crate::preemption::{self, Victim};
+use crate::protection::{self, Spared};
 use crate::quota::{self, Share};
 use crate::scheduler;
 use crate::state::{PreemptedBy, State, Time, WlState, Workload};
-use crate::working::{self, Ctx};
+use crate::verdict::{Ask, Binding, Decided, Finding, MaxBound, PendingReason, WAITS_FOR_LEAVERS};
+use crate::working::Ctx;
 
 /// The numbers a pending workload's last decision depends on, as they are now: per flavor
 /// the team may use for it, each requested pair short of quota (how much more is needed, what
@@ -37,7 +39,10 @@ use crate::working::{self, Ctx};
 /// looked at again yet.
 pub fn now_note(st: &State, wl: &Workload) -> Option<String> {
     match wl.pending_status() {
-        Some((reason, _)) if wl.state == WlState::Pending && reason == "WaitingForQuota" => {
+        Some((reason, _))
+            if wl.state == WlState::Pending
+                && reason == PendingReason::WaitingForQuota.as_str() =>
+        {
             numbers_now(st, wl)
         }
         _ => None,
@@ -130,13 +135,14 @@ pub fn shown_message(st: &State, wl: &Workload, kind: &str, status: bool, messag
     }
 }
 
-/// Lines explaining workload `id`, most important first.
-pub fn explain(m: &Machine, id: WlId) -> Vec<String> {
-    explain_state(&m.state, id)
+/// Lines explaining workload `id` at `now` (the cluster's clock: the minimum run time that
+/// spares a workload from preemption ends by it), most important first.
+pub fn explain(m: &Machine, id: WlId, now: Time) -> Vec<String> {
+    explain_state(&m.state, id, now)
 }
 
 /// `explain` on the scheduling state alone.
-pub fn explain_state(st: &State, id: WlId) -> Vec<String> {
+pub fn explain_state(st: &State, id: WlId, now: Time) -> Vec<String> {
     let Some(wl) = st.workloads.get(&id) else {
         return vec![format!("no workload with id {}", id.0)];
     };
@@ -162,7 +168,7 @@ pub fn explain_state(st: &State, id: WlId) -> Vec<String> {
     }
     let mut out = vec![header(st, wl)];
     match wl.state {
-        WlState::Pending => pending(st, wl, &mut out),
+        WlState::Pending => pending(st, wl, now, &mut out),
         WlState::Admitted | WlState::Running => admitted(st, wl, &mut out),
         WlState::Evicting => evicting(st, wl, &mut out),
         _ => {}
@@ -608,21 +614,33 @@ fn strict_fifo_blocked(
     false
 }
 
-/// What the scheduler would do with it now, in words.
-fn verdict(mode: Mode, blocked: bool) -> String {
-    match mode {
-        Mode::Fit if blocked => "fits on its own (quota and nodes), but waits (see below)".to_string(),
-        Mode::Fit => {
+/// What the scheduler would do with it now (`decision::decide`), in words; `mode` is how
+/// its full pod counts fit, `blocked` whether work ahead of it holds it back.
+fn verdict(decided: &Decided, mode: Mode, blocked: bool) -> String {
+    match decided {
+        Decided::Admits { .. } if blocked => {
+            "fits on its own (quota and nodes), but waits (see below)".to_string()
+        }
+        Decided::Admits { counts, .. } if mode < Mode::Fit => format!(
+            "fits now with {} pod(s), fewer than it asks as its min_count allows: it would be admitted in the next cycle unless workloads ahead of it take the room",
+            counts.iter().sum::<u32>()
+        ),
+        Decided::Admits { .. } => {
             "fits now (quota and nodes): it would be admitted in the next cycle unless workloads ahead of it take the room"
                 .to_string()
         }
-        Mode::Preempt | Mode::Reclaim => {
+        Decided::Preempts { .. } => {
             "it can be admitted only by preempting other workloads (see below)".to_string()
         }
-        Mode::NoCandidates => {
-            "it does not fit and no workload may be preempted for it".to_string()
-        }
-        Mode::NoFit => "it does not fit in any of its team's flavors".to_string(),
+        Decided::Waits { .. } => match mode {
+            Mode::NoCandidates => {
+                "it does not fit and no workload may be preempted for it".to_string()
+            }
+            Mode::NoFit => "it does not fit in any of its team's flavors".to_string(),
+            Mode::Fit | Mode::Preempt | Mode::Reclaim => {
+                "it does not fit now and waits (see below)".to_string()
+            }
+        },
     }
 }
 
@@ -642,12 +660,12 @@ fn parked_lines(wl: &Workload, out: &mut Vec<String>) -> bool {
     true
 }
 
-fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
+fn pending(st: &State, wl: &Workload, now: Time, out: &mut Vec<String>) {
     if parked_lines(wl, out) {
         return;
     }
     let team = &st.teams[wl.team.idx()];
-    let mut ctx = Ctx::new(st, 0);
+    let mut ctx = Ctx::new(st, now);
     let mut d = Diag::default();
 
     requeue_lines(st, wl, out);
@@ -664,18 +682,59 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
     let fifo_blocked = strict_fifo_blocked(st, &mut ctx, wl, &queue[..pos], &mut d);
     let blocked = leaving || fifo_blocked;
 
-    // Per pod set and flavor: the first blocking check, with numbers.
+    // Per pod set and flavor: the scheduler's findings, with numbers; where it takes fewer
+    // pods than asked (min_count), at those counts too.
     let full = decision::full_counts(wl);
-    let a = decision::assign(&mut ctx, wl, &full, false);
+    let decided = decision::decide(st, wl, now);
+    let a = pod_set_lines(&mut ctx, wl, &full, &mut d);
+    match &decided {
+        Decided::Admits { counts, .. } | Decided::Preempts { counts, .. } if *counts != full => {
+            d.lines.push(format!(
+                "with {} pod(s), as its min_count allows:",
+                counts.iter().sum::<u32>()
+            ));
+            pod_set_lines(&mut ctx, wl, counts, &mut d);
+        }
+        _ => {}
+    }
+    let total_pods: u32 = wl.spec.pod_sets.iter().map(|p| p.count).sum();
+    if total_pods > 1 && a.mode < Mode::Fit {
+        d.lines.push(format!(
+            "gang: all {total_pods} pods{} are admitted and placed together or not at all",
+            if wl.spec.pod_sets.len() > 1 {
+                format!(" of its {} pod sets", wl.spec.pod_sets.len())
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let verdict = verdict(&decided, a.mode, blocked);
+    out.push(format!("now: {verdict}"));
+    out.append(&mut d.lines);
+    if !d.ifs.is_empty() && (a.mode != Mode::Fit || blocked) {
+        out.push(format!("would be admitted if {}", d.ifs.join(", or if ")));
+    }
+    queue_lines(st, &mut ctx, wl, &queue, pos, out);
+}
+
+/// Per pod set of `wl` at `counts` pods, and per flavor its team may use for it: the
+/// scheduler's findings in words (`check_flavor`), later pod sets seeing the earlier ones where
+/// the scheduler would put them. Returns the scheduler's assignment at those counts.
+fn pod_set_lines(ctx: &mut Ctx, wl: &Workload, counts: &[u32], d: &mut Diag) -> Assignment {
+    let st = ctx.st;
+    let team = &st.teams[wl.team.idx()];
+    let full = decision::full_counts(wl);
+    let a = decision::assign(ctx, wl, counts, false);
     let multi = wl.spec.pod_sets.len() > 1;
     let mut acc: BTreeMap<FrId, i64> = BTreeMap::new();
     let mut tentative: Vec<PodAlloc> = Vec::new();
     for (i, ps) in wl.spec.pod_sets.iter().enumerate() {
         let reqs = &wl.pod_reqs[i];
+        let count = counts[i];
         let label = if multi {
-            format!("pod set {} ({} x {})", ps.name, ps.count, per_pod(st, reqs))
+            format!("pod set {} ({count} x {})", ps.name, per_pod(st, reqs))
         } else {
-            format!("{} pod(s) x {}", ps.count, per_pod(st, reqs))
+            format!("{count} pod(s) x {}", per_pod(st, reqs))
         };
         for (r, _) in reqs {
             if !team.groups.iter().any(|g| g.resources.contains(r)) {
@@ -721,16 +780,16 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
             for f in flavors {
                 let head = format!("{label} in {}", st.names.flavor_name(f));
                 check_flavor(
-                    &mut ctx,
+                    ctx,
                     wl,
                     i,
-                    ps.count,
+                    count,
                     f,
                     &group_reqs,
                     &acc,
                     covers_all,
                     &head,
-                    &mut d,
+                    d,
                 );
             }
         }
@@ -740,21 +799,21 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
             if let (Some(fr), Some((_, v))) =
                 (st.names.find_fr(*f, *r), reqs.iter().find(|(x, _)| x == r))
             {
-                *acc.entry(fr).or_insert(0) += v * i64::from(ps.count);
+                *acc.entry(fr).or_insert(0) += v * i64::from(count);
             }
         }
         if st.placement && chosen.len() == 1 {
             if let Some(f) = chosen.first() {
-                if let Ok(allocs) = ctx.acct.nodes.place_in(*f, reqs, ps.count, wl.topology()) {
+                if let Ok(allocs) = ctx.acct.nodes.place_in(*f, reqs, count, wl.topology()) {
                     tentative.extend(allocs);
                 }
             }
         }
-        if let Some(min) = ps.min_count.filter(|m| *m < ps.count) {
+        if let Some(min) = ps.min_count.filter(|m| *m < ps.count && counts == full) {
             if a.mode < Mode::Preempt {
                 let mut counts = full.clone();
                 counts[i] = min;
-                let m = decision::assign(&mut ctx, wl, &counts, false).mode;
+                let m = decision::assign(ctx, wl, &counts, false).mode;
                 d.lines.push(format!(
                     "pod set {} may run with as few as {min} of {} pods (min_count): with {min} it {}",
                     ps.name,
@@ -771,24 +830,7 @@ fn pending(st: &State, wl: &Workload, out: &mut Vec<String>) {
     for al in tentative.iter().rev() {
         ctx.acct.nodes.release(al);
     }
-    let total_pods: u32 = wl.spec.pod_sets.iter().map(|p| p.count).sum();
-    if total_pods > 1 && a.mode < Mode::Fit {
-        d.lines.push(format!(
-            "gang: all {total_pods} pods{} are admitted and placed together or not at all",
-            if multi {
-                format!(" of its {} pod sets", wl.spec.pod_sets.len())
-            } else {
-                String::new()
-            }
-        ));
-    }
-    let verdict = verdict(a.mode, blocked);
-    out.push(format!("now: {verdict}"));
-    out.append(&mut d.lines);
-    if !d.ifs.is_empty() && (a.mode != Mode::Fit || blocked) {
-        out.push(format!("would be admitted if {}", d.ifs.join(", or if ")));
-    }
-    queue_lines(st, &mut ctx, wl, &queue, pos, out);
+    a
 }
 
 /// The names a flavor's lines are written with.
@@ -800,15 +842,14 @@ struct Over<'a> {
     earlier_txt: &'a str,
 }
 
-/// A request above the most the team can ever use: its borrowing limit, or all it could
-/// borrow from its cohort, with the quota that would let it run.
+/// A request above the most the team can ever use (`Finding::OverMax`): its borrowing limit,
+/// or all it could borrow from its cohort, with the quota that would let it run.
 fn over_potential(
     st: &State,
     c: &Over,
-    (r, fr, cohort): (ResId, FrId, CohortId),
-    val: i64,
-    q: allot_common::ResourceQuota,
-    (potential, reserved, pool): (i64, i64, i64),
+    (ask, cohort): (&Ask, CohortId),
+    (potential, reserved): (i64, i64),
+    bound: MaxBound,
     d: &mut Diag,
 ) {
     let Over {
@@ -818,21 +859,25 @@ fn over_potential(
         fname,
         earlier_txt,
     } = *c;
+    let (r, fr, val, nominal) = (ask.res, ask.fr, ask.requested, ask.nominal);
     let n = |v: i64| qty(st, r, v);
-    match q.borrowing_limit {
-        Some(bl) if q.nominal + bl <= potential => {
+    // What the team's cohort could ever give it: its pool, or below a root what the tree
+    // lets it draw.
+    let pool = quota::cohort_potential(st, cohort, fr);
+    match bound {
+        MaxBound::BorrowingLimit(bl) => {
             d.lines.push(format!(
                 "{head}: exceeds the borrowing limit: requests {}{earlier_txt}, team {tname}'s nominal {} + borrowing limit {} allow at most {}, over by {} (ExceedsMaxQuota)",
                 n(val),
-                n(q.nominal),
+                n(nominal),
                 n(bl),
-                n(q.nominal + bl),
-                n(val - q.nominal - bl)
+                n(nominal + bl),
+                n(val - nominal - bl)
             ));
             if val <= reserved + pool {
                 d.suggest(format!(
                     "{tname}'s borrow limit for {rname} in {fname} were {}",
-                    st.names.format_qty(r, val - q.nominal)
+                    st.names.format_qty(r, val - nominal)
                 ));
             } else {
                 d.suggest(format!(
@@ -841,7 +886,7 @@ fn over_potential(
                 ));
             }
         }
-        _ => {
+        MaxBound::Cohort => {
             let owned = cohort_owned(st, cohort, fr);
             d.lines.push(format!(
                 "{head}: exceeds the most team {tname} can ever use: requests {}{earlier_txt}, at most {} (the cohort's lendable pool {}{}, its own lendable nominal included, plus {} of nominal it never lends), over by {} (ExceedsMaxQuota)",
@@ -858,7 +903,7 @@ fn over_potential(
             ));
             d.suggest(format!(
                 "{tname}'s nominal for {rname} in {fname} were {}",
-                st.names.format_qty(r, q.nominal + val - potential)
+                st.names.format_qty(r, nominal + val - potential)
             ));
         }
     }
@@ -930,62 +975,44 @@ fn pool_line(
     )
 }
 
-/// Whether nodes of the flavor have room for the pod set once its quota fits; if not, says
-/// why and what preemption could free.
-fn node_room(
-    ctx: &mut Ctx,
+/// Quota fits but the flavor's nodes have room for only `placed` of the pod set's `wanted`
+/// pods (`Finding::NoRoom`): where the room is, and what room would let it run.
+fn no_room_lines(
+    ctx: &Ctx,
     wl: &Workload,
     (ps, f, count): (usize, FlavorId, u32),
-    usage_here: &[(FrId, i64)],
-    borrows: bool,
+    (placed, wanted, borrows): (u32, u32, bool),
     head: &str,
     d: &mut Diag,
-) -> bool {
+) {
     let st = ctx.st;
     let fname = st.names.flavor_name(f);
     let reqs = &wl.pod_reqs[ps];
-    if !ctx.acct.nodes.has_flavor(f) {
-        d.lines.push(format!(
-            "{head}: quota fits but the cluster has no nodes of {fname}"
-        ));
-        d.suggest(format!("nodes of {fname} joined the cluster"));
-        return false;
-    }
-    match ctx.acct.nodes.try_place_in(f, reqs, count, wl.topology()) {
-        Ok(()) => true,
-        Err(fail) => {
-            let domains = wl
-                .topology()
-                .map(|ask| format!("; {}", ctx.acct.nodes.describe_domains(f, reqs, count, ask)))
-                .unwrap_or_default();
-            d.lines.push(
-                format!(
-                "{head}: quota fits{} but no node has room: {} of {} pod(s) can be placed{}; {}",
-                if borrows { " (by borrowing)" } else { "" },
-                fail.placed,
-                fail.wanted,
-                if domains.is_empty() { "" } else { " in one domain" },
-                node_summary(st, &ctx.acct.nodes, f, reqs)
-            ) + &domains,
-            );
-            d.suggest(match wl.topology() {
-                Some(ask) => format!(
-                    "one {} domain of {fname} had room for {} more pod(s) of {}",
-                    ask.level,
-                    fail.wanted - fail.placed,
-                    per_pod(st, reqs)
-                ),
-                None => format!(
-                    "nodes of {fname} had room for {} more pod(s) of {}",
-                    fail.wanted - fail.placed,
-                    per_pod(st, reqs)
-                ),
-            });
-            let here = (ps, f, count);
-            preemption_lines_for(ctx, wl, usage_here, here, BTreeSet::new(), true, d);
-            false
-        }
-    }
+    let domains = wl
+        .topology()
+        .map(|ask| format!("; {}", ctx.acct.nodes.describe_domains(f, reqs, count, ask)))
+        .unwrap_or_default();
+    d.lines.push(
+        format!(
+            "{head}: quota fits{} but no node has room: {placed} of {wanted} pod(s) can be placed{}; {}",
+            if borrows { " (by borrowing)" } else { "" },
+            if domains.is_empty() { "" } else { " in one domain" },
+            node_summary(st, &ctx.acct.nodes, f, reqs)
+        ) + &domains,
+    );
+    d.suggest(match wl.topology() {
+        Some(ask) => format!(
+            "one {} domain of {fname} had room for {} more pod(s) of {}",
+            ask.level,
+            wanted - placed,
+            per_pod(st, reqs)
+        ),
+        None => format!(
+            "nodes of {fname} had room for {} more pod(s) of {}",
+            wanted - placed,
+            per_pod(st, reqs)
+        ),
+    });
 }
 
 /// Ways out when the cohort's pool or the borrowing limit binds: which other teams freeing
@@ -1055,10 +1082,9 @@ fn suggest_lenders(
 fn short_line(
     st: &State,
     c: &Over,
-    r: ResId,
-    (val, avail, usage): (i64, i64, i64),
-    q: allot_common::ResourceQuota,
-    (miss_bl, miss_pool, pool_free, pool): (i64, i64, i64, i64),
+    ask: &Ask,
+    (avail, usage, borrowing_limit): (i64, i64, Option<i64>),
+    b: &Binding,
     cohort: &crate::state::CohortRt,
 ) -> String {
     let Over {
@@ -1067,33 +1093,32 @@ fn short_line(
         earlier_txt,
         ..
     } = *c;
+    let r = ask.res;
     let n = |v: i64| qty(st, r, v);
-    let missing = val - avail;
     let mut line = format!(
         "{head}: requests {}{earlier_txt}, available {}, missing {}; team {tname} uses {} of nominal {}",
-        n(val),
+        n(ask.requested),
         n(avail),
-        n(missing),
+        n(ask.requested - avail),
         st.names.format_qty(r, usage),
-        st.names.format_qty(r, q.nominal)
+        st.names.format_qty(r, ask.nominal)
     );
-    if miss_bl > 0 {
-        let bl = q.borrowing_limit.unwrap_or(0);
+    if b.by_borrowing_limit > 0 {
         line.push_str(&format!(
             "; borrowing limit reached: borrowing {} of at most {}",
-            st.names.format_qty(r, (usage - q.nominal).max(0)),
-            st.names.format_qty(r, bl)
+            st.names.format_qty(r, (usage - ask.nominal).max(0)),
+            st.names.format_qty(r, borrowing_limit.unwrap_or(0))
         ));
     }
-    if miss_pool > 0 {
+    if b.by_pool > 0 {
         if cohort.private {
             line.push_str("; the team has no cohort to borrow from");
         } else {
             line.push_str(&format!(
                 "; cohort {} has not enough unused lendable quota: {} free of {}",
                 cohort.name,
-                st.names.format_qty(r, pool_free),
-                st.names.format_qty(r, pool)
+                st.names.format_qty(r, b.pool_free),
+                st.names.format_qty(r, b.pool)
             ));
         }
     }
@@ -1119,7 +1144,8 @@ fn fits_line(ctx: &Ctx, t: TeamId, usage_here: &[(FrId, i64)], head: &str) -> St
     }
 }
 
-/// The first blocking check of one flavor for one pod set, with numbers.
+/// One flavor for one pod set: the scheduler's own findings (`decision::judge_flavor`), each
+/// in words with its numbers, and what would change it.
 #[allow(clippy::too_many_arguments)]
 fn check_flavor(
     ctx: &mut Ctx,
@@ -1134,139 +1160,155 @@ fn check_flavor(
     d: &mut Diag,
 ) {
     let st = ctx.st;
+    let here = (ps, f, count);
+    let (findings, usage_here) = decision::judge_flavor(ctx, wl, here, group_reqs, acc, covers_all);
+    let tname = st.teams[wl.team.idx()].name();
+    let fname = st.names.flavor_name(f);
+    let mut no_preempt: Vec<String> = Vec::new();
+    let mut short = false;
+    for finding in &findings {
+        match finding {
+            Finding::NoQuota { res } => {
+                let rname = st.names.resource_name(*res);
+                d.lines.push(format!(
+                    "{head}: no quota: team {tname} has no quota for {rname} in {fname}"
+                ));
+                d.suggest(format!("team {tname} had quota for {rname} in {fname}"));
+            }
+            Finding::OverMax {
+                ask,
+                potential,
+                reserved,
+                bound,
+                ..
+            } => {
+                let earlier_txt = earlier_txt(st, ask);
+                let rname = st.names.resource_name(ask.res);
+                let c = Over {
+                    head,
+                    tname,
+                    rname: rname.as_str(),
+                    fname,
+                    earlier_txt: &earlier_txt,
+                };
+                let cohort = st.teams[wl.team.idx()].cohort;
+                over_potential(st, &c, (ask, cohort), (*potential, *reserved), *bound, d);
+            }
+            Finding::Short { .. } => {
+                short = true;
+                short_lines(ctx, wl, finding, head, d, &mut no_preempt);
+            }
+            Finding::NoNodes => {
+                d.lines.push(format!(
+                    "{head}: {}the cluster has no nodes of {fname}",
+                    if short { "" } else { "quota fits but " }
+                ));
+                d.suggest(format!("nodes of {fname} joined the cluster"));
+            }
+            Finding::NoRoom {
+                placed,
+                wanted,
+                borrows,
+            } => no_room_lines(ctx, wl, here, (*placed, *wanted, *borrows), head, d),
+            Finding::Preempts(victims) => victims_lines(st, victims, d),
+            Finding::NoVictims {
+                waits_for_leavers: true,
+                ..
+            } => d.lines.push(format!("  {WAITS_FOR_LEAVERS}")),
+            Finding::NoVictims { pairs, .. } => d.lines.push(format!(
+                "  no workload may be preempted for it: {}",
+                why_no_victims(ctx, wl, &usage_here, pairs)
+            )),
+            Finding::Fits => d.lines.push(fits_line(ctx, wl.team, &usage_here, head)),
+        }
+    }
+    if !no_preempt.is_empty() {
+        d.lines.push(format!(
+            "  cannot preempt for it: {}",
+            no_preempt.join("; ")
+        ));
+    }
+}
+
+/// " (its earlier pod sets take ...)" where they take some of the pair.
+fn earlier_txt(st: &State, ask: &Ask) -> String {
+    if ask.earlier > 0 {
+        format!(
+            " (its earlier pod sets take {})",
+            qty(st, ask.res, ask.earlier)
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// A request short of available quota (`Finding::Short`): what binds and by how much, who
+/// holds the pool, and ways out; where the team may not preempt for it, why (into
+/// `no_preempt`).
+fn short_lines(
+    ctx: &Ctx,
+    wl: &Workload,
+    finding: &Finding,
+    head: &str,
+    d: &mut Diag,
+    no_preempt: &mut Vec<String>,
+) {
+    let Finding::Short {
+        ask,
+        available,
+        usage,
+        borrowing_limit,
+        binding,
+        may_preempt,
+    } = finding
+    else {
+        return;
+    };
+    let st = ctx.st;
     let t = wl.team;
     let team = &st.teams[t.idx()];
-    let tname = team.name();
-    let fname = st.names.flavor_name(f);
     let cohort = &st.cohorts[team.cohort.idx()];
-    let mut usage_here: Vec<(FrId, i64)> = Vec::new();
-    let mut short: BTreeSet<FrId> = BTreeSet::new();
-    let mut no_preempt: Vec<String> = Vec::new();
-    for (r, per) in group_reqs {
-        let rname = st.names.resource_name(*r);
-        let Some(fr) = st
-            .names
-            .find_fr(f, *r)
-            .filter(|fr| team.quota(*fr).is_some())
-        else {
-            d.lines.push(format!(
-                "{head}: no quota: team {tname} has no quota for {rname} in {fname}"
-            ));
-            d.suggest(format!("team {tname} had quota for {rname} in {fname}"));
-            return;
-        };
-        let q = team.quota(fr).copied().unwrap_or_default();
-        let earlier = acc.get(&fr).copied().unwrap_or(0);
-        let val = earlier + per * i64::from(count);
-        usage_here.push((fr, val));
-        let n = |v: i64| qty(st, *r, v);
-        let earlier_txt = if earlier > 0 {
-            format!(" (its earlier pod sets take {})", n(earlier))
-        } else {
-            String::new()
-        };
-        let usage = ctx.acct.usage(t, fr);
-        let reserved = team.reserved(fr);
-        let pool = cohort.pool.get(fr);
-        let potential = quota::potential_available(st, t, fr);
-        let c = Over {
-            head,
-            tname,
-            rname: rname.as_str(),
-            fname,
-            earlier_txt: &earlier_txt,
-        };
-        if val > potential {
-            over_potential(
-                st,
-                &c,
-                (*r, fr, team.cohort),
-                val,
-                q,
-                // What the team's cohort could ever give it: its pool, or below a root what
-                // the tree lets it draw.
-                (
-                    potential,
-                    reserved,
-                    quota::cohort_potential(st, team.cohort, fr),
-                ),
-                d,
-            );
-            return;
-        }
-        let avail = quota::available(st, &ctx.acct, t, fr);
-        if val <= avail {
-            continue;
-        }
-        short.insert(fr);
-        let missing = val - avail;
+    let (r, fr, val, usage) = (ask.res, ask.fr, ask.requested, *usage);
+    let tname = team.name();
+    let (f, _) = st.names.fr_parts(fr);
+    let fname = st.names.flavor_name(f);
+    let rname = st.names.resource_name(r);
+    let earlier_txt = earlier_txt(st, ask);
+    let c = Over {
+        head,
+        tname,
+        rname: rname.as_str(),
+        fname,
+        earlier_txt: &earlier_txt,
+    };
+    let n = |v: i64| qty(st, r, v);
+    let now = (*available, usage, *borrowing_limit);
+    d.lines.push(short_line(st, &c, ask, now, binding, cohort));
+    // Who holds the pool, borrowers first.
+    let users = pool_users(ctx, t, fr);
+    if binding.by_pool > 0 && !cohort.private && !users.is_empty() {
         let pool_used = ctx.acct.pool_used[team.cohort.idx()].get(fr);
-        // Below a root cohort, what its parent has free and its borrowing limit count too.
-        let pool_free = quota::cohort_available(st, &ctx.acct, team.cohort, fr).max(0);
-        let own_free = (reserved - usage).max(0);
-        let bl_room = q
-            .borrowing_limit
-            .map(|bl| (q.nominal + bl - usage.max(reserved)).max(0));
-        let miss_pool = (val - own_free - pool_free).max(0);
-        let miss_bl = bl_room
-            .map(|room| (val - own_free - room).max(0))
-            .unwrap_or(0);
-        let limits = (miss_bl, miss_pool, pool_free, pool);
-        d.lines.push(short_line(
-            st,
-            &c,
-            *r,
-            (val, avail, usage),
-            q,
-            limits,
-            cohort,
+        d.lines
+            .push(pool_line(ctx, &users, r, fr, binding.pool, pool_used));
+    }
+    // Ways out. The team's own workloads freeing what is missing always works. The
+    // borrowing limit that leaves room for the request: own_free + room >= val.
+    let reserved = team.reserved(fr);
+    let own_free = (reserved - usage).max(0);
+    let bl_needed = borrowing_limit.map(|_| val - own_free + usage.max(reserved) - ask.nominal);
+    let binds = (binding.by_borrowing_limit, binding.by_pool);
+    suggest_lenders(st, &c, r, &users, binds, bl_needed, d);
+    let missing = val - available;
+    if usage >= missing {
+        d.suggest(format!("team {tname} frees {} in {fname}", n(missing)));
+    }
+    if !may_preempt {
+        no_preempt.push(format!(
+            "it requests {}, more than team {tname}'s nominal {} for {rname} in {fname}, and may then preempt only through borrow_within_cohort, which is Never",
+            n(val),
+            st.names.format_qty(r, ask.nominal)
         ));
-        // Who holds the pool, borrowers first.
-        let users = pool_users(ctx, t, fr);
-        if miss_pool > 0 && !cohort.private && !users.is_empty() {
-            d.lines
-                .push(pool_line(ctx, &users, *r, fr, pool, pool_used));
-        }
-        // Ways out. The team's own workloads freeing `missing` always works.
-        // The borrowing limit that leaves room for the request: own_free + room >= val.
-        let bl_needed = q
-            .borrowing_limit
-            .map(|_| val - own_free + usage.max(reserved) - q.nominal);
-        suggest_lenders(st, &c, *r, &users, (miss_bl, miss_pool), bl_needed, d);
-        if usage >= missing {
-            d.suggest(format!("team {tname} frees {} in {fname}", n(missing)));
-        }
-        if !preemption::may_preempt_for_quota(st, wl, q.nominal, val) {
-            no_preempt.push(format!(
-                "it requests {}, more than team {tname}'s nominal {} for {rname} in {fname}, and may then preempt only through borrow_within_cohort, which is Never",
-                n(val),
-                st.names.format_qty(*r, q.nominal)
-            ));
-        }
     }
-    if !short.is_empty() {
-        if !no_preempt.is_empty() {
-            d.lines.push(format!(
-                "  cannot preempt for it: {}",
-                no_preempt.join("; ")
-            ));
-            return;
-        }
-        let on_nodes = st.placement && covers_all;
-        preemption_lines_for(ctx, wl, &usage_here, (ps, f, count), short, on_nodes, d);
-        return;
-    }
-    // Quota fits: room on nodes.
-    let borrows = usage_here
-        .iter()
-        .any(|(fr, v)| quota::borrows_with(st, &ctx.acct, t, *fr, *v));
-    if st.placement
-        && covers_all
-        && !node_room(ctx, wl, (ps, f, count), &usage_here, borrows, head, d)
-    {
-        return;
-    }
-    d.lines.push(fits_line(ctx, t, &usage_here, head));
 }
 
 /// Quota of `fr` the cohort itself owns (its own quota, and idle capacity under
@@ -1372,91 +1414,35 @@ fn victims_txt(st: &State, vs: &[Victim]) -> String {
         .join(", ")
 }
 
-/// `preemption_lines` for pod set `ps` on flavor `f`: the quota pairs in `contested`, and
-/// with `on_nodes` also where its `count` pods fall short on the flavor's nodes (the pod set is
-/// then placed there).
-fn preemption_lines_for(
-    ctx: &mut Ctx,
-    wl: &Workload,
-    usage: &[(FrId, i64)],
-    (ps, f, count): (usize, FlavorId, u32),
-    mut contested: BTreeSet<FrId>,
-    on_nodes: bool,
-    d: &mut Diag,
-) {
-    let mut contested_flavors = BTreeSet::new();
-    let place = if on_nodes {
-        working::node_shortfall(
-            ctx.st,
-            &mut ctx.acct.nodes,
-            f,
-            &wl.pod_reqs[ps],
-            count,
-            wl.topology(),
-        )
-        .contest(f, &mut contested, &mut contested_flavors);
-        vec![(ps, f, count)]
+/// The victims the scheduler's search picked (`Finding::Preempts`), or that it waits for
+/// evictions to finish.
+fn victims_lines(st: &State, v: &[Victim], d: &mut Diag) {
+    let names = v
+        .iter()
+        .map(|x| st.workload(x.id).spec.name.as_str())
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let plural = v.len() > 1;
+    if v.iter()
+        .all(|x| st.workload(x.id).state == WlState::Evicting)
+    {
+        d.lines.push(format!(
+            "  waiting for evictions to finish: {}",
+            victims_txt(st, v)
+        ));
+        d.suggest_first(format!(
+            "{names} {} stopping",
+            if plural { "finish" } else { "finishes" }
+        ));
     } else {
-        Vec::new()
-    };
-    preemption_lines(ctx, wl, usage, &place, &contested, &contested_flavors, d);
-}
-
-/// Runs the scheduler's victim search for one flavor and says what it found, or why nothing.
-fn preemption_lines(
-    ctx: &mut Ctx,
-    wl: &Workload,
-    usage: &[(FrId, i64)],
-    place: &[(usize, FlavorId, u32)],
-    contested: &BTreeSet<FrId>,
-    contested_flavors: &BTreeSet<FlavorId>,
-    d: &mut Diag,
-) {
-    let st = ctx.st;
-    match preemption::find_victims(ctx, wl, usage, place, contested, contested_flavors) {
-        Some(v) if v.is_empty() => {}
-        Some(v) => {
-            let names = v
-                .iter()
-                .map(|x| st.workload(x.id).spec.name.as_str())
-                .collect::<Vec<_>>()
-                .join(" and ");
-            let plural = v.len() > 1;
-            if v.iter()
-                .all(|x| st.workload(x.id).state == WlState::Evicting)
-            {
-                d.lines.push(format!(
-                    "  waiting for evictions to finish: {}",
-                    victims_txt(st, &v)
-                ));
-                d.suggest_first(format!(
-                    "{names} {} stopping",
-                    if plural { "finish" } else { "finishes" }
-                ));
-            } else {
-                d.lines.push(format!(
-                    "  can preempt: {} (the next cycle evicts them unless workloads ahead of it change the picture)",
-                    victims_txt(st, &v)
-                ));
-                d.suggest_first(format!(
-                    "{names} {} evicted",
-                    if plural { "are" } else { "is" }
-                ));
-            }
-        }
-        None => {
-            let mut f_set = contested.clone();
-            for (fr, _) in usage {
-                let (f, _) = st.names.fr_parts(*fr);
-                if contested_flavors.contains(&f) {
-                    f_set.insert(*fr);
-                }
-            }
-            d.lines.push(format!(
-                "  no workload may be preempted for it: {}",
-                why_no_victims(ctx, wl, usage, &f_set)
-            ));
-        }
+        d.lines.push(format!(
+            "  can preempt: {} (the next cycle evicts them unless workloads ahead of it change the picture)",
+            victims_txt(st, v)
+        ));
+        d.suggest_first(format!(
+            "{names} {} evicted",
+            if plural { "are" } else { "is" }
+        ));
     }
 }
 
@@ -1503,6 +1489,7 @@ fn why_no_victims(
         .filter(|id| uses(**id))
         .map(|id| st.workload(*id))
         .collect();
+    let mut rivals: Vec<&Workload> = Vec::new();
     for c in own.iter().filter(|c| never.contains(&c.id)) {
         parts.push(never_line(c));
     }
@@ -1570,6 +1557,7 @@ fn why_no_victims(
             for c in ws.iter().filter(|c| never.contains(&c.id)) {
                 parts.push(never_line(c));
             }
+            rivals.extend(ws.iter().copied());
             let ok = ws
                 .iter()
                 .filter(|c| !never.contains(&c.id))
@@ -1594,14 +1582,68 @@ fn why_no_victims(
             });
         }
     }
+    let spared = spared_lines(ctx, &rivals);
+    if !spared.is_empty() {
+        parts.push(format!(
+            "spared from the preemptions that rebalance borrowed capacity: {}",
+            spared.join("; ")
+        ));
+    }
     if own_ok + others_ok > 0 {
-        parts.push(if st.policy.fair_share {
-            "no set of candidates makes room within the rules (candidates of other teams are taken only while the preemptor's weighted share stays at or below theirs, or it is within its nominal after admission)".to_string()
-        } else {
-            "evicting every allowed candidate would still not make room without breaking the rules for borrowing (a borrowing workload takes only lower-priority borrowed work)".to_string()
-        });
+        parts.push(candidates_short(st).to_string());
     }
     parts.join("; ")
+}
+
+/// Why allowed candidates were not enough: the rule that bounds what they may be taken for.
+fn candidates_short(st: &State) -> &'static str {
+    if st.policy.fair_share {
+        "no set of candidates makes room within the rules (candidates of other teams are taken only while the preemptor's weighted share stays at or below theirs, or it is within its nominal after admission)"
+    } else {
+        "evicting every allowed candidate would still not make room without breaking the rules for borrowing (a borrowing workload takes only lower-priority borrowed work)"
+    }
+}
+
+/// Which of other teams' `candidates` the stability rules spare now (`protection::spared`),
+/// and until when: at most a line per rule.
+fn spared_lines(ctx: &Ctx, candidates: &[&Workload]) -> Vec<String> {
+    let mut young: Vec<(Time, &str)> = Vec::new();
+    let mut spent: Vec<&str> = Vec::new();
+    for c in candidates {
+        match protection::spared(&ctx.st.policy, c, c.admitted_at, ctx.now) {
+            Some(Spared::MinimumRunTime { until }) => young.push((until, &c.spec.name)),
+            Some(Spared::Budget { .. }) => spent.push(&c.spec.name),
+            None => {}
+        }
+    }
+    young.sort();
+    let names = |ns: &[&str]| {
+        let shown = ns.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+        match ns.len() {
+            n if n > 3 => format!("{shown} and {} more", n - 3),
+            _ => shown,
+        }
+    };
+    let mut out = Vec::new();
+    if let Some((first, _)) = young.first() {
+        let ns: Vec<&str> = young.iter().map(|(_, n)| *n).collect();
+        out.push(format!(
+            "{} {} run less than the cluster's minimum run time ({}until {})",
+            names(&ns),
+            if ns.len() > 1 { "have" } else { "has" },
+            if ns.len() > 1 { "the first " } else { "" },
+            fmt_time(*first)
+        ));
+    }
+    if !spent.is_empty() {
+        out.push(format!(
+            "{} {} preempted as often as the cluster's preemption budget allows ({})",
+            names(&spent),
+            if spent.len() > 1 { "were" } else { "was" },
+            ctx.st.policy.stability.preemption_budget
+        ));
+    }
+    out
 }
 
 /// Its place in its team's queue, and the first few ahead of it.

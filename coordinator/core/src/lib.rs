@@ -33,6 +33,7 @@ pub mod texts;
 pub mod topology;
 pub mod usage;
 pub mod usage_report;
+pub mod verdict;
 pub mod views;
 pub(crate) mod witness;
 pub mod working;

@@ -25,6 +25,7 @@ use crate::quota::{self, Acct, Share};
 use crate::reads::{Reads, Touched};
 use crate::shapes::{ByShape, ShapeQueue};
 use crate::state::{QueueKey, State, Time, Workload};
+use crate::verdict::PendingReason;
 use crate::witness::{Observer, Witness};
 use crate::working::{Changes, Ctx};
 
@@ -648,7 +649,7 @@ fn finish_cycle(
 /// StrictFIFO: a head that waits blocks the rest of its team for this cycle.
 fn block_team(tour: &mut Tournament, plan: &mut Plan, wl: &Workload, t: TeamId) {
     let st = tour.st;
-    let reason: Arc<str> = "WaitingForQuota".into();
+    let reason: Arc<str> = PendingReason::WaitingForQuota.as_str().into();
     let message: Arc<str> = format!(
         "StrictFIFO: waiting behind {} in team {}",
         wl.spec.name,
@@ -695,7 +696,7 @@ fn carry_out(
             match try_assignment(ctx, wl, &fit) {
                 Some(o @ Outcome::Admitted(_)) => o,
                 _ => Outcome::Pending {
-                    reason: "WaitingForQuota".into(),
+                    reason: PendingReason::WaitingForQuota.as_str().into(),
                     message: a.messages.join("; ").into(),
                     hold: Vec::new(),
                 },

@@ -56,7 +56,7 @@ impl Sim {
     fn explain(&self, name: &str) -> Vec<String> {
         let mut m = Machine::new();
         m.state = self.st.clone();
-        explain(&m, self.st.find_workload(name).unwrap())
+        explain(&m, self.st.find_workload(name).unwrap(), self.now)
     }
 }
 
@@ -827,7 +827,7 @@ fn through_machine_commands() {
     apply(&mut m, 1000, Command::Plan(plan));
     let id = m.state.find_workload("a-3").unwrap();
     assert_eq!(m.state.workload(id).state, WlState::Pending);
-    let l = explain(&m, id);
+    let l = explain(&m, id, 1000);
     has(
         &l,
         &["workload a-3: team team-a, priority 0, Pending, submitted t=1s"],

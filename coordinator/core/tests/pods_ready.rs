@@ -149,7 +149,7 @@ fn a_gang_not_ready_in_time_is_evicted_and_waits_out_a_doubling_backoff() {
     };
     let listed = allot_core::views::workloads(&m, &filter);
     assert!(listed.iter().any(|w| w.name == "gang"), "{listed:?}");
-    let why = allot_core::explain::explain(&m, id(&m, "gang")).join("\n");
+    let why = allot_core::explain::explain(&m, id(&m, "gang"), 13_000).join("\n");
     assert!(
         why.contains("out of its team's queue") && why.contains("backoff"),
         "{why}"

@@ -2247,7 +2247,7 @@ fn preemptions_do_not_cycle_through_three_workloads() {
         assert_eq!(state(w), WlState::Admitted, "{w}");
     }
     let id = sim.st.find_workload("w2").expect("submitted");
-    let why = allot_core::explain::explain_state(&sim.st, id).join("\n");
+    let why = allot_core::explain::explain_state(&sim.st, id, sim.now).join("\n");
     assert!(
         why.contains("w7 led to its eviction through the workloads it evicted"),
         "{why}"

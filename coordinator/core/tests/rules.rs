@@ -1224,8 +1224,8 @@ fn a_workload_never_takes_back_the_workload_that_evicted_it() {
     assert_eq!(s.state("l1"), WlState::Admitted);
     assert_eq!(s.state("l2"), WlState::Admitted);
     assert_eq!(s.state("b1"), WlState::Pending);
-    let why =
-        allot_core::explain::explain_state(&s.st, s.st.find_workload("b1").unwrap()).join("\n");
+    let why = allot_core::explain::explain_state(&s.st, s.st.find_workload("b1").unwrap(), s.now)
+        .join("\n");
     assert!(
         why.contains("l1 evicted it and is never taken back by it"),
         "{why}"

@@ -74,9 +74,19 @@ fn the_minimum_run_time_holds_fair_sharing_back_and_not_reclamation() {
         let w = s.st.workload(s.st.find_workload(&name).unwrap());
         assert_eq!((w.preemptions, w.lost_run_ms), (1, 1_000), "{name}");
     }
-    // Still spared a millisecond before the end; taken at it.
+    // Still spared a millisecond before the end; taken at it. `explain` says so, judged at
+    // the time it is asked.
+    let b2 = s.st.find_workload("b2").unwrap();
+    let why = allot_core::explain::explain_state(&s.st, b2, 59_999).join("\n");
+    assert!(
+        why.contains("spared from the preemptions that rebalance borrowed capacity: a2, a3, a4 and 3 more have run less than the cluster's minimum run time (the first until t=60s)"),
+        "{why}"
+    );
     s.at(59_999).settle();
     assert_eq!(usage(&s, "b"), 2);
+    let why = allot_core::explain::explain_state(&s.st, b2, 60_000).join("\n");
+    assert!(why.contains("can preempt: a/"), "{why}");
+    assert!(!why.contains("minimum run time"), "{why}");
     s.at(60_000).settle();
     assert_eq!((usage(&s, "a"), usage(&s, "b")), (4, 4));
     let reasons: Vec<PreemptReason> = preemptions(&s).iter().map(|p| p.1).collect();
