@@ -616,7 +616,7 @@ fn final_json(sim: &Sim, t: Time) -> Value {
             v["message"] = json!(allot_core::explain::shown_message(
                 st,
                 wl,
-                "QuotaReserved",
+                allot_core::conditions::ConditionType::QuotaReserved.as_str(),
                 false,
                 message
             ));

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use allot_common::quota::{QueueingStrategy, ReclaimWithinCohort, WithinTeam, DEFAULT_COHORT};
 use allot_common::PriorityRef;
 
+use crate::conditions::ConditionType;
 use crate::decision::{self, Assignment, Mode};
 use crate::ids::{CohortId, FlavorId, FrId, NodeId, ResId, TeamId, WlId};
 use crate::machine::Machine;
@@ -128,7 +129,7 @@ fn numbers_now(st: &State, wl: &Workload) -> Option<String> {
 /// The message a workload's condition shows when read: as recorded, and for the decision a
 /// pending workload waits on, with the numbers it depends on as they are now (`now_note`).
 pub fn shown_message(st: &State, wl: &Workload, kind: &str, status: bool, message: &str) -> String {
-    match now_note(st, wl).filter(|_| kind == "QuotaReserved" && !status) {
+    match now_note(st, wl).filter(|_| kind == ConditionType::QuotaReserved.as_str() && !status) {
         Some(note) if message.is_empty() => format!("Now: {note}"),
         Some(note) => format!("{message}. Now: {note}"),
         None => message.to_string(),
@@ -149,7 +150,7 @@ pub fn explain_state(st: &State, id: WlId, now: Time) -> Vec<String> {
     match wl.state {
         WlState::Succeeded | WlState::Failed | WlState::Cancelled => {
             let (t, msg) = wl
-                .condition("Finished")
+                .condition(ConditionType::Finished)
                 .map(|c| (fmt_time(c.time), c.message.to_string()))
                 .unwrap_or_else(|| ("at an unknown time".into(), String::new()));
             return vec![format!(
@@ -400,11 +401,15 @@ fn admitted(st: &State, wl: &Workload, out: &mut Vec<String>) {
 
 fn evicting(st: &State, wl: &Workload, out: &mut Vec<String>) {
     match &wl.preempted_by {
-        Some(p) if wl.condition("Preempted").is_some_and(|c| c.status) => {
+        Some(p)
+            if wl
+                .condition(ConditionType::Preempted)
+                .is_some_and(|c| c.status) =>
+        {
             out.extend(preempted_line(st, wl, p, "preempted"));
         }
         _ => {
-            if let Some(c) = wl.condition("Evicted").filter(|c| c.status) {
+            if let Some(c) = wl.condition(ConditionType::Evicted).filter(|c| c.status) {
                 out.push(format!(
                     "evicted {}: {}: {}",
                     fmt_time(c.time),
@@ -479,7 +484,7 @@ impl Diag {
 
 /// When and why it was last evicted, if it was.
 fn evicted_line(wl: &Workload) -> Option<String> {
-    let e = wl.condition("Evicted").filter(|c| c.status)?;
+    let e = wl.condition(ConditionType::Evicted).filter(|c| c.status)?;
     Some(format!(
         "evicted {}: {}: {}",
         fmt_time(e.time),
@@ -490,7 +495,7 @@ fn evicted_line(wl: &Workload) -> Option<String> {
 
 /// Why it is pending again after an eviction, and the last scheduling decision about it.
 fn requeue_lines(st: &State, wl: &Workload, out: &mut Vec<String>) {
-    if let Some(rq) = wl.condition("Requeued").filter(|c| c.status) {
+    if let Some(rq) = wl.condition(ConditionType::Requeued).filter(|c| c.status) {
         match &wl.preempted_by {
             Some(p) if &*rq.reason == "Preempted" => {
                 out.extend(preempted_line(st, wl, p, "preempted"));
@@ -505,7 +510,10 @@ fn requeue_lines(st: &State, wl: &Workload, out: &mut Vec<String>) {
             fmt_time(wl.submit_time)
         ));
     }
-    match wl.condition("QuotaReserved").filter(|c| !c.status) {
+    match wl
+        .condition(ConditionType::QuotaReserved)
+        .filter(|c| !c.status)
+    {
         Some(c) if !c.message.is_empty() => out.push(format!(
             "last scheduling decision ({}): {}: {}",
             fmt_time(c.time),
@@ -647,7 +655,10 @@ fn verdict(decided: &Decided, mode: Mode, blocked: bool) -> String {
 /// A workload out of its queue until a gang-readiness backoff ends: why, and until when;
 /// nothing is judged before then. False for any other.
 fn parked_lines(wl: &Workload, out: &mut Vec<String>) -> bool {
-    let Some(rq) = wl.condition("Requeued").filter(|_| wl.is_parked()) else {
+    let Some(rq) = wl
+        .condition(ConditionType::Requeued)
+        .filter(|_| wl.is_parked())
+    else {
         return false;
     };
     out.extend(evicted_line(wl));

@@ -7,6 +7,7 @@
 pub mod chunked;
 pub mod cohort_commands;
 pub mod cohort_tree;
+pub mod conditions;
 pub mod config_commands;
 pub mod cycle_cache;
 pub mod decision;

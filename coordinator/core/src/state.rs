@@ -15,6 +15,7 @@ use allot_common::{
 use serde::{Deserialize, Serialize};
 
 use crate::chunked::{NameMap, WlMap};
+use crate::conditions::ConditionType;
 use crate::ids::{CohortId, FlavorId, FrId, FrVec, Interner, NodeId, ResId, TeamId, WlId};
 use crate::nodes::{PodAlloc, ResKind};
 pub use crate::plan::{Admission, PodSetAdmission};
@@ -274,15 +275,25 @@ impl Workload {
         }
         allot_common::topology::ask_or_none(&self.spec.labels, &[])
     }
-    pub fn condition(&self, kind: &str) -> Option<&Condition> {
-        self.conditions.iter().find(|c| c.kind == kind)
+    pub fn condition(&self, kind: ConditionType) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.kind == kind.as_str())
     }
     /// Pending out of its team's queue, waiting out a backoff (`State::park`).
     pub fn is_parked(&self) -> bool {
-        self.state == WlState::Pending && self.condition("Requeued").is_some_and(|c| !c.status)
+        self.state == WlState::Pending
+            && self
+                .condition(ConditionType::Requeued)
+                .is_some_and(|c| !c.status)
     }
 
-    fn set_condition(&mut self, kind: &str, status: bool, reason: &str, message: &str, now: Time) {
+    fn set_condition(
+        &mut self,
+        kind: ConditionType,
+        status: bool,
+        reason: &str,
+        message: &str,
+        now: Time,
+    ) {
         let same =
             |c: &Condition| c.status == status && &*c.reason == reason && &*c.message == message;
         if !self.condition(kind).is_some_and(same) {
@@ -292,20 +303,20 @@ impl Workload {
     /// `set_condition` with shared texts, kept as they are (no copy).
     fn set_condition_shared(
         &mut self,
-        kind: &str,
+        kind: ConditionType,
         status: bool,
         reason: &Arc<str>,
         message: &Arc<str>,
         now: Time,
     ) {
         let c = || Condition {
-            kind: kind.to_string(),
+            kind: kind.as_str().to_string(),
             status,
             reason: reason.clone(),
             message: message.clone(),
             time: now,
         };
-        match self.conditions.iter_mut().find(|c| c.kind == kind) {
+        match self.conditions.iter_mut().find(|c| c.kind == kind.as_str()) {
             Some(old) => {
                 if old.status != status || old.reason != *reason || old.message != *message {
                     *old = c();
@@ -325,7 +336,8 @@ impl Workload {
     }
     /// Its QuotaReserved condition where that says it waits.
     fn waiting(&self) -> Option<&Condition> {
-        self.condition("QuotaReserved").filter(|c| !c.status)
+        self.condition(ConditionType::QuotaReserved)
+            .filter(|c| !c.status)
     }
     /// Whether the workload is pending and shows exactly this reason and message: a pointer
     /// comparison where they are the texts it was given (a cycle's memoised ones), else the
@@ -1401,7 +1413,13 @@ impl State {
             return Ok(Vec::new());
         };
         wl.state = WlState::Cancelled;
-        wl.set_condition("Finished", true, "Cancelled", "cancelled by the user", now);
+        wl.set_condition(
+            ConditionType::Finished,
+            true,
+            "Cancelled",
+            "cancelled by the user",
+            now,
+        );
         Ok(vec![Event::Cancelled { wl: id }])
     }
 
@@ -1434,7 +1452,7 @@ impl State {
         };
         let reason = if succeeded { "Succeeded" } else { "Failed" };
         wl.set_condition(
-            "Finished",
+            ConditionType::Finished,
             true,
             reason,
             &match why {
@@ -1537,7 +1555,7 @@ impl State {
             if wl.eviction.is_none() {
                 wl.eviction = Some(("NodeFailures".into(), msg.clone()));
             }
-            wl.set_condition("Evicted", true, "NodeFailures", &msg, now);
+            wl.set_condition(ConditionType::Evicted, true, "NodeFailures", &msg, now);
         }
         let mut events = vec![Event::Evicted {
             wl: id,
@@ -1552,7 +1570,7 @@ impl State {
     pub fn requeue_after_failure(&mut self, id: WlId, msg: String, now: Time) -> Vec<Event> {
         if let Some(wl) = wl_mut(&mut self.workloads, &id) {
             wl.eviction = Some(("AutoResume".into(), msg.clone()));
-            wl.set_condition("Evicted", true, "AutoResume", &msg, now);
+            wl.set_condition(ConditionType::Evicted, true, "AutoResume", &msg, now);
         }
         let mut events = vec![Event::Evicted {
             wl: id,
@@ -1602,7 +1620,7 @@ impl State {
         }
         wl.state = WlState::Evicting;
         wl.eviction = Some((reason.to_string(), message.to_string()));
-        wl.set_condition("Evicted", true, reason, message, now);
+        wl.set_condition(ConditionType::Evicted, true, reason, message, now);
         vec![Event::Evicted {
             wl: id,
             reason: reason.to_string(),
@@ -1692,7 +1710,7 @@ impl State {
         }
         self.dequeue(id);
         if let Some(wl) = wl_mut(&mut self.workloads, &id) {
-            wl.set_condition("Requeued", false, reason, message, now);
+            wl.set_condition(ConditionType::Requeued, false, reason, message, now);
         }
     }
 
@@ -1703,7 +1721,7 @@ impl State {
         }
         if let Some(wl) = wl_mut(&mut self.workloads, &id) {
             wl.set_condition(
-                "Requeued",
+                ConditionType::Requeued,
                 true,
                 "BackoffFinished",
                 "The workload backoff was finished",
@@ -1770,7 +1788,7 @@ impl State {
         let Some(w) = wl_mut(&mut self.workloads, id) else {
             return;
         };
-        w.set_condition_shared("QuotaReserved", false, reason, message, now);
+        w.set_condition_shared(ConditionType::QuotaReserved, false, reason, message, now);
         let now_shown = w.shown();
         if w.state == WlState::Pending {
             self.shape_index(t).change(shape, was, now_shown);
@@ -1830,16 +1848,16 @@ impl State {
             .eviction
             .take()
             .unwrap_or_else(|| ("Evicted".into(), String::new()));
-        wl.set_condition("QuotaReserved", false, "Pending", &msg, now);
+        wl.set_condition(ConditionType::QuotaReserved, false, "Pending", &msg, now);
         wl.set_condition(
-            "Admitted",
+            ConditionType::Admitted,
             false,
             "NoReservation",
             "The workload has no reservation",
             now,
         );
         wl.set_condition(
-            "Requeued",
+            ConditionType::Requeued,
             true,
             &reason,
             "requeued with its original submit time",
@@ -1919,8 +1937,14 @@ impl State {
                     message: p.message.clone(),
                     time: now,
                 });
-                v.set_condition("Evicted", true, "Preempted", &p.message, now);
-                v.set_condition("Preempted", true, p.reason.as_str(), &p.message, now);
+                v.set_condition(ConditionType::Evicted, true, "Preempted", &p.message, now);
+                v.set_condition(
+                    ConditionType::Preempted,
+                    true,
+                    p.reason.as_str(),
+                    &p.message,
+                    now,
+                );
                 if self.preempted_at.0 != now {
                     self.preempted_at = (now, Vec::new());
                 }
@@ -2044,24 +2068,24 @@ impl State {
         wl.preempting_flavors = None;
         self.preemptors.remove(&id);
         wl.set_condition(
-            "QuotaReserved",
+            ConditionType::QuotaReserved,
             true,
             "QuotaReserved",
             &format!("Quota reserved in team {team_name}"),
             now,
         );
         wl.set_condition(
-            "Admitted",
+            ConditionType::Admitted,
             true,
             "Admitted",
             "The workload is admitted",
             now,
         );
-        if let Some(c) = wl
-            .conditions
-            .iter_mut()
-            .find(|c| (c.kind == "Evicted" || c.kind == "Preempted") && c.status)
-        {
+        if let Some(c) = wl.conditions.iter_mut().find(|c| {
+            (c.kind == ConditionType::Evicted.as_str()
+                || c.kind == ConditionType::Preempted.as_str())
+                && c.status
+        }) {
             c.status = false;
             c.message = format!("Previously: {}", c.message).into();
             c.reason = "QuotaReserved".into();

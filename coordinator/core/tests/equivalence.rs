@@ -14,6 +14,7 @@
 #[path = "support/contended.rs"]
 mod contended;
 
+use allot_core::conditions::ConditionType;
 use allot_core::cycle_cache::CycleCache;
 use allot_core::scheduler::{
     schedule_cached, schedule_reference, schedule_settled, schedule_tuned,
@@ -148,7 +149,7 @@ fn history(seed: u64) -> Result<Exercised, String> {
                 .iter()
                 .filter(|(id, _, m)| {
                     st.workload(*id)
-                        .condition("QuotaReserved")
+                        .condition(ConditionType::QuotaReserved)
                         .is_some_and(|c| std::sync::Arc::ptr_eq(&c.message, m))
                 })
                 .count();

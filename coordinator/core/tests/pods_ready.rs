@@ -5,6 +5,7 @@
 use allot_common::api::{NodeReport, PodExit};
 use allot_common::pods_ready::PodsReadyPolicy;
 use allot_common::Catalog;
+use allot_core::conditions::ConditionType;
 use allot_core::machine::{Command, Machine};
 use allot_core::WlState;
 
@@ -126,7 +127,7 @@ fn a_gang_not_ready_in_time_is_evicted_and_waits_out_a_doubling_backoff() {
     timeout(&mut m, "gang", 12_000);
     assert_eq!(state(&m, "gang"), WlState::Evicting);
     let w = m.state.workload(id(&m, "gang"));
-    let evicted = w.condition("Evicted").unwrap();
+    let evicted = w.condition(ConditionType::Evicted).unwrap();
     assert_eq!(&*evicted.reason, "PodsReadyTimeout");
     assert!(
         evicted.message.contains("pod 1 on n1 has not started"),
@@ -184,7 +185,10 @@ fn a_gang_not_ready_in_time_is_evicted_and_waits_out_a_doubling_backoff() {
     .unwrap();
     let w = m.state.workload(id(&m, "gang"));
     assert!(!w.is_parked());
-    assert_eq!(&*w.condition("Requeued").unwrap().reason, "BackoffFinished");
+    assert_eq!(
+        &*w.condition(ConditionType::Requeued).unwrap().reason,
+        "BackoffFinished"
+    );
     cycle(&mut m, 18_000);
     assert_eq!(state(&m, "gang"), WlState::Admitted);
     // A second timeout doubles the backoff, up to its cap (8 s).
@@ -192,7 +196,7 @@ fn a_gang_not_ready_in_time_is_evicted_and_waits_out_a_doubling_backoff() {
     let msg = m
         .state
         .workload(id(&m, "gang"))
-        .condition("Evicted")
+        .condition(ConditionType::Evicted)
         .unwrap()
         .message
         .clone();

@@ -8,6 +8,7 @@ use allot_common::quota::{
 use allot_common::{
     ClusterPolicy, CohortSpec, FlavorQuota, PodSet, PriorityRef, ResourceName, Resources,
 };
+use allot_core::conditions::ConditionType;
 use allot_core::quota::{self, Share};
 use allot_core::state::{Event, WlState};
 use allot_core::{schedule, verify, PreemptReason, TeamId};
@@ -589,7 +590,7 @@ fn preemption_message_names_preemptor_reason_and_numbers() {
         .submit(wl("train-2", "team-b", 0, 2, &[("gpu", "1")]))
         .settle();
     let v = s.st.workload(s.st.find_workload("train-1").unwrap());
-    let c = v.condition("Preempted").unwrap();
+    let c = v.condition(ConditionType::Preempted).unwrap();
     assert!(
         c.message.starts_with(
             "Preempted to accommodate workload team-b/train-2 due to reclamation within the cohort"
