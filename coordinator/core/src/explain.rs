@@ -88,10 +88,10 @@ fn numbers_now(st: &State, wl: &Workload) -> Option<String> {
         }
         let mut short = false;
         for (fr, val) in &want {
-            let avail = quota::available(st, &st.acct, t, *fr);
-            if *val <= avail {
+            // The one quota test (`quota::fits`), pair by pair: each short pair is said.
+            let Err(shortfall) = quota::fits(st, &st.acct, t, &[(*fr, *val)], true) else {
                 continue;
-            }
+            };
             short = true;
             let (_, r) = st.names.fr_parts(*fr);
             let fmt = |v: i64| st.names.format_qty(r, v);
@@ -99,8 +99,8 @@ fn numbers_now(st: &State, wl: &Workload) -> Option<String> {
             parts.push(format!(
                 "{} in flavor {fname}: {} more needed (available {}; team uses {} of nominal {})",
                 st.names.resource_name(r),
-                fmt(val - avail),
-                fmt(avail),
+                fmt(shortfall.requested - shortfall.available),
+                fmt(shortfall.available),
                 fmt(st.acct.usage(t, *fr)),
                 fmt(nominal)
             ));
