@@ -506,7 +506,8 @@ fn flavor_quota(
             // admission and completion in the cohort: the pending message names neither (each
             // change would rewrite the message of every workload waiting so, in a plan and in
             // the replicated log); `explain` and `explain::now_note` say them when read.
-            let may_preempt = preemption::may_preempt_for_quota(st, wl, q.nominal, val);
+            let may_preempt =
+                preemption::may_preempt_for_quota(st, &ctx.acct, wl, (fr, q.nominal), val);
             ev.note(|| Finding::Short {
                 ask,
                 available: avail,

@@ -1315,9 +1315,14 @@ fn short_lines(
     }
     if !may_preempt {
         no_preempt.push(format!(
-            "it requests {}, more than team {tname}'s nominal {} for {rname} in {fname}, and may then preempt only through borrow_within_cohort, which is Never",
+            "it requests {}, more than team {tname}'s nominal {} for {rname} in {fname}, and may then preempt only through borrow_within_cohort, which is Never{}",
             n(val),
-            st.names.format_qty(r, ask.nominal)
+            st.names.format_qty(r, ask.nominal),
+            if cohort.tree.parent.is_some() {
+                ", or where a cohort below the root has room for it in its own quota, which none has"
+            } else {
+                ""
+            }
         ));
     }
 }

@@ -13,7 +13,7 @@ use crate::ids::{CohortId, FlavorId, FrId, TeamId, WlId};
 use crate::nodes::RoomCount;
 use crate::plan::PreemptReason;
 use crate::protection;
-use crate::quota::{self, Share};
+use crate::quota::{self, Acct, Share};
 use crate::state::{State, Time, WlState, Workload};
 use crate::working::{admission_in, pairs_key, taken_off, Ctx, KeptRivals, Rivals, Usage};
 
@@ -109,12 +109,48 @@ fn search(
     }
 }
 
-/// Whether a team's policy allows any preemption for a request that does not fit quota.
-pub(crate) fn may_preempt_for_quota(st: &State, wl: &Workload, nominal: i64, val: i64) -> bool {
+/// Whether a team's policy allows any preemption for a request of `val` of a pair that does
+/// not fit its quota now: within its nominal, through borrow_within_cohort (or fair sharing),
+/// or, in a tree of cohorts, where a cohort below the root has room for it in its own quota
+/// (Kueue's reclaim in the hierarchy: `fits_below_root`).
+pub(crate) fn may_preempt_for_quota(
+    st: &State,
+    acct: &Acct,
+    wl: &Workload,
+    (fr, nominal): (FrId, i64),
+    val: i64,
+) -> bool {
+    policy_allows(st, wl, nominal, val) || fits_below_root(st, acct, wl.team, fr, val)
+}
+
+/// `may_preempt_for_quota` by the team's policy alone (what a flat cohort decides by).
+pub(crate) fn policy_allows(st: &State, wl: &Workload, nominal: i64, val: i64) -> bool {
     let p = &st.teams[wl.team.idx()].spec.preemption;
     nominal >= val
         || p.borrow_within_cohort.policy != BorrowWithinCohortPolicy::Never
         || (st.policy.fair_share && p.reclaim_within_cohort != ReclaimWithinCohort::Never)
+}
+
+/// Whether `val` of `fr` for team `t`, beyond the part of its quota it keeps, fits in the
+/// quota of a cohort on its way up below the root: that subtree has the first claim to it
+/// (kueue-reference.md §8). Never in a flat cohort.
+pub(crate) fn fits_below_root(st: &State, acct: &Acct, t: TeamId, fr: FrId, val: i64) -> bool {
+    let team = &st.teams[t.idx()];
+    let mut left = val - (team.reserved(fr) - acct.usage(t, fr)).max(0);
+    let mut at = Some(team.cohort);
+    while let Some(c) = at {
+        let cohort = &st.cohorts[c.idx()];
+        if cohort.tree.parent.is_none() {
+            return false;
+        }
+        let used = acct.pool_used[c.idx()].get(fr);
+        if used + left <= cohort.pool.get(fr) {
+            return true;
+        }
+        left -= (cohort.tree.local.get(fr) - used).max(0);
+        at = cohort.tree.parent;
+    }
+    false
 }
 
 fn uses_any(ctx: &Ctx, id: WlId, f_set: &BTreeSet<FrId>) -> bool {
@@ -208,8 +244,9 @@ pub(crate) fn own_allowed(policy: WithinTeam, wl: &Workload, c: &Workload) -> bo
     }
 }
 
-/// Candidate order: being evicted first, other teams before the preemptor's own, lower priority,
-/// most recently admitted, name.
+/// Candidate order (Kueue's): being evicted first; then those the preemptor has the
+/// hierarchical advantage over, other teams' others, and the preemptor's own team's, in that
+/// order; then lower priority, most recently admitted, name.
 fn order(ctx: &Ctx, own: TeamId, cands: &mut [Cand]) {
     let st = ctx.st;
     // Each key once (a workload lookup per comparison was most of the search's cost); ids are
@@ -224,10 +261,15 @@ fn order(ctx: &Ctx, own: TeamId, cands: &mut [Cand]) {
             } else {
                 w.admitted_at.unwrap_or(i64::MAX)
             };
+            let group = match c.kind {
+                _ if c.team == own => 2u8,
+                Kind::Advantage => 0,
+                _ => 1,
+            };
             (
                 (
                     w.state != WlState::Evicting,
-                    c.team == own,
+                    group,
                     w.priority,
                     std::cmp::Reverse(admitted_at),
                 ),
@@ -421,6 +463,58 @@ fn in_reach(ctx: &Ctx, t: TeamId, m: TeamId, f_set: &BTreeSet<FrId>) -> bool {
     false
 }
 
+/// Per cohort from team `t`'s up to its root: whether a request of `usage` by `t` has the
+/// hierarchical advantage over the teams whose lowest cohort shared with `t` is that one
+/// (Kueue's hierarchical reclaim, kueue-reference.md §5). Over the teams of its own cohort: when
+/// it fits in `t`'s nominal. Further up: also when what exceeds the quota kept below fits in
+/// the quota of a cohort on the way (its subtree has the first claim to it). In a flat cohort,
+/// the one entry is "within nominal".
+fn advantages(ctx: &Ctx, t: TeamId, usage: &[(FrId, i64)]) -> Vec<(CohortId, bool)> {
+    let st = ctx.st;
+    let team = &st.teams[t.idx()];
+    let mut advantage = usage
+        .iter()
+        .all(|(fr, v)| !quota::borrows_with(st, &ctx.acct, t, *fr, *v));
+    // What is left of the request beyond the part of the quota kept below each level.
+    let mut left: Vec<(FrId, i64)> = usage
+        .iter()
+        .map(|(fr, v)| {
+            let kept_free = (team.reserved(*fr) - ctx.acct.usage(t, *fr)).max(0);
+            (*fr, (v - kept_free).max(0))
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut at = Some(team.cohort);
+    while let Some(c) = at {
+        out.push((c, advantage));
+        let cohort = &st.cohorts[c.idx()];
+        let used = |fr: FrId| ctx.acct.pool_used[c.idx()].get(fr);
+        advantage |= left
+            .iter()
+            .all(|(fr, v)| used(*fr) + v <= cohort.pool.get(*fr));
+        for (fr, v) in &mut left {
+            *v = (*v - (cohort.tree.local.get(*fr) - used(*fr)).max(0)).max(0);
+        }
+        at = cohort.tree.parent;
+    }
+    out
+}
+
+/// `advantages`' word on team `m`: the entry of the lowest cohort on the path that holds `m`.
+fn advantage_over(ctx: &Ctx, advantages: &[(CohortId, bool)], m: TeamId) -> bool {
+    let st = ctx.st;
+    let mut above_m = Vec::new();
+    let mut at = Some(st.teams[m.idx()].cohort);
+    while let Some(c) = at {
+        above_m.push(c);
+        at = st.cohorts[c.idx()].tree.parent;
+    }
+    advantages
+        .iter()
+        .find(|(c, _)| above_m.contains(c))
+        .is_some_and(|(_, a)| *a)
+}
+
 /// The classical search's candidates, unordered (the fair-sharing search gathers its own,
 /// team by team: `Pools`).
 fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrId>) -> Vec<Cand> {
@@ -438,11 +532,10 @@ fn collect(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrI
             });
         }
     }
-    let advantage = usage
-        .iter()
-        .all(|(fr, v)| !quota::borrows_with(st, &ctx.acct, t, *fr, *v));
+    let advantages = advantages(ctx, t, usage);
     let bwc = policy.borrow_within_cohort;
     for m in reclaimable_teams(ctx, wl, f_set) {
+        let advantage = advantage_over(ctx, &advantages, m);
         // The lowest priority of the team's candidates the stability rules spare (as a
         // preemptor that borrows would take them): none above it is taken (`Walk`).
         let mut cap: Option<i32> = None;
@@ -729,7 +822,9 @@ fn classical(
                 if (allow_borrowing || attempts.len() == 1) && c.kind == Kind::WithoutBorrowing {
                     continue;
                 }
-                if !borrowing_in(ctx, c.team, f_set) {
+                // Its team, and each cohort between it and the one both share, must still
+                // borrow a contested pair (the removals so far may have ended that).
+                if !borrowing_in(ctx, c.team, f_set) || !in_reach(ctx, t, c.team, f_set) {
                     continue;
                 }
             }

@@ -101,7 +101,9 @@ impl Short {
             }
             let short = val > quota::available(st, &ctx.acct, t, fr);
             if short {
-                if !preemption::may_preempt_for_quota(st, wl, q.nominal, val) {
+                // Where the policy alone does not allow it, whether it may preempt depends on
+                // the cohorts above (`fits_below_root`): no witness.
+                if !preemption::policy_allows(st, wl, q.nominal, val) {
                     return None;
                 }
                 contested.insert(fr);

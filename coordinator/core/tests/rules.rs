@@ -1109,6 +1109,105 @@ fn a_team_reclaims_from_another_department_only_where_that_department_borrows() 
     );
 }
 
+/// The preemptions so far, as (victim, reason), victims by name.
+fn victims_of(s: &Sim, preemptor: &str) -> Vec<(String, PreemptReason)> {
+    let mut v: Vec<(String, PreemptReason)> = s
+        .preemptions()
+        .into_iter()
+        .filter(|(_, by, _)| by == preemptor)
+        .map(|(w, _, r)| (w, r))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_request_that_fits_in_its_departments_quota_reclaims_from_another_department() {
+    // a2 uses 1 of dept-a's 4 and b1 borrows 2 through the organisation: 1 GPU is free.
+    let mut a1 = dept_team("a1", "dept-a", 2);
+    a1.preemption.borrow_within_cohort.policy =
+        allot_common::quota::BorrowWithinCohortPolicy::Never;
+    let mut s = Sim::classical(vec![
+        a1,
+        dept_team("a2", "dept-a", 2),
+        dept_team("b1", "dept-b", 2),
+    ]);
+    s.st.set_cohort(dept("dept-a", "org", None, None)).unwrap();
+    s.st.set_cohort(dept("dept-b", "org", None, None)).unwrap();
+    s.nodes(F, "g", 8, 1);
+    s.submit(wl("a2-w", "a2", 0, 1, &[("gpu", "1")]));
+    for i in 0..4 {
+        s.submit(wl(&format!("b1-w{i}"), "b1", 0, 1, &[("gpu", "1")]));
+    }
+    s.settle();
+    // a1 asks for 3 above its nominal 2, with borrow_within_cohort Never: as a team it would
+    // borrow, which forbids taking other teams' work, but its department has the quota
+    // (1 used + 3 <= 4), so it has the first claim to it over dept-b's borrowed work (Kueue's
+    // hierarchical reclaim): a reclamation, not a borrowing preemption.
+    s.at(1)
+        .submit(wl("a1-big", "a1", 10, 3, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(
+        s.state("a1-big"),
+        WlState::Admitted,
+        "{}",
+        s.message("a1-big")
+    );
+    let v = victims_of(&s, "a1-big");
+    assert_eq!(v.len(), 2, "{v:?}");
+    assert!(
+        v.iter()
+            .all(|(w, r)| w.starts_with("b1-") && *r == PreemptReason::InCohortReclamation),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn candidates_it_has_the_hierarchical_advantage_over_go_first() {
+    // dept-a owns 2 of its own (pool 6), dept-b 2 (b1's); a2 borrows 1 in dept-a, b1 borrows
+    // 3 through the organisation, and the organisation's 8 are all in use.
+    let mut a1 = dept_team("a1", "dept-a", 2);
+    a1.preemption.borrow_within_cohort.policy =
+        allot_common::quota::BorrowWithinCohortPolicy::LowerPriority;
+    let mut s = Sim::classical(vec![
+        a1,
+        dept_team("a2", "dept-a", 2),
+        dept_team("b1", "dept-b", 2),
+    ]);
+    let mut dept_a = dept("dept-a", "org", None, None);
+    dept_a.quotas[0].resources[0].1 = rq(2, None, None);
+    s.st.set_cohort(dept_a).unwrap();
+    s.st.set_cohort(dept("dept-b", "org", None, None)).unwrap();
+    s.nodes(F, "g", 8, 1);
+    for i in 0..3 {
+        s.submit(wl(&format!("a2-w{i}"), "a2", 0, 1, &[("gpu", "1")]));
+    }
+    for i in 0..5 {
+        s.submit(wl(&format!("b1-w{i}"), "b1", 5, 1, &[("gpu", "1")]));
+    }
+    s.settle();
+    // a1 asks 3 above its nominal 2: it fits in dept-a's quota (3 used + 3 <= 6), so it has
+    // the advantage over b1 but not over a2, its own department's borrower. Kueue takes the
+    // candidates it has the advantage over first, whatever their priority: b1's (priority 5)
+    // before a2's (priority 0).
+    s.at(1)
+        .submit(wl("a1-big", "a1", 10, 3, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(
+        s.state("a1-big"),
+        WlState::Admitted,
+        "{}",
+        s.message("a1-big")
+    );
+    let v = victims_of(&s, "a1-big");
+    assert_eq!(v.len(), 3, "{v:?}");
+    assert!(
+        v.iter()
+            .all(|(w, r)| w.starts_with("b1-") && *r == PreemptReason::InCohortReclamation),
+        "{v:?}"
+    );
+}
+
 #[test]
 fn a_cohort_tree_with_a_cycle_or_too_deep_is_refused() {
     let mut s = Sim::classical(vec![dept_team("a1", "x", 1)]);
