@@ -63,6 +63,15 @@ pub(crate) fn link(cohorts: &mut [CohortRt], names: &Interner, lend_up: bool) {
         }
         cohorts[i].tree.local = local;
     }
+    // Heights, children before parents: a cohort of teams is 1 high, its parent one more.
+    for &i in &up {
+        let own = u8::from(!cohorts[i].members.is_empty());
+        let h = cohorts[i].tree.height.max(own);
+        cohorts[i].tree.height = h;
+        if let Some(p) = parents[i] {
+            cohorts[p].tree.height = cohorts[p].tree.height.max(h.saturating_add(1));
+        }
+    }
     // Parents before children.
     for &i in up.iter().rev() {
         let Some(p) = parents[i] else { continue };

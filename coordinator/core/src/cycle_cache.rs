@@ -522,7 +522,7 @@ impl<T> Found<T> {
 }
 
 /// Per plain shape, its tournament-key part: (borrows, share).
-pub(crate) type KeyParts = ByShape<u128, Found<(bool, Share)>>;
+pub(crate) type KeyParts = ByShape<u128, Found<(u8, Share)>>;
 /// Per fast shape, its outcome when found waiting (no capacity held): reason and message.
 pub(crate) type FastMemo = ByShape<FastShape, Found<(Arc<str>, Arc<str>)>>;
 /// Per fast shape (not a preemptor's), the last wait found for it that a `Witness` knows,

@@ -41,7 +41,8 @@ pub struct Assignment {
     pub flavors: Vec<Vec<(ResId, FlavorId)>>,
     pub usage: Vec<(FrId, i64)>,
     pub mode: Mode,
-    pub borrows: bool,
+    /// How high in its cohort tree it borrows (`quota::borrow_level`): 0 within its nominal.
+    pub borrows: u8,
     /// Pairs on which quota is short or nodes lack room, and flavors whose nodes lack room
     /// though each requested resource has room there on its own (see `NodeShortfall`).
     pub contested: BTreeSet<FrId>,
@@ -59,7 +60,7 @@ pub struct Assignment {
 struct FlavorEval {
     flavor: FlavorId,
     mode: Mode,
-    borrows: bool,
+    borrows: u8,
     contested: BTreeSet<FrId>,
     placement_short: bool,
     /// What each check found, in order (`verdict`).
@@ -93,11 +94,11 @@ fn preferred(a: &FlavorEval, b: &FlavorEval, pref: FungibilityPreference) -> boo
             if a.mode != b.mode {
                 return a.mode > b.mode;
             }
-            !a.borrows && b.borrows
+            a.borrows < b.borrows
         }
         FungibilityPreference::PreemptionOverBorrowing => {
             if a.borrows != b.borrows {
-                return !a.borrows;
+                return a.borrows < b.borrows;
             }
             a.mode > b.mode
         }
@@ -136,7 +137,7 @@ fn assign_among(
     let mut flavors_out = Vec::new();
     let mut messages = Vec::new();
     let mut mode = Mode::Fit;
-    let mut borrows = false;
+    let mut borrows = 0u8;
     let mut contested = BTreeSet::new();
     let mut contested_flavors = BTreeSet::new();
     let mut place = Vec::new();
@@ -198,7 +199,7 @@ fn assign_among(
                         ps_reasons.extend(group_reasons);
                     }
                     ps_mode = ps_mode.min(ev.mode);
-                    borrows |= ev.borrows;
+                    borrows = borrows.max(ev.borrows);
                     contested.extend(ev.contested.iter().copied());
                     if ev.placement_short {
                         contested_flavors.insert(ev.flavor);
@@ -304,7 +305,7 @@ fn best_flavor(
                 .filter_map(|x| verdict::message(ctx.st, wl, i, f, x)),
         );
         let stop = match ev.mode {
-            Mode::Fit => !ev.borrows || fung.when_can_borrow == WhenCanBorrow::MayStopSearch,
+            Mode::Fit => ev.borrows == 0 || fung.when_can_borrow == WhenCanBorrow::MayStopSearch,
             Mode::Preempt | Mode::Reclaim => fung.when_can_preempt == WhenCanPreempt::MayStopSearch,
             _ => false,
         };
@@ -388,11 +389,10 @@ fn eval_flavor(
 ) -> FlavorEval {
     let st = ctx.st;
     let t = wl.team;
-    let team = &st.teams[t.idx()];
     let mut ev = FlavorEval {
         flavor: f,
         mode: Mode::Fit,
-        borrows: false,
+        borrows: 0,
         contested: BTreeSet::new(),
         placement_short: false,
         findings: Vec::new(),
@@ -417,7 +417,9 @@ fn eval_flavor(
         // Without a search, assume preemption inside the team could bring it within nominal.
         ev.borrows = usage_here
             .iter()
-            .any(|(fr, val)| *val > team.quota(*fr).map(|q| q.nominal).unwrap_or(0));
+            .map(|(fr, val)| quota::borrow_level(st, &ctx.acct, t, *fr, *val, 0))
+            .max()
+            .unwrap_or(0);
     }
     if ev.mode == Mode::Preempt && !quick {
         let here = (ps, f, count);
@@ -497,9 +499,7 @@ fn flavor_quota(
             });
             return None;
         }
-        if usage + val > q.nominal {
-            ev.borrows = true;
-        }
+        ev.borrows = (ev.borrows).max(quota::borrow_level(st, &ctx.acct, t, fr, val, usage));
         let avail = quota::available(st, &ctx.acct, t, fr);
         if val > avail {
             // What is still available, and so how much more is needed, changes with every
@@ -551,7 +551,7 @@ fn flavor_room(
         ev.note(|| Finding::NoRoom {
             placed: fail.placed,
             wanted: fail.wanted,
-            borrows,
+            borrows: borrows > 0,
         });
         ev.mode = Mode::Preempt;
         node_shortfall(st, &mut ctx.acct.nodes, f, reqs, count, wl.topology())
@@ -605,7 +605,7 @@ fn choose_victims(
                 Mode::Preempt
             };
             // The borrow level counts after the victims are gone (Kueue does the same).
-            ev.borrows = usage_here.iter().any(|(fr, val)| {
+            ev.borrows = (usage_here.iter().map(|(fr, val)| {
                 let freed: i64 = v
                     .iter()
                     .map(|x| ctx.st.workload(x.id))
@@ -615,8 +615,11 @@ fn choose_victims(
                     .filter(|(u, _)| u == fr)
                     .map(|(_, q)| *q)
                     .sum();
-                quota::borrows_with(st, &ctx.acct, t, *fr, val - freed)
-            });
+                let usage = ctx.acct.usage(t, *fr);
+                quota::borrow_level(st, &ctx.acct, t, *fr, val - freed, usage)
+            }))
+            .max()
+            .unwrap_or(0);
         }
         Some(_) => ev.mode = Mode::Fit,
         None => {
@@ -765,7 +768,7 @@ pub(crate) fn process(ctx: &mut Ctx, wl: &Workload) -> Outcome {
         for (fr, v) in &a.usage {
             let q = team.quota(*fr).copied().unwrap_or_default();
             let u = ctx.acct.usage(wl.team, *fr);
-            let h = if a.borrows {
+            let h = if a.borrows > 0 {
                 match q.borrowing_limit {
                     Some(bl) => (*v).min(q.nominal + bl - u),
                     None => *v,

@@ -1662,6 +1662,16 @@ fn spared_lines(ctx: &Ctx, candidates: &[&Workload]) -> Vec<String> {
     out
 }
 
+/// A borrow level in words: whether it borrows, and in a tree of cohorts how high.
+fn borrow_words(st: &State, level: u8) -> String {
+    let nested = st.cohorts.iter().any(|c| c.tree.parent.is_some());
+    match level {
+        0 => "not borrowing".to_string(),
+        l if nested => format!("borrowing at level {l} of its cohort tree"),
+        _ => "borrowing".to_string(),
+    }
+}
+
 /// Its place in its team's queue, and the first few ahead of it.
 fn team_queue_line(st: &State, wl: &Workload, queue: &[WlId], pos: usize) -> String {
     let team = &st.teams[wl.team.idx()];
@@ -1752,10 +1762,7 @@ fn cohort_order_line(st: &State, ctx: &mut Ctx, wl: &Workload) -> String {
         total
     );
     if let Some(k) = &mine {
-        line.push_str(&format!(
-            "; it ranks as {}",
-            if k.1 { "borrowing" } else { "not borrowing" }
-        ));
+        line.push_str(&format!("; it ranks as {}", borrow_words(st, k.1)));
         if st.policy.fair_share {
             line.push_str(&format!(
                 ", team {}'s weighted share after admitting it would be {}",
@@ -1773,7 +1780,7 @@ fn cohort_order_line(st: &State, ctx: &mut Ctx, wl: &Workload) -> String {
                 "{}/{} ({}{})",
                 st.teams[tm.idx()].name(),
                 w.spec.name,
-                if k.1 { "borrowing" } else { "not borrowing" },
+                borrow_words(st, k.1),
                 if st.policy.fair_share {
                     format!(", share after {}", fmt_share(&k.2))
                 } else {

@@ -82,6 +82,9 @@ pub struct Tree {
     pub shared: Vec<TeamId>,
     /// Cohort levels from this cohort up to its root, itself included (1 for a root).
     pub depth: u8,
+    /// Levels from this cohort down to its farthest team: 1 for a cohort of teams, one more
+    /// for each level of cohorts below it (Kueue's node height).
+    pub height: u8,
 }
 
 impl CohortRt {
@@ -265,6 +268,40 @@ pub fn potential_available(st: &impl Limits, t: TeamId, fr: FrId) -> i64 {
     match q.borrowing_limit {
         Some(bl) => max.min(q.nominal + bl),
         None => max,
+    }
+}
+
+/// How high in its tree a request of `val` of `fr` by team `t`, which uses `usage` of it,
+/// borrows (Kueue's borrow level; a lower one goes first): 0 within its nominal; else the
+/// height of the lowest cohort on its way up whose own quota has room for what exceeds the
+/// quota kept below, or the root's where none has. Every borrowing request of a flat cohort
+/// is at level 1.
+pub fn borrow_level(
+    st: &impl Limits,
+    acct: &Acct,
+    t: TeamId,
+    fr: FrId,
+    val: i64,
+    usage: i64,
+) -> u8 {
+    let nominal = st.quota(t, fr).map_or(0, |q| q.nominal);
+    if usage + val <= nominal {
+        return 0;
+    }
+    let mut left = val - (st.reserved(t, fr) - usage).max(0);
+    let mut c = st.cohort_of(t);
+    loop {
+        let cohort = st.cohort(c);
+        let height = cohort.tree.height.max(1);
+        let Some(parent) = cohort.tree.parent else {
+            return height;
+        };
+        let used = acct.pool_used[c.idx()].get(fr);
+        if used + left <= cohort.pool.get(fr) {
+            return height;
+        }
+        left -= (cohort.tree.local.get(fr) - used).max(0);
+        c = parent;
     }
 }
 

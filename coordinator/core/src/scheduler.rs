@@ -30,7 +30,10 @@ use crate::witness::{Observer, Witness};
 use crate::working::{Changes, Ctx};
 
 /// The order key of a team's head in the cross-team tournament.
-pub(crate) type EntryKey<'a> = (u32, bool, Share, i64, Time, &'a str, WlId);
+/// A pending workload's place in the cycle's order: preemptors first (by their head start),
+/// then by borrow level (`Assignment::borrows`: 0 within nominal, lower first), weighted share
+/// after admission, priority, submit time, name.
+pub(crate) type EntryKey<'a> = (u32, u8, Share, i64, Time, &'a str, WlId);
 
 pub(crate) fn entry_key<'a>(ctx: &mut Ctx, wl: &'a Workload) -> EntryKey<'a> {
     let full = full_counts(wl);
@@ -876,7 +879,7 @@ fn held<'m>(
     submit: Time,
     time_matters: bool,
     ch: &Changes,
-) -> Option<(Wait<'m>, (bool, Share))> {
+) -> Option<(Wait<'m>, (u8, Share))> {
     let wait = memo_wait(fast_memo, shape, submit, time_matters, ch)?;
     let part = key_parts.get(&shape).filter(|f| f.holds(ch))?;
     Some((wait, part.value))
@@ -951,7 +954,7 @@ struct Bulk<'a> {
     end: Option<&'a QueueKey>,
     /// Each of the team's settled shapes with the (borrows, share) part of its entries'
     /// tournament keys when the run was settled.
-    parts: Vec<(u128, bool, Share)>,
+    parts: Vec<(u128, u8, Share)>,
 }
 
 /// What a team's bulk tries found, kept across them: each shape's first entry from where a
@@ -964,7 +967,7 @@ struct BulkState<'a> {
     /// Per shape: from which entry it was searched, and its first entry from there.
     next: Vec<Option<(&'a QueueKey, Option<&'a QueueKey>)>>,
     clock: Option<u64>,
-    settled: Vec<Option<(u128, bool, Share)>>,
+    settled: Vec<Option<(u128, u8, Share)>>,
     /// The end of the last stretch found too short to be worth a run of its own: tries from
     /// before it are not made again (at this clock), its entries are settled one by one.
     short_until: Option<&'a QueueKey>,
@@ -1083,7 +1086,7 @@ struct Tournament<'a> {
     /// How many waits were recognised so in this cycle.
     recognised: u64,
     /// Per request fingerprint, the key part found in this cycle (`key_part`).
-    request_parts: ByShape<u128, Found<(bool, Share)>>,
+    request_parts: ByShape<u128, Found<(u8, Share)>>,
 }
 
 impl<'a> Tournament<'a> {
@@ -1143,7 +1146,7 @@ impl<'a> Tournament<'a> {
         wl: &Workload,
         generation: u64,
         key_parts: &mut KeyParts,
-    ) -> (bool, Share) {
+    ) -> (u8, Share) {
         let request = self.request_of(shape, wl);
         let found = match self.request_parts.get(&request) {
             Some(f) if f.holds(&ctx.changes) => {
@@ -1627,7 +1630,7 @@ fn later_above(later: &EntryKey<'_>, earlier: &EntryKey<'_>) -> bool {
 }
 
 /// A plain entry's tournament key: its shape's (borrows, share) part, then its queue order.
-fn plain_key(q: &QueueKey, borrows: bool, share: Share) -> EntryKey<'_> {
+fn plain_key(q: &QueueKey, borrows: u8, share: Share) -> EntryKey<'_> {
     (
         u32::MAX,
         borrows,

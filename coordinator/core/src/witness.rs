@@ -236,14 +236,17 @@ impl Observer {
 /// short of quota as `Short` says: the quick flavor assignment then takes its one flavor
 /// whatever the nodes hold, assumes preemption brings it within what it may use, and counts
 /// it as borrowing where its request alone is above nominal. `None` where it is not so.
-pub(crate) fn key_part(ctx: &Ctx, wl: &Workload) -> Option<(bool, Share)> {
+pub(crate) fn key_part(ctx: &Ctx, wl: &Workload) -> Option<(u8, Share)> {
     let st = ctx.st;
     let short = Short::of(ctx, wl)?;
-    let team = &st.teams[wl.team.idx()];
+    // As a quick assignment judges a pod set short of quota: its team's own preemptions
+    // assumed to free what it uses (`decision::eval_flavor`).
     let borrows = short
         .pairs
         .iter()
-        .any(|(fr, v, _, _)| *v > team.quota(*fr).map_or(0, |q| q.nominal));
+        .map(|(fr, v, _, _)| quota::borrow_level(st, &ctx.acct, wl.team, *fr, *v, 0))
+        .max()
+        .unwrap_or(0);
     let usage: Vec<(FrId, i64)> = short
         .pairs
         .iter()

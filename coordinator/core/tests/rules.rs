@@ -1209,6 +1209,51 @@ fn candidates_it_has_the_hierarchical_advantage_over_go_first() {
 }
 
 #[test]
+fn a_request_that_borrows_within_its_department_goes_before_one_that_borrows_above_it() {
+    // dept-a: a1 (1 GPU) and a2 (2); dept-b: b1 (2) and b2 (1). a2 and b2 use 1 each: 4 of
+    // the organisation's 6 are free.
+    let mut s = Sim::classical(vec![
+        dept_team("a1", "dept-a", 1),
+        dept_team("a2", "dept-a", 2),
+        dept_team("b1", "dept-b", 2),
+        dept_team("b2", "dept-b", 1),
+    ]);
+    s.st.set_cohort(dept("dept-a", "org", None, None)).unwrap();
+    s.st.set_cohort(dept("dept-b", "org", None, None)).unwrap();
+    s.nodes(F, "g", 6, 1);
+    s.submit(wl("a2-w", "a2", 0, 1, &[("gpu", "1")]))
+        .submit(wl("b2-w", "b2", 0, 1, &[("gpu", "1")]))
+        .settle();
+    // Both borrow and only one fits. b1-big is older, but what it borrows is beyond its
+    // department's quota (1 + 3 > 3): it borrows from the organisation, level 2. a1-w's
+    // borrowing stays within dept-a (1 + 2 <= 3), level 1, so it goes first (Kueue's borrow
+    // level); submit time decides only between equal levels.
+    s.at(1).submit(wl("b1-big", "b1", 0, 3, &[("gpu", "1")]));
+    s.at(2)
+        .submit(wl("a1-w", "a1", 0, 2, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(s.state("a1-w"), WlState::Admitted);
+    assert_eq!(s.state("b1-big"), WlState::Pending);
+    // In a flat cohort both would be at level 1, and the older goes first.
+    let mut s = Sim::classical(vec![
+        gpu_team("a1", 1, None),
+        gpu_team("a2", 2, None),
+        gpu_team("b1", 2, None),
+        gpu_team("b2", 1, None),
+    ]);
+    s.nodes(F, "g", 6, 1);
+    s.submit(wl("a2-w", "a2", 0, 1, &[("gpu", "1")]))
+        .submit(wl("b2-w", "b2", 0, 1, &[("gpu", "1")]))
+        .settle();
+    s.at(1).submit(wl("b1-big", "b1", 0, 3, &[("gpu", "1")]));
+    s.at(2)
+        .submit(wl("a1-w", "a1", 0, 2, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(s.state("b1-big"), WlState::Admitted);
+    assert_eq!(s.state("a1-w"), WlState::Pending);
+}
+
+#[test]
 fn a_cohort_tree_with_a_cycle_or_too_deep_is_refused() {
     let mut s = Sim::classical(vec![dept_team("a1", "x", 1)]);
     s.st.set_cohort(dept("x", "y", None, None)).unwrap();
