@@ -540,6 +540,9 @@ impl Machine {
                     | Command::UpdateComputeQuota { .. }
                     | Command::DeleteComputeQuota { .. }
                     | Command::SetSchedulerConfig(_)
+                    | Command::SetCohort(_)
+                    | Command::DeleteCohort { .. }
+                    | Command::SetTeamCohort { .. }
             );
         self.usage.observe(&self.state, now, &events, config);
         (r, events)

@@ -370,7 +370,7 @@ impl Ledger {
         win.to = Some(now);
         let (team, class, team_id) = (run.team, run.class, run.team_id);
         let usage = win.usage.clone();
-        let cohort = st.teams.get(team_id.idx()).map(|t| t.cohort);
+        let cohort = st.teams.get(team_id.idx()).map(|t| root_of(st, t.cohort));
         for (fr, it, res, q) in usage {
             self.add_used((team, class, it, res), -q, now);
             if let Some(cohort) = cohort {
@@ -398,7 +398,7 @@ impl Ledger {
             usage.push((fr, it, res, q));
             self.add_used((team, class, it, res), q, now);
             (touched
-                .entry((st.teams[w.team.idx()].cohort, fr))
+                .entry((root_of(st, st.teams[w.team.idx()].cohort), fr))
                 .or_default())
             .insert(w.team);
         }
@@ -479,8 +479,12 @@ impl Ledger {
     fn all_quota_rows(&mut self, st: &State, at: Time) {
         let mut made = BTreeSet::new();
         for (c, cohort) in st.cohorts.iter().enumerate() {
+            // One split per tree of cohorts, from its root (`quota_rows`).
+            if cohort.tree.parent.is_some() {
+                continue;
+            }
             let mut frs = BTreeSet::new();
-            for &t in &cohort.members {
+            for &t in cohort.sharing() {
                 frs.extend(st.quotas(t).iter().map(|(fr, _)| *fr));
                 let usage = st
                     .acct
@@ -513,7 +517,8 @@ impl Ledger {
         }
     }
 
-    /// The quota split of cohort `c`'s members on `fr`, and who lends to whom there.
+    /// The quota split of the teams of the tree rooted at cohort `c` on `fr`, and who lends to
+    /// whom there (`split`).
     fn quota_rows(&mut self, st: &State, c: CohortId, fr: FrId, at: Time, rows: Rows<'_>) {
         let (mut made, touched) = match rows {
             Rows::All(made) => (Some(made), None),
@@ -522,8 +527,8 @@ impl Ledger {
         let Some(cohort) = st.cohorts.get(c.idx()) else {
             return;
         };
-        // Per member: (team, nominal, used, lendable).
-        let members: Vec<(TeamId, i64, i64, i64)> = (cohort.members.iter())
+        // Per team of the tree: (team, nominal, used, lendable).
+        let members: Vec<Member> = (cohort.sharing().iter())
             .map(|&t| {
                 let q = st.quota(t, fr);
                 let nominal = q.map_or(0, |q| q.nominal);
@@ -536,8 +541,6 @@ impl Ledger {
             .collect();
         let (it, res) = self.fr_name(st, fr);
         let borrowed: i64 = members.iter().map(|m| (m.2 - m.1).max(0)).sum();
-        let lendable: i64 = members.iter().map(|m| m.3).sum();
-        let from_teams = borrowed.min(lendable);
         // Nobody borrows here, and nobody did: only the moved workloads' teams' rows change
         // (nothing is lent), so only they are written. The common case, and 100 teams' rows
         // on every admission otherwise.
@@ -551,12 +554,13 @@ impl Ledger {
                 return;
             }
         }
-        for &(t, nominal, used, can_lend) in &members {
+        let (lent, pairs) = split(st, c, fr, &members);
+        for &(t, nominal, used, _) in &members {
             let rate = [
                 nominal,
                 used.min(nominal),
                 (used - nominal).max(0),
-                share(from_teams, can_lend, lendable),
+                lent.get(&t).copied().unwrap_or(0),
             ];
             let team = self.team_name(st, t);
             self.set_quota((team, it, res), rate, at);
@@ -564,34 +568,22 @@ impl Ledger {
                 m.insert((team, u32::MAX, it, res));
             }
         }
-        // Who lends to whom: the rows of this cohort's borrowers on this resource.
+        // Who lends to whom: the rows of this tree's borrowers on this resource.
         let borrowers: BTreeSet<Name> = (members.iter())
             .map(|m| m.0)
             .collect::<Vec<_>>()
             .into_iter()
             .map(|t| self.team_name(st, t))
             .collect();
+        let cluster = self.names.id(CLUSTER);
         let mut rows: BTreeMap<LendKey, i64> = BTreeMap::new();
-        if borrowed > 0 {
-            let cluster = self.names.id(CLUSTER);
-            for &(bt, nominal, used, _) in &members {
-                let b = (used - nominal).max(0);
-                if b == 0 {
-                    continue;
-                }
-                let borrower = self.team_name(st, bt);
-                let mut covered = 0;
-                for &(lt, _, _, can_lend) in &members {
-                    let amount = share(b, share(from_teams, can_lend, lendable), borrowed);
-                    if amount > 0 {
-                        rows.insert((borrower, self.team_name(st, lt), it, res), amount);
-                        covered += amount;
-                    }
-                }
-                if b > covered {
-                    rows.insert((borrower, cluster, it, res), b - covered);
-                }
-            }
+        for ((bt, lt), amount) in pairs {
+            let lender = match lt {
+                Some(lt) => self.team_name(st, lt),
+                None => cluster,
+            };
+            let borrower = self.team_name(st, bt);
+            *rows.entry((borrower, lender, it, res)).or_default() += amount;
         }
         let stale: Vec<LendKey> = (self.rates.lending.keys())
             .filter(|k| {
@@ -732,7 +724,8 @@ impl Ledger {
     }
 }
 
-/// Per (cohort, flavor and resource): the teams whose workloads an entry moved there.
+/// Per (root cohort of a tree, flavor and resource): the teams whose workloads an entry moved
+/// there.
 type Touched = BTreeMap<(CohortId, FrId), BTreeSet<TeamId>>;
 
 /// Which quota rows to compute: every member's, noting what was made (quota rows as
@@ -748,6 +741,111 @@ fn share(total: i64, part: i64, whole: i64) -> i64 {
         return 0;
     }
     (i128::from(total) * i128::from(part) / i128::from(whole)) as i64
+}
+
+/// A team of a tree, on one pair: (team, nominal, used, what it could lend now).
+type Member = (TeamId, i64, i64, i64);
+/// Per lender, what it lent; per (borrower, lender or `None` for [`CLUSTER`]), the amount.
+type Split = (
+    BTreeMap<TeamId, i64>,
+    BTreeMap<(TeamId, Option<TeamId>), i64>,
+);
+/// Per team, an amount: what borrowers still need, or what lenders still have.
+type Amounts = Vec<(TeamId, i64)>;
+
+/// The root of cohort `c`'s tree.
+fn root_of(st: &State, mut c: CohortId) -> CohortId {
+    while let Some(p) = st.cohorts[c.idx()].tree.parent {
+        c = p;
+    }
+    c
+}
+
+/// Who lent what to whom in the tree rooted at `root`, on `fr`: per lender, what it lent; per
+/// (borrower, lender), the amount, `None` the capacity no team owns (cohort quota, idle
+/// resource sharing: [`CLUSTER`]). Borrowing is covered where it happens first: at each cohort,
+/// bottom-up, what its subtree's borrowers still need is split over what its subtree's
+/// lenders still have, in proportion (a lender's part of what it could lend); then a cohort's
+/// own quota covers what is left, and the rest goes up with the lenders' remainder (within
+/// the cohort's lending limit). What the root leaves uncovered came from capacity no team
+/// owns. A flat cohort is one level: each borrower's excess split over the lenders in
+/// proportion to what each could lend.
+fn split(st: &State, root: CohortId, fr: FrId, members: &[Member]) -> Split {
+    // The tree's cohorts, children before parents.
+    let mut tree: Vec<(u8, CohortId)> = (0..st.cohorts.len())
+        .map(|i| CohortId(i as u32))
+        .filter(|c| root_of(st, *c) == root)
+        .map(|c| (st.cohorts[c.idx()].tree.depth, c))
+        .collect();
+    tree.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut up: BTreeMap<CohortId, (Amounts, Amounts)> = BTreeMap::new();
+    let mut lent: BTreeMap<TeamId, i64> = BTreeMap::new();
+    let mut pairs: BTreeMap<(TeamId, Option<TeamId>), i64> = BTreeMap::new();
+    for &(_, c) in &tree {
+        let cohort = &st.cohorts[c.idx()];
+        let (mut need, mut have) = up.remove(&c).unwrap_or_default();
+        for m in members.iter().filter(|m| cohort.members.contains(&m.0)) {
+            if m.2 > m.1 {
+                need.push((m.0, m.2 - m.1));
+            }
+            if m.3 > 0 {
+                have.push((m.0, m.3));
+            }
+        }
+        let wanted: i64 = need.iter().map(|n| n.1).sum();
+        let lendable: i64 = have.iter().map(|h| h.1).sum();
+        let from_teams = wanted.min(lendable);
+        let parts: Vec<i64> = (have.iter())
+            .map(|&(_, can)| share(from_teams, can, lendable))
+            .collect();
+        for (n, b) in need.iter_mut() {
+            let mut covered = 0;
+            for (&(lt, _), part) in have.iter().zip(&parts) {
+                let amount = share(*b, *part, wanted);
+                if amount > 0 {
+                    *pairs.entry((*n, Some(lt))).or_default() += amount;
+                    covered += amount;
+                }
+            }
+            *b -= covered;
+        }
+        for ((lt, can), part) in have.iter_mut().zip(&parts) {
+            *lent.entry(*lt).or_default() += part;
+            *can -= part;
+        }
+        need.retain(|n| n.1 > 0);
+        have.retain(|h| h.1 > 0);
+        let Some(parent) = cohort.tree.parent else {
+            for (n, b) in need {
+                *pairs.entry((n, None)).or_default() += b;
+            }
+            break;
+        };
+        // The cohort's own quota covers what its lenders did not; the rest goes up.
+        let own = cohort.limit(fr).map_or(0, |q| q.nominal);
+        let short: i64 = need.iter().map(|n| n.1).sum();
+        let cover = short.min(own);
+        for (n, b) in need.iter_mut() {
+            let amount = share(*b, cover, short);
+            if amount > 0 {
+                *pairs.entry((*n, None)).or_default() += amount;
+                *b -= amount;
+            }
+        }
+        need.retain(|n| n.1 > 0);
+        // What it lends up is at most its pool beyond the part it keeps.
+        let cap = cohort.pool.get(fr) - cohort.tree.local.get(fr);
+        let left: i64 = have.iter().map(|h| h.1).sum();
+        if left > cap {
+            for (_, can) in have.iter_mut() {
+                *can = share(*can, cap.max(0), left);
+            }
+        }
+        let entry = up.entry(parent).or_default();
+        entry.0.extend(need);
+        entry.1.extend(have.into_iter().filter(|h| h.1 > 0));
+    }
+    (lent, pairs)
 }
 
 /// Calls `f(hour, milliseconds)` for each hour that `[a, b)` covers.

@@ -367,3 +367,74 @@ fn the_record_carries_in_what_had_not_ended_when_the_period_began() {
     let r = allot_core::recorded::recorded(&m, 0, 3 * H / 2);
     assert_eq!(names(&r), vec![("a1".into(), false, Some(4 * H))]);
 }
+
+/// Borrowing across departments is lent by the team whose quota it took: team-a (in dept-a)
+/// borrows team-b's 4 GPUs (in dept-b) through the organisation, and the lending row names
+/// team-b, not capacity no team owns. Within a department, its own lenders come first.
+#[test]
+fn lending_across_departments_names_the_lending_team() {
+    let shorthand = format!(
+        "ComputeQuotaResources=[{{InstanceType={T},Count=1}}],ResourceSharingConfig={{Strategy=LendAndBorrow,BorrowLimit=100}}"
+    );
+    // team-a may borrow twice its nominal.
+    let mut m =
+        support::machine_with_team_a(&shorthand.replace("BorrowLimit=100", "BorrowLimit=200"));
+    apply(&mut m, 0, support::create_quota("qb", "team-b", &shorthand));
+    apply(&mut m, 0, support::create_quota("qc", "team-c", &shorthand));
+    for (dept, teams) in [
+        ("dept-a", &["team-a", "team-c"][..]),
+        ("dept-b", &["team-b"][..]),
+    ] {
+        apply(
+            &mut m,
+            0,
+            Command::SetCohort(allot_common::CohortSpec {
+                name: dept.into(),
+                parent: Some("org".into()),
+                quotas: vec![],
+            }),
+        );
+        for t in teams {
+            apply(
+                &mut m,
+                0,
+                Command::SetTeamCohort {
+                    team: (*t).into(),
+                    cohort: Some(dept.into()),
+                },
+            );
+        }
+    }
+    for n in ["n1", "n2", "n3"] {
+        apply(&mut m, 0, Command::ReportNode(node(n)));
+    }
+    // team-a runs three 4-GPU jobs from 1 h to 2 h: its own 4, team-c's 4 (its department),
+    // and team-b's 4 (the other department, through the organisation).
+    for w in ["a1", "a2", "a3"] {
+        submit(&mut m, H, "team-a", w);
+    }
+    cycle(&mut m, H);
+    for w in ["a1", "a2", "a3"] {
+        assert_eq!(state(&m, w), WlState::Admitted, "{w}");
+    }
+    for w in ["a1", "a2", "a3"] {
+        exited(&mut m, 2 * H, w, true);
+    }
+    let r = report(&m.usage, &query(vec![UsageBy::Team]), 3 * H).expect("a report");
+    let mut lent: Vec<(&str, &str, i128)> = (r.lending.iter())
+        .filter(|l| l.resource == "gpu")
+        .map(|l| (l.borrower.as_str(), l.lender.as_str(), l.amount))
+        .collect();
+    lent.sort();
+    assert_eq!(
+        lent,
+        vec![
+            ("team-a", "team-b", 4 * GPU_H),
+            ("team-a", "team-c", 4 * GPU_H)
+        ]
+    );
+    for t in ["team-b", "team-c"] {
+        let q = gpu_line(&r, &[t]).quota.expect("split");
+        assert_eq!(q.lent, 4 * GPU_H, "{t}");
+    }
+}
