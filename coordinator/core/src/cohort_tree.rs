@@ -9,8 +9,8 @@
 //! - `potential(C)` = `local(C) + potential(parent)`, at most `pool(C) + borrowing_limit`; a
 //!   root's is its pool.
 //!
-//! A flat cohort is a root without children and keeps `Tree::default()`: its numbers are the
-//! ones it had before trees existed.
+//! A flat cohort is a root without children: its tree holds only its depth and height (1
+//! each), and its numbers are the ones it had before trees existed.
 
 use std::collections::BTreeMap;
 

@@ -605,21 +605,7 @@ fn choose_victims(
                 Mode::Preempt
             };
             // The borrow level counts after the victims are gone (Kueue does the same).
-            ev.borrows = (usage_here.iter().map(|(fr, val)| {
-                let freed: i64 = v
-                    .iter()
-                    .map(|x| ctx.st.workload(x.id))
-                    .filter(|w| w.team == t)
-                    .filter_map(|w| ctx.admission_of(w.id))
-                    .flat_map(|a| a.usage.iter())
-                    .filter(|(u, _)| u == fr)
-                    .map(|(_, q)| *q)
-                    .sum();
-                let usage = ctx.acct.usage(t, *fr);
-                quota::borrow_level(st, &ctx.acct, t, *fr, val - freed, usage)
-            }))
-            .max()
-            .unwrap_or(0);
+            ev.borrows = level_after(ctx, t, usage_here, &v);
         }
         Some(_) => ev.mode = Mode::Fit,
         None => {
@@ -639,6 +625,49 @@ fn choose_victims(
             ev.mode = Mode::NoCandidates;
         }
     }
+}
+
+/// The borrow level of team `t` using `usage_here` once victims `v` are gone. In a flat
+/// cohort only its own victims' usage counts (its level is its own usage against its
+/// nominal); in a tree, every victim's leaves the cohorts' pools too.
+fn level_after(ctx: &mut Ctx, t: TeamId, usage_here: &[(FrId, i64)], v: &[Victim]) -> u8 {
+    let st = ctx.st;
+    let nested = st.cohorts[st.teams[t.idx()].cohort.idx()]
+        .tree
+        .parent
+        .is_some();
+    if nested {
+        for x in v {
+            ctx.remove(x.id);
+        }
+        let level = (usage_here.iter())
+            .map(|(fr, val)| {
+                let usage = ctx.acct.usage(t, *fr);
+                quota::borrow_level(st, &ctx.acct, t, *fr, *val, usage)
+            })
+            .max()
+            .unwrap_or(0);
+        for x in v.iter().rev() {
+            ctx.restore(x.id);
+        }
+        return level;
+    }
+    (usage_here.iter())
+        .map(|(fr, val)| {
+            let freed: i64 = v
+                .iter()
+                .map(|x| st.workload(x.id))
+                .filter(|w| w.team == t)
+                .filter_map(|w| ctx.admission_of(w.id))
+                .flat_map(|a| a.usage.iter())
+                .filter(|(u, _)| u == fr)
+                .map(|(_, q)| *q)
+                .sum();
+            let usage = ctx.acct.usage(t, *fr);
+            quota::borrow_level(st, &ctx.acct, t, *fr, val - freed, usage)
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// What happened to one workload in the cycle.

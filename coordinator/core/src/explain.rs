@@ -1546,17 +1546,9 @@ fn why_no_victims(
             team.name()
         ));
     } else {
-        let borrowers: Vec<TeamId> = cohort
-            .sharing()
-            .iter()
-            .copied()
-            .filter(|m| *m != t)
-            .filter(|m| {
-                f_set
-                    .iter()
-                    .any(|fr| quota::is_borrowing(st, &ctx.acct, *m, *fr))
-            })
-            .collect();
+        // The scheduler's own reach: teams that borrow a contested pair, in a tree only where
+        // their departments below the shared cohort borrow too.
+        let borrowers: Vec<TeamId> = preemption::reclaimable_teams(ctx, wl, f_set).collect();
         if borrowers.is_empty() {
             parts.push(format!(
                 "no other team of cohort {} borrows {what}",
@@ -1749,7 +1741,7 @@ fn cohort_order_line(st: &State, ctx: &mut Ctx, wl: &Workload) -> String {
     let criteria = if st.policy.fair_share {
         "preemptors first, then fits without borrowing, lower weighted share after admission, higher priority, earlier submit time"
     } else {
-        "preemptors first, then fits without borrowing, higher priority, earlier submit time (fair sharing off)"
+        "preemptors first, then by how high in its cohort tree it borrows (not at all first), higher priority, earlier submit time (fair sharing off)"
     };
     let cname = if cohort.private {
         format!("team {} (no cohort)", team.name())

@@ -26,7 +26,9 @@ pub struct Victim {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Own,
-    /// The preemptor fits in its nominal with the request: reclaim.
+    /// The preemptor has the hierarchical advantage over the candidate's team
+    /// (`advantages`: within its nominal, or within a cohort's quota below the one they
+    /// share): reclaim.
     Advantage,
     /// Usable only in a search where the preemptor ends up not borrowing.
     WithoutBorrowing,
@@ -135,22 +137,8 @@ pub(crate) fn policy_allows(st: &State, wl: &Workload, nominal: i64, val: i64) -
 /// quota of a cohort on its way up below the root: that subtree has the first claim to it
 /// (kueue-reference.md §8). Never in a flat cohort.
 pub(crate) fn fits_below_root(st: &State, acct: &Acct, t: TeamId, fr: FrId, val: i64) -> bool {
-    let team = &st.teams[t.idx()];
-    let mut left = val - (team.reserved(fr) - acct.usage(t, fr)).max(0);
-    let mut at = Some(team.cohort);
-    while let Some(c) = at {
-        let cohort = &st.cohorts[c.idx()];
-        if cohort.tree.parent.is_none() {
-            return false;
-        }
-        let used = acct.pool_used[c.idx()].get(fr);
-        if used + left <= cohort.pool.get(fr) {
-            return true;
-        }
-        left -= (cohort.tree.local.get(fr) - used).max(0);
-        at = cohort.tree.parent;
-    }
-    false
+    let c = quota::lowest_fit(st, acct, t, fr, (val, acct.usage(t, fr)));
+    st.cohorts[c.idx()].tree.parent.is_some()
 }
 
 fn uses_any(ctx: &Ctx, id: WlId, f_set: &BTreeSet<FrId>) -> bool {
@@ -416,7 +404,7 @@ fn usages(ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>) -> Rc<[Usage]> {
 /// policy never reclaims or its cohort is its own; else every other team borrowing a contested
 /// pair, and in a tree of cohorts only where every cohort above it, below the one both share,
 /// borrows one as well (`in_reach`).
-fn reclaimable_teams<'c>(
+pub(crate) fn reclaimable_teams<'c>(
     ctx: &'c Ctx,
     wl: &Workload,
     f_set: &'c BTreeSet<FrId>,

@@ -62,7 +62,7 @@ pub struct CohortRt {
     /// the fair-share divisor (`pool` for a root, `potential` below one).
     pub lendable_by_res: BTreeMap<ResId, i64>,
     /// The tree, rebuilt from the cohorts' specs (`State::refresh_cohort_tree`), not stored:
-    /// flat (`Tree::default`) for a root.
+    /// for a flat cohort only its depth and height (1 each) are set.
     #[serde(skip)]
     pub tree: Tree,
 }
@@ -288,17 +288,43 @@ pub fn borrow_level(
     if usage + val <= nominal {
         return 0;
     }
+    st.cohort(lowest_fit(st, acct, t, fr, (val, usage)))
+        .tree
+        .height
+        .max(1)
+}
+
+/// A borrow level as the admission order reads it: under fair sharing only whether it
+/// borrows (Kueue's fair-sharing order: non-borrowing first, then the share), else the level.
+pub fn order_level(fair_share: bool, level: u8) -> u8 {
+    if fair_share {
+        level.min(1)
+    } else {
+        level
+    }
+}
+
+/// The lowest cohort on team `t`'s way up whose own quota has room for what a request of
+/// `val` of `fr` (the team using `usage` of it) needs beyond the quota kept below it: each
+/// level's kept part left over covers some, the rest goes up (Kueue's lowest subtree that
+/// fits). The root where none below it has.
+pub fn lowest_fit(
+    st: &impl Limits,
+    acct: &Acct,
+    t: TeamId,
+    fr: FrId,
+    (val, usage): (i64, i64),
+) -> CohortId {
     let mut left = val - (st.reserved(t, fr) - usage).max(0);
     let mut c = st.cohort_of(t);
     loop {
         let cohort = st.cohort(c);
-        let height = cohort.tree.height.max(1);
         let Some(parent) = cohort.tree.parent else {
-            return height;
+            return c;
         };
         let used = acct.pool_used[c.idx()].get(fr);
         if used + left <= cohort.pool.get(fr) {
-            return height;
+            return c;
         }
         left -= (cohort.tree.local.get(fr) - used).max(0);
         c = parent;

@@ -31,8 +31,8 @@ use crate::working::{Changes, Ctx};
 
 /// The order key of a team's head in the cross-team tournament.
 /// A pending workload's place in the cycle's order: preemptors first (by their head start),
-/// then by borrow level (`Assignment::borrows`: 0 within nominal, lower first), weighted share
-/// after admission, priority, submit time, name.
+/// then by borrow level (`quota::order_level`: 0 within nominal, lower first), weighted share after
+/// admission, priority, submit time, name.
 pub(crate) type EntryKey<'a> = (u32, u8, Share, i64, Time, &'a str, WlId);
 
 pub(crate) fn entry_key<'a>(ctx: &mut Ctx, wl: &'a Workload) -> EntryKey<'a> {
@@ -45,7 +45,7 @@ pub(crate) fn entry_key<'a>(ctx: &mut Ctx, wl: &'a Workload) -> EntryKey<'a> {
     };
     (
         wl.preempting.unwrap_or(u32::MAX),
-        a.borrows,
+        quota::order_level(ctx.st.policy.fair_share, a.borrows),
         share,
         -i64::from(wl.priority),
         wl.submit_time,

@@ -234,8 +234,9 @@ impl Observer {
 
 /// The (borrows, share) part of `wl`'s tournament key (`scheduler::entry_key`), where it is
 /// short of quota as `Short` says: the quick flavor assignment then takes its one flavor
-/// whatever the nodes hold, assumes preemption brings it within what it may use, and counts
-/// it as borrowing where its request alone is above nominal. `None` where it is not so.
+/// whatever the nodes hold, assumes preemption brings it within what it may use, and takes
+/// its borrow level with its team's own usage gone (its request alone against its nominal,
+/// then up the tree). `None` where it is not so.
 pub(crate) fn key_part(ctx: &Ctx, wl: &Workload) -> Option<(u8, Share)> {
     let st = ctx.st;
     let short = Short::of(ctx, wl)?;
@@ -258,5 +259,5 @@ pub(crate) fn key_part(ctx: &Ctx, wl: &Workload) -> Option<(u8, Share)> {
     } else {
         Share::ZERO
     };
-    Some((borrows, share))
+    Some((quota::order_level(st.policy.fair_share, borrows), share))
 }
