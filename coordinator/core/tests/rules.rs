@@ -1109,6 +1109,17 @@ fn a_team_reclaims_from_another_department_only_where_that_department_borrows() 
     );
 }
 
+/// `preemptor` took exactly `n` of b1's workloads, each as a reclamation.
+fn reclaimed_from_b1(s: &Sim, preemptor: &str, n: usize) {
+    let v = victims_of(s, preemptor);
+    assert_eq!(v.len(), n, "{v:?}");
+    assert!(
+        v.iter()
+            .all(|(w, r)| w.starts_with("b1-") && *r == PreemptReason::InCohortReclamation),
+        "{v:?}"
+    );
+}
+
 /// The preemptions so far, as (victim, reason), victims by name.
 fn victims_of(s: &Sim, preemptor: &str) -> Vec<(String, PreemptReason)> {
     let mut v: Vec<(String, PreemptReason)> = s
@@ -1153,13 +1164,7 @@ fn a_request_that_fits_in_its_departments_quota_reclaims_from_another_department
         "{}",
         s.message("a1-big")
     );
-    let v = victims_of(&s, "a1-big");
-    assert_eq!(v.len(), 2, "{v:?}");
-    assert!(
-        v.iter()
-            .all(|(w, r)| w.starts_with("b1-") && *r == PreemptReason::InCohortReclamation),
-        "{v:?}"
-    );
+    reclaimed_from_b1(&s, "a1-big", 2);
 }
 
 #[test]
@@ -1199,13 +1204,7 @@ fn candidates_it_has_the_hierarchical_advantage_over_go_first() {
         "{}",
         s.message("a1-big")
     );
-    let v = victims_of(&s, "a1-big");
-    assert_eq!(v.len(), 3, "{v:?}");
-    assert!(
-        v.iter()
-            .all(|(w, r)| w.starts_with("b1-") && *r == PreemptReason::InCohortReclamation),
-        "{v:?}"
-    );
+    reclaimed_from_b1(&s, "a1-big", 3);
 }
 
 #[test]
