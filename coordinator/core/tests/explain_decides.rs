@@ -5,7 +5,8 @@
 //! departments, nodes in racks), after a random history of submits, cycles, finishes and
 //! finished evictions, one workload is submitted with nothing else pending, so that it is the
 //! first (and only) workload the next cycle decides. Then:
-//! - `decision::decide` (what `explain` renders) must match the production cycle (`schedule`):
+//! - `decision::decide` (what `explain` renders) must match the production cycle (`schedule`,
+//!   and `schedule_cached` with the cache the history's cycles left, as a leader runs it):
 //!   admitted with the same counts and flavors, preempting the same victims, or waiting with
 //!   the same reason and message;
 //! - `explain`'s verdict line must say that outcome, and where it preempts, name each victim.
@@ -19,17 +20,21 @@ mod contended;
 use std::collections::BTreeSet;
 
 use allot_common::PriorityRef;
+use allot_core::cycle_cache::CycleCache;
 use allot_core::decision::decide;
 use allot_core::explain::explain_state;
 use allot_core::plan::WAITING_FOR_VICTIMS;
+use allot_core::scheduler::schedule_cached;
 use allot_core::state::{State, WlState};
 use allot_core::verdict::Decided;
 use allot_core::{schedule, WlId};
 use contended::{cluster, workload, Rng};
 
-/// A random history on a random cluster; returns it at its last instant with nothing pending.
-fn history(rng: &mut Rng) -> (State, usize, i64, usize) {
+/// A random history on a random cluster, its cycles run by the leader's cached cycle; returns
+/// it at its last instant with nothing pending, and the cache the cycles left.
+fn history(rng: &mut Rng) -> (State, usize, i64, usize, CycleCache) {
     let (mut st, teams) = cluster(rng);
+    let mut cache = CycleCache::default();
     let mut now = 0i64;
     let mut next = 0usize;
     for _ in 0..(4 + rng.below(12)) {
@@ -44,7 +49,7 @@ fn history(rng: &mut Rng) -> (State, usize, i64, usize) {
             next += 1;
             let _ = st.submit(spec, now);
         }
-        let plan = schedule(&st, now);
+        let plan = schedule_cached(&st, now, &mut cache);
         st.apply_plan(&plan, now);
         let ids: Vec<WlId> = st.workloads().keys().collect();
         for id in ids {
@@ -70,13 +75,13 @@ fn history(rng: &mut Rng) -> (State, usize, i64, usize) {
         st.cancel(id, now)
             .expect("a pending workload can be cancelled");
     }
-    (st, teams, now, next)
+    (st, teams, now, next, cache)
 }
 
 /// One seed: `Err` says where `explain` and the cycle part.
 fn check(seed: u64) -> Result<&'static str, String> {
     let mut rng = Rng(seed);
-    let (mut st, teams, now, next) = history(&mut rng);
+    let (mut st, teams, now, next, mut cache) = history(&mut rng);
     let mut spec = workload(&mut rng, next, teams);
     spec.priority = PriorityRef::Value(rng.pick(&[0, 10, 20, 30, 30]));
     let Ok((id, _)) = st.submit(spec, now) else {
@@ -94,7 +99,15 @@ fn check(seed: u64) -> Result<&'static str, String> {
                 lines.join("\n")
             )
         })?;
+    // The production cycle twice: fresh, and as a leader runs it, with the cache its earlier
+    // cycles left (the incremental engine's kept outcomes must not part from the decision).
     let plan = schedule(&st, now);
+    let cached = schedule_cached(&st, now, &mut cache);
+    if cached.canonical() != plan.canonical() {
+        return Err(format!(
+            "seed {seed}: the cached cycle plans\n{cached:#?}\nthe fresh one\n{plan:#?}"
+        ));
+    }
     let differ = |what: &str| {
         Err(format!(
             "seed {seed}: {what}\ndecide: {said:?}\nexplain:\n{}\nthe cycle plans:\n{plan:#?}",
