@@ -1,6 +1,6 @@
 //! End-to-end: an admin builds a tree of cohorts on a running coordinator with the CLI, moves
-//! a team into it, and reads it back with `allot get cohorts`; a user may read it but not
-//! change it.
+//! a team into it, and reads it back with `allot get cohorts` and `allot describe cohort`; a
+//! user may read it but not change it.
 
 mod support;
 
@@ -47,6 +47,21 @@ fn an_admin_builds_a_tree_of_cohorts_with_the_cli() {
         .cloned()
         .expect("a gpu pair");
     assert_eq!(gpu["borrowing_limit"], "1");
+    // `describe cohort`: its place in the tree and its quota; an unknown name is named.
+    let text = c.cli_ok("user-team-a", &["describe", "cohort", "dept-a"]);
+    for part in [
+        "place: dept-a < org (2 levels from its root)",
+        "every team below it: team-a",
+        "gpu: own 0, borrowing limit 1",
+    ] {
+        assert!(text.contains(part), "{part:?} missing from {text}");
+    }
+    let o = c.cli("admin-admin", &["describe", "cohort", "dept-z"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("unknown cohort \"dept-z\"") && err.contains("dept-a"),
+        "{err}"
+    );
     // In use or with a child, a cohort stays; a user may not change the tree.
     let o = c.cli("admin-admin", &["delete-cohort", "dept-a"]);
     let err = String::from_utf8_lossy(&o.stderr);

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use allot_common::api::Body;
+use allot_common::api::{Body, CohortView, Reply};
 use allot_common::{CohortSpec, FlavorQuota, ResourceName, ResourceQuota};
 use anyhow::{anyhow, bail};
 
+use crate::cli::render::Format;
 use crate::client::{api, Client};
 
 /// What `create-cohort` takes.
@@ -120,6 +121,104 @@ pub async fn set_team(c: &mut Client, team: &str, cohort: Option<&str>) -> anyho
     Ok(())
 }
 
+/// `allot describe cohort NAME`: one cohort in its tree (the path to its root, the cohorts and
+/// teams below it) and, per (flavor, resource), its own quota, limits, pool and use.
+pub async fn describe(c: &mut Client, name: &str, format: Format) -> anyhow::Result<()> {
+    let Reply::Cohorts(all) = api(c.call(Body::ListCohorts).await)? else {
+        bail!("unexpected answer to get cohorts");
+    };
+    let Some(cohort) = all.iter().find(|x| x.name == name) else {
+        let known: Vec<&str> = all.iter().map(|x| x.name.as_str()).collect();
+        bail!(
+            "unknown cohort {name:?}; cohorts: {}",
+            if known.is_empty() {
+                "none (allot create-cohort makes one)".to_string()
+            } else {
+                known.join(", ")
+            }
+        );
+    };
+    match format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(cohort).unwrap_or_else(|e| e.to_string())
+        ),
+        Format::Table => print!("{}", render_cohort(cohort, &all)),
+    }
+    Ok(())
+}
+
+/// A cohort in words: where it sits, what is below it, and each pair's quota and use.
+fn render_cohort(c: &CohortView, all: &[CohortView]) -> String {
+    let by_name: BTreeMap<&str, &CohortView> = all.iter().map(|x| (x.name.as_str(), x)).collect();
+    // The path to its root (a parent named but not listed ends it).
+    let mut path = vec![c.name.as_str()];
+    let mut at = c.parent.as_deref();
+    while let Some(p) = at.filter(|p| !path.contains(p) && path.len() <= 16) {
+        path.push(p);
+        at = by_name.get(p).and_then(|x| x.parent.as_deref());
+    }
+    // Every team below it, through its child cohorts.
+    let mut teams: Vec<&str> = Vec::new();
+    let mut todo = vec![c];
+    let mut seen = vec![c.name.as_str()];
+    while let Some(x) = todo.pop() {
+        teams.extend(x.teams.iter().map(String::as_str));
+        for child in &x.children {
+            if let Some(cx) = by_name
+                .get(child.as_str())
+                .filter(|_| !seen.contains(&child.as_str()))
+            {
+                seen.push(child);
+                todo.push(cx);
+            }
+        }
+    }
+    teams.sort_unstable();
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    let mut out = format!("cohort {}\n", c.name);
+    out += &format!(
+        "place: {} ({} level{} from its root)\n",
+        path.join(" < "),
+        path.len(),
+        if path.len() == 1 { "" } else { "s" }
+    );
+    out += &format!("child cohorts: {}\n", list(&c.children));
+    out += &format!("its own teams: {}\n", list(&c.teams));
+    out += &format!(
+        "every team below it: {}\n",
+        if teams.is_empty() {
+            "-".to_string()
+        } else {
+            teams.join(", ")
+        }
+    );
+    if c.pairs.is_empty() {
+        out += "quota: none of its own, and nothing lent to it yet\n";
+        return out;
+    }
+    out += "quota (own: what it owns; pool: its subtree's quota; in use: what its subtree uses of the pool):\n";
+    for p in &c.pairs {
+        out += &format!(
+            "  {} {}: own {}, borrowing limit {}, lending limit {}, pool {}, in use {}\n",
+            p.flavor,
+            p.resource,
+            p.nominal,
+            p.borrowing_limit.as_deref().unwrap_or("-"),
+            p.lending_limit.as_deref().unwrap_or("-"),
+            p.pool,
+            p.in_use
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +231,43 @@ mod tests {
             nominal: v(nominal),
             borrowing_limit: v(bl),
             lending_limit: v(ll),
+        }
+    }
+
+    #[test]
+    fn a_cohort_is_described_in_its_tree() {
+        let view =
+            |name: &str, parent: Option<&str>, children: &[&str], teams: &[&str]| CohortView {
+                name: name.into(),
+                parent: parent.map(str::to_string),
+                children: children.iter().map(|s| s.to_string()).collect(),
+                teams: teams.iter().map(|s| s.to_string()).collect(),
+                pairs: Vec::new(),
+            };
+        let mut dept = view("dept-a", Some("org"), &["lab"], &["a1"]);
+        dept.pairs.push(allot_common::api::CohortPairView {
+            flavor: "ml.p5.48xlarge".into(),
+            resource: "gpu".into(),
+            nominal: "8".into(),
+            borrowing_limit: Some("4".into()),
+            lending_limit: None,
+            pool: "24".into(),
+            in_use: "10".into(),
+        });
+        let all = vec![
+            view("org", None, &["dept-a"], &[]),
+            dept.clone(),
+            view("lab", Some("dept-a"), &[], &["l1", "l2"]),
+        ];
+        let text = render_cohort(&dept, &all);
+        for part in [
+            "place: dept-a < org (2 levels from its root)",
+            "child cohorts: lab",
+            "its own teams: a1",
+            "every team below it: a1, l1, l2",
+            "ml.p5.48xlarge gpu: own 8, borrowing limit 4, lending limit -, pool 24, in use 10",
+        ] {
+            assert!(text.contains(part), "{part:?} missing from\n{text}");
         }
     }
 

@@ -139,6 +139,13 @@ pub enum DescribeWhat {
     /// One node: status and why, capacity and use, devices with their health, and the pods on
     /// it (admins see every team's; a user its own team's).
     Node { name: String },
+    /// One cohort: its place in the tree, the cohorts and teams below it, and per instance
+    /// type and resource its own quota, limits, pool and use.
+    Cohort {
+        name: String,
+        #[command(flatten)]
+        out: Out,
+    },
 }
 
 /// allot's admission limits, beside the AWS scheduler config (unchanged when not given;
@@ -1432,6 +1439,9 @@ async fn run_reads(cmd: ClusterCmd, c: &mut Client) -> anyhow::Result<()> {
         ClusterCmd::Describe {
             what: DescribeWhat::Node { name },
         } => describe_node(c, &name).await?,
+        ClusterCmd::Describe {
+            what: DescribeWhat::Cohort { name, out },
+        } => cohorts::describe(c, &name, out.format).await?,
         ClusterCmd::Get { what } => run_get(what, c).await?,
         _ => bail!("a command run_reads does not run"),
     }
