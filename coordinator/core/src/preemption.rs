@@ -836,6 +836,9 @@ fn fair_sharing(
     place: &[(usize, FlavorId, u32)],
     f_set: &BTreeSet<FrId>,
 ) -> Option<Vec<Victim>> {
+    if in_tree(ctx.st, wl.team) {
+        return tree_fair_sharing(ctx, wl, usage, place, f_set);
+    }
     if fair_share_hopeless(ctx, wl, usage, f_set) {
         // Debug builds (every test) check the short-cut against the search it skips.
         #[cfg(debug_assertions)]
@@ -1177,6 +1180,205 @@ impl Walk {
         }
         None
     }
+}
+
+/// Whether team `t`'s cohort is part of a tree of cohorts (it, or one above or below it, has
+/// a parent).
+fn in_tree(st: &State, t: TeamId) -> bool {
+    !st.cohorts[st.teams[t.idx()].cohort.idx()]
+        .tree
+        .shared
+        .is_empty()
+}
+
+/// A node of a tree of cohorts: a team or a cohort.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Node {
+    Team(TeamId),
+    Cohort(CohortId),
+}
+
+/// Team `t`'s place: the cohorts from its root down, then the team.
+fn path_of(st: &State, t: TeamId) -> Vec<Node> {
+    let mut path = vec![Node::Team(t)];
+    let mut at = Some(st.teams[t.idx()].cohort);
+    while let Some(c) = at {
+        path.push(Node::Cohort(c));
+        at = st.cohorts[c.idx()].tree.parent;
+    }
+    path.reverse();
+    path
+}
+
+/// Where two teams' paths part: the nodes just below the lowest cohort they share (Kueue's
+/// almost-LCA); in one cohort, the teams themselves.
+fn parting(a: &[Node], b: &[Node]) -> (Node, Node) {
+    let k = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let last = |p: &[Node]| p[k.min(p.len() - 1)];
+    (last(a), last(b))
+}
+
+/// A node's share with the preemptor's request in (`t` admitting `usage`): a team's weighted
+/// share, a cohort's (`quota::cohort_share`) with the request counted where the preemptor is
+/// below it.
+fn node_share(ctx: &mut Ctx, node: Node, (t, usage): (TeamId, &[(FrId, i64)])) -> Share {
+    let st = ctx.st;
+    match node {
+        Node::Team(m) if m == t => quota::share(st, &ctx.acct, t, usage),
+        Node::Team(m) => ctx.share(m),
+        Node::Cohort(c) => {
+            if path_of(st, t).contains(&node) {
+                ctx.acct.add_all(st, t, usage, 1);
+                let s = quota::cohort_share(st, &ctx.acct, c);
+                ctx.acct.add_all(st, t, usage, -1);
+                s
+            } else {
+                quota::cohort_share(st, &ctx.acct, c)
+            }
+        }
+    }
+}
+
+/// The fair-sharing search's next target in a tree, Kueue's tournament from the root: at
+/// each cohort the child (cohort or team) with the highest share among those with candidates
+/// left, a child that does not borrow left out unless the preemptor is below it; ties to the
+/// cohort, then the lowest id. `teams`: those with candidates left.
+fn tree_target(ctx: &mut Ctx, teams: &[TeamId], want: (TeamId, &[(FrId, i64)])) -> Option<TeamId> {
+    let t = want.0;
+    let mine = path_of(ctx.st, t);
+    let mut best: Option<(TeamId, Vec<Node>)> = None;
+    'teams: for &m in teams {
+        let path = path_of(ctx.st, m);
+        for node in &path[1..] {
+            if !mine.contains(node) && node_share(ctx, *node, want) == Share::ZERO {
+                continue 'teams;
+            }
+        }
+        let better = match &best {
+            None => true,
+            Some((_, bp)) => {
+                let (a, b) = parting(&path, bp);
+                let (sa, sb) = (node_share(ctx, a, want), node_share(ctx, b, want));
+                sa > sb
+                    || (sa == sb
+                        && match (a, b) {
+                            (Node::Cohort(_), Node::Team(_)) => true,
+                            (Node::Team(_), Node::Cohort(_)) => false,
+                            (Node::Cohort(x), Node::Cohort(y)) => x < y,
+                            (Node::Team(x), Node::Team(y)) => x < y,
+                        })
+            }
+        };
+        if better {
+            best = Some((m, path));
+        }
+    }
+    best.map(|(m, _)| m)
+}
+
+/// The fair-sharing search in a tree of cohorts (kueue-reference.md §6, with §8's levels): the
+/// target is chosen by the tournament from the root (`tree_target`), and the strategies
+/// compare the shares where the preemptor's path and the target's part (`parting`): two
+/// departments compare as wholes, two teams of one cohort as teams. A plain search, without
+/// the flat cohort's short-cuts (those compare team shares).
+fn tree_fair_sharing(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    place: &[(usize, FlavorId, u32)],
+    f_set: &BTreeSet<FrId>,
+) -> Option<Vec<Victim>> {
+    let st = ctx.st;
+    let t = wl.team;
+    let want = (t, usage);
+    let mut pools = Pools::new(ctx, wl, usage, f_set);
+    pools.everyone = true;
+    let strategies = &st.policy.fair_sharing_strategies;
+    let first = strategies
+        .first()
+        .copied()
+        .unwrap_or(FairSharingStrategy::LessThanOrEqualToFinalShare);
+    let mine = path_of(st, t);
+    let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
+    let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
+    let mut fit = false;
+    'outer: loop {
+        let left: Vec<TeamId> = (pools.teams.clone().into_iter())
+            .filter(|&m| m == t || borrowing_in(ctx, m, f_set))
+            .filter(|&m| pools.has_next(ctx, wl, m, f_set))
+            .collect();
+        let Some(target) = tree_target(ctx, &left, want) else {
+            break;
+        };
+        if target == t || within_nominal_after(ctx, t, usage, f_set) {
+            let Some(c) = pools.pop(ctx, wl, target, f_set) else {
+                break;
+            };
+            let reason = if target == t {
+                PreemptReason::InClusterQueue
+            } else {
+                PreemptReason::InCohortReclamation
+            };
+            ctx.remove(c.id);
+            removed.push((c, reason));
+            if ctx.fits(wl, usage, place, true) {
+                fit = true;
+                break;
+            }
+            continue;
+        }
+        let (px, pt) = parting(&mine, &path_of(st, target));
+        let p = node_share(ctx, px, want);
+        let t0 = node_share(ctx, pt, want);
+        while let Some(c) = pools.pop(ctx, wl, target, f_set) {
+            ctx.remove(c.id);
+            let t1 = node_share(ctx, pt, want);
+            if passes(first, p, t0, t1) {
+                removed.push((c, PreemptReason::InCohortFairSharing));
+                if ctx.fits(wl, usage, place, true) {
+                    fit = true;
+                    break 'outer;
+                }
+                continue 'outer;
+            }
+            ctx.restore(c.id);
+            retry.entry(target).or_default().push_back(c);
+        }
+    }
+    if let Some(s2) = strategies.get(1).copied().filter(|_| !fit) {
+        // Once per team, by the tournament over the teams with a candidate passed over.
+        let mut used: BTreeSet<TeamId> = BTreeSet::new();
+        loop {
+            let left: Vec<TeamId> = (retry.iter())
+                .filter(|(m, q)| !q.is_empty() && !used.contains(m))
+                .map(|(m, _)| *m)
+                .collect();
+            let Some(target) = tree_target(ctx, &left, want) else {
+                break;
+            };
+            used.insert(target);
+            let (px, pt) = parting(&mine, &path_of(st, target));
+            let (p, t0) = (node_share(ctx, px, want), node_share(ctx, pt, want));
+            let Some(c) = retry.get_mut(&target).and_then(|q| q.pop_front()) else {
+                continue;
+            };
+            if passes(s2, p, t0, t0) {
+                ctx.remove(c.id);
+                removed.push((c, PreemptReason::InCohortFairSharing));
+                if ctx.fits(wl, usage, place, true) {
+                    fit = true;
+                    break;
+                }
+            }
+        }
+    }
+    if fit {
+        return Some(fill_back(ctx, wl, usage, place, true, removed));
+    }
+    for (c, _) in removed.iter().rev() {
+        ctx.restore(c.id);
+    }
+    None
 }
 
 fn fair_sharing_search(
@@ -1604,7 +1806,9 @@ pub(crate) fn cohort_hopeless(
 ) -> bool {
     let st = ctx.st;
     let team = &st.teams[t.idx()];
-    if within_nominal_after(ctx, t, usage, f_set) {
+    // In a tree of cohorts shares are compared level by level (`tree_fair_sharing`): no
+    // short-cut.
+    if within_nominal_after(ctx, t, usage, f_set) || in_tree(st, t) {
         return false;
     }
     let p = quota::share(st, &ctx.acct, t, usage);

@@ -294,6 +294,72 @@ pub fn borrow_level(
         .max(1)
 }
 
+/// The dominant resource of what is `borrowed` against what is `lendable`: the largest
+/// borrowed / lendable ratio, as (borrowed * 1000, lendable, resource); ties keep the smaller
+/// name. Resources not borrowed never win over one that is (and none borrowed is none).
+fn dominant(
+    st: &impl Limits,
+    borrowed: &[(ResId, i64)],
+    lendable: &BTreeMap<ResId, i64>,
+) -> Option<(i128, i128, ResId)> {
+    let mut best: Option<(i128, i128, ResId)> = None;
+    for (r, b) in borrowed {
+        if *b == 0 {
+            continue;
+        }
+        let lendable = lendable.get(r).copied().unwrap_or(0);
+        if lendable <= 0 {
+            continue;
+        }
+        let cand = (i128::from(*b) * 1000, i128::from(lendable), *r);
+        best = match best {
+            Some(cur) => {
+                let (keep, take) = (cur.0 * cand.1, cand.0 * cur.1);
+                let smaller_name =
+                    || st.names().resource_name(cur.2) <= st.names().resource_name(cand.2);
+                if keep > take || (keep == take && smaller_name()) {
+                    Some(cur)
+                } else {
+                    Some(cand)
+                }
+            }
+            None => Some(cand),
+        };
+    }
+    best
+}
+
+/// A cohort's dominant-resource share as its parent sees it (Kueue's DRS of a cohort): what its
+/// subtree uses beyond its own quota (`pool`), per resource over its flavors, against what its
+/// parent could lend (the parent's fair-share divisor); weight 1. A root's is zero.
+pub fn cohort_share(st: &impl Limits, acct: &Acct, c: CohortId) -> Share {
+    let cohort = st.cohort(c);
+    let Some(parent) = cohort.tree.parent else {
+        return Share::ZERO;
+    };
+    let mut borrowed: smallvec::SmallVec<[(ResId, i64); 8]> = smallvec::SmallVec::new();
+    for (i, used) in acct.pool_used[c.idx()].0.iter().enumerate() {
+        let fr = FrId(i as u32);
+        let b = (used - cohort.pool.get(fr)).max(0);
+        if b == 0 {
+            continue;
+        }
+        let (_, r) = st.names().fr_parts(fr);
+        match borrowed.iter_mut().find(|(x, _)| *x == r) {
+            Some((_, acc)) => *acc += b,
+            None => borrowed.push((r, b)),
+        }
+    }
+    match dominant(st, &borrowed, &st.cohort(parent).lendable_by_res) {
+        Some((num, den, _)) => Share {
+            infinite: false,
+            num,
+            den,
+        },
+        None => Share::ZERO,
+    }
+}
+
 /// A borrow level as the admission order reads it: under fair sharing only whether it
 /// borrows (Kueue's fair-sharing order: non-borrowing first, then the share), else the level.
 pub fn order_level(fair_share: bool, level: u8) -> u8 {
@@ -482,33 +548,7 @@ pub fn share(st: &impl Limits, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) ->
             None => borrowed.push((r, b)),
         }
     }
-    // The dominant resource: the largest borrowed / lendable ratio; ties keep the smaller
-    // name. Resources not borrowed never win over one that is (and none borrowed is zero).
-    let mut best: Option<(i128, i128, ResId)> = None;
-    for (r, b) in &borrowed {
-        if *b == 0 {
-            continue;
-        }
-        let lendable = cohort.lendable_by_res.get(r).copied().unwrap_or(0);
-        if lendable <= 0 {
-            continue;
-        }
-        let cand = (i128::from(*b) * 1000, i128::from(lendable), *r);
-        best = match best {
-            Some(cur) => {
-                let (keep, take) = (cur.0 * cand.1, cand.0 * cur.1);
-                let smaller_name =
-                    || st.names().resource_name(cur.2) <= st.names().resource_name(cand.2);
-                if keep > take || (keep == take && smaller_name()) {
-                    Some(cur)
-                } else {
-                    Some(cand)
-                }
-            }
-            None => Some(cand),
-        };
-    }
-    let Some((num, den, _)) = best else {
+    let Some((num, den, _)) = dominant(st, &borrowed, &cohort.lendable_by_res) else {
         return Share::ZERO;
     };
     let (wn, wd) = st.weight(t);

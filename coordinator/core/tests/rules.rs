@@ -1253,6 +1253,44 @@ fn a_request_that_borrows_within_its_department_goes_before_one_that_borrows_abo
 }
 
 #[test]
+fn fair_sharing_in_a_tree_compares_departments_where_they_part() {
+    // dept-a: a1 (1 GPU) and a2 (7); dept-b: b1 (4). a2 runs 4 of its own; b1 runs 8, 4 of
+    // them borrowed through the organisation: all 12 are in use.
+    let weighted = |name: &str, dept: &str, nominal: i64| {
+        let mut t = dept_team(name, dept, nominal);
+        t.fair_share_weight = 1;
+        t
+    };
+    let mut s = Sim::fair_share(vec![
+        weighted("a1", "dept-a", 1),
+        weighted("a2", "dept-a", 7),
+        weighted("b1", "dept-b", 4),
+    ]);
+    s.st.set_cohort(dept("dept-a", "org", None, None)).unwrap();
+    s.st.set_cohort(dept("dept-b", "org", None, None)).unwrap();
+    s.nodes(F, "g", 12, 1);
+    for i in 0..4 {
+        s.submit(wl(&format!("a2-w{i}"), "a2", 0, 1, &[("gpu", "1")]));
+    }
+    for i in 0..8 {
+        s.submit(wl(&format!("b1-w{i}"), "b1", 0, 1, &[("gpu", "1")]));
+    }
+    s.settle();
+    // a1 asks for 4, 3 above its own 1. Team against team, a1's share after admission (3
+    // borrowed) would stand level with b1's after each eviction, and only one of b1's jobs
+    // could go. But a1 and b1 part at the organisation: dept-a, with a1's request, stays within
+    // its own 8 (share 0) while dept-b borrows 4, so fair sharing takes b1's borrowed work
+    // until a1 fits (Kueue compares the subtrees where the two paths part).
+    s.at(1)
+        .submit(wl("a1-w", "a1", 10, 4, &[("gpu", "1")]))
+        .settle();
+    assert_eq!(s.state("a1-w"), WlState::Admitted, "{}", s.message("a1-w"));
+    let v = victims_of(&s, "a1-w");
+    assert_eq!(v.len(), 4, "{v:?}");
+    assert!(v.iter().all(|(w, _)| w.starts_with("b1-")), "{v:?}");
+}
+
+#[test]
 fn a_cohort_tree_with_a_cycle_or_too_deep_is_refused() {
     let mut s = Sim::classical(vec![dept_team("a1", "x", 1)]);
     s.st.set_cohort(dept("x", "y", None, None)).unwrap();
