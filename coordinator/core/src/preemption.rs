@@ -1182,6 +1182,17 @@ impl Walk {
     }
 }
 
+/// The cluster's fair-sharing strategies: the first (by default Kueue's
+/// LessThanOrEqualToFinalShare) and the second, if any.
+fn strategies(st: &State) -> (FairSharingStrategy, Option<FairSharingStrategy>) {
+    let all = &st.policy.fair_sharing_strategies;
+    let first = all
+        .first()
+        .copied()
+        .unwrap_or(FairSharingStrategy::LessThanOrEqualToFinalShare);
+    (first, all.get(1).copied())
+}
+
 /// Whether team `t`'s cohort is part of a tree of cohorts (it, or one above or below it, has
 /// a parent).
 fn in_tree(st: &State, t: TeamId) -> bool {
@@ -1293,11 +1304,7 @@ fn tree_fair_sharing(
     let want = (t, usage);
     let mut pools = Pools::new(ctx, wl, usage, f_set);
     pools.everyone = true;
-    let strategies = &st.policy.fair_sharing_strategies;
-    let first = strategies
-        .first()
-        .copied()
-        .unwrap_or(FairSharingStrategy::LessThanOrEqualToFinalShare);
+    let (first, second) = strategies(st);
     let mine = path_of(st, t);
     let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
     let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
@@ -1345,7 +1352,7 @@ fn tree_fair_sharing(
             retry.entry(target).or_default().push_back(c);
         }
     }
-    if let Some(s2) = strategies.get(1).copied().filter(|_| !fit) {
+    if let Some(s2) = second.filter(|_| !fit) {
         // Once per team, by the tournament over the teams with a candidate passed over.
         let mut used: BTreeSet<TeamId> = BTreeSet::new();
         loop {
@@ -1597,12 +1604,7 @@ fn search_within(
     let t = wl.team;
     let mut pools = Pools::new(ctx, wl, usage, f_set);
     pools.everyone = everyone;
-    let strategies = &st.policy.fair_sharing_strategies;
-    let first = strategies
-        .first()
-        .copied()
-        .unwrap_or(FairSharingStrategy::LessThanOrEqualToFinalShare);
-    let second = strategies.get(1).copied();
+    let (first, second) = strategies(st);
     let mut ranking = Ranking::default();
     let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
     let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
