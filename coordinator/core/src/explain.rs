@@ -1606,7 +1606,7 @@ fn why_no_victims(
 /// Why allowed candidates were not enough: the rule that bounds what they may be taken for.
 fn candidates_short(st: &State) -> &'static str {
     if st.policy.fair_share {
-        "no set of candidates makes room within the rules (candidates of other teams are taken only while the preemptor's weighted share stays at or below theirs, or it is within its nominal after admission)"
+        "no set of candidates makes room within the rules (candidates of other teams are taken only while the preemptor's weighted share stays at or below theirs, in a tree of cohorts the shares of the cohorts where the two teams' paths part, or it is within its nominal after admission)"
     } else {
         "evicting every allowed candidate would still not make room without breaking the rules for borrowing (a borrowing workload takes only lower-priority borrowed work)"
     }
