@@ -1287,6 +1287,33 @@ fn tree_target(ctx: &mut Ctx, teams: &[TeamId], want: (TeamId, &[(FrId, i64)])) 
     best.map(|(m, _)| m)
 }
 
+/// Whether the search in a tree must end without victims, told before any candidate is
+/// gathered: the preemptor takes nothing of its own team, would borrow after admission, and
+/// at every rival its share where their paths part is at or above the rival's side. Then no
+/// candidate passes either strategy (taking one never raises the target's side), nothing is
+/// removed, and nothing changes: exactly the search's own answer (as `fair_share_hopeless`
+/// for a flat cohort).
+fn tree_hopeless(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    f_set: &BTreeSet<FrId>,
+) -> bool {
+    let t = wl.team;
+    if own_candidate(ctx, wl) || within_nominal_after(ctx, t, usage, f_set) {
+        return false;
+    }
+    let mine = path_of(ctx.st, t);
+    let rivals: Vec<TeamId> = reclaimable_teams(ctx, wl, f_set).collect();
+    for m in rivals {
+        let (px, pt) = parting(&mine, &path_of(ctx.st, m));
+        if node_share(ctx, px, (t, usage)) < node_share(ctx, pt, (t, usage)) {
+            return false;
+        }
+    }
+    true
+}
+
 /// The fair-sharing search in a tree of cohorts (kueue-reference.md §6, with §8's levels): the
 /// target is chosen by the tournament from the root (`tree_target`), and the strategies
 /// compare the shares where the preemptor's path and the target's part (`parting`): two
@@ -1306,6 +1333,9 @@ fn tree_fair_sharing(
     pools.everyone = true;
     let (first, second) = strategies(st);
     let mine = path_of(st, t);
+    if tree_hopeless(ctx, wl, usage, f_set) {
+        return None;
+    }
     let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
     let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
     let mut fit = false;
@@ -1338,9 +1368,16 @@ fn tree_fair_sharing(
         let p = node_share(ctx, px, want);
         let t0 = node_share(ctx, pt, want);
         while let Some(c) = pools.pop(ctx, wl, target, f_set) {
-            ctx.remove(c.id);
+            // The target's side without the candidate: its usage off the accounting only (the
+            // nodes are not read by a share).
+            let held: Vec<(FrId, i64)> = ctx
+                .admission_of(c.id)
+                .map_or(Vec::new(), |a| a.usage.clone());
+            ctx.acct.add_all(st, c.team, &held, -1);
             let t1 = node_share(ctx, pt, want);
+            ctx.acct.add_all(st, c.team, &held, 1);
             if passes(first, p, t0, t1) {
+                ctx.remove(c.id);
                 removed.push((c, PreemptReason::InCohortFairSharing));
                 if ctx.fits(wl, usage, place, true) {
                     fit = true;
@@ -1348,7 +1385,6 @@ fn tree_fair_sharing(
                 }
                 continue 'outer;
             }
-            ctx.restore(c.id);
             retry.entry(target).or_default().push_back(c);
         }
     }
