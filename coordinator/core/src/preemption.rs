@@ -1317,8 +1317,9 @@ fn tree_hopeless(
 /// The fair-sharing search in a tree of cohorts (kueue-reference.md §6, with §8's levels): the
 /// target is chosen by the tournament from the root (`tree_target`), and the strategies
 /// compare the shares where the preemptor's path and the target's part (`parting`): two
-/// departments compare as wholes, two teams of one cohort as teams. A plain search, without
-/// the flat cohort's short-cuts (those compare team shares).
+/// departments compare as wholes, two teams of one cohort as teams. Plainer than the flat
+/// cohort's search: only the hopeless case is told first (`tree_hopeless`); the kept ranking
+/// and the bound compare team shares.
 fn tree_fair_sharing(
     ctx: &mut Ctx,
     wl: &Workload,
