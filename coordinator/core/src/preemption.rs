@@ -429,14 +429,8 @@ fn in_reach(ctx: &Ctx, t: TeamId, m: TeamId, f_set: &BTreeSet<FrId>) -> bool {
     if ct == cm {
         return true;
     }
-    let mut above_t = Vec::new();
-    let mut c = Some(ct);
-    while let Some(x) = c {
-        above_t.push(x);
-        c = st.cohorts[x.idx()].tree.parent;
-    }
-    let mut c = Some(cm);
-    while let Some(x) = c {
+    let above_t: Vec<CohortId> = quota::ancestors(st, ct).collect();
+    for x in quota::ancestors(st, cm) {
         if above_t.contains(&x) {
             return true;
         }
@@ -446,7 +440,6 @@ fn in_reach(ctx: &Ctx, t: TeamId, m: TeamId, f_set: &BTreeSet<FrId>) -> bool {
         if !borrows {
             return false;
         }
-        c = st.cohorts[x.idx()].tree.parent;
     }
     false
 }
@@ -472,8 +465,7 @@ fn advantages(ctx: &Ctx, t: TeamId, usage: &[(FrId, i64)]) -> Vec<(CohortId, boo
         })
         .collect();
     let mut out = Vec::new();
-    let mut at = Some(team.cohort);
-    while let Some(c) = at {
+    for c in quota::ancestors(st, team.cohort) {
         out.push((c, advantage));
         let cohort = &st.cohorts[c.idx()];
         let used = |fr: FrId| ctx.acct.pool_used[c.idx()].get(fr);
@@ -483,7 +475,6 @@ fn advantages(ctx: &Ctx, t: TeamId, usage: &[(FrId, i64)]) -> Vec<(CohortId, boo
         for (fr, v) in &mut left {
             *v = (*v - (cohort.tree.local.get(*fr) - used(*fr)).max(0)).max(0);
         }
-        at = cohort.tree.parent;
     }
     out
 }
@@ -491,12 +482,7 @@ fn advantages(ctx: &Ctx, t: TeamId, usage: &[(FrId, i64)]) -> Vec<(CohortId, boo
 /// `advantages`' word on team `m`: the entry of the lowest cohort on the path that holds `m`.
 fn advantage_over(ctx: &Ctx, advantages: &[(CohortId, bool)], m: TeamId) -> bool {
     let st = ctx.st;
-    let mut above_m = Vec::new();
-    let mut at = Some(st.teams[m.idx()].cohort);
-    while let Some(c) = at {
-        above_m.push(c);
-        at = st.cohorts[c.idx()].tree.parent;
-    }
+    let above_m: Vec<CohortId> = quota::ancestors(st, st.teams[m.idx()].cohort).collect();
     advantages
         .iter()
         .find(|(c, _)| above_m.contains(c))
@@ -1211,12 +1197,9 @@ enum Node {
 
 /// Team `t`'s place: the cohorts from its root down, then the team.
 fn path_of(st: &State, t: TeamId) -> Vec<Node> {
-    let mut path = vec![Node::Team(t)];
-    let mut at = Some(st.teams[t.idx()].cohort);
-    while let Some(c) = at {
-        path.push(Node::Cohort(c));
-        at = st.cohorts[c.idx()].tree.parent;
-    }
+    let mut path: Vec<Node> = std::iter::once(Node::Team(t))
+        .chain(quota::ancestors(st, st.teams[t.idx()].cohort).map(Node::Cohort))
+        .collect();
     path.reverse();
     path
 }

@@ -360,6 +360,11 @@ pub fn cohort_share(st: &impl Limits, acct: &Acct, c: CohortId) -> Share {
     }
 }
 
+/// Cohort `c` and the cohorts above it, up to its root.
+pub fn ancestors(st: &impl Limits, c: CohortId) -> impl Iterator<Item = CohortId> + '_ {
+    std::iter::successors(Some(c), move |x| st.cohort(*x).tree.parent)
+}
+
 /// A borrow level as the admission order reads it: under fair sharing only whether it
 /// borrows (Kueue's fair-sharing order: non-borrowing first, then the share), else the level.
 pub fn order_level(fair_share: bool, level: u8) -> u8 {
@@ -382,19 +387,17 @@ pub fn lowest_fit(
     (val, usage): (i64, i64),
 ) -> CohortId {
     let mut left = val - (st.reserved(t, fr) - usage).max(0);
-    let mut c = st.cohort_of(t);
-    loop {
+    let mut last = st.cohort_of(t);
+    for c in ancestors(st, st.cohort_of(t)) {
+        last = c;
         let cohort = st.cohort(c);
-        let Some(parent) = cohort.tree.parent else {
-            return c;
-        };
         let used = acct.pool_used[c.idx()].get(fr);
-        if used + left <= cohort.pool.get(fr) {
-            return c;
+        if cohort.tree.parent.is_none() || used + left <= cohort.pool.get(fr) {
+            break;
         }
         left -= (cohort.tree.local.get(fr) - used).max(0);
-        c = parent;
     }
+    last
 }
 
 /// Whether the team uses more than its nominal on `fr`.

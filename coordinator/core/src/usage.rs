@@ -754,11 +754,8 @@ type Split = (
 type Amounts = Vec<(TeamId, i64)>;
 
 /// The root of cohort `c`'s tree.
-fn root_of(st: &State, mut c: CohortId) -> CohortId {
-    while let Some(p) = st.cohorts[c.idx()].tree.parent {
-        c = p;
-    }
-    c
+fn root_of(st: &State, c: CohortId) -> CohortId {
+    crate::quota::ancestors(st, c).last().unwrap_or(c)
 }
 
 /// Who lent what to whom in the tree rooted at `root`, on `fr`: per lender, what it lent; per
