@@ -1189,7 +1189,7 @@ fn in_tree(st: &State, t: TeamId) -> bool {
 }
 
 /// A node of a tree of cohorts: a team or a cohort.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Node {
     Team(TeamId),
     Cohort(CohortId),
@@ -1212,16 +1212,23 @@ fn parting(a: &[Node], b: &[Node]) -> (Node, Node) {
     (last(a), last(b))
 }
 
-/// A node's share with the preemptor's request in (`t` admitting `usage`): a team's weighted
-/// share, a cohort's (`quota::cohort_share`) with the request counted where the preemptor is
-/// below it.
-fn node_share(ctx: &mut Ctx, node: Node, (t, usage): (TeamId, &[(FrId, i64)])) -> Share {
+/// The preemptor of a search in a tree: its team, its request, and its path (`path_of`).
+struct Asker<'a> {
+    t: TeamId,
+    usage: &'a [(FrId, i64)],
+    path: Vec<Node>,
+}
+
+/// A node's share with the preemptor's request in: a team's weighted share, a cohort's
+/// (`quota::cohort_share`) with the request counted where the preemptor is below it.
+fn node_share(ctx: &mut Ctx, node: Node, asker: &Asker) -> Share {
     let st = ctx.st;
+    let (t, usage) = (asker.t, asker.usage);
     match node {
         Node::Team(m) if m == t => quota::share(st, &ctx.acct, t, usage),
         Node::Team(m) => ctx.share(m),
         Node::Cohort(c) => {
-            if path_of(st, t).contains(&node) {
+            if asker.path.contains(&node) {
                 ctx.acct.add_all(st, t, usage, 1);
                 let s = quota::cohort_share(st, &ctx.acct, c);
                 ctx.acct.add_all(st, t, usage, -1);
@@ -1237,14 +1244,17 @@ fn node_share(ctx: &mut Ctx, node: Node, (t, usage): (TeamId, &[(FrId, i64)])) -
 /// each cohort the child (cohort or team) with the highest share among those with candidates
 /// left, a child that does not borrow left out unless the preemptor is below it; ties to the
 /// cohort, then the lowest id. `teams`: those with candidates left.
-fn tree_target(ctx: &mut Ctx, teams: &[TeamId], want: (TeamId, &[(FrId, i64)])) -> Option<TeamId> {
-    let t = want.0;
-    let mine = path_of(ctx.st, t);
+fn tree_target(ctx: &mut Ctx, teams: &[TeamId], asker: &Asker) -> Option<TeamId> {
+    // Each node's share once per pick: the teams' paths share their upper nodes.
+    let mut shares: BTreeMap<Node, Share> = BTreeMap::new();
+    let mut share = |ctx: &mut Ctx, n: Node| -> Share {
+        *shares.entry(n).or_insert_with(|| node_share(ctx, n, asker))
+    };
     let mut best: Option<(TeamId, Vec<Node>)> = None;
     'teams: for &m in teams {
         let path = path_of(ctx.st, m);
         for node in &path[1..] {
-            if !mine.contains(node) && node_share(ctx, *node, want) == Share::ZERO {
+            if !asker.path.contains(node) && share(ctx, *node) == Share::ZERO {
                 continue 'teams;
             }
         }
@@ -1252,7 +1262,7 @@ fn tree_target(ctx: &mut Ctx, teams: &[TeamId], want: (TeamId, &[(FrId, i64)])) 
             None => true,
             Some((_, bp)) => {
                 let (a, b) = parting(&path, bp);
-                let (sa, sb) = (node_share(ctx, a, want), node_share(ctx, b, want));
+                let (sa, sb) = (share(ctx, a), share(ctx, b));
                 sa > sb
                     || (sa == sb
                         && match (a, b) {
@@ -1276,21 +1286,14 @@ fn tree_target(ctx: &mut Ctx, teams: &[TeamId], want: (TeamId, &[(FrId, i64)])) 
 /// candidate passes either strategy (taking one never raises the target's side), nothing is
 /// removed, and nothing changes: exactly the search's own answer (as `fair_share_hopeless`
 /// for a flat cohort).
-fn tree_hopeless(
-    ctx: &mut Ctx,
-    wl: &Workload,
-    usage: &[(FrId, i64)],
-    f_set: &BTreeSet<FrId>,
-) -> bool {
-    let t = wl.team;
-    if own_candidate(ctx, wl) || within_nominal_after(ctx, t, usage, f_set) {
+fn tree_hopeless(ctx: &mut Ctx, wl: &Workload, asker: &Asker, f_set: &BTreeSet<FrId>) -> bool {
+    if own_candidate(ctx, wl) || within_nominal_after(ctx, asker.t, asker.usage, f_set) {
         return false;
     }
-    let mine = path_of(ctx.st, t);
     let rivals: Vec<TeamId> = reclaimable_teams(ctx, wl, f_set).collect();
     for m in rivals {
-        let (px, pt) = parting(&mine, &path_of(ctx.st, m));
-        if node_share(ctx, px, (t, usage)) < node_share(ctx, pt, (t, usage)) {
+        let (px, pt) = parting(&asker.path, &path_of(ctx.st, m));
+        if node_share(ctx, px, asker) < node_share(ctx, pt, asker) {
             return false;
         }
     }
@@ -1312,14 +1315,17 @@ fn tree_fair_sharing(
 ) -> Option<Vec<Victim>> {
     let st = ctx.st;
     let t = wl.team;
-    let want = (t, usage);
+    let asker = Asker {
+        t,
+        usage,
+        path: path_of(st, t),
+    };
+    if tree_hopeless(ctx, wl, &asker, f_set) {
+        return None;
+    }
     let mut pools = Pools::new(ctx, wl, usage, f_set);
     pools.everyone = true;
     let (first, second) = strategies(st);
-    let mine = path_of(st, t);
-    if tree_hopeless(ctx, wl, usage, f_set) {
-        return None;
-    }
     let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
     let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
     let mut fit = false;
@@ -1328,7 +1334,7 @@ fn tree_fair_sharing(
             .filter(|&m| m == t || borrowing_in(ctx, m, f_set))
             .filter(|&m| pools.has_next(ctx, wl, m, f_set))
             .collect();
-        let Some(target) = tree_target(ctx, &left, want) else {
+        let Some(target) = tree_target(ctx, &left, &asker) else {
             break;
         };
         if target == t || within_nominal_after(ctx, t, usage, f_set) {
@@ -1348,9 +1354,9 @@ fn tree_fair_sharing(
             }
             continue;
         }
-        let (px, pt) = parting(&mine, &path_of(st, target));
-        let p = node_share(ctx, px, want);
-        let t0 = node_share(ctx, pt, want);
+        let (px, pt) = parting(&asker.path, &path_of(st, target));
+        let p = node_share(ctx, px, &asker);
+        let t0 = node_share(ctx, pt, &asker);
         while let Some(c) = pools.pop(ctx, wl, target, f_set) {
             // The target's side without the candidate: its usage off the accounting only (the
             // nodes are not read by a share).
@@ -1358,7 +1364,7 @@ fn tree_fair_sharing(
                 .admission_of(c.id)
                 .map_or(Vec::new(), |a| a.usage.clone());
             ctx.acct.add_all(st, c.team, &held, -1);
-            let t1 = node_share(ctx, pt, want);
+            let t1 = node_share(ctx, pt, &asker);
             ctx.acct.add_all(st, c.team, &held, 1);
             if passes(first, p, t0, t1) {
                 ctx.remove(c.id);
@@ -1380,12 +1386,12 @@ fn tree_fair_sharing(
                 .filter(|(m, q)| !q.is_empty() && !used.contains(m))
                 .map(|(m, _)| *m)
                 .collect();
-            let Some(target) = tree_target(ctx, &left, want) else {
+            let Some(target) = tree_target(ctx, &left, &asker) else {
                 break;
             };
             used.insert(target);
-            let (px, pt) = parting(&mine, &path_of(st, target));
-            let (p, t0) = (node_share(ctx, px, want), node_share(ctx, pt, want));
+            let (px, pt) = parting(&asker.path, &path_of(st, target));
+            let (p, t0) = (node_share(ctx, px, &asker), node_share(ctx, pt, &asker));
             let Some(c) = retry.get_mut(&target).and_then(|q| q.pop_front()) else {
                 continue;
             };
