@@ -32,6 +32,7 @@ pub mod shapes;
 pub mod state;
 pub mod texts;
 pub mod topology;
+pub(crate) mod tree_order;
 pub mod usage;
 pub mod usage_report;
 pub mod verdict;

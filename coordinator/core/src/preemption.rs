@@ -1181,7 +1181,7 @@ fn strategies(st: &State) -> (FairSharingStrategy, Option<FairSharingStrategy>) 
 
 /// Whether team `t`'s cohort is part of a tree of cohorts (it, or one above or below it, has
 /// a parent).
-fn in_tree(st: &State, t: TeamId) -> bool {
+pub(crate) fn in_tree(st: &State, t: TeamId) -> bool {
     !st.cohorts[st.teams[t.idx()].cohort.idx()]
         .tree
         .shared

@@ -212,6 +212,24 @@ impl Acct {
             self.add_usage(st, t, *fr, sign * v);
         }
     }
+
+    /// What `read` finds with `usage` added to team `t` (and up its cohorts), the accounting
+    /// left as it was. No change is counted: a stamp or count taken before still tells it.
+    pub(crate) fn with_added<R>(
+        &mut self,
+        st: &impl Limits,
+        (t, usage): (TeamId, &[(FrId, i64)]),
+        read: impl FnOnce(&Acct) -> R,
+    ) -> R {
+        for (fr, v) in usage {
+            self.move_usage(st, t, *fr, *v);
+        }
+        let found = read(self);
+        for (fr, v) in usage {
+            self.move_usage(st, t, *fr, -v);
+        }
+        found
+    }
 }
 
 /// How much more of `fr` team `t` may use now (scheduling.md §1).

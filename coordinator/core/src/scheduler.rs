@@ -18,13 +18,14 @@ use crate::cycle_cache::{
 use crate::decision::{
     assign, deferred, full_counts, process, try_assignment, withdraw, Mode, Outcome,
 };
-use crate::ids::{FlavorId, ResId, TeamId, WlId};
+use crate::ids::{CohortId, FlavorId, ResId, TeamId, WlId};
 use crate::plan::{Plan, PlannedAdmission, PlannedPreemption};
 use crate::preemption::{self};
 use crate::quota::{self, Acct, Share};
 use crate::reads::{Reads, Touched};
 use crate::shapes::{ByShape, ShapeQueue};
 use crate::state::{QueueKey, State, Time, Workload};
+use crate::tree_order::{self, Contender, Standings};
 use crate::verdict::PendingReason;
 use crate::witness::{Observer, Witness};
 use crate::working::{Changes, Ctx};
@@ -34,6 +35,16 @@ use crate::working::{Changes, Ctx};
 /// then by borrow level (`quota::order_level`: 0 within nominal, lower first), weighted share after
 /// admission, priority, submit time, name.
 pub(crate) type EntryKey<'a> = (u32, u8, Share, i64, Time, &'a str, WlId);
+
+impl Contender for EntryKey<'_> {
+    fn id(&self) -> WlId {
+        self.6
+    }
+    fn with_share(mut self, share: Share) -> Self {
+        self.2 = share;
+        self
+    }
+}
 
 pub(crate) fn entry_key<'a>(ctx: &mut Ctx, wl: &'a Workload) -> EntryKey<'a> {
     let full = full_counts(wl);
@@ -371,7 +382,7 @@ fn schedule_with(
             }
         }
     };
-    while let Some((key, place, t, head_fp)) = tour.pop() {
+    while let Some((key, place, t, head_fp)) = tour.pop(&mut ctx) {
         // A plain queue entry whose shape was found waiting, with nothing it read changed
         // since, is settled from the entry alone, without reading the workload (with a deep
         // backlog, most are).
@@ -1087,11 +1098,33 @@ struct Tournament<'a> {
     recognised: u64,
     /// Per request fingerprint, the key part found in this cycle (`key_part`).
     request_parts: ByShape<u128, Found<(u8, Share)>>,
+    /// Under fair sharing, per team in a tree of cohorts: the tree's root. Such a team's head
+    /// is taken by the tree's round (`tree_order`), not by its key alone: it is placed at its
+    /// own key, and nothing of its queue is settled ahead.
+    tree_root: Vec<Option<CohortId>>,
+    /// Per tree root, its teams in id order.
+    tree_teams: BTreeMap<CohortId, Vec<TeamId>>,
+    /// The heads' standings in their trees' rounds.
+    standings: Standings,
 }
 
 impl<'a> Tournament<'a> {
     fn new(st: &'a State, fast: bool, min_stretch: usize) -> Self {
         let n = st.teams.len();
+        let tree_root: Vec<Option<CohortId>> = (0..n)
+            .map(|i| {
+                let t = TeamId(i as u32);
+                (st.policy.fair_share && preemption::in_tree(st, t))
+                    .then(|| quota::ancestors(st, st.teams[i].cohort).last())
+                    .flatten()
+            })
+            .collect();
+        let mut tree_teams: BTreeMap<CohortId, Vec<TeamId>> = BTreeMap::new();
+        for (i, root) in tree_root.iter().enumerate() {
+            if let Some(r) = root {
+                tree_teams.entry(*r).or_default().push(TeamId(i as u32));
+            }
+        }
         Tournament {
             st,
             fast,
@@ -1115,6 +1148,9 @@ impl<'a> Tournament<'a> {
             witnesses: Witnessed::default(),
             observer: Observer::default(),
             recognised: 0,
+            tree_root,
+            tree_teams,
+            standings: Standings::default(),
         }
     }
 
@@ -1182,10 +1218,37 @@ impl<'a> Tournament<'a> {
 
     /// The least head: its key, its place key, its team and its shape fingerprint (plain
     /// entries).
-    fn pop(&mut self) -> Option<(EntryKey<'a>, EntryKey<'a>, TeamId, Option<u128>)> {
-        let (place, t) = self.heap.pop_first()?;
+    /// In a tree of cohorts, the least head only says which tree goes next: the tree's round
+    /// takes the head (`tree_order`), placed where the least one was (a decision takes back
+    /// what was settled ahead after that place, as it would after the least head's).
+    fn pop(&mut self, ctx: &mut Ctx) -> Option<(EntryKey<'a>, EntryKey<'a>, TeamId, Option<u128>)> {
+        let (place, least) = self.heap.pop_first()?;
+        let t = match self.tree_root[least.idx()] {
+            None => least,
+            Some(root) => {
+                let mut heads: Vec<(TeamId, EntryKey<'a>, Option<u128>)> = Vec::new();
+                let teams = self.tree_teams.remove(&root).unwrap_or_default();
+                for &m in &teams {
+                    if let Some((key, _, fp)) = self.heads[m.idx()] {
+                        let wl = self.st.workload(key.6);
+                        heads.push((m, key, fp.map(|shape| self.request_of(shape, wl))));
+                    }
+                }
+                self.tree_teams.insert(root, teams);
+                let t = tree_order::winner(ctx, &mut self.standings, &heads).unwrap_or(least);
+                if t != least {
+                    self.heap.insert((place, least));
+                    if let Some((_, own, _)) = self.heads[t.idx()] {
+                        self.heap.remove(&(own, t));
+                    }
+                }
+                t
+            }
+        };
         let (key, _, fp) = self.heads[t.idx()].take()?;
-        self.placed[t.idx()] = Some(place);
+        if self.tree_root[t.idx()].is_none() {
+            self.placed[t.idx()] = Some(place);
+        }
         self.touch(t.idx());
         Some((key, place, t, fp))
     }
@@ -1228,7 +1291,9 @@ impl<'a> Tournament<'a> {
             None => entry_key(ctx, st.workload(id)),
         };
         let place = match self.placed[t.idx()] {
-            Some(p) if self.fast && !later_above(&key, &p) => p,
+            Some(p) if self.fast && !later_above(&key, &p) && self.tree_root[t.idx()].is_none() => {
+                p
+            }
             _ => key,
         };
         self.heads[t.idx()] = Some((key, place, plain.map(|q| q.shape)));
@@ -1248,7 +1313,10 @@ impl<'a> Tournament<'a> {
 
     fn run_ahead(&mut self, t: TeamId, memos: &mut Memos<'_, '_>, plan: &mut Plan) {
         let st = self.st;
-        if !self.fast || st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO {
+        if !self.fast
+            || st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO
+            || self.tree_root[t.idx()].is_some()
+        {
             return;
         }
         let run = std::mem::take(&mut self.runs[t.idx()]);

@@ -1291,6 +1291,52 @@ fn fair_sharing_in_a_tree_compares_departments_where_they_part() {
 }
 
 #[test]
+fn admission_in_a_tree_runs_a_round_at_each_cohort() {
+    // dept-a: a1 (6 GPUs) and a2 (2); dept-b: b1 (4) and b2 (3). dept-a runs 10, 2 of them
+    // borrowed through the organisation; b1 runs 4: one GPU of the 15 is free. Nobody may
+    // preempt: the order alone decides who gets it. a2 weighs 4, the others 1.
+    let team = |name: &str, dept: &str, nominal: i64| {
+        let mut t = dept_team(name, dept, nominal);
+        t.fair_share_weight = if name == "a2" { 4 } else { 1 };
+        t.preemption.reclaim_within_cohort = ReclaimWithinCohort::Never;
+        t.preemption.borrow_within_cohort.policy = BorrowWithinCohortPolicy::Never;
+        t
+    };
+    let mut s = Sim::fair_share(vec![
+        team("a1", "dept-a", 6),
+        team("a2", "dept-a", 2),
+        team("b1", "dept-b", 4),
+        team("b2", "dept-b", 3),
+    ]);
+    s.st.set_cohort(dept("dept-a", "org", None, None)).unwrap();
+    s.st.set_cohort(dept("dept-b", "org", None, None)).unwrap();
+    s.nodes(F, "g", 15, 1);
+    s.submit(wl("a1-w", "a1", 0, 8, &[("gpu", "1")]));
+    s.submit(wl("a2-w", "a2", 0, 2, &[("gpu", "1")]));
+    s.submit(wl("b1-w", "b1", 0, 4, &[("gpu", "1")]));
+    s.settle();
+    for name in ["a1-w", "a2-w", "b1-w"] {
+        assert_eq!(s.state(name), WlState::Admitted, "{name}");
+    }
+    // a2 and b1 each ask for one more, above their nominal. Team against team a2 is lower
+    // (one GPU over at a quarter of b1's weight), but at the organisation dept-a with a2's GPU
+    // borrows 3 while dept-b with b1's borrows nothing: dept-b's entry wins the round there
+    // (the previous order admitted a2-x).
+    let a2 = quota::share(&s.st, s.st.acct(), s.tid("a2"), &[(s.fr("gpu"), 1)]);
+    let b1 = quota::share(&s.st, s.st.acct(), s.tid("b1"), &[(s.fr("gpu"), 1)]);
+    assert!(
+        a2 < b1,
+        "the teams' own shares would put a2 first: {a2:?} {b1:?}"
+    );
+    s.at(1).submit(wl("a2-x", "a2", 0, 1, &[("gpu", "1")]));
+    s.submit(wl("b1-x", "b1", 0, 1, &[("gpu", "1")]));
+    s.settle();
+    assert_eq!(s.state("b1-x"), WlState::Admitted);
+    assert_eq!(s.state("a2-x"), WlState::Pending);
+    assert_eq!(s.preemptions(), vec![]);
+}
+
+#[test]
 fn a_cohort_tree_with_a_cycle_or_too_deep_is_refused() {
     let mut s = Sim::classical(vec![dept_team("a1", "x", 1)]);
     s.st.set_cohort(dept("x", "y", None, None)).unwrap();
