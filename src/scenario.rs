@@ -145,6 +145,7 @@ pub struct CohortIn {
     #[serde(default)]
     pub parent: Option<String>,
     pub quota: Option<QuotaIn>,
+    pub fair_share_weight: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -444,7 +445,15 @@ fn set_weight(
     default: u32,
     path: &str,
 ) -> Result<(), ScenarioError> {
-    let w = w.unwrap_or(f64::from(default));
+    let (num, den) = weight_ratio(w.unwrap_or(f64::from(default)), path)?;
+    spec.fair_share_weight = num / den;
+    spec.fair_share_weight_exact = (den != 1).then_some((num, den));
+    Ok(())
+}
+
+/// A `fair_share_weight` as numerator and denominator in lowest terms: a whole number, or a
+/// decimal of at most 3 places, from 0 to 100.
+fn weight_ratio(w: f64, path: &str) -> Result<(u32, u32), ScenarioError> {
     let milli = (w * 1000.0).round();
     if !w.is_finite() || !(0.0..=100.0).contains(&w) || (w * 1000.0 - milli).abs() > 1e-6 {
         return Err(err(
@@ -455,12 +464,8 @@ fn set_weight(
         ));
     }
     let milli = milli as u32;
-    spec.fair_share_weight = milli / 1000;
-    spec.fair_share_weight_exact = (!milli.is_multiple_of(1000)).then(|| {
-        let g = gcd(milli, 1000);
-        (milli / g, 1000 / g)
-    });
-    Ok(())
+    let g = gcd(milli, 1000);
+    Ok((milli / g, 1000 / g))
 }
 
 fn gcd(a: u32, b: u32) -> u32 {
@@ -696,6 +701,11 @@ pub fn cohort(path: &str, c: &CohortIn) -> Result<CohortSpec, ScenarioError> {
             Some(q) => quota_list(&format!("{path}.quota"), q)?,
             None => Vec::new(),
         },
+        fair_share_weight: c
+            .fair_share_weight
+            .map(|w| weight_ratio(w, path))
+            .transpose()?
+            .filter(|w| *w != (1, 1)),
     })
 }
 

@@ -205,3 +205,28 @@ fn a_weight_is_a_number_from_0_to_100_with_at_most_3_places() {
         }
     }
 }
+
+#[test]
+fn a_cohort_weight_is_read_as_a_teams_and_a_bad_one_is_named() {
+    let text = |w: &str| {
+        format!(
+            "version: 1\npolicy: {{fair_share: Enabled}}\ncohorts:\n  - {{name: org, parent: null}}\n  - {{name: d, parent: org, fair_share_weight: {w}}}\nteams:\n  - {{name: t, cohort: d, quota: {{default: {{cpu: {{nominal: 1}}}}}}}}\nworkloads: []\n"
+        )
+    };
+    for w in ["0", "0.25", "2", "100"] {
+        let out = simulate("c.yaml", &text(w));
+        assert!(
+            out.status.success(),
+            "{w}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for w in ["-1", "100.5", "0.0001"] {
+        let stderr = refused("c.yaml", &text(w));
+        assert!(
+            stderr.contains("cohorts[1].fair_share_weight")
+                && stderr.contains("at most 3 decimal places"),
+            "{w}: {stderr}"
+        );
+    }
+}

@@ -200,6 +200,11 @@ pub struct CohortSpec {
     pub name: String,
     pub parent: Option<String>,
     pub quotas: Vec<FlavorQuota>,
+    /// Its fair-share weight against its siblings in a tree, as numerator and denominator;
+    /// `None` is 1 (Kueue's default). Only `allot simulate` sets it (the live API has no
+    /// field for it yet), so it is not stored.
+    #[serde(skip)]
+    pub fair_share_weight: Option<(u32, u32)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -78,6 +78,7 @@ pub fn spec(flags: &CohortFlags) -> anyhow::Result<CohortSpec> {
         by_flavor.entry(flavor).or_default().push((res, q));
     }
     Ok(CohortSpec {
+        fair_share_weight: None,
         name: flags.name.clone(),
         parent: flags.parent.clone(),
         quotas: (by_flavor.into_iter())

@@ -85,6 +85,7 @@ impl Machine {
             .filter(|(_, c)| !c.private)
             .map(|(i, c)| {
                 let spec = c.spec.clone().unwrap_or_else(|| CohortSpec {
+                    fair_share_weight: None,
                     name: c.name.clone(),
                     parent: None,
                     quotas: Vec::new(),

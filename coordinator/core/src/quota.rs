@@ -368,13 +368,17 @@ pub fn cohort_share(st: &impl Limits, acct: &Acct, c: CohortId) -> Share {
             None => borrowed.push((r, b)),
         }
     }
-    match dominant(st, &borrowed, &st.cohort(parent).lendable_by_res) {
-        Some((num, den, _)) => Share {
-            infinite: false,
-            num,
-            den,
-        },
-        None => Share::ZERO,
+    let Some((num, den, _)) = dominant(st, &borrowed, &st.cohort(parent).lendable_by_res) else {
+        return Share::ZERO;
+    };
+    // Divided by the cohort's weight, as a team's share by its own (1 where none is given).
+    let (wn, wd) = (cohort.spec.as_ref())
+        .and_then(|s| s.fair_share_weight)
+        .unwrap_or((1, 1));
+    Share {
+        infinite: wn == 0,
+        num: num * i128::from(wd.max(1)),
+        den: den * i128::from(wn.max(1)),
     }
 }
 

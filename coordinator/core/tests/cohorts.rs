@@ -13,6 +13,7 @@ const QUOTA: &str = "ComputeQuotaResources=[{InstanceType=ml.g5.8xlarge,Count=2}
 
 fn dept(name: &str, bl: Option<i64>) -> Command {
     Command::SetCohort(CohortSpec {
+        fair_share_weight: None,
         name: name.into(),
         parent: Some("org".into()),
         quotas: vec![FlavorQuota {
@@ -104,6 +105,7 @@ fn a_cohort_in_use_or_a_cycle_is_refused_by_name() {
         &mut m,
         3,
         Command::SetCohort(CohortSpec {
+            fair_share_weight: None,
             name: "org".into(),
             parent: Some("dept-a".into()),
             quotas: vec![],

@@ -685,6 +685,7 @@ fn fair_share_standing_and_order() {
 fn cohort_owned_quota_is_shown_in_the_pool() {
     let mut s = Sim::classical(vec![]);
     s.st.set_cohort(CohortSpec {
+        fair_share_weight: None,
         name: "shared-pool".into(),
         parent: None,
         quotas: vec![FlavorQuota {

@@ -964,6 +964,7 @@ fn a_search_no_rival_above_the_preemptor_can_make_room_for_takes_nothing() {
 fn cohort_owned_quota_and_idle_sharing() {
     let mut s = Sim::classical(vec![gpu_team("a", 0, None)]);
     s.st.set_cohort(CohortSpec {
+        fair_share_weight: None,
         name: "shared-pool".into(),
         parent: None,
         quotas: vec![FlavorQuota {
@@ -1005,6 +1006,7 @@ fn dept_team(name: &str, dept: &str, nominal: i64) -> allot_common::TeamSpec {
 /// Cohort `name` under `parent` with GPU limits (no quota of its own).
 fn dept(name: &str, parent: &str, bl: Option<i64>, ll: Option<i64>) -> CohortSpec {
     CohortSpec {
+        fair_share_weight: None,
         name: name.into(),
         parent: Some(parent.into()),
         quotas: vec![FlavorQuota {
@@ -1362,6 +1364,7 @@ fn a_cohort_tree_with_a_cycle_or_too_deep_is_refused() {
     // Limits on a root stay refused.
     let e =
         s.st.set_cohort(CohortSpec {
+            fair_share_weight: None,
             parent: None,
             ..dept("root", "none", Some(1), None)
         })

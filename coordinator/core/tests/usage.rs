@@ -389,6 +389,7 @@ fn lending_across_departments_names_the_lending_team() {
             &mut m,
             0,
             Command::SetCohort(allot_common::CohortSpec {
+                fair_share_weight: None,
                 name: dept.into(),
                 parent: Some("org".into()),
                 quotas: vec![],

@@ -134,11 +134,14 @@ pub fn cluster(rng: &mut Rng) -> (State, usize) {
         st.set_team(spec).expect("valid team");
     }
     if nested {
-        for (d, limit) in [
-            ("dept-0", nest.pick(&[None, Some(0), Some(4)])),
-            ("dept-1", None),
+        // dept-0's weight against dept-1's 1 (`None`).
+        let weight = nest.pick(&[None, None, Some((2, 1)), Some((1, 2))]);
+        for (d, limit, weight) in [
+            ("dept-0", nest.pick(&[None, Some(0), Some(4)]), weight),
+            ("dept-1", None, None),
         ] {
             st.set_cohort(allot_common::CohortSpec {
+                fair_share_weight: weight,
                 name: d.into(),
                 parent: Some("org".into()),
                 quotas: vec![FlavorQuota {
