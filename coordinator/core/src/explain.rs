@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use allot_common::quota::{QueueingStrategy, ReclaimWithinCohort, WithinTeam, DEFAULT_COHORT};
 use allot_common::PriorityRef;
 
+use crate::census;
 use crate::conditions::ConditionType;
 use crate::decision::{self, Assignment, Mode};
 use crate::ids::{CohortId, FlavorId, FrId, NodeId, ResId, TeamId, WlId};
@@ -1470,22 +1471,19 @@ fn why_no_victims(
     f_set: &BTreeSet<FrId>,
 ) -> String {
     let st = ctx.st;
-    let t = wl.team;
-    let team = &st.teams[t.idx()];
+    let team = &st.teams[wl.team.idx()];
     let policy = team.spec.preemption;
-    let uses = |id: WlId| {
-        ctx.admission_of(id)
-            .is_some_and(|a| a.usage.iter().any(|(fr, v)| *v > 0 && f_set.contains(fr)))
-    };
     let what = f_set
         .iter()
         .map(|fr| fr_name(st, *fr))
         .collect::<Vec<_>>()
         .join(", ");
-    let never = preemption::never_taken(ctx, wl, usage, f_set);
+    // The search's own tests, counted (`census`): this only says which rule each count shows.
+    let found = census::census(ctx, wl, usage, f_set);
     let took_it = preemption::evicted_by(wl);
     // Why a workload is never one of its candidates (the rules against preemption loops).
-    let never_line = |c: &Workload| {
+    let never_line = |id: &WlId| {
+        let c = st.workload(*id);
         if Some(c.id) == took_it {
             format!(
                 "{} evicted it and is never taken back by it (no back and forth)",
@@ -1498,38 +1496,22 @@ fn why_no_victims(
             )
         }
     };
-    let mut parts = Vec::new();
-    let own: Vec<&Workload> = team
-        .admitted
-        .iter()
-        .filter(|id| uses(**id))
-        .map(|id| st.workload(*id))
-        .collect();
-    let mut rivals: Vec<&Workload> = Vec::new();
-    for c in own.iter().filter(|c| never.contains(&c.id)) {
-        parts.push(never_line(c));
-    }
-    let own_ok = own
-        .iter()
-        .filter(|c| !never.contains(&c.id))
-        .filter(|c| preemption::own_allowed(policy.within_team, wl, c))
-        .count();
+    let mut parts: Vec<String> = found.own.never.iter().map(never_line).collect();
+    let (own, own_ok) = (found.own.users.len(), found.own.allowed);
     parts.push(match policy.within_team {
         WithinTeam::Never => format!(
             "team {} never preempts its own workloads (PreemptTeamTasks=Never)",
             team.name()
         ),
-        _ if own.is_empty() => format!("no workload of team {} uses {what}", team.name()),
+        _ if own == 0 => format!("no workload of team {} uses {what}", team.name()),
         WithinTeam::LowerPriority if own_ok == 0 => format!(
-            "team {}'s {} workload(s) on {what} have priority >= {}",
+            "team {}'s {own} workload(s) on {what} have priority >= {}",
             team.name(),
-            own.len(),
             wl.priority
         ),
         WithinTeam::LowerOrNewerEqualPriority if own_ok == 0 => format!(
-            "team {}'s {} workload(s) on {what} have higher priority, or equal priority and an earlier submit time",
+            "team {}'s {own} workload(s) on {what} have higher priority, or equal priority and an earlier submit time",
             team.name(),
-            own.len()
         ),
         _ => format!(
             "{own_ok} of team {}'s workloads on {what} have lower priority",
@@ -1537,59 +1519,40 @@ fn why_no_victims(
         ),
     });
     let cohort = &st.cohorts[team.cohort.idx()];
-    let mut others_ok = 0;
-    if cohort.private {
-        parts.push(format!("team {} has no cohort", team.name()));
-    } else if policy.reclaim_within_cohort == ReclaimWithinCohort::Never {
-        parts.push(format!(
+    match &found.reach {
+        census::Reach::NoCohort => parts.push(format!("team {} has no cohort", team.name())),
+        census::Reach::ReclaimNever => parts.push(format!(
             "team {} does not reclaim from the cohort (reclaim_within_cohort Never)",
             team.name()
-        ));
-    } else {
-        // The scheduler's own reach: teams that borrow a contested pair, in a tree only where
-        // their departments below the shared cohort borrow too.
-        let borrowers: Vec<TeamId> = preemption::reclaimable_teams(ctx, wl, f_set).collect();
-        if borrowers.is_empty() {
-            parts.push(format!(
-                "no other team of cohort {} borrows {what}",
-                cohort.name
-            ));
-        }
-        for m in borrowers {
-            let ws: Vec<&Workload> = st.teams[m.idx()]
-                .admitted
-                .iter()
-                .filter(|id| uses(**id))
-                .map(|id| st.workload(*id))
-                .collect();
-            for c in ws.iter().filter(|c| never.contains(&c.id)) {
-                parts.push(never_line(c));
+        )),
+        census::Reach::Teams(teams) if teams.is_empty() => parts.push(format!(
+            "no other team of cohort {} borrows {what}",
+            cohort.name
+        )),
+        census::Reach::Teams(teams) => {
+            for m in teams {
+                parts.extend(m.never.iter().map(never_line));
+                let name = st.teams[m.team.idx()].name();
+                let by_priority =
+                    policy.reclaim_within_cohort == ReclaimWithinCohort::LowerPriority;
+                parts.push(if m.allowed == 0 && !m.users.is_empty() && by_priority {
+                    format!(
+                        "team {name} borrows {what} but its {} workload(s) there have priority >= {} (reclaim_within_cohort LowerPriority)",
+                        m.users.len(),
+                        wl.priority
+                    )
+                } else {
+                    format!(
+                        "team {name} borrows {what}: {} of its workloads there are candidates",
+                        m.allowed
+                    )
+                });
             }
-            rivals.extend(ws.iter().copied());
-            let ok = ws
-                .iter()
-                .filter(|c| !never.contains(&c.id))
-                .filter(|c| {
-                    policy.reclaim_within_cohort == ReclaimWithinCohort::Any
-                        || c.priority < wl.priority
-                })
-                .count();
-            others_ok += ok;
-            parts.push(if ok == 0 && !ws.is_empty() {
-                format!(
-                    "team {} borrows {what} but its {} workload(s) there have priority >= {} (reclaim_within_cohort LowerPriority)",
-                    st.teams[m.idx()].name(),
-                    ws.len(),
-                    wl.priority
-                )
-            } else {
-                format!(
-                    "team {} borrows {what}: {ok} of its workloads there are candidates",
-                    st.teams[m.idx()].name()
-                )
-            });
         }
     }
+    let rivals: Vec<&Workload> = (found.rivals())
+        .flat_map(|m| m.users.iter().map(|id| st.workload(*id)))
+        .collect();
     let spared = spared_lines(ctx, &rivals);
     if !spared.is_empty() {
         parts.push(format!(
@@ -1597,7 +1560,7 @@ fn why_no_victims(
             spared.join("; ")
         ));
     }
-    if own_ok + others_ok > 0 {
+    if own_ok + found.rivals().map(|m| m.allowed).sum::<usize>() > 0 {
         parts.push(candidates_short(st).to_string());
     }
     parts.join("; ")

@@ -4,6 +4,7 @@
 //! a clock, spawns a thread, touches the network or iterates a hash map. The coordinator (Raft,
 //! storage, QUIC) and `allot simulate` drive the same code.
 
+pub(crate) mod census;
 pub mod chunked;
 pub mod cohort_commands;
 pub mod cohort_tree;

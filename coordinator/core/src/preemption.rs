@@ -277,7 +277,7 @@ fn order(ctx: &Ctx, own: TeamId, cands: &mut [Cand]) {
 /// candidate for `wl`: it is not removed, not in `never`, was not preempted already at this
 /// instant (`Workload::preempted_at`: readmitted, it stays), and the team's policy allows
 /// taking it. The stability rules are applied on top, in the search's order (`Walk`).
-fn allowed(ctx: &Ctx, wl: &Workload, id: WlId, own: bool, never: &[WlId]) -> bool {
+pub(crate) fn allowed(ctx: &Ctx, wl: &Workload, id: WlId, own: bool, never: &[WlId]) -> bool {
     if ctx.removed.contains(&id) || never.contains(&id) {
         return false;
     }
@@ -372,6 +372,14 @@ fn users(ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>, sorted: bool) -> Rc<[WlId
     ctx.users
         .borrow_mut()
         .insert(&key, m, (version, ids.clone(), sorted));
+    ids
+}
+
+/// Team `m`'s admissions (admitted, or planned in this cycle) that use a pair of `f_set`, as
+/// a search reads them (`users`), in id order.
+pub(crate) fn users_of(ctx: &Ctx, m: TeamId, f_set: &BTreeSet<FrId>) -> Vec<WlId> {
+    let mut ids = users(ctx, m, f_set, false).to_vec();
+    ids.sort_unstable();
     ids
 }
 

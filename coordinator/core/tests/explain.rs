@@ -28,7 +28,9 @@
 
 use allot_common::api::{ActivationState, ComputeQuotaInput, SubmitInput};
 use allot_common::hyperpod::ComputeQuotaConfig;
-use allot_common::quota::{BorrowWithinCohortPolicy, QueueingStrategy, WithinTeam};
+use allot_common::quota::{
+    BorrowWithinCohortPolicy, QueueingStrategy, ReclaimWithinCohort, WithinTeam,
+};
 use allot_common::{Catalog, CohortSpec, FlavorQuota, ResourceName, WorkloadSpec};
 use allot_core::explain::{explain, fmt_time};
 use allot_core::machine::{Command, Entry, Machine};
@@ -495,6 +497,32 @@ fn no_eligible_victims_under_the_team_policy() {
         &l,
         &["would be admitted if team team-b frees 2 gpu in ml.g5.8xlarge"],
     );
+}
+
+#[test]
+fn a_borrower_of_higher_priority_is_named_with_the_rule_that_spares_it() {
+    // team-b borrows 2 of team-a's GPUs at priority 10; team-a reclaims only from lower
+    // priorities, and asks for its nominal back at priority 5.
+    let mut a = gpu_team("team-a", 2, None);
+    a.preemption.reclaim_within_cohort = ReclaimWithinCohort::LowerPriority;
+    let mut s = Sim::classical(vec![a, gpu_team("team-b", 2, None)]);
+    s.submit(gpus("b-1", "team-b", 10, 1, "4")).settle();
+    s.at(1000).submit(gpus("a-1", "team-a", 5, 1, "2")).settle();
+    assert_eq!(s.state("a-1"), WlState::Pending);
+    has(
+        &s.explain("a-1"),
+        &[
+            "no workload may be preempted for it",
+            "no workload of team team-a uses gpu in ml.g5.8xlarge",
+            "team team-b borrows gpu in ml.g5.8xlarge but its 1 workload(s) there have priority >= 5 (reclaim_within_cohort LowerPriority)",
+        ],
+    );
+    // At priority 20 b-1 is a candidate, and the search takes it.
+    s.at(2000)
+        .submit(gpus("a-2", "team-a", 20, 1, "2"))
+        .settle();
+    assert_eq!(s.state("a-2"), WlState::Admitted);
+    assert_eq!(s.state("b-1"), WlState::Pending);
 }
 
 #[test]
