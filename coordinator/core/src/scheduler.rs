@@ -25,7 +25,9 @@ use crate::quota::{self, Acct, Share};
 use crate::reads::{Reads, Touched};
 use crate::shapes::{ByShape, ShapeQueue};
 use crate::state::{QueueKey, State, Time, Workload};
-use crate::tree_order::{self, Contender, Standings};
+#[cfg(debug_assertions)]
+use crate::tree_order;
+use crate::tree_order::{Contender, Rounds, Standings};
 use crate::verdict::PendingReason;
 use crate::witness::{Observer, Witness};
 use crate::working::{Changes, Ctx};
@@ -1102,10 +1104,15 @@ struct Tournament<'a> {
     /// is taken by the tree's round (`tree_order`), not by its key alone: it is placed at its
     /// own key, and nothing of its queue is settled ahead.
     tree_root: Vec<Option<CohortId>>,
-    /// Per tree root, its teams in id order.
+    /// Per tree root, its teams in id order (debug builds hold a round anew with them).
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
     tree_teams: BTreeMap<CohortId, Vec<TeamId>>,
     /// The heads' standings in their trees' rounds.
     standings: Standings,
+    /// The trees' rounds, kept per cohort while no head below it changes.
+    rounds: Rounds,
+    /// Per team in a tree, its head's request fingerprint where the head is a plain entry.
+    head_requests: Vec<Option<u128>>,
 }
 
 impl<'a> Tournament<'a> {
@@ -1148,9 +1155,11 @@ impl<'a> Tournament<'a> {
             witnesses: Witnessed::default(),
             observer: Observer::default(),
             recognised: 0,
+            rounds: Rounds::new(st, tree_teams.values().flatten().copied()),
             tree_root,
             tree_teams,
             standings: Standings::default(),
+            head_requests: vec![None; n],
         }
     }
 
@@ -1226,16 +1235,22 @@ impl<'a> Tournament<'a> {
         let t = match self.tree_root[least.idx()] {
             None => least,
             Some(root) => {
-                let mut heads: Vec<(TeamId, EntryKey<'a>, Option<u128>)> = Vec::new();
-                let teams = self.tree_teams.remove(&root).unwrap_or_default();
-                for &m in &teams {
-                    if let Some((key, _, fp)) = self.heads[m.idx()] {
-                        let wl = self.st.workload(key.6);
-                        heads.push((m, key, fp.map(|shape| self.request_of(shape, wl))));
-                    }
+                let (heads, requests) = (&self.heads, &self.head_requests);
+                let head = |m: TeamId| {
+                    let (key, _, fp) = heads[m.idx()]?;
+                    Some((key, fp.and(requests[m.idx()])))
+                };
+                let t = self.rounds.winner(ctx, &mut self.standings, root, &head);
+                #[cfg(debug_assertions)]
+                {
+                    // Debug builds (every test) check the kept rounds against a round anew.
+                    let all: Vec<_> = (self.tree_teams[&root].iter())
+                        .filter_map(|&m| head(m).map(|(key, request)| (m, key, request)))
+                        .collect();
+                    let anew = tree_order::winner(ctx, &mut self.standings, &all);
+                    assert_eq!(t, anew, "the round kept at {root:?}");
                 }
-                self.tree_teams.insert(root, teams);
-                let t = tree_order::winner(ctx, &mut self.standings, &heads).unwrap_or(least);
+                let t = t.unwrap_or(least);
                 if t != least {
                     self.heap.insert((place, least));
                     if let Some((_, own, _)) = self.heads[t.idx()] {
@@ -1246,8 +1261,9 @@ impl<'a> Tournament<'a> {
             }
         };
         let (key, _, fp) = self.heads[t.idx()].take()?;
-        if self.tree_root[t.idx()].is_none() {
-            self.placed[t.idx()] = Some(place);
+        match self.tree_root[t.idx()] {
+            None => self.placed[t.idx()] = Some(place),
+            Some(_) => self.rounds.touch(self.st, t),
         }
         self.touch(t.idx());
         Some((key, place, t, fp))
@@ -1264,6 +1280,9 @@ impl<'a> Tournament<'a> {
     /// Makes team `t`'s next workload its head.
     fn advance(&mut self, ctx: &mut Ctx, t: TeamId, generation: u64, key_parts: &mut KeyParts) {
         let st = self.st;
+        if self.tree_root[t.idx()].is_some() {
+            self.rounds.touch(st, t);
+        }
         if let Some((_, place, _)) = self.heads[t.idx()].take() {
             self.heap.remove(&(place, t));
         }
@@ -1298,6 +1317,9 @@ impl<'a> Tournament<'a> {
         };
         self.heads[t.idx()] = Some((key, place, plain.map(|q| q.shape)));
         self.heap.insert((place, t));
+        if let (Some(_), Some(q)) = (self.tree_root[t.idx()], plain) {
+            self.head_requests[t.idx()] = Some(self.request_of(q.shape, st.workload(id)));
+        }
     }
 
     /// Settles ahead, from the queue alone, up to `RUN_AHEAD` of team `t`'s next entries that
@@ -1632,10 +1654,15 @@ impl<'a> Tournament<'a> {
         self.cursors[i] = Some(TeamCursor::after(self.st, t, first));
         self.heads[i] = Some((key, key, Some(first.shape)));
         self.heap.insert((key, t));
+        // Only a team settled ahead is taken back, and a tree's teams never are.
+        debug_assert!(self.tree_root[i].is_none());
     }
 
     /// Recomputes team `vt`'s head key (its team lost workloads to a preemption).
     fn rekey(&mut self, ctx: &mut Ctx, vt: TeamId) {
+        if self.tree_root[vt.idx()].is_some() {
+            self.rounds.touch(self.st, vt);
+        }
         if let Some((old, place, fp)) = self.heads[vt.idx()].take() {
             self.heap.remove(&(place, vt));
             let key = entry_key(ctx, self.st.workload(old.6));

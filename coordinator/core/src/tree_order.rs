@@ -109,7 +109,8 @@ fn standing(ctx: &mut Ctx, t: TeamId, key: &impl Contender) -> Standing {
 
 /// The winner of the tree's round among `heads` (teams of one tree, each with its head's
 /// key): at every cohort from the bottom up, the contender with the least key once its share
-/// is the one compared there.
+/// is the one compared there. Held anew each time: debug builds check `Rounds` against it.
+#[cfg(debug_assertions)]
 pub(crate) fn winner<K: Contender>(
     ctx: &mut Ctx,
     standings: &mut Standings,
@@ -129,6 +130,7 @@ pub(crate) fn winner<K: Contender>(
 
 /// The winner among `entrants` (indexes into `heads`), all below the cohort at `depth` of
 /// their paths: each child of that cohort puts up its own winner, then they are compared.
+#[cfg(debug_assertions)]
 fn round<K: Contender>(
     heads: &[K],
     stood: &[&Standing],
@@ -165,9 +167,105 @@ fn round<K: Contender>(
 }
 
 /// Entrant `i`'s key at the cohort at `depth`: its share there in place of its team's.
+#[cfg(debug_assertions)]
 fn compared<K: Contender>(heads: &[K], stood: &[&Standing], i: usize, depth: usize) -> K {
     match stood[i].shares.get(depth) {
         Some(share) => heads[i].with_share(*share),
         None => heads[i],
+    }
+}
+
+/// Each tree's rounds, kept per cohort until a head below it changes or a decision is made:
+/// after a head is taken, only the rounds on its team's way up are held again.
+#[derive(Default)]
+pub(crate) struct Rounds {
+    /// Per cohort (by index) of a tree: its child cohorts and its teams.
+    children: Vec<(Vec<CohortId>, Vec<TeamId>)>,
+    /// Per cohort: its round's winner, at the decision count (`Changes::clock`) it was held at.
+    kept: Vec<Option<(u64, Option<TeamId>)>>,
+}
+
+impl Rounds {
+    /// The rounds of the trees that `teams` are in.
+    pub(crate) fn new(st: &crate::state::State, teams: impl Iterator<Item = TeamId>) -> Rounds {
+        let n = st.cohorts.len();
+        let mut children: Vec<(Vec<CohortId>, Vec<TeamId>)> = vec![Default::default(); n];
+        for t in teams {
+            let c = st.teams[t.idx()].cohort;
+            children[c.idx()].1.push(t);
+            let mut below = c;
+            for up in quota::ancestors(st, c).skip(1) {
+                if !children[up.idx()].0.contains(&below) {
+                    children[up.idx()].0.push(below);
+                }
+                below = up;
+            }
+        }
+        for (cohorts, _) in &mut children {
+            cohorts.sort_unstable();
+        }
+        Rounds {
+            children,
+            kept: vec![None; n],
+        }
+    }
+
+    /// Team `t`'s head changed: the rounds on its way up are held again.
+    pub(crate) fn touch(&mut self, st: &crate::state::State, t: TeamId) {
+        for c in quota::ancestors(st, st.teams[t.idx()].cohort) {
+            match self.kept.get_mut(c.idx()) {
+                Some(slot) if slot.is_some() => *slot = None,
+                // Kept rounds above a cleared one were cleared with it.
+                _ => break,
+            }
+        }
+    }
+
+    /// The winner of the round at `root` among the teams' heads (`head`: a team's head key and
+    /// request fingerprint, where it has a head).
+    pub(crate) fn winner<K: Contender>(
+        &mut self,
+        ctx: &mut Ctx,
+        standings: &mut Standings,
+        root: CohortId,
+        head: &dyn Fn(TeamId) -> Option<(K, Option<u128>)>,
+    ) -> Option<TeamId> {
+        let clock = ctx.changes.clock;
+        if let Some(Some((at, won))) = self.kept.get(root.idx()) {
+            if *at == clock {
+                return *won;
+            }
+        }
+        let (cohorts, teams) = std::mem::take(&mut self.children[root.idx()]);
+        let mut best: Option<(K, TeamId)> = None;
+        let entrants = (cohorts.iter())
+            .filter_map(|c| self.winner(ctx, standings, *c, head))
+            .collect::<Vec<TeamId>>();
+        for t in entrants.into_iter().chain(teams.iter().copied()) {
+            let Some((key, request)) = head(t) else {
+                continue;
+            };
+            standings.update(ctx, t, &key, request);
+            let compared = match standings.get(t, request) {
+                Some(s) => at_cohort(s, root, key),
+                None => key,
+            };
+            if best.as_ref().is_none_or(|(b, _)| compared < *b) {
+                best = Some((compared, t));
+            }
+        }
+        self.children[root.idx()] = (cohorts, teams);
+        let won = best.map(|(_, t)| t);
+        self.kept[root.idx()] = Some((clock, won));
+        won
+    }
+}
+
+/// A head's key at cohort `c` of its path: its share there in place of its team's (which
+/// stands at its team's own cohort).
+fn at_cohort<K: Contender>(s: &Standing, c: CohortId, key: K) -> K {
+    match (s.path.iter().position(|x| *x == c)).and_then(|i| s.shares.get(i)) {
+        Some(share) => key.with_share(*share),
+        None => key,
     }
 }
