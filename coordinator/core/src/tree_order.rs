@@ -50,7 +50,13 @@ pub(crate) struct Standings {
 impl Standings {
     /// Finds team `t`'s standing with head `key` (of request fingerprint `request` where it
     /// is a plain entry) again where none is kept for it since the last decision.
-    fn update(&mut self, ctx: &mut Ctx, t: TeamId, key: &impl Contender, request: Option<u128>) {
+    fn update(
+        &mut self,
+        ctx: &mut Ctx,
+        t: TeamId,
+        key: &impl Contender,
+        request: Option<u128>,
+    ) -> &Standing {
         let clock = ctx.changes.clock;
         let slot = match request {
             Some(r) => self.by_request.entry((t, r)).or_insert_with(|| Standing {
@@ -78,9 +84,11 @@ impl Standings {
         } else {
             *slot = standing(ctx, t, key);
         }
+        slot
     }
 
     /// Team `t`'s standing as `update` left it.
+    #[cfg(debug_assertions)]
     fn get(&self, t: TeamId, request: Option<u128>) -> Option<&Standing> {
         match request {
             Some(r) => self.by_request.get(&(t, r)),
@@ -117,7 +125,7 @@ pub(crate) fn winner<K: Contender>(
     heads: &[(TeamId, K, Option<u128>)],
 ) -> Option<TeamId> {
     for (t, key, request) in heads {
-        standings.update(ctx, *t, key, *request);
+        let _ = standings.update(ctx, *t, key, *request);
     }
     let stood: Vec<&Standing> = (heads.iter())
         .filter_map(|(t, _, request)| standings.get(*t, *request))
@@ -238,21 +246,22 @@ impl Rounds {
         }
         let (cohorts, teams) = std::mem::take(&mut self.children[root.idx()]);
         let mut best: Option<(K, TeamId)> = None;
-        let entrants = (cohorts.iter())
-            .filter_map(|c| self.winner(ctx, standings, *c, head))
-            .collect::<Vec<TeamId>>();
-        for t in entrants.into_iter().chain(teams.iter().copied()) {
+        let mut enter = |ctx: &mut Ctx, standings: &mut Standings, t: TeamId| {
             let Some((key, request)) = head(t) else {
-                continue;
+                return;
             };
-            standings.update(ctx, t, &key, request);
-            let compared = match standings.get(t, request) {
-                Some(s) => at_cohort(s, root, key),
-                None => key,
-            };
+            let compared = at_cohort(standings.update(ctx, t, &key, request), root, key);
             if best.as_ref().is_none_or(|(b, _)| compared < *b) {
                 best = Some((compared, t));
             }
+        };
+        for c in &cohorts {
+            if let Some(t) = self.winner(ctx, standings, *c, head) {
+                enter(ctx, standings, t);
+            }
+        }
+        for t in &teams {
+            enter(ctx, standings, *t);
         }
         self.children[root.idx()] = (cohorts, teams);
         let won = best.map(|(_, t)| t);
