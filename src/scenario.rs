@@ -464,16 +464,7 @@ fn weight_ratio(w: f64, path: &str) -> Result<(u32, u32), ScenarioError> {
         ));
     }
     let milli = milli as u32;
-    let g = gcd(milli, 1000);
-    Ok((milli / g, 1000 / g))
-}
-
-fn gcd(a: u32, b: u32) -> u32 {
-    if b == 0 {
-        a.max(1)
-    } else {
-        gcd(b, a % b)
-    }
+    Ok(allot_common::quota::lowest_terms((milli, 1000)))
 }
 
 fn quota_list(path: &str, q: &QuotaIn) -> Result<Vec<FlavorQuota>, ScenarioError> {

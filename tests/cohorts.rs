@@ -23,6 +23,31 @@ fn an_admin_builds_a_tree_of_cohorts_with_the_cli() {
         ],
     );
     assert!(out.contains("cohort dept-a set under org"), "{out}");
+    // A weight against its siblings: taken live (format 8), a bad one refused by name.
+    let weighed = |w: &str| {
+        let args = [
+            "create-cohort",
+            "dept-w",
+            "--parent",
+            "org",
+            "--fair-share-weight",
+            w,
+        ];
+        c.cli("admin-admin", &args)
+    };
+    let o = weighed("2.5");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("cohort dept-w set under org"),
+        "{out}"
+    );
+    let o = weighed("101");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--fair-share-weight \"101\""),
+        "{err}"
+    );
+    c.cli_ok("admin-admin", &["delete-cohort", "dept-w"]);
     c.cli_ok("admin-admin", &["set-team-cohort", "team-a", "dept-a"]);
     let table = c.cli_ok("user-team-a", &["get", "cohorts"]);
     assert!(table.contains("BORROW LIMIT"), "{table}");

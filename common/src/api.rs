@@ -845,6 +845,12 @@ pub enum Body {
     /// `allot get cohorts`: every cohort with its place in the tree, its teams and its pool.
     /// Protocol 8.
     ListCohorts,
+    /// `allot create-cohort --fair-share-weight` (admins): the cohort's fair-share weight
+    /// against its siblings, as numerator and denominator. Protocol 9.
+    SetCohortWeight {
+        cohort: String,
+        weight: (u32, u32),
+    },
 }
 
 /// A team's registry credentials as listed: never the password.

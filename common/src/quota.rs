@@ -194,6 +194,21 @@ impl TeamSpec {
     }
 }
 
+/// A fair-share weight as numerator and denominator in lowest terms (`(0, 1)` for 0), so that
+/// equal weights compare equal.
+pub fn lowest_terms((num, den): (u32, u32)) -> (u32, u32) {
+    let g = gcd(num, den.max(1));
+    (num / g, den.max(1) / g)
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a.max(1)
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 /// A cohort, optionally owning quota that only its teams may borrow.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CohortSpec {
@@ -201,8 +216,9 @@ pub struct CohortSpec {
     pub parent: Option<String>,
     pub quotas: Vec<FlavorQuota>,
     /// Its fair-share weight against its siblings in a tree, as numerator and denominator;
-    /// `None` is 1 (Kueue's default). Only `allot simulate` sets it (the live API has no
-    /// field for it yet), so it is not stored.
+    /// `None` is 1 (Kueue's default). Not in the spec's encoding (its layout predates it):
+    /// a live cluster keeps it beside the spec (`Machine::cohort_weights`, format 8) and
+    /// `allot simulate` sets it from the scenario.
     #[serde(skip)]
     pub fair_share_weight: Option<(u32, u32)>,
 }

@@ -55,6 +55,10 @@ pub(crate) fn route(body: Body, who: &Identity) -> ControlFlow<Result<Route, Api
             admin_only(who, "put teams in cohorts")
                 .map(|_| Route::Propose(Command::SetTeamCohort { team, cohort })),
         ),
+        Body::SetCohortWeight { cohort, weight } => ControlFlow::Break(
+            admin_only(who, "weigh cohorts")
+                .map(|_| Route::Propose(Command::SetCohortWeight { cohort, weight })),
+        ),
         Body::ListCohorts => ControlFlow::Break(Ok(Route::Read(Box::new(|m: &Machine| {
             Ok(Reply::Cohorts(m.cohort_views()))
         })))),

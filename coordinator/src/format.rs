@@ -28,6 +28,7 @@
 //! | 5 | gang readiness: `SetPodsReady`, `PodsReadyTimeout`, `BackoffFinished`, and `Machine::pods_ready` at the end of a snapshot |
 //! | 6 | topology: node reports and nodes with topology levels (layout 2 of `allot_common::layout`), and workloads that ask for a level |
 //! | 7 | membership changes: raft configuration changes, and `Machine::members` (the added replicas' addresses) at the end of a snapshot; cohorts set live (`SetCohort`, `DeleteCohort`, `SetTeamCohort`), and `Machine::team_cohorts` after it |
+//! | 8 | cohort weights: `SetCohortWeight`, and `Machine::cohort_weights` at the end of a snapshot |
 //!
 //! API requests carry a protocol version (`allot_net::wire`): a client sends the oldest one
 //! that has its request, so a newer client talks to an older coordinator during an upgrade,
@@ -36,7 +37,7 @@
 use allot_core::machine::Command;
 
 /// The newest format this build reads and writes.
-pub const CURRENT: u32 = 7;
+pub const CURRENT: u32 = 8;
 
 /// The first byte of an enveloped (format 1 or later) entry or snapshot.
 const ENVELOPE: u8 = 0xFF;
@@ -131,6 +132,7 @@ pub fn needs(cmd: &Command) -> u32 {
         | Command::PodsReadyTimeout { .. }
         | Command::BackoffFinished { .. } => 5,
         Command::SetCohort(_) | Command::DeleteCohort { .. } | Command::SetTeamCohort { .. } => 7,
+        Command::SetCohortWeight { .. } => 8,
         Command::ReportNode(r) if !r.topology.is_empty() => 6,
         Command::Submit(input)
         | Command::SubmitPlanned { input, .. }
@@ -176,6 +178,7 @@ pub fn protocol(reads: u32) -> u32 {
         4 => 4,
         5 => 6,
         6 => 7,
+        7 => 8,
         _ => allot_net::wire::PROTOCOL_VERSION,
     }
 }

@@ -13,6 +13,7 @@
 //! | 3 and 4 | `removed_nodes` (format 4 changed the layout of compute quota rows inside, see `allot_common::layout`, and appended nothing) |
 //! | 5 and 6 | `pods_ready` (format 6 changed the layout of nodes and node reports inside, see `allot_common::layout`, and appended nothing) |
 //! | 7 | `members`, `team_cohorts` |
+//! | 8 | `cohort_weights` |
 
 use allot_core::machine::Machine;
 use allot_net::wire;
@@ -24,6 +25,7 @@ fn tail_since(format: u32) -> &'static [u8] {
         // Format 4 appended no field; 5 a policy (`None`) and a map.
         5 => &[0, 0],
         7 => &[0, 0],
+        8 => &[0],
         _ => &[],
     }
 }
@@ -35,6 +37,7 @@ fn empty_since(m: &Machine, f: u32) -> bool {
         3 => m.removed_nodes.is_empty(),
         5 => m.pods_ready.is_empty(),
         7 => m.members.is_empty() && m.team_cohorts.is_empty(),
+        8 => m.cohort_weights.is_empty(),
         _ => true,
     }
 }
@@ -68,6 +71,7 @@ pub fn decode_machine(b: &[u8], format: u32) -> Result<Machine, String> {
         Ok(mut m) => {
             m.state.refresh_queue_shapes();
             m.state.refresh_cohort_tree();
+            m.restore_cohort_weights();
             return Ok(m);
         }
         Err(e) => e,
@@ -116,8 +120,40 @@ mod tests {
         assert_eq!(lens[&3], lens[&4], "{lens:?}");
         assert_eq!(lens[&4] + 2, lens[&5], "{lens:?}");
         assert_eq!(lens[&6] + 2, lens[&7], "{lens:?}");
+        assert_eq!(lens[&7] + 1, lens[&8], "{lens:?}");
         // Format 7 holds the replicas a membership change added; format 6 cannot.
         m.members.insert(4, "10.0.0.4:7000".into());
+        // Format 8 holds cohort weights, and puts them back into the cohorts' specs (which
+        // do not store them); format 7 cannot hold them.
+        let mut w = Machine::new();
+        w.format = 8;
+        let org = allot_common::CohortSpec {
+            fair_share_weight: None,
+            name: "org".into(),
+            parent: None,
+            quotas: Vec::new(),
+        };
+        let dept = allot_common::CohortSpec {
+            name: "dept-a".into(),
+            parent: Some("org".into()),
+            ..org.clone()
+        };
+        w.state.set_cohort(org).expect("org");
+        w.state.set_cohort(dept).expect("dept-a");
+        w.state
+            .set_cohort_weight("dept-a", Some((2, 1)))
+            .expect("weighed");
+        w.cohort_weights.insert("dept-a".into(), (2, 1));
+        let back = decode_machine(&encode_machine(&w).expect("encodes"), 8).expect("decodes");
+        assert_eq!(back.cohort_weights, w.cohort_weights);
+        let spec = back.state.cohorts().iter().find(|c| c.name == "dept-a");
+        assert_eq!(
+            spec.and_then(|c| c.spec.as_ref())
+                .and_then(|s| s.fair_share_weight),
+            Some((2, 1))
+        );
+        w.format = 7;
+        assert!(encode_machine(&w).is_err());
         m.format = 7;
         let b = encode_machine(&m).expect("encodes");
         assert_eq!(decode_machine(&b, 7).expect("decodes").members, m.members);

@@ -30,6 +30,28 @@ pub struct CohortFlags {
     /// its own subtree (a cohort with a parent only).
     #[arg(long, value_name = "FLAVOR:RESOURCE=QUANTITY")]
     pub lending_limit: Vec<String>,
+    /// Its fair-share weight against its sibling cohorts: 0 to 100, at most 3 decimal places
+    /// (default 1). Kept when the cohort is set again without it.
+    #[arg(long, value_name = "WEIGHT")]
+    pub fair_share_weight: Option<String>,
+}
+
+/// A `--fair-share-weight`: a whole number or a decimal of at most 3 places, 0 to 100, as
+/// numerator and denominator in lowest terms.
+pub fn weight(text: &str) -> anyhow::Result<(u32, u32)> {
+    let bad = || {
+        anyhow!("--fair-share-weight {text:?}: expected a weight from 0 to 100 with at most 3 decimal places (1, 0.5, 2.25)")
+    };
+    let (whole, frac) = text.trim().split_once('.').unwrap_or((text.trim(), ""));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || frac.len() > 3 || !(frac.is_empty() || digits(frac)) {
+        return Err(bad());
+    }
+    let whole: u32 = whole.parse().map_err(|_| bad())?;
+    let frac: u32 = format!("{frac:0<3}").parse().map_err(|_| bad())?;
+    let milli = whole.checked_mul(1000).and_then(|w| w.checked_add(frac));
+    let milli = milli.filter(|m| *m <= 100_000).ok_or_else(bad)?;
+    Ok(allot_common::quota::lowest_terms((milli, 1000)))
 }
 
 /// One `FLAVOR:RESOURCE=QUANTITY`.
@@ -89,7 +111,12 @@ pub fn spec(flags: &CohortFlags) -> anyhow::Result<CohortSpec> {
 
 pub async fn create(c: &mut Client, flags: &CohortFlags) -> anyhow::Result<()> {
     let spec = spec(flags)?;
+    let weight = flags.fair_share_weight.as_deref().map(weight).transpose()?;
     api(c.call(Body::SetCohort(spec)).await)?;
+    if let Some(weight) = weight {
+        let cohort = flags.name.clone();
+        api(c.call(Body::SetCohortWeight { cohort, weight }).await)?;
+    }
     println!(
         "cohort {} set{} (allot get cohorts shows its pool)",
         flags.name,
@@ -232,6 +259,25 @@ mod tests {
             nominal: v(nominal),
             borrowing_limit: v(bl),
             lending_limit: v(ll),
+            fair_share_weight: None,
+        }
+    }
+
+    #[test]
+    fn a_weight_is_a_number_from_0_to_100_with_at_most_3_places() {
+        for (text, want) in [
+            ("1", (1, 1)),
+            ("2", (2, 1)),
+            ("0", (0, 1)),
+            ("0.5", (1, 2)),
+            ("2.25", (9, 4)),
+            ("100", (100, 1)),
+        ] {
+            assert_eq!(weight(text).expect(text), want, "{text}");
+        }
+        for text in ["-1", "100.5", "0.0001", "1e2", "", ".5", "two"] {
+            let e = weight(text).expect_err(text).to_string();
+            assert!(e.contains("from 0 to 100"), "{text}: {e}");
         }
     }
 

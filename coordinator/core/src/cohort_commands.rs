@@ -1,5 +1,7 @@
 //! The cohort commands an admin gives a live cluster (`Command::SetCohort`, `DeleteCohort`,
-//! `SetTeamCohort`: format 7, `FORMAT_COHORTS`) and the cohorts' view (`allot get cohorts`).
+//! `SetTeamCohort`: format 7, `FORMAT_COHORTS`; `SetCohortWeight`: format 8,
+//! `FORMAT_COHORT_WEIGHTS`) and the cohorts' view (`allot get cohorts`). A cohort's weight is
+//! kept beside its spec (`Machine::cohort_weights`), which does not store it.
 //! A team's cohort is kept beside its compute quota (`Machine::team_cohorts`): the AWS
 //! compute quota has no cohort, and a team without one shares the default cohort, as
 //! HyperPod's teams do.
@@ -27,11 +29,34 @@ impl Machine {
                         ),
                     ));
                 }
-                self.state.set_cohort(spec.clone())?;
+                let mut spec = spec.clone();
+                spec.fair_share_weight = self.cohort_weights.get(&spec.name).copied();
+                self.state.set_cohort(spec)?;
                 Ok(Reply::Done)
             }
             Command::DeleteCohort { name } => {
                 self.state.delete_cohort(name)?;
+                self.cohort_weights.remove(name);
+                Ok(Reply::Done)
+            }
+            Command::SetCohortWeight { cohort, weight } => {
+                let (num, den) = *weight;
+                if den == 0 || den > 1000 || u64::from(num) > 100 * u64::from(den) {
+                    return Err(ApiError::new(
+                        ErrorKind::Invalid,
+                        format!(
+                            "cohort {cohort}: fair-share weight {num}/{den} is not a weight from 0 to 100 with at most 3 decimal places"
+                        ),
+                    ));
+                }
+                // In lowest terms, so that equal weights are equal.
+                let w = allot_common::quota::lowest_terms((num, den));
+                let weight = (w != (1, 1)).then_some(w);
+                self.state.set_cohort_weight(cohort, weight)?;
+                match weight {
+                    Some(w) => self.cohort_weights.insert(cohort.clone(), w),
+                    None => self.cohort_weights.remove(cohort),
+                };
                 Ok(Reply::Done)
             }
             Command::SetTeamCohort { team, cohort } => {
@@ -41,6 +66,15 @@ impl Machine {
                 ErrorKind::Invalid,
                 format!("{} is not a cohort command", other.kind()),
             )),
+        }
+    }
+
+    /// Puts the admins' cohort weights back into the cohort specs, which do not store them
+    /// (after a snapshot is read).
+    pub fn restore_cohort_weights(&mut self) {
+        for (name, w) in &self.cohort_weights {
+            // A weight is kept only for a cohort that exists (deleting it drops the weight).
+            let _ = self.state.set_cohort_weight(name, Some(*w));
         }
     }
 

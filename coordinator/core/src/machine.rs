@@ -210,6 +210,12 @@ pub enum Command {
         team: String,
         cohort: Option<String>,
     },
+    /// An admin sets a cohort's fair-share weight against its siblings, as numerator and
+    /// denominator ((1, 1) is the default). Format 8.
+    SetCohortWeight {
+        cohort: String,
+        weight: (u32, u32),
+    },
 }
 
 impl Command {
@@ -237,6 +243,7 @@ impl Command {
             Command::SetCohort(_) => "set-cohort",
             Command::DeleteCohort { .. } => "delete-cohort",
             Command::SetTeamCohort { .. } => "set-team-cohort",
+            Command::SetCohortWeight { .. } => "set-cohort-weight",
             Command::PodsReadyTimeout { .. } => "pods-ready-timeout",
             Command::BackoffFinished { .. } => "backoff-finished",
             Command::Submit(_) | Command::SubmitPlanned { .. } => "submit",
@@ -397,6 +404,12 @@ pub struct Machine {
     /// snapshots.
     #[serde(default)]
     pub team_cohorts: BTreeMap<String, String>,
+    /// Each cohort's fair-share weight an admin set (`Command::SetCohortWeight`), where it is
+    /// not 1: the cohort specs do not store it, so it is put back into them when a snapshot
+    /// is read (`restore_cohort_weights`). Last (format 8), and empty in earlier formats'
+    /// snapshots.
+    #[serde(default)]
+    pub cohort_weights: BTreeMap<String, (u32, u32)>,
 }
 
 /// The cluster format from which a failed workload with auto-resume on is queued again: every
@@ -413,6 +426,9 @@ pub const FORMAT_MEMBERS: u32 = 7;
 
 /// The cluster format from which an admin builds a tree of cohorts and puts teams in them.
 pub const FORMAT_COHORTS: u32 = 7;
+
+/// The cluster format from which an admin weighs cohorts against each other.
+pub const FORMAT_COHORT_WEIGHTS: u32 = 8;
 
 /// Why a GPU in MIG mode is not handed out whole.
 pub const PARTITIONED_GPU: &str = "in MIG mode: handed out as its partitions";
@@ -516,6 +532,7 @@ impl Machine {
             pods_ready: Default::default(),
             members: BTreeMap::new(),
             team_cohorts: BTreeMap::new(),
+            cohort_weights: BTreeMap::new(),
         }
     }
 
@@ -543,6 +560,7 @@ impl Machine {
                     | Command::SetCohort(_)
                     | Command::DeleteCohort { .. }
                     | Command::SetTeamCohort { .. }
+                    | Command::SetCohortWeight { .. }
             );
         self.usage.observe(&self.state, now, &events, config);
         (r, events)
@@ -899,7 +917,8 @@ impl Machine {
             Command::RemoveNode { name } => self.remove_node(name, now, events),
             Command::SetCohort(_)
             | Command::DeleteCohort { .. }
-            | Command::SetTeamCohort { .. } => self.apply_cohorts(cmd),
+            | Command::SetTeamCohort { .. }
+            | Command::SetCohortWeight { .. } => self.apply_cohorts(cmd),
             Command::SetPodsReady(_)
             | Command::PodsReadyTimeout { .. }
             | Command::BackoffFinished { .. } => self.apply_pods_ready(cmd, now, events),

@@ -711,6 +711,32 @@ impl State {
         Ok(())
     }
 
+    /// Sets the fair-share weight of cohort `name`, one an admin created (`None`: 1). The
+    /// weight is read where shares are, so nothing else is rebuilt.
+    pub fn set_cohort_weight(
+        &mut self,
+        name: &str,
+        weight: Option<(u32, u32)>,
+    ) -> Result<(), StateError> {
+        let Some(spec) = self.cohort_specs.get_mut(name) else {
+            return Err(StateError::Invalid(format!(
+                "cohort {name} does not exist: create it first (allot create-cohort {name}); the cohorts are {}",
+                if self.cohort_specs.is_empty() {
+                    "none yet".to_string()
+                } else {
+                    self.cohort_specs.keys().cloned().collect::<Vec<_>>().join(", ")
+                }
+            )));
+        };
+        spec.fair_share_weight = weight;
+        for c in self.cohorts.iter_mut().filter(|c| c.name == name) {
+            if let Some(spec) = &mut c.spec {
+                spec.fair_share_weight = weight;
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes a cohort no team is in and no cohort has as its parent.
     pub fn delete_cohort(&mut self, name: &str) -> Result<(), StateError> {
         let teams: Vec<&str> = (self.teams.iter())

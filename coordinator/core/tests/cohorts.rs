@@ -154,3 +154,66 @@ fn a_team_created_again_starts_in_the_default_cohort_and_a_cohort_names_known_ty
     let e = apply_cmd(&mut m, 6, bad).expect_err("unknown type");
     assert!(e.contains("\"ml.nonsense\" is not an instance type"), "{e}");
 }
+
+/// Cohort `name`'s weight as the scheduler reads it.
+fn weight_of(m: &allot_core::machine::Machine, name: &str) -> Option<(u32, u32)> {
+    let c = m.state.cohorts().iter().find(|c| c.name == name);
+    c.and_then(|c| c.spec.as_ref())
+        .and_then(|s| s.fair_share_weight)
+}
+
+#[test]
+fn an_admin_weighs_a_cohort_and_the_weight_outlives_a_change_of_its_limits() {
+    let mut m = support::machine_with_team_a(QUOTA);
+    apply_cmd(&mut m, 1, dept("dept-a", None)).expect("dept-a");
+    let weigh = |w: (u32, u32)| Command::SetCohortWeight {
+        cohort: "dept-a".into(),
+        weight: w,
+    };
+    apply_cmd(&mut m, 2, weigh((4, 2))).expect("weighed");
+    assert_eq!(weight_of(&m, "dept-a"), Some((2, 1)), "in lowest terms");
+    assert_eq!(m.cohort_weights.get("dept-a"), Some(&(2, 1)));
+    // Setting the cohort again (new limits) keeps its weight.
+    apply_cmd(&mut m, 3, dept("dept-a", Some(1))).expect("limits");
+    assert_eq!(weight_of(&m, "dept-a"), Some((2, 1)));
+    // Refused: out of range, more than 3 places, a cohort no admin created.
+    for (w, part) in [
+        ((101, 1), "from 0 to 100"),
+        ((1, 0), "from 0 to 100"),
+        ((1, 1001), "from 0 to 100"),
+    ] {
+        let e = apply_cmd(&mut m, 4, weigh(w))
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains(part), "{w:?}: {e}");
+    }
+    let e = apply_cmd(
+        &mut m,
+        5,
+        Command::SetCohortWeight {
+            cohort: "dept-x".into(),
+            weight: (2, 1),
+        },
+    )
+    .expect_err("no such cohort")
+    .to_string();
+    assert!(
+        e.contains("cohort dept-x does not exist") && e.contains("dept-a"),
+        "{e}"
+    );
+    // Back to 1: nothing kept.
+    apply_cmd(&mut m, 6, weigh((1, 1))).expect("reset");
+    assert_eq!(weight_of(&m, "dept-a"), None);
+    assert!(m.cohort_weights.is_empty());
+    // Deleting the cohort drops its weight.
+    apply_cmd(&mut m, 7, weigh((3, 1))).expect("weighed");
+    apply_cmd(
+        &mut m,
+        8,
+        Command::DeleteCohort {
+            name: "dept-a".into(),
+        },
+    )
+    .expect("deleted");
+    assert!(m.cohort_weights.is_empty());
+}
