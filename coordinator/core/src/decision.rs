@@ -151,17 +151,14 @@ fn assign_among(
         let mut chosen: Vec<(ResId, FlavorId)> = Vec::new();
         let mut ps_reasons: Vec<String> = Vec::new();
         let mut ps_mode = Mode::Fit;
-        // Resources no group covers.
-        for (r, _) in reqs {
-            if !team.groups.iter().any(|g| g.resources.contains(r)) {
-                ps_reasons.push(format!(
-                    "resource {} unavailable in team {}",
-                    st.names.resource_name(*r),
-                    team.name()
-                ));
-                ps_mode = Mode::NoFit;
-                reason = PendingReason::NoMatchingFlavor;
-            }
+        for r in uncovered(st, wl.team, reqs) {
+            ps_reasons.push(format!(
+                "resource {} unavailable in team {}",
+                st.names.resource_name(r),
+                team.name()
+            ));
+            ps_mode = Mode::NoFit;
+            reason = PendingReason::NoMatchingFlavor;
         }
         let mut single_flavor: Option<FlavorId> = None;
         let mut placement_checked = false;
@@ -277,6 +274,25 @@ fn assign_among(
     }
 }
 
+/// The resources of a pod set's requests `reqs` that no resource group of team `t` covers:
+/// the workload cannot be admitted (`NoMatchingFlavor`).
+pub(crate) fn uncovered(st: &State, t: TeamId, reqs: &[(ResId, i64)]) -> Vec<ResId> {
+    let groups = &st.teams[t.idx()].groups;
+    (reqs.iter())
+        .map(|(r, _)| *r)
+        .filter(|r| !groups.iter().any(|g| g.resources.contains(r)))
+        .collect()
+}
+
+/// The flavors of a resource group's `flavors` that workload `wl` may use: its pinned one
+/// alone where it names one.
+pub(crate) fn offered<'f>(
+    wl: &'f Workload,
+    flavors: &'f [FlavorId],
+) -> impl Iterator<Item = FlavorId> + 'f {
+    (flavors.iter().copied()).filter(|f| wl.pinned.is_none_or(|p| p == *f))
+}
+
 /// The flavor a group's resources of one pod set go to: each of the group's flavors in order
 /// (the pinned or kept one alone), until one may stop the search (flavor fungibility); the
 /// best found, and every reason a flavor gave.
@@ -294,8 +310,8 @@ fn best_flavor(
     let fung = ctx.st.teams[wl.team.idx()].spec.flavor_fungibility;
     let mut best: Option<FlavorEval> = None;
     let mut group_reasons: Vec<String> = Vec::new();
-    for &f in flavors {
-        if wl.pinned.is_some_and(|p| p != f) || kept_flavor.is_some_and(|k| k != f) {
+    for f in offered(wl, flavors) {
+        if kept_flavor.is_some_and(|k| k != f) {
             continue;
         }
         let ev = eval_flavor(ctx, wl, i, count, f, group_reqs, acc, covers_all, quick);

@@ -748,15 +748,13 @@ fn pod_set_lines(ctx: &mut Ctx, wl: &Workload, counts: &[u32], d: &mut Diag) -> 
         } else {
             format!("{count} pod(s) x {}", per_pod(st, reqs))
         };
-        for (r, _) in reqs {
-            if !team.groups.iter().any(|g| g.resources.contains(r)) {
-                let rn = st.names.resource_name(*r);
-                d.lines.push(format!(
-                    "{label}: no quota: team {} has no quota for {rn} in any flavor (NoMatchingFlavor)",
-                    team.name()
-                ));
-                d.suggest(format!("team {} had quota for {rn}", team.name()));
-            }
+        for r in decision::uncovered(st, wl.team, reqs) {
+            let rn = st.names.resource_name(r);
+            d.lines.push(format!(
+                "{label}: no quota: team {} has no quota for {rn} in any flavor (NoMatchingFlavor)",
+                team.name()
+            ));
+            d.suggest(format!("team {} had quota for {rn}", team.name()));
         }
         for g in &team.groups {
             let group_reqs: Vec<(ResId, i64)> = reqs
@@ -768,12 +766,7 @@ fn pod_set_lines(ctx: &mut Ctx, wl: &Workload, counts: &[u32], d: &mut Diag) -> 
                 continue;
             }
             let covers_all = group_reqs.len() == reqs.len();
-            let flavors: Vec<FlavorId> = g
-                .flavors
-                .iter()
-                .copied()
-                .filter(|f| wl.pinned.is_none_or(|p| p == *f))
-                .collect();
+            let flavors: Vec<FlavorId> = decision::offered(wl, &g.flavors).collect();
             if flavors.is_empty() {
                 if let Some(p) = wl.pinned {
                     d.lines.push(format!(
