@@ -2,6 +2,7 @@
 """Writes large contended scenarios for `allot simulate`.
 
     gen_scenario.py contended OUT NODES TEAMS WORKLOADS [SEED] [--unequal] [--mixed] [--pinned] [--long-gangs] [--racks]
+                    [--departments=N]
     gen_scenario.py kueue-baseline OUT
 
 `contended` has the knobs of shared/bench/gen_contended.py and, without options, writes the same
@@ -16,6 +17,8 @@ to 3 hours. The options add what real clusters have and that generator lacks:
   --long-gangs  one job in ten is an 8-node gang running 6 to 12 hours (past the horizon)
   --racks       p5 nodes in racks of 8 (topology level `rack`), and every multi-node gang
                 requires one rack (the same jobs: no random draw is added)
+  --departments=N  the teams in N departments (team i in dept-(i mod N)) under one cohort
+                `org`: a tree of cohorts (the same jobs)
 
 `kueue-baseline` is Kueue's scheduler performance baseline (test/performance/scheduler,
 configs/baseline): 5 cohorts of 6 queues (here teams), 20 cpu of nominal quota each, borrowing
@@ -31,7 +34,7 @@ CLASSES = [("inference", 90), ("experimentation", 80), ("training", 70), ("fine-
 
 
 def contended(out, nodes, teams, wls, seed, unequal=False, mixed=False, long_gangs=False,
-              pinned=False, racks=False):
+              pinned=False, racks=False, departments=0):
     rng = random.Random(seed)
     horizon = 3600
     with open(out, "w") as f:
@@ -51,6 +54,10 @@ def contended(out, nodes, teams, wls, seed, unequal=False, mixed=False, long_gan
             types = [("ml.p5.48xlarge", nodes)]
             topo = ', topology: {rack: "r{i/8}"}' if racks else ""
             f.write(f"nodes:\n  - {{name_prefix: p5-, count: {nodes}, instance_type: ml.p5.48xlarge{topo}}}\n")
+        if departments:
+            f.write("cohorts:\n  - {name: org, parent: null}\n")
+            for d in range(departments):
+                f.write(f"  - {{name: dept-{d}, parent: org}}\n")
         f.write("teams:\n")
         if unequal:
             parts = [[1, 2, 4, 8][t % 4] for t in range(teams)]
@@ -66,7 +73,8 @@ def contended(out, nodes, teams, wls, seed, unequal=False, mixed=False, long_gan
                     rows.append(f"{{InstanceType={it},Count={share}}}")
             if not rows:
                 rows.append(f"{{InstanceType={types[0][0]},Count=1}}")
-            f.write(f"  - {{name: team-{t:03d}, fair_share_weight: {weight}, compute_quota: "
+            dept = f"cohort: dept-{t % departments}, " if departments else ""
+            f.write(f"  - {{name: team-{t:03d}, {dept}fair_share_weight: {weight}, compute_quota: "
                     f"\"ComputeQuotaResources=[{','.join(rows)}],"
                     f"ResourceSharingConfig={{Strategy=LendAndBorrow,BorrowLimit=100}},PreemptTeamTasks=LowerPriority\"}}\n")
         f.write("workloads:\n")
@@ -132,17 +140,25 @@ def main(argv):
     elif len(argv) >= 5 and argv[0] == "contended":
         flags = {a for a in argv[1:] if a.startswith("--")}
         pos = [a for a in argv[1:] if not a.startswith("--")]
+        departments = 0
+        for a in [a for a in flags if a.startswith("--departments=")]:
+            flags.discard(a)
+            value = a.split("=", 1)[1]
+            if not value.isdigit() or int(value) < 1:
+                sys.exit(f"{a}: expected a number of departments of at least 1 (--departments=2)")
+            departments = int(value)
         unknown = flags - {"--unequal", "--mixed", "--pinned", "--long-gangs", "--racks"}
         if unknown:
             sys.exit(f"unknown option(s) {sorted(unknown)}; use --unequal, --mixed, --pinned, "
-                     "--long-gangs, --racks")
+                     "--long-gangs, --racks, --departments=N")
         if "--racks" in flags and ("--mixed" in flags or "--pinned" in flags):
             sys.exit("--racks puts p5 nodes in racks; it does not go with --mixed or --pinned")
         out, nodes, teams, wls = pos[0], int(pos[1]), int(pos[2]), int(pos[3])
         seed = int(pos[4]) if len(pos) > 4 else 7
         pinned = "--pinned" in flags
         contended(out, nodes, teams, wls, seed, "--unequal" in flags,
-                  "--mixed" in flags or pinned, "--long-gangs" in flags, pinned, "--racks" in flags)
+                  "--mixed" in flags or pinned, "--long-gangs" in flags, pinned, "--racks" in flags,
+                  departments)
     else:
         sys.exit(__doc__)
 

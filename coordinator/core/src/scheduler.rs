@@ -1118,10 +1118,13 @@ struct Tournament<'a> {
 impl<'a> Tournament<'a> {
     fn new(st: &'a State, fast: bool, min_stretch: usize) -> Self {
         let n = st.teams.len();
+        // Without a tree of cohorts under fair sharing (most clusters), nothing of the rounds
+        // is built: a cycle's fixed cost counts with a cycle per admission.
+        let trees = st.policy.fair_share && st.cohorts.iter().any(|c| c.tree.parent.is_some());
         let tree_root: Vec<Option<CohortId>> = (0..n)
+            .filter(|_| trees)
             .map(|i| {
-                let t = TeamId(i as u32);
-                (st.policy.fair_share && preemption::in_tree(st, t))
+                preemption::in_tree(st, TeamId(i as u32))
                     .then(|| quota::ancestors(st, st.teams[i].cohort).last())
                     .flatten()
             })
@@ -1159,7 +1162,7 @@ impl<'a> Tournament<'a> {
             tree_root,
             tree_teams,
             standings: Standings::default(),
-            head_requests: vec![None; n],
+            head_requests: vec![None; if trees { n } else { 0 }],
         }
     }
 
@@ -1227,12 +1230,17 @@ impl<'a> Tournament<'a> {
 
     /// The least head: its key, its place key, its team and its shape fingerprint (plain
     /// entries).
+    /// The root of team `t`'s tree of cohorts, where it is in one under fair sharing.
+    fn tree_of(&self, t: TeamId) -> Option<CohortId> {
+        self.tree_root.get(t.idx()).copied().flatten()
+    }
+
     /// In a tree of cohorts, the least head only says which tree goes next: the tree's round
     /// takes the head (`tree_order`), placed where the least one was (a decision takes back
     /// what was settled ahead after that place, as it would after the least head's).
     fn pop(&mut self, ctx: &mut Ctx) -> Option<(EntryKey<'a>, EntryKey<'a>, TeamId, Option<u128>)> {
         let (place, least) = self.heap.pop_first()?;
-        let t = match self.tree_root[least.idx()] {
+        let t = match self.tree_of(least) {
             None => least,
             Some(root) => {
                 let (heads, requests) = (&self.heads, &self.head_requests);
@@ -1261,7 +1269,7 @@ impl<'a> Tournament<'a> {
             }
         };
         let (key, _, fp) = self.heads[t.idx()].take()?;
-        match self.tree_root[t.idx()] {
+        match self.tree_of(t) {
             None => self.placed[t.idx()] = Some(place),
             Some(_) => self.rounds.touch(self.st, t),
         }
@@ -1280,7 +1288,7 @@ impl<'a> Tournament<'a> {
     /// Makes team `t`'s next workload its head.
     fn advance(&mut self, ctx: &mut Ctx, t: TeamId, generation: u64, key_parts: &mut KeyParts) {
         let st = self.st;
-        if self.tree_root[t.idx()].is_some() {
+        if self.tree_of(t).is_some() {
             self.rounds.touch(st, t);
         }
         if let Some((_, place, _)) = self.heads[t.idx()].take() {
@@ -1310,14 +1318,12 @@ impl<'a> Tournament<'a> {
             None => entry_key(ctx, st.workload(id)),
         };
         let place = match self.placed[t.idx()] {
-            Some(p) if self.fast && !later_above(&key, &p) && self.tree_root[t.idx()].is_none() => {
-                p
-            }
+            Some(p) if self.fast && !later_above(&key, &p) && self.tree_of(t).is_none() => p,
             _ => key,
         };
         self.heads[t.idx()] = Some((key, place, plain.map(|q| q.shape)));
         self.heap.insert((place, t));
-        if let (Some(_), Some(q)) = (self.tree_root[t.idx()], plain) {
+        if let (Some(_), Some(q)) = (self.tree_of(t), plain) {
             self.head_requests[t.idx()] = Some(self.request_of(q.shape, st.workload(id)));
         }
     }
@@ -1337,7 +1343,7 @@ impl<'a> Tournament<'a> {
         let st = self.st;
         if !self.fast
             || st.teams[t.idx()].spec.queueing == QueueingStrategy::StrictFIFO
-            || self.tree_root[t.idx()].is_some()
+            || self.tree_of(t).is_some()
         {
             return;
         }
@@ -1655,12 +1661,12 @@ impl<'a> Tournament<'a> {
         self.heads[i] = Some((key, key, Some(first.shape)));
         self.heap.insert((key, t));
         // Only a team settled ahead is taken back, and a tree's teams never are.
-        debug_assert!(self.tree_root[i].is_none());
+        debug_assert!(self.tree_of(t).is_none());
     }
 
     /// Recomputes team `vt`'s head key (its team lost workloads to a preemption).
     fn rekey(&mut self, ctx: &mut Ctx, vt: TeamId) {
-        if self.tree_root[vt.idx()].is_some() {
+        if self.tree_of(vt).is_some() {
             self.rounds.touch(self.st, vt);
         }
         if let Some((old, place, fp)) = self.heads[vt.idx()].take() {

@@ -196,6 +196,10 @@ pub(crate) struct Rounds {
 impl Rounds {
     /// The rounds of the trees that `teams` are in.
     pub(crate) fn new(st: &crate::state::State, teams: impl Iterator<Item = TeamId>) -> Rounds {
+        let mut teams = teams.peekable();
+        if teams.peek().is_none() {
+            return Rounds::default();
+        }
         let n = st.cohorts.len();
         let mut children: Vec<(Vec<CohortId>, Vec<TeamId>)> = vec![Default::default(); n];
         for t in teams {
