@@ -372,14 +372,10 @@ pub fn cohort_share(st: &impl Limits, acct: &Acct, c: CohortId) -> Share {
         return Share::ZERO;
     };
     // Divided by the cohort's weight, as a team's share by its own (1 where none is given).
-    let (wn, wd) = (cohort.spec.as_ref())
+    let weight = (cohort.spec.as_ref())
         .and_then(|s| s.fair_share_weight)
         .unwrap_or((1, 1));
-    Share {
-        infinite: wn == 0,
-        num: num * i128::from(wd.max(1)),
-        den: den * i128::from(wn.max(1)),
-    }
+    weighed(num, den, weight)
 }
 
 /// Cohort `c` and the cohorts above it, up to its root.
@@ -576,7 +572,13 @@ pub fn share(st: &impl Limits, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) ->
     let Some((num, den, _)) = dominant(st, &borrowed, &cohort.lendable_by_res) else {
         return Share::ZERO;
     };
-    let (wn, wd) = st.weight(t);
+    weighed(num, den, st.weight(t))
+}
+
+/// The share `num / den` divided by weight `wn / wd`: the same numbers for a whole weight
+/// (wd = 1); a weight of 0 makes a share that borrows infinite, compared by its unweighted
+/// value.
+fn weighed(num: i128, den: i128, (wn, wd): (u32, u32)) -> Share {
     if wn == 0 {
         return Share {
             infinite: true,
@@ -584,7 +586,6 @@ pub fn share(st: &impl Limits, acct: &Acct, t: TeamId, extra: &[(FrId, i64)]) ->
             den,
         };
     }
-    // share / (wn / wd): the same numbers as before for a whole weight (wd = 1).
     Share {
         infinite: false,
         num: num * i128::from(wd.max(1)),
