@@ -47,6 +47,26 @@ fn an_admin_builds_a_tree_of_cohorts_with_the_cli() {
         !o.status.success() && err.contains("--fair-share-weight \"101\""),
         "{err}"
     );
+    // The weight read back: in the table, in JSON, in describe (1 where none was set).
+    let table = c.cli_ok("user-team-a", &["get", "cohorts"]);
+    let row = (table.lines())
+        .find(|l| l.starts_with("dept-w "))
+        .unwrap_or_else(|| panic!("no dept-w row in {table}"));
+    assert!(row.split_whitespace().any(|x| x == "2.5"), "{row}");
+    let text = c.cli_ok("user-team-a", &["describe", "cohort", "dept-w"]);
+    assert!(
+        text.contains("fair-share weight: 2.5 (against its sibling cohorts)"),
+        "{text}"
+    );
+    let json = c.cli_ok("admin-admin", &["get", "cohorts", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let weight_of = |name: &str| {
+        (v["Cohorts"].as_array().expect("a list").iter())
+            .find(|c| c["name"] == name)
+            .map(|c| c["fair_share_weight"].clone())
+    };
+    assert_eq!(weight_of("dept-w"), Some("2.5".into()), "{json}");
+    assert_eq!(weight_of("dept-a"), Some("1".into()), "{json}");
     c.cli_ok("admin-admin", &["delete-cohort", "dept-w"]);
     c.cli_ok("admin-admin", &["set-team-cohort", "team-a", "dept-a"]);
     let table = c.cli_ok("user-team-a", &["get", "cohorts"]);
@@ -101,4 +121,31 @@ fn an_admin_builds_a_tree_of_cohorts_with_the_cli() {
     c.cli_ok("admin-admin", &["delete-cohort", "dept-a"]);
     let json = c.cli_ok("admin-admin", &["get", "cohorts", "--output", "json"]);
     assert!(!json.contains("dept-a"), "{json}");
+}
+
+/// Against a coordinator of the release before weights were shown (format 7: protocol 8),
+/// `get cohorts` and `describe cohort` still answer, the weight left out, not an error.
+#[test]
+fn an_older_coordinator_shows_cohorts_without_weights() {
+    let old = Build {
+        bin: Build::current().bin,
+        env: vec![("ALLOT_EMULATE_FORMAT".into(), "7".into())],
+    };
+    let c = Cluster::with_builds(1, 10_000, None, &[], vec![old]);
+    c.cli_ok(
+        "admin-admin",
+        &["create-cohort", "dept-a", "--parent", "org"],
+    );
+    let table = c.cli_ok("admin-admin", &["get", "cohorts"]);
+    let row = (table.lines())
+        .find(|l| l.starts_with("dept-a "))
+        .unwrap_or_else(|| panic!("no dept-a row in {table}"));
+    assert_eq!(row.split_whitespace().nth(2), Some("-"), "{table}");
+    let text = c.cli_ok("admin-admin", &["describe", "cohort", "dept-a"]);
+    assert!(
+        text.contains("fair-share weight: not shown by this coordinator"),
+        "{text}"
+    );
+    let json = c.cli_ok("admin-admin", &["get", "cohorts", "--output", "json"]);
+    assert!(json.contains("\"fair_share_weight\": null"), "{json}");
 }

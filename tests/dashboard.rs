@@ -146,13 +146,23 @@ fn the_dashboard_shows_the_cluster_as_it_is_and_keeps_teams_apart() {
     // The cohorts under the teams: team-b moved into a department of an organisation.
     c.cli_ok(
         "admin-admin",
-        &["create-cohort", "dept-b", "--parent", "org"],
+        &[
+            "create-cohort",
+            "dept-b",
+            "--parent",
+            "org",
+            "--fair-share-weight",
+            "2.5",
+        ],
     );
     c.cli_ok("admin-admin", &["set-team-cohort", "team-b", "dept-b"]);
     browser.open(&format!("http://127.0.0.1:{}/ui/#/teams", c.http[follower]));
     let dept = browser.text_of("cohort-row-dept-b", 20);
     assert!(
-        dept.contains("org") && dept.contains("team-b") && dept.contains("gpu"),
+        dept.contains("org")
+            && dept.contains("2.5")
+            && dept.contains("team-b")
+            && dept.contains("gpu"),
         "{dept}"
     );
     browser.screenshot(&shots.join("teams.png"));

@@ -851,6 +851,9 @@ pub enum Body {
         cohort: String,
         weight: (u32, u32),
     },
+    /// `allot get cohorts` and `describe cohort`: every named cohort's fair-share weight.
+    /// Protocol 10 (`ListCohorts`' view predates weights, and its layout stays).
+    ListCohortWeights,
 }
 
 /// A team's registry credentials as listed: never the password.
@@ -1110,6 +1113,16 @@ pub enum Reply {
     Members(Vec<MemberView>),
     /// The answer to `Body::ListCohorts`, by name.
     Cohorts(Vec<CohortView>),
+    /// The answer to `Body::ListCohortWeights`: every named cohort's weight, by name.
+    CohortWeights(Vec<CohortWeightView>),
+}
+
+/// A cohort's fair-share weight against its siblings, as `allot get cohorts` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CohortWeightView {
+    pub cohort: String,
+    /// The weight as a decimal (`1`, `0.5`, `2.25`); `1` where no admin set one.
+    pub fair_share_weight: String,
 }
 
 /// One cohort as `allot get cohorts` shows it.

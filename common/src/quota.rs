@@ -201,6 +201,19 @@ pub fn lowest_terms((num, den): (u32, u32)) -> (u32, u32) {
     (num / g, den.max(1) / g)
 }
 
+/// A weight as numerator and denominator written as a decimal: `(1, 2)` is `0.5`, `(9, 4)`
+/// `2.25`, `(1, 3)` `0.333` (at most 3 places, as the CLI and scenarios take them).
+pub fn weight_text((num, den): (u32, u32)) -> String {
+    let den = u64::from(den.max(1));
+    let thousandths = (u64::from(num) * 1000 + den / 2) / den;
+    let (whole, frac) = (thousandths / 1000, thousandths % 1000);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let frac = format!("{frac:03}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
+}
+
 fn gcd(a: u32, b: u32) -> u32 {
     if b == 0 {
         a.max(1)
@@ -352,6 +365,22 @@ pub fn validate_quotas(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_weight_is_written_as_the_decimal_it_was_given_as() {
+        for (w, text) in [
+            ((1, 1), "1"),
+            ((0, 1), "0"),
+            ((100, 1), "100"),
+            ((1, 2), "0.5"),
+            ((9, 4), "2.25"),
+            ((1, 8), "0.125"),
+            ((1, 3), "0.333"),
+            ((2, 0), "2"),
+        ] {
+            assert_eq!(weight_text(w), text, "{w:?}");
+        }
+    }
 
     #[test]
     fn team_names() {

@@ -62,6 +62,9 @@ pub(crate) fn route(body: Body, who: &Identity) -> ControlFlow<Result<Route, Api
         Body::ListCohorts => ControlFlow::Break(Ok(Route::Read(Box::new(|m: &Machine| {
             Ok(Reply::Cohorts(m.cohort_views()))
         })))),
+        Body::ListCohortWeights => ControlFlow::Break(Ok(Route::Read(Box::new(|m: &Machine| {
+            Ok(Reply::CohortWeights(m.cohort_weight_views()))
+        })))),
         other => ControlFlow::Continue(other),
     }
 }

@@ -281,6 +281,7 @@ async fn answer(
         "nodes" => Body::GetNodes,
         "topology" => Body::GetTopology,
         "cohorts" => Body::ListCohorts,
+        "cohort-weights" => Body::ListCohortWeights,
         "workloads" => Body::GetWorkloads(WorkloadFilter { team, all: false }),
         "workload" => Body::DescribeWorkload {
             name: text("name").ok_or_else(|| invalid("name= is needed".into()))?,

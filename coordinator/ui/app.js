@@ -202,8 +202,10 @@ function liveChart(points) {
 }
 
 async function teams() {
-  // A coordinator without cohorts (an older release) leaves the teams as they are.
-  const [t, w, c] = await Promise.all([get('teams'), get('workloads'), get('cohorts').catch(() => ({}))]);
+  // A coordinator without cohorts (an older release) leaves the teams as they are; one
+  // without cohort weights leaves the weight column empty.
+  const [t, w, c, cw] = await Promise.all([get('teams'), get('workloads'),
+    get('cohorts').catch(() => ({})), get('cohort-weights').catch(() => ({}))]);
   const ts = t.Teams;
   const res = present(ts.map((x) => x.nominal).concat(ts.map((x) => x.usage)));
   const longest = new Map();
@@ -231,22 +233,22 @@ async function teams() {
     'Weighted share#', 'Admitted#', 'Pending#', 'Waits longest'];
   return h('div', {}, h('h1', {}, 'Teams'), table(header, rows, { id: 'teams' }),
     me.team ? h('p', { class: 'muted' }, `Workloads shown are team ${me.team}'s; the totals are the cluster's.`) : null,
-    cohorts(c.Cohorts || []));
+    cohorts(c.Cohorts || [], new Map((cw.CohortWeights || []).map((x) => [x.cohort, x.fair_share_weight]))));
 }
 
 // The tree of cohorts: where each sits, its teams, and per (flavor, resource) its pool (what
 // it owns, its teams lend and its children lend up) and what its subtree uses of it.
-function cohorts(cs) {
+function cohorts(cs, weights) {
   if (!cs.length) return null;
   const rows = cs.map((c) => h('tr', { id: `cohort-row-${c.name}` },
-    h('td', {}, c.name), h('td', {}, c.parent || '—'),
+    h('td', {}, c.name), h('td', {}, c.parent || '—'), num(weights.get(c.name) || ''),
     h('td', {}, c.children.join(', ')), h('td', {}, c.teams.join(', ')),
     h('td', {}, c.pairs.map((p) => h('div', {},
       `${p.resource} ${p.flavor}: ${p.in_use} of ${p.pool}`
       + (p.borrowing_limit ? `, borrows ≤ ${p.borrowing_limit}` : '')
       + (p.lending_limit ? `, lends ≤ ${p.lending_limit}` : ''))))));
   return [h('h2', {}, 'Cohorts'),
-    table(['Cohort', 'Parent', 'Children', 'Teams', 'Pool in use'], rows, { id: 'cohorts' })];
+    table(['Cohort', 'Parent', 'Weight#', 'Children', 'Teams', 'Pool in use'], rows, { id: 'cohorts' })];
 }
 
 // Kueue's StrictFIFO order within a queue: higher priority first, then the earlier submission.

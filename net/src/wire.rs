@@ -33,8 +33,9 @@ pub const CLOSE_OVER_LIMIT: u32 = 3;
 /// `allot_common::layout`); version 5 the gang scheduling requests; version 6
 /// `Body::BackupStream`; version 7 node reports with topology levels (layout 2) and submits
 /// that ask for a topology level; version 8 `Body::AddMember`, `Body::RemoveMember` and the cohort requests (`SetCohort`,
-/// `DeleteCohort`, `SetTeamCohort`, `ListCohorts`); version 9 `Body::SetCohortWeight`.
-pub const PROTOCOL_VERSION: u32 = 9;
+/// `DeleteCohort`, `SetTeamCohort`, `ListCohorts`); version 9 `Body::SetCohortWeight`; version
+/// 10 `Body::ListCohortWeights`.
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// The oldest request protocol a coordinator of this release answers (the release before's).
 pub const OLDEST_PROTOCOL_VERSION: u32 = 2;
@@ -69,6 +70,7 @@ pub fn protocol_of(body: &allot_common::api::Body) -> u32 {
         | Body::SetTeamCohort { .. }
         | Body::ListCohorts => 8,
         Body::SetCohortWeight { .. } => 9,
+        Body::ListCohortWeights => 10,
         Body::GetTopology | Body::GetMembers => 7,
         Body::SetGangScheduling(_) | Body::GetGangScheduling => 5,
         Body::FormatProbe | Body::RemoveNode { .. } | Body::Backup => 3,

@@ -149,12 +149,66 @@ pub async fn set_team(c: &mut Client, team: &str, cohort: Option<&str>) -> anyho
     Ok(())
 }
 
-/// `allot describe cohort NAME`: one cohort in its tree (the path to its root, the cohorts and
-/// teams below it) and, per (flavor, resource), its own quota, limits, pool and use.
-pub async fn describe(c: &mut Client, name: &str, format: Format) -> anyhow::Result<()> {
+/// Every cohort and, by cohort, its fair-share weight: empty from a coordinator of a release
+/// before weights were shown (protocol 10), which cannot read the question.
+async fn listed(c: &mut Client) -> anyhow::Result<(Vec<CohortView>, BTreeMap<String, String>)> {
     let Reply::Cohorts(all) = api(c.call(Body::ListCohorts).await)? else {
         bail!("unexpected answer to get cohorts");
     };
+    let weights = match c.call(Body::ListCohortWeights).await {
+        Ok(Ok(Reply::CohortWeights(ws))) => (ws.into_iter())
+            .map(|w| (w.cohort, w.fair_share_weight))
+            .collect(),
+        Ok(Err(e))
+            if e.kind == allot_common::api::ErrorKind::Version
+                || (e.kind == allot_common::api::ErrorKind::Invalid
+                    && e.message.starts_with("could not read the request")) =>
+        {
+            BTreeMap::new()
+        }
+        other => {
+            api(other)?;
+            bail!("unexpected answer to get cohort weights");
+        }
+    };
+    Ok((all, weights))
+}
+
+/// A cohort as JSON: its view with its weight (`null` where the coordinator does not say).
+fn cohort_json(c: &CohortView, weights: &BTreeMap<String, String>) -> serde_json::Value {
+    let mut v = serde_json::to_value(c).unwrap_or(serde_json::Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "fair_share_weight".into(),
+            weights.get(&c.name).cloned().into(),
+        );
+    }
+    v
+}
+
+/// `allot get cohorts`: every cohort, its place, teams, weight and pool.
+pub async fn get(c: &mut Client, format: Format) -> anyhow::Result<()> {
+    let (all, weights) = listed(c).await?;
+    match format {
+        Format::Json => {
+            let list: Vec<serde_json::Value> =
+                all.iter().map(|x| cohort_json(x, &weights)).collect();
+            let v = serde_json::json!({ "Cohorts": list });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).unwrap_or_else(|e| e.to_string())
+            );
+        }
+        Format::Table => print!("{}", crate::cli::render::render_cohorts(&all, &weights)),
+    }
+    Ok(())
+}
+
+/// `allot describe cohort NAME`: one cohort in its tree (the path to its root, the cohorts and
+/// teams below it), its fair-share weight and, per (flavor, resource), its own quota, limits,
+/// pool and use.
+pub async fn describe(c: &mut Client, name: &str, format: Format) -> anyhow::Result<()> {
+    let (all, weights) = listed(c).await?;
     let Some(cohort) = all.iter().find(|x| x.name == name) else {
         let known: Vec<&str> = all.iter().map(|x| x.name.as_str()).collect();
         bail!(
@@ -169,15 +223,20 @@ pub async fn describe(c: &mut Client, name: &str, format: Format) -> anyhow::Res
     match format {
         Format::Json => println!(
             "{}",
-            serde_json::to_string_pretty(cohort).unwrap_or_else(|e| e.to_string())
+            serde_json::to_string_pretty(&cohort_json(cohort, &weights))
+                .unwrap_or_else(|e| e.to_string())
         ),
-        Format::Table => print!("{}", render_cohort(cohort, &all)),
+        Format::Table => print!(
+            "{}",
+            render_cohort(cohort, &all, weights.get(name).map(String::as_str))
+        ),
     }
     Ok(())
 }
 
-/// A cohort in words: where it sits, what is below it, and each pair's quota and use.
-fn render_cohort(c: &CohortView, all: &[CohortView]) -> String {
+/// A cohort in words: where it sits, what is below it, its weight (`None`: not known), and
+/// each pair's quota and use.
+fn render_cohort(c: &CohortView, all: &[CohortView], weight: Option<&str>) -> String {
     let by_name: BTreeMap<&str, &CohortView> = all.iter().map(|x| (x.name.as_str(), x)).collect();
     // The path to its root (a parent named but not listed ends it).
     let mut path = vec![c.name.as_str()];
@@ -216,6 +275,14 @@ fn render_cohort(c: &CohortView, all: &[CohortView]) -> String {
         path.join(" < "),
         path.len(),
         if path.len() == 1 { "" } else { "s" }
+    );
+    out += &format!(
+        "fair-share weight: {}\n",
+        match weight {
+            Some(w) if c.parent.is_some() => format!("{w} (against its sibling cohorts)"),
+            Some(w) => format!("{w} (a root: it weighs against no sibling)"),
+            None => "not shown by this coordinator (a release before protocol 10)".into(),
+        }
     );
     out += &format!("child cohorts: {}\n", list(&c.children));
     out += &format!("its own teams: {}\n", list(&c.teams));
@@ -306,9 +373,10 @@ mod tests {
             dept.clone(),
             view("lab", Some("dept-a"), &[], &["l1", "l2"]),
         ];
-        let text = render_cohort(&dept, &all);
+        let text = render_cohort(&dept, &all, Some("0.5"));
         for part in [
             "place: dept-a < org (2 levels from its root)",
+            "fair-share weight: 0.5 (against its sibling cohorts)",
             "child cohorts: lab",
             "its own teams: a1",
             "every team below it: a1, l1, l2",

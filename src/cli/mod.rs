@@ -1324,7 +1324,7 @@ async fn run_get(what: GetWhat, c: &mut Client) -> anyhow::Result<()> {
             print_reply(api(c.call(Body::GetGangScheduling).await)?, out.format)
         }
         GetWhat::Members { out } => print_reply(api(c.call(Body::GetMembers).await)?, out.format),
-        GetWhat::Cohorts { out } => print_reply(api(c.call(Body::ListCohorts).await)?, out.format),
+        GetWhat::Cohorts { out } => cohorts::get(c, out.format).await?,
         GetWhat::Topology { level, out } => {
             let Reply::Topology(mut ds) = api(c.call(Body::GetTopology).await)? else {
                 bail!("unexpected answer to get topology");

@@ -241,7 +241,13 @@ pub(crate) fn render(r: &Reply) -> String {
         Reply::GangScheduling(p) => render_gang_scheduling(p.as_ref()),
         Reply::Topology(ds) => render_topology(ds),
         Reply::Members(ms) => render_members(ms),
-        Reply::Cohorts(cs) => render_cohorts(cs),
+        Reply::Cohorts(cs) => render_cohorts(cs, &BTreeMap::new()),
+        Reply::CohortWeights(ws) => table(
+            &["COHORT", "WEIGHT"],
+            &(ws.iter())
+                .map(|w| vec![w.cohort.clone(), w.fair_share_weight.clone()])
+                .collect::<Vec<_>>(),
+        ),
         Reply::Explanation(lines) => lines.iter().map(|l| format!("{l}\n")).collect(),
         Reply::LogChunk(b) => String::from_utf8_lossy(b).into_owned(),
         Reply::LogRequests(rs) => format!("{} log requests\n", rs.len()),
@@ -665,12 +671,17 @@ pub(crate) fn render_members(ms: &[allot_common::api::MemberView]) -> String {
 }
 
 /// `get cohorts`: each cohort's place in the tree and teams, then a row per pair of its pool.
-pub(crate) fn render_cohorts(cs: &[allot_common::api::CohortView]) -> String {
+/// `get cohorts`: each cohort's place, teams and weight (`-` where the coordinator does not
+/// say), then each pair's quota and use.
+pub(crate) fn render_cohorts(
+    cs: &[allot_common::api::CohortView],
+    weights: &BTreeMap<String, String>,
+) -> String {
     if cs.is_empty() {
         return "no cohorts: every team shares its quota in shared-pool once it has one (allot create-cohort builds a tree)\n".into();
     }
     let mut out = table(
-        &["COHORT", "PARENT", "CHILDREN", "TEAMS"],
+        &["COHORT", "PARENT", "WEIGHT", "CHILDREN", "TEAMS"],
         &cs.iter()
             .map(|c| {
                 let list = |v: &[String]| {
@@ -683,6 +694,7 @@ pub(crate) fn render_cohorts(cs: &[allot_common::api::CohortView]) -> String {
                 vec![
                     c.name.clone(),
                     c.parent.clone().unwrap_or_else(|| "-".into()),
+                    weights.get(&c.name).cloned().unwrap_or_else(|| "-".into()),
                     list(&c.children),
                     list(&c.teams),
                 ]

@@ -6,8 +6,8 @@
 //! compute quota has no cohort, and a team without one shares the default cohort, as
 //! HyperPod's teams do.
 
-use allot_common::api::{ApiError, CohortPairView, CohortView, ErrorKind, Reply};
-use allot_common::quota::DEFAULT_COHORT;
+use allot_common::api::{ApiError, CohortPairView, CohortView, CohortWeightView, ErrorKind, Reply};
+use allot_common::quota::{weight_text, DEFAULT_COHORT};
 use allot_common::CohortSpec;
 
 use crate::ids::FrId;
@@ -106,6 +106,21 @@ impl Machine {
         (self.team_cohorts.get(team).map(String::as_str))
             .unwrap_or(DEFAULT_COHORT)
             .to_string()
+    }
+
+    /// Every named cohort's fair-share weight (1 where none was set), by name.
+    pub fn cohort_weight_views(&self) -> Vec<CohortWeightView> {
+        let mut views: Vec<CohortWeightView> = (self.state.cohorts().iter())
+            .filter(|c| !c.private)
+            .map(|c| CohortWeightView {
+                cohort: c.name.clone(),
+                fair_share_weight: weight_text(
+                    self.cohort_weights.get(&c.name).copied().unwrap_or((1, 1)),
+                ),
+            })
+            .collect();
+        views.sort_by(|a, b| a.cohort.cmp(&b.cohort));
+        views
     }
 
     /// Every named cohort (not the private one of a team without a cohort), by name.
