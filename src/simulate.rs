@@ -53,6 +53,10 @@ struct Sim {
     rejected: BTreeMap<String, (String, String)>,
     out: Vec<Value>,
     cycles: u64,
+    /// Cycles that ran after the first at their instant (the last one's decisions changed
+    /// the state), and the heads they judged anew.
+    follow_ups: u64,
+    judged_in_follow_ups: u64,
     /// What each cycle found before its first decision, for the next when nothing but the
     /// queues changed in between.
     cache: CycleCache,
@@ -106,6 +110,8 @@ impl Sim {
             out: Vec::new(),
             cycles: 0,
             cache: CycleCache::default(),
+            follow_ups: 0,
+            judged_in_follow_ups: 0,
             admitted: 0,
             preempted: 0,
             wakes: BTreeSet::new(),
@@ -403,9 +409,14 @@ impl Sim {
 
     /// Runs scheduling cycles at `t` until nothing changes.
     fn settle(&mut self, t: Time) -> Result<(), ScenarioError> {
-        for _ in 0..MAX_CYCLES_PER_INSTANT {
+        for i in 0..MAX_CYCLES_PER_INSTANT {
+            let judged = self.cache.judged;
             let plan = schedule_cached(&self.state, t, &mut self.cache);
             self.cycles += 1;
+            if i > 0 {
+                self.follow_ups += 1;
+                self.judged_in_follow_ups += self.cache.judged - judged;
+            }
             let events = self.state.apply_plan(&plan, t);
             let evicting: Vec<WlId> = events.iter().filter_map(Event::preempted).collect();
             let changed = plan.has_decisions();
@@ -583,7 +594,13 @@ pub fn run_with_progress(
     let final_time = until.unwrap_or(now);
     let final_state = final_json(&sim, final_time);
     let warnings = sim.state.warnings().to_vec();
-    let stats = json!({"cycles": sim.cycles, "admitted": sim.admitted, "preempted": sim.preempted,
+    // The scheduler's work: the heads judged anew (a victim search, most of them, in a full
+    // cohort), those recognised by what they read, and the cycles an instant needed after
+    // its first.
+    let work = json!({"judged": sim.cache.judged, "recognised": sim.cache.recognised,
+                      "follow_up_cycles": sim.follow_ups,
+                      "judged_in_follow_ups": sim.judged_in_follow_ups});
+    let stats = json!({"cycles": sim.cycles, "admitted": sim.admitted, "preempted": sim.preempted, "work": work,
                        "wall_ms": started.elapsed().as_millis() as u64});
     Ok(Outcome {
         events: sim.out,
@@ -745,6 +762,11 @@ pub fn table(o: &Outcome) -> String {
     s.push_str(&format!(
         "\n{} cycles, {} admissions, {} preemptions, {} ms\n",
         o.stats["cycles"], o.stats["admitted"], o.stats["preempted"], o.stats["wall_ms"]
+    ));
+    let w = &o.stats["work"];
+    s.push_str(&format!(
+        "scheduler work: {} heads judged anew, {} recognised by what they read; {} cycles after the first at their instant judged {}\n",
+        w["judged"], w["recognised"], w["follow_up_cycles"], w["judged_in_follow_ups"]
     ));
     s
 }

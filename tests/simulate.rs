@@ -230,3 +230,35 @@ fn a_cohort_weight_is_read_as_a_teams_and_a_bad_one_is_named() {
         );
     }
 }
+
+#[test]
+fn the_output_counts_the_schedulers_work() {
+    // A reclaim at t=10: the victims go in one cycle, the preemptor comes in the next (a
+    // follow-up cycle at the same instant), and every cycle judges the heads it must.
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/hierarchical-reclaim.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("the scenario");
+    let out = simulate("reclaim.yaml", &text);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json output");
+    let s = &v["stats"];
+    let count = |k: &str| {
+        s["work"][k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no work.{k} in {s}"))
+    };
+    let cycles = s["cycles"].as_u64().expect("cycles");
+    assert!(count("judged") > 0, "{s}");
+    assert!(
+        count("follow_up_cycles") >= 1 && count("follow_up_cycles") < cycles,
+        "{s}"
+    );
+    assert!(count("judged_in_follow_ups") <= count("judged"), "{s}");
+    assert!(s["work"]["recognised"].is_u64(), "{s}");
+}

@@ -563,6 +563,9 @@ pub struct CycleCache {
     pub cycles: u64,
     /// How many waits were recognised by what they read (`Witness`) instead of judged.
     pub recognised: u64,
+    /// How many heads (and entries foreseen ahead of their turn) were judged anew
+    /// (`decision::process` run for them).
+    pub judged: u64,
 }
 
 impl CycleCache {

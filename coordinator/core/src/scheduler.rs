@@ -551,6 +551,7 @@ fn judge(
             // The texts workloads already show, where they say the same (`Texts`).
             None => {
                 judged = true;
+                tour.judged_anew += 1;
                 match process(ctx, wl) {
                     Outcome::Pending {
                         reason,
@@ -656,6 +657,7 @@ fn finish_cycle(
         c.requests = std::mem::take(&mut tour.requests);
         c.witnesses = std::mem::take(&mut tour.witnesses);
         c.recognised += tour.recognised;
+        c.judged += tour.judged_anew;
         if generation == 0 && !preemptor_judged {
             c.mark_settled();
         }
@@ -1098,6 +1100,9 @@ struct Tournament<'a> {
     observer: Observer,
     /// How many waits were recognised so in this cycle.
     recognised: u64,
+    /// How many heads (and entries foreseen ahead of their turn) were judged anew in this
+    /// cycle.
+    judged_anew: u64,
     /// Per request fingerprint, the key part found in this cycle (`key_part`).
     request_parts: ByShape<u128, Found<(u8, Share)>>,
     /// Under fair sharing, per team in a tree of cohorts: the tree's root. Such a team's head
@@ -1158,6 +1163,7 @@ impl<'a> Tournament<'a> {
             witnesses: Witnessed::default(),
             observer: Observer::default(),
             recognised: 0,
+            judged_anew: 0,
             rounds: Rounds::new(st, tree_teams.values().flatten().copied()),
             tree_root,
             tree_teams,
@@ -1557,6 +1563,7 @@ impl<'a> Tournament<'a> {
             }
             // A preemption deferred in its turn is a wait, as it would be found then (the sets
             // `deferred` reads change only with a decision).
+            self.judged_anew += 1;
             let o = process(memos.ctx, wl);
             match deferred(st, wl, o, memos.victim_teams, memos.preemptor_teams) {
                 Outcome::Pending {
