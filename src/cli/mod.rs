@@ -104,7 +104,8 @@ pub enum GetWhat {
         #[command(flatten)]
         out: Out,
     },
-    /// The cohorts: their place in the tree, their teams, their pool and what is in use.
+    /// The cohorts: their place in the tree, their fair-share weight, their teams, their pool
+    /// and what is in use.
     Cohorts {
         #[command(flatten)]
         out: Out,
@@ -139,8 +140,8 @@ pub enum DescribeWhat {
     /// One node: status and why, capacity and use, devices with their health, and the pods on
     /// it (admins see every team's; a user its own team's).
     Node { name: String },
-    /// One cohort: its place in the tree, the cohorts and teams below it, and per instance
-    /// type and resource its own quota, limits, pool and use.
+    /// One cohort: its place in the tree, its fair-share weight, the cohorts and teams below
+    /// it, and per instance type and resource its own quota, limits, pool and use.
     Cohort {
         name: String,
         #[command(flatten)]
