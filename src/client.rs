@@ -81,6 +81,14 @@ pub fn api(r: Result<Result<Reply, ApiError>, ClientError>) -> anyhow::Result<Re
     }
 }
 
+/// Whether a refusal says the coordinator is of a release before the request's protocol: it
+/// refuses the version, or (before protocol 6) cannot decode the request at all.
+pub fn older_release(e: &ApiError) -> bool {
+    e.kind == allot_common::api::ErrorKind::Version
+        || (e.kind == allot_common::api::ErrorKind::Invalid
+            && e.message.starts_with("could not read the request"))
+}
+
 /// One request; a refusal is an error.
 pub async fn call(c: &mut Client, b: Body) -> anyhow::Result<Reply> {
     api(c.call(b).await)

@@ -8,7 +8,7 @@ use allot_common::{CohortSpec, FlavorQuota, ResourceName, ResourceQuota};
 use anyhow::{anyhow, bail};
 
 use crate::cli::render::Format;
-use crate::client::{api, Client};
+use crate::client::{api, older_release, Client};
 
 /// What `create-cohort` takes.
 #[derive(Debug, Clone, clap::Args)]
@@ -159,13 +159,7 @@ async fn listed(c: &mut Client) -> anyhow::Result<(Vec<CohortView>, BTreeMap<Str
         Ok(Ok(Reply::CohortWeights(ws))) => (ws.into_iter())
             .map(|w| (w.cohort, w.fair_share_weight))
             .collect(),
-        Ok(Err(e))
-            if e.kind == allot_common::api::ErrorKind::Version
-                || (e.kind == allot_common::api::ErrorKind::Invalid
-                    && e.message.starts_with("could not read the request")) =>
-        {
-            BTreeMap::new()
-        }
+        Ok(Err(e)) if older_release(&e) => BTreeMap::new(),
         other => {
             api(other)?;
             bail!("unexpected answer to get cohort weights");

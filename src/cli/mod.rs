@@ -1161,11 +1161,7 @@ async fn write_backup(c: &mut Client, file: &std::path::Path) -> anyhow::Result<
         }
         // A coordinator of a release before streams: the whole state in one answer. Releases
         // before protocol 6 cannot decode the request at all, and say so.
-        (Err(e), _)
-            if e.kind == allot_common::api::ErrorKind::Version
-                || (e.kind == allot_common::api::ErrorKind::Invalid
-                    && e.message.starts_with("could not read the request")) =>
-        {
+        (Err(e), _) if crate::client::older_release(&e) => {
             let Reply::Backup {
                 format,
                 taken_ms,

@@ -670,7 +670,6 @@ pub(crate) fn render_members(ms: &[allot_common::api::MemberView]) -> String {
     )
 }
 
-/// `get cohorts`: each cohort's place in the tree and teams, then a row per pair of its pool.
 /// `get cohorts`: each cohort's place, teams and weight (`-` where the coordinator does not
 /// say), then each pair's quota and use.
 pub(crate) fn render_cohorts(
