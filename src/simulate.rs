@@ -594,20 +594,24 @@ pub fn run_with_progress(
     let final_time = until.unwrap_or(now);
     let final_state = final_json(&sim, final_time);
     let warnings = sim.state.warnings().to_vec();
-    // The scheduler's work: the heads judged anew (a victim search, most of them, in a full
-    // cohort), those recognised by what they read, and the cycles an instant needed after
-    // its first.
-    let work = json!({"judged": sim.cache.judged, "recognised": sim.cache.recognised,
-                      "follow_up_cycles": sim.follow_ups,
-                      "judged_in_follow_ups": sim.judged_in_follow_ups});
-    let stats = json!({"cycles": sim.cycles, "admitted": sim.admitted, "preempted": sim.preempted, "work": work,
-                       "wall_ms": started.elapsed().as_millis() as u64});
+    let stats = stats_json(&sim, started);
     Ok(Outcome {
         events: sim.out,
         final_state,
         stats,
         warnings,
     })
+}
+
+/// The run's counts: cycles, admissions, preemptions, its wall time, and the scheduler's work
+/// (the heads judged anew, a victim search most of them in a full cohort; those recognised by
+/// what they read; the cycles an instant needed after its first, and what they judged).
+fn stats_json(sim: &Sim, started: Instant) -> Value {
+    let work = json!({"judged": sim.cache.judged, "recognised": sim.cache.recognised,
+                      "follow_up_cycles": sim.follow_ups,
+                      "judged_in_follow_ups": sim.judged_in_follow_ups});
+    json!({"cycles": sim.cycles, "admitted": sim.admitted, "preempted": sim.preempted, "work": work,
+           "wall_ms": started.elapsed().as_millis() as u64})
 }
 
 fn final_json(sim: &Sim, t: Time) -> Value {
