@@ -213,6 +213,24 @@ impl Acct {
         }
     }
 
+    /// What `read` finds with each `(team, pair, delta)` of `moves` added (and up the teams'
+    /// cohorts), the accounting left as it was. No change is counted (as `with_added`).
+    pub(crate) fn with_moved<R>(
+        &mut self,
+        st: &impl Limits,
+        moves: &[(TeamId, FrId, i64)],
+        read: impl FnOnce(&Acct) -> R,
+    ) -> R {
+        for &(t, fr, v) in moves {
+            self.move_usage(st, t, fr, v);
+        }
+        let found = read(self);
+        for &(t, fr, v) in moves.iter().rev() {
+            self.move_usage(st, t, fr, -v);
+        }
+        found
+    }
+
     /// What `read` finds with `usage` added to team `t` (and up its cohorts), the accounting
     /// left as it was. No change is counted: a stamp or count taken before still tells it.
     pub(crate) fn with_added<R>(
