@@ -833,7 +833,7 @@ fn fair_sharing(
     if in_tree(ctx.st, wl.team) {
         return tree_fair_sharing(ctx, wl, usage, place, f_set);
     }
-    if fair_share_hopeless(ctx, wl, usage, f_set) {
+    if fair_share_hopeless(ctx, wl, usage, f_set) || out_of_reach_of(ctx, wl, usage, f_set) {
         // Debug builds (every test) check the short-cut against the search it skips.
         #[cfg(debug_assertions)]
         {
@@ -1083,7 +1083,13 @@ impl Pools {
             Vec::new()
         };
         let reach = self.reach(ctx, usage, f_set, &own);
-        if !quota_bound(ctx, wl, usage, &own, &reach) {
+        let own_usage: Vec<(FrId, i64)> = own
+            .iter()
+            .filter_map(|c| ctx.admission_of(c.id))
+            .flat_map(|a| a.usage.iter().copied())
+            .filter(|(fr, _)| usage.iter().any(|(f, _)| f == fr))
+            .collect();
+        if !quota_bound(ctx, wl.team, usage, &own_usage, &reach) {
             // Debug builds (every test) check it against the bound over those candidates.
             #[cfg(debug_assertions)]
             {
@@ -1142,14 +1148,14 @@ impl Pools {
 /// after walking and taking off every candidate of every team in reach.
 fn quota_bound(
     ctx: &mut Ctx,
-    wl: &Workload,
+    t: TeamId,
     usage: &[(FrId, i64)],
-    own: &[Cand],
+    own: &[(FrId, i64)],
     reach: &[TeamId],
 ) -> bool {
     let st = ctx.st;
     let mut moves: Vec<(TeamId, FrId, i64)> = Vec::new();
-    for &m in reach.iter().filter(|m| **m != wl.team) {
+    for &m in reach.iter().filter(|m| **m != t) {
         for &(fr, _) in usage {
             let u = ctx.acct.usage(m, fr);
             if u > 0 {
@@ -1157,17 +1163,9 @@ fn quota_bound(
             }
         }
     }
-    for c in own {
-        if let Some(a) = ctx.admission_of(c.id) {
-            for &(fr, v) in &a.usage {
-                if usage.iter().any(|(f, _)| *f == fr) {
-                    moves.push((wl.team, fr, -v));
-                }
-            }
-        }
-    }
+    moves.extend(own.iter().map(|(fr, v)| (t, *fr, -v)));
     ctx.acct.with_moved(st, &moves, |acct| {
-        quota::fits(st, acct, wl.team, usage, true).is_ok()
+        quota::fits(st, acct, t, usage, true).is_ok()
     })
 }
 
@@ -1913,6 +1911,93 @@ pub(crate) fn cohort_hopeless(
         "the kept rivals of team {t:?} disagree with the cohort"
     );
     hopeless
+}
+
+/// The other part of the search's answer told before it starts, for a preemptor whose team
+/// holds no workload it may preempt: team `t`, with `usage` admitted, goes above its nominal on
+/// a pair of `f_set`, and its request does not fit its quota even with every member whose share
+/// is above its own then using none of the requested pairs (`quota_bound`). Those members are
+/// the search's reach (`Pools::reach`): only their candidates can ever be taken, so no search
+/// finds victims. Reads, as `cohort_hopeless`, only the team and the request.
+pub(crate) fn cohort_out_of_reach(
+    ctx: &mut Ctx,
+    t: TeamId,
+    usage: &[(FrId, i64)],
+    f_set: &BTreeSet<FrId>,
+) -> bool {
+    out_of_reach_after(ctx, t, usage, f_set, &[])
+}
+
+/// Whether no fair-sharing search finds victims for `wl` (as `cohort_out_of_reach`), its own
+/// team's workloads that its policy allows it to preempt gone: what they use of the requested
+/// pairs is taken off the team's usage before its share and the bound are told. Those are
+/// its own candidates and more (the search also passes over those it removed, those of its
+/// eviction chain and those preempted at this instant), and taking off more only lowers the
+/// team's share (more members in reach) and leaves more room: a bound that fails so fails
+/// for the search. Most searches of a full cohort whose short-cuts do not apply fail there.
+fn out_of_reach_of(
+    ctx: &mut Ctx,
+    wl: &Workload,
+    usage: &[(FrId, i64)],
+    f_set: &BTreeSet<FrId>,
+) -> bool {
+    let t = wl.team;
+    let policy = ctx.st.teams[t.idx()].spec.preemption.within_team;
+    let mut own: Vec<(FrId, i64)> = Vec::new();
+    if own_candidate(ctx, wl) {
+        for id in holders(ctx, t) {
+            if !own_allowed(policy, wl, ctx.st.workload(id)) {
+                continue;
+            }
+            let Some(a) = ctx.admission_of(id) else {
+                continue;
+            };
+            for &(fr, v) in &a.usage {
+                if usage.iter().any(|(f, _)| *f == fr) {
+                    match own.iter_mut().find(|(x, _)| *x == fr) {
+                        Some((_, o)) => *o += v,
+                        None => own.push((fr, v)),
+                    }
+                }
+            }
+        }
+    }
+    out_of_reach_after(ctx, t, usage, f_set, &own)
+}
+
+/// `cohort_out_of_reach` with `own` (per requested pair) taken off the team's usage.
+fn out_of_reach_after(
+    ctx: &mut Ctx,
+    t: TeamId,
+    usage: &[(FrId, i64)],
+    f_set: &BTreeSet<FrId>,
+    own: &[(FrId, i64)],
+) -> bool {
+    let st = ctx.st;
+    let lowest: Vec<(FrId, i64)> = usage
+        .iter()
+        .copied()
+        .chain(own.iter().map(|(fr, v)| (*fr, -v)))
+        .collect();
+    if within_nominal_after(ctx, t, &lowest, f_set) || in_tree(st, t) {
+        return false;
+    }
+    let team = &st.teams[t.idx()];
+    let cohort = team.cohort;
+    let reclaims = team.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::Never
+        && !st.cohorts[cohort.idx()].private;
+    let reach: Vec<TeamId> = if reclaims {
+        let p = quota::share(st, &ctx.acct, t, &lowest);
+        ranked_borrowers(ctx, cohort, f_set)
+            .iter()
+            .take_while(|(s, _)| *s > p)
+            .map(|(_, m)| *m)
+            .filter(|m| *m != t)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    !quota_bound(ctx, t, usage, own, &reach)
 }
 
 /// The members of `cohort` that borrow a pair of `f_set`, by share (`Rivals`). The shapes of a

@@ -177,7 +177,8 @@ impl Witness {
         };
         let hopeless = ctx.once_victims_leave(|ctx| {
             !(ctx.has_leavers() && ctx.fits(wl, &usage, &place, true))
-                && preemption::cohort_hopeless(ctx, wl.team, &usage, &short.contested)
+                && (preemption::cohort_hopeless(ctx, wl.team, &usage, &short.contested)
+                    || preemption::cohort_out_of_reach(ctx, wl.team, &usage, &short.contested))
         });
         if !hopeless {
             return None;
