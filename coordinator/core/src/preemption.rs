@@ -1141,7 +1141,7 @@ impl Pools {
 }
 
 /// Whether the preemptor's request fits its quota with the teams in `reach` using none of the
-/// requested pairs, its own team's candidates (`own`) gone: a bound on the candidates' bound
+/// requested pairs, what its own team's candidates use (`own`, per pair) gone: a bound on the candidates' bound
 /// (`Pools::bound_holds`) read from each team's usage, not from its admissions one by one.
 /// Their candidates use no more than all of it, and less usage never leaves less room. In a
 /// full cohort most bounds fail on quota (nine in ten on the 3,000-workload scenario), each
@@ -1929,8 +1929,9 @@ pub(crate) fn cohort_out_of_reach(
 }
 
 /// Whether no fair-sharing search finds victims for `wl` (as `cohort_out_of_reach`), its own
-/// team's workloads that its policy allows it to preempt gone: what they use of the requested
-/// pairs is taken off the team's usage before its share and the bound are told. Those are
+/// team's workloads that its policy allows it to preempt gone: what they use (of every pair:
+/// any of them may be what the team's share is told by) is taken off the team's usage before
+/// its share and the bound are told. Those are
 /// its own candidates and more (the search also passes over those it removed, those of its
 /// eviction chain and those preempted at this instant), and taking off more only lowers the
 /// team's share (more members in reach) and leaves more room: a bound that fails so fails
@@ -1953,11 +1954,9 @@ fn out_of_reach_of(
                 continue;
             };
             for &(fr, v) in &a.usage {
-                if usage.iter().any(|(f, _)| *f == fr) {
-                    match own.iter_mut().find(|(x, _)| *x == fr) {
-                        Some((_, o)) => *o += v,
-                        None => own.push((fr, v)),
-                    }
+                match own.iter_mut().find(|(x, _)| *x == fr) {
+                    Some((_, o)) => *o += v,
+                    None => own.push((fr, v)),
                 }
             }
         }
@@ -1965,7 +1964,7 @@ fn out_of_reach_of(
     out_of_reach_after(ctx, t, usage, f_set, &own)
 }
 
-/// `cohort_out_of_reach` with `own` (per requested pair) taken off the team's usage.
+/// `cohort_out_of_reach` with `own` (per pair) taken off the team's usage.
 fn out_of_reach_after(
     ctx: &mut Ctx,
     t: TeamId,
