@@ -1936,7 +1936,7 @@ pub(crate) fn cohort_out_of_reach(
 /// eviction chain and those preempted at this instant), and taking off more only lowers the
 /// team's share (more members in reach) and leaves more room: a bound that fails so fails
 /// for the search. Most searches of a full cohort whose short-cuts do not apply fail there.
-fn out_of_reach_of(
+pub(crate) fn out_of_reach_of(
     ctx: &mut Ctx,
     wl: &Workload,
     usage: &[(FrId, i64)],

@@ -9,7 +9,9 @@
 //! `Witness` covers the commonest wait of a contended cluster: a workload of one pod set,
 //! offered one flavor by one resource group, short of quota on some pair where its team's
 //! policy allows preemption, under fair sharing, whose victim search is hopeless before it
-//! starts (`preemption::fair_share_hopeless`). Beyond what a cycle cache compares whole
+//! starts (`preemption::fair_share_hopeless`) or out of reach (`preemption::out_of_reach_of`:
+//! the request does not fit with the usage of every member the search could take from gone,
+//! and its team's own candidates'). Beyond what a cycle cache compares whole
 //! (policies, quotas, cohorts, the workload's shape), that judgement (`scheduler::process`)
 //! reads the flavor, and on each requested pair its team's usage and whether the request is
 //! above what the team may still take: the flavor assignment notes the short pairs (with the
@@ -130,11 +132,24 @@ impl Short {
     }
 }
 
+/// What `Observer::observe` finds of a workload from its team and request alone (what its
+/// request fingerprint fixes), not its priority or submit time: the witness it would have, and
+/// whether the search is out of reach without the team's own candidates; with some, what the
+/// search is told with (`preemption::out_of_reach_of`, per workload).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Part {
+    witness: Witness,
+    /// The search is hopeless or out of reach when the team holds no candidate of its own.
+    hopeless: bool,
+    usage: Vec<(FrId, i64)>,
+    contested: BTreeSet<FrId>,
+    place: Vec<(usize, FlavorId, u32)>,
+}
+
 impl Witness {
-    /// All of `Observer::observe` but whether the team has a workload it may preempt within
-    /// itself: the part that reads of the workload only its team and request (what its request
-    /// fingerprint fixes), not its priority or submit time.
-    fn of_request(ctx: &mut Ctx, wl: &Workload) -> Option<Witness> {
+    /// All of `Observer::observe` but what reads the team's own candidates: the part that
+    /// reads of the workload only its team and request.
+    fn of_request(ctx: &mut Ctx, wl: &Workload) -> Option<Part> {
         let st = ctx.st;
         if !st.policy.fair_share {
             return None;
@@ -180,17 +195,37 @@ impl Witness {
                 && (preemption::cohort_hopeless(ctx, wl.team, &usage, &short.contested)
                     || preemption::cohort_out_of_reach(ctx, wl.team, &usage, &short.contested))
         });
-        if !hopeless {
-            return None;
-        }
-        Some(Witness {
+        let witness = Witness {
             flavor: f,
             pairs: short
                 .pairs
                 .iter()
                 .map(|(fr, _, u, short)| (*fr, *u, *short))
                 .collect(),
+        };
+        Some(Part {
+            witness,
+            hopeless,
+            usage,
+            contested: short.contested,
+            place,
         })
+    }
+}
+
+impl Part {
+    /// The witness of `wl`'s wait: where its team holds a workload it may preempt, the search
+    /// must be out of reach with what those use taken off (told for `wl`, whose priority says
+    /// which they are), where the victims of this cycle have left and it does not fit there.
+    fn witness_of(&self, ctx: &mut Ctx, wl: &Workload) -> Option<Witness> {
+        if !preemption::own_candidate(ctx, wl) {
+            return self.hopeless.then(|| self.witness.clone());
+        }
+        let out = ctx.once_victims_leave(|ctx| {
+            !(ctx.has_leavers() && ctx.fits(wl, &self.usage, &self.place, true))
+                && preemption::out_of_reach_of(ctx, wl, &self.usage, &self.contested)
+        });
+        out.then(|| self.witness.clone())
     }
 }
 
@@ -200,7 +235,7 @@ impl Witness {
 #[derive(Default)]
 pub(crate) struct Observer {
     /// Per request fingerprint: the working state's counts when it was found, and the part.
-    by_request: ByShape<u128, (Stamp, Option<Witness>)>,
+    by_request: ByShape<u128, (Stamp, Option<Part>)>,
 }
 
 /// Counts of what changes the working state (decisions, usage, candidates taken off): equal
@@ -229,7 +264,7 @@ impl Observer {
                 part
             }
         };
-        part.filter(|_| !preemption::own_candidate(ctx, wl))
+        part?.witness_of(ctx, wl)
     }
 }
 
