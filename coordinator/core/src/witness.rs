@@ -141,9 +141,11 @@ struct Part {
     witness: Witness,
     /// The search is hopeless or out of reach when the team holds no candidate of its own.
     hopeless: bool,
+    /// The request fits once this cycle's victims have left: it would wait for them, and no
+    /// search is out of reach (told with the request alone, once).
+    fits_once_left: bool,
     usage: Vec<(FrId, i64)>,
     contested: BTreeSet<FrId>,
-    place: Vec<(usize, FlavorId, u32)>,
 }
 
 impl Witness {
@@ -190,10 +192,12 @@ impl Witness {
         } else {
             Vec::new()
         };
-        let hopeless = ctx.once_victims_leave(|ctx| {
-            !(ctx.has_leavers() && ctx.fits(wl, &usage, &place, true))
+        let (fits_once_left, hopeless) = ctx.once_victims_leave(|ctx| {
+            let fits = ctx.has_leavers() && ctx.fits(wl, &usage, &place, true);
+            let hopeless = !fits
                 && (preemption::cohort_hopeless(ctx, wl.team, &usage, &short.contested)
-                    || preemption::cohort_out_of_reach(ctx, wl.team, &usage, &short.contested))
+                    || preemption::cohort_out_of_reach(ctx, wl.team, &usage, &short.contested));
+            (fits, hopeless)
         });
         let witness = Witness {
             flavor: f,
@@ -206,9 +210,9 @@ impl Witness {
         Some(Part {
             witness,
             hopeless,
+            fits_once_left,
             usage,
             contested: short.contested,
-            place,
         })
     }
 }
@@ -221,9 +225,11 @@ impl Part {
         if !preemption::own_candidate(ctx, wl) {
             return self.hopeless.then(|| self.witness.clone());
         }
+        if self.fits_once_left {
+            return None;
+        }
         let out = ctx.once_victims_leave(|ctx| {
-            !(ctx.has_leavers() && ctx.fits(wl, &self.usage, &self.place, true))
-                && preemption::out_of_reach_of(ctx, wl, &self.usage, &self.contested)
+            preemption::out_of_reach_of(ctx, wl, &self.usage, &self.contested)
         });
         out.then(|| self.witness.clone())
     }
