@@ -114,51 +114,78 @@ fn leader_killed_during_1000_submissions_loses_and_duplicates_nothing() {
     let rt = rt();
     rt.block_on(async { wait_leader(&mut c.client("admin-admin")).await });
     setup_team(&c, "team-a");
-    let (acked, killed) = rt.block_on(async {
+    // Each call is bounded (a client gives up on a cluster after 15 s) and so is the whole
+    // stream: once CI waited 83 minutes on it and said nothing. A stuck call or stream fails
+    // with what each replica saw (the cluster's Drop prints it).
+    let t = Instant::now();
+    let (acked, killed, refused) = rt.block_on(async {
         let mut cl = c.client("admin-admin");
         let mut acked = Vec::new();
         let mut killed = None;
+        let mut refused: Vec<String> = Vec::new();
         for i in 0..1000 {
             if i == 300 {
-                if let Ok(Ok(Reply::Hello {
+                if let Ok(Ok(Ok(Reply::Hello {
                     leader: Some(l), ..
-                })) = cl.call(Body::Hello).await
+                }))) = tokio::time::timeout(Duration::from_secs(30), cl.call(Body::Hello)).await
                 {
                     let idx = (l - 1) as usize;
                     c.kill(idx);
                     killed = Some(idx);
                 }
             }
+            assert!(
+                t.elapsed() < Duration::from_secs(240),
+                "{i} submissions sent in {:?}, {} acknowledged; the last refusals: {:?}",
+                t.elapsed(),
+                acked.len(),
+                &refused[refused.len().saturating_sub(3)..]
+            );
             let name = format!("w-{i:04}");
-            match cl.call(Body::Submit(job(&name, "team-a"))).await {
+            let call = cl.call(Body::Submit(job(&name, "team-a")));
+            let Ok(answer) = tokio::time::timeout(Duration::from_secs(30), call).await else {
+                panic!("submission {i} has no answer after 30 s");
+            };
+            match answer {
                 Ok(Ok(Reply::Submitted { .. })) => acked.push(name),
                 Ok(Ok(r)) => panic!("unexpected reply {r:?}"),
                 // Not acknowledged: allowed, but then it must not be counted.
-                Ok(Err(e)) => assert!(
-                    matches!(e.kind, ErrorKind::Unavailable | ErrorKind::NotLeader),
-                    "{e:?}"
-                ),
-                Err(_) => {}
+                Ok(Err(e)) => {
+                    assert!(
+                        matches!(e.kind, ErrorKind::Unavailable | ErrorKind::NotLeader),
+                        "{e:?}"
+                    );
+                    refused.push(format!("{i}: {e:?}"));
+                }
+                Err(e) => refused.push(format!("{i}: {e}")),
             }
         }
-        (acked, killed)
+        (acked, killed, refused)
     });
     let killed = killed.expect("a leader was killed");
+    eprintln!(
+        "1,000 submissions in {:?}: {} acknowledged, {} not; leader {} killed at the 300th",
+        t.elapsed(),
+        acked.len(),
+        refused.len(),
+        killed + 1
+    );
     assert!(
         acked.len() >= 900,
-        "only {} of 1000 acknowledged",
-        acked.len()
+        "only {} of 1000 acknowledged; the last refusals: {:?}",
+        acked.len(),
+        &refused[refused.len().saturating_sub(3)..]
     );
     c.start(killed);
     rt.block_on(async {
         let mut cl = c.client("admin-admin");
         wait_leader(&mut cl).await;
-        let Ok(Ok(Reply::Workloads(ws))) = cl
-            .call(Body::GetWorkloads(WorkloadFilter {
-                team: None,
-                all: true,
-            }))
-            .await
+        let list = cl.call(Body::GetWorkloads(WorkloadFilter {
+            team: None,
+            all: true,
+        }));
+        let Ok(Ok(Ok(Reply::Workloads(ws)))) =
+            tokio::time::timeout(Duration::from_secs(30), list).await
         else {
             panic!("listing failed");
         };

@@ -237,11 +237,16 @@ impl Cluster {
     }
 
     pub fn logs(&self) -> String {
+        self.logs_tail(15)
+    }
+
+    /// The last `n` lines of each replica's log.
+    pub fn logs_tail(&self, n: usize) -> String {
         let mut s = String::new();
         for i in 0..self.addrs.len() {
             let p = self.dir.path().join(format!("coordinator-{}.log", i + 1));
             let text = std::fs::read_to_string(&p).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            let tail: Vec<&str> = text.lines().rev().take(n).collect();
             s.push_str(&format!("--- coordinator {} ---\n", i + 1));
             for l in tail.into_iter().rev() {
                 s.push_str(l);
@@ -256,6 +261,30 @@ impl Cluster {
         http_get(&format!("127.0.0.1:{}", self.http[i]), "/metrics")
     }
 
+    /// Each replica's raft view as its `/metrics` page gives it (running or not, leads, term,
+    /// commit and applied indexes): what a failing cluster test prints beside the logs.
+    pub fn raft_views(&self) -> String {
+        let mut s = String::new();
+        for i in 0..self.addrs.len() {
+            let running = self.procs[i].is_some();
+            let m = |name: &str| {
+                self.metric(i, name)
+                    .map_or_else(|| "?".to_string(), |v| v.to_string())
+            };
+            s.push_str(&format!(
+                "replica {} ({}, {}): leads {} term {} commit {} applied {}\n",
+                i + 1,
+                self.addrs[i],
+                if running { "running" } else { "stopped" },
+                m("allot_raft_is_leader"),
+                m("allot_raft_term"),
+                m("allot_raft_commit_index"),
+                m("allot_raft_applied_index"),
+            ));
+        }
+        s
+    }
+
     pub fn metric(&self, i: usize, name: &str) -> Option<f64> {
         let body = self.metrics(i)?;
         body.lines()
@@ -267,6 +296,14 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // A failing test says what each replica saw: the end of its log and its raft view.
+        if std::thread::panicking() {
+            eprintln!(
+                "the cluster when the test failed:\n{}{}",
+                self.raft_views(),
+                self.logs_tail(40)
+            );
+        }
         for i in 0..self.procs.len() {
             self.kill(i);
         }
