@@ -723,6 +723,119 @@ impl Bound {
     }
 }
 
+/// The candidates a fair-sharing search has taken off, in order, and whether the preemptor
+/// fits without them. For one pod set, the room they leave is counted on the nodes as they
+/// were at the first removal (`RoomCount`, as the bound counts it): their usage leaves the
+/// accounting at once, their pods leave the nodes only once the preemptor fits (`victims`),
+/// and a search that fails, as most do, puts back their usage alone. Several pod sets are
+/// placed after each removal.
+#[derive(Default)]
+struct Taking {
+    removed: Vec<(Cand, PreemptReason)>,
+    /// How the room is told, from the first removal on.
+    room: Option<Room>,
+}
+
+impl Taking {
+    /// Whether the removed candidates' pods are still on their nodes.
+    fn counted(&self) -> bool {
+        matches!(self.room, Some(Room::Free | Room::Counted(_) | Room::Never))
+    }
+
+    fn take(
+        &mut self,
+        ctx: &mut Ctx,
+        (wl, place): (&Workload, &[(usize, FlavorId, u32)]),
+        c: Cand,
+        reason: PreemptReason,
+    ) {
+        let room = self.room.get_or_insert_with(|| match place {
+            _ if !ctx.st.placement || place.is_empty() => Room::Free,
+            [one] => Room::of_one(ctx, wl, *one),
+            _ => Room::Placed(Vec::new()),
+        });
+        match room {
+            Room::Placed(_) => ctx.remove(c.id),
+            Room::Counted(r) => {
+                if let Some(a) = ctx.admission_of(c.id) {
+                    for (_, p) in &a.placement {
+                        r.release(&ctx.acct.nodes, p);
+                    }
+                }
+                ctx.remove_counted(c.id);
+            }
+            Room::Free | Room::Never => ctx.remove_counted(c.id),
+        }
+        self.removed.push((c, reason));
+    }
+
+    /// `Ctx::fits` (borrowing allowed) with every candidate taken off.
+    fn fits(
+        &self,
+        ctx: &mut Ctx,
+        wl: &Workload,
+        usage: &[(FrId, i64)],
+        place: &[(usize, FlavorId, u32)],
+    ) -> bool {
+        let fits = match &self.room {
+            None | Some(Room::Placed(_)) => return ctx.fits(wl, usage, place, true),
+            Some(room) => {
+                quota::fits(ctx.st, &ctx.acct, wl.team, usage, true).is_ok()
+                    && match room {
+                        Room::Counted(r) => r.fits(),
+                        Room::Free => true,
+                        Room::Never | Room::Placed(_) => false,
+                    }
+            }
+        };
+        // Debug builds (every test) check the count against placing with the pods given back.
+        #[cfg(debug_assertions)]
+        {
+            let ids = self.ids();
+            ctx.shift_nodes(&ids, -1);
+            let placed = ctx.fits(wl, usage, place, true);
+            ctx.shift_nodes(&ids, 1);
+            assert_eq!(
+                fits, placed,
+                "the counted room disagrees with placing for {}",
+                wl.spec.name
+            );
+        }
+        fits
+    }
+
+    fn ids(&self) -> Vec<WlId> {
+        self.removed.iter().map(|(c, _)| c.id).collect()
+    }
+
+    /// The victims once the preemptor fits: the counted candidates' pods given back on their
+    /// nodes, then the fewest of them kept (`fill_back`).
+    fn victims(
+        self,
+        ctx: &mut Ctx,
+        wl: &Workload,
+        usage: &[(FrId, i64)],
+        place: &[(usize, FlavorId, u32)],
+    ) -> Vec<Victim> {
+        if self.counted() {
+            ctx.shift_nodes(&self.ids(), -1);
+        }
+        fill_back(ctx, wl, usage, place, true, self.removed)
+    }
+
+    /// Puts every candidate back, the last taken first.
+    fn put_back(self, ctx: &mut Ctx) {
+        let counted = self.counted();
+        for (c, _) in self.removed.iter().rev() {
+            if counted {
+                ctx.restore_counted(c.id);
+            } else {
+                ctx.restore(c.id);
+            }
+        }
+    }
+}
+
 /// Puts back every victim (last one excepted) that the preemptor does not need, newest removal
 /// first, then restores the working copy. Returns the minimal set.
 fn fill_back(
@@ -1646,7 +1759,7 @@ fn second_pass(
     mut retry: BTreeMap<TeamId, VecDeque<Cand>>,
     s2: FairSharingStrategy,
     (wl, usage, place, f_set): Want,
-    removed: &mut Vec<(Cand, PreemptReason)>,
+    taking: &mut Taking,
 ) -> Option<bool> {
     let st = ctx.st;
     let t = wl.team;
@@ -1662,9 +1775,8 @@ fn second_pass(
             if !pools.bound_holds(ctx, wl, usage, place, f_set) {
                 return None;
             }
-            ctx.remove(c.id);
-            removed.push((c, PreemptReason::InCohortFairSharing));
-            if ctx.fits(wl, usage, place, true) {
+            taking.take(ctx, (wl, place), c, PreemptReason::InCohortFairSharing);
+            if taking.fits(ctx, wl, usage, place) {
                 return Some(true);
             }
         }
@@ -1688,11 +1800,13 @@ fn search_within(
     pools.everyone = everyone;
     let (first, second) = strategies(st);
     let mut ranking = Ranking::default();
-    let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
+    let mut taking = Taking::default();
     let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
     let mut fit = false;
     let mut hopeless = false;
-    'outer: while let Some(target) = ranking.pick(ctx, &mut pools, &removed, (wl, usage, f_set)) {
+    'outer: while let Some(target) =
+        ranking.pick(ctx, &mut pools, &taking.removed, (wl, usage, f_set))
+    {
         if target == t {
             if !pools.bound_holds(ctx, wl, usage, place, f_set) {
                 return None;
@@ -1700,9 +1814,8 @@ fn search_within(
             let Some(c) = pools.pop(ctx, wl, target, f_set) else {
                 break;
             };
-            ctx.remove(c.id);
-            removed.push((c, PreemptReason::InClusterQueue));
-            if ctx.fits(wl, usage, place, true) {
+            taking.take(ctx, (wl, place), c, PreemptReason::InClusterQueue);
+            if taking.fits(ctx, wl, usage, place) {
                 fit = true;
                 break;
             }
@@ -1715,9 +1828,8 @@ fn search_within(
             let Some(c) = pools.pop(ctx, wl, target, f_set) else {
                 break;
             };
-            ctx.remove(c.id);
-            removed.push((c, PreemptReason::InCohortReclamation));
-            if ctx.fits(wl, usage, place, true) {
+            taking.take(ctx, (wl, place), c, PreemptReason::InCohortReclamation);
+            if taking.fits(ctx, wl, usage, place) {
                 fit = true;
                 break;
             }
@@ -1769,13 +1881,12 @@ fn search_within(
                 if !pools.bound_holds(ctx, wl, usage, place, f_set) {
                     return None;
                 }
-                ctx.remove(c.id);
+                taking.take(ctx, (wl, place), c, PreemptReason::InCohortFairSharing);
                 debug_assert_eq!(
                     t1.cmp(&quota::share(st, &ctx.acct, target, &[])),
                     std::cmp::Ordering::Equal
                 );
-                removed.push((c, PreemptReason::InCohortFairSharing));
-                if ctx.fits(wl, usage, place, true) {
+                if taking.fits(ctx, wl, usage, place) {
                     fit = true;
                     break 'outer;
                 }
@@ -1787,15 +1898,13 @@ fn search_within(
     if !fit && !hopeless {
         if let Some(s2) = second {
             let at = (wl, usage, place, f_set);
-            fit = second_pass(ctx, &mut pools, retry, s2, at, &mut removed)?;
+            fit = second_pass(ctx, &mut pools, retry, s2, at, &mut taking)?;
         }
     }
     if fit {
-        return Some(fill_back(ctx, wl, usage, place, true, removed));
+        return Some(taking.victims(ctx, wl, usage, place));
     }
-    for (c, _) in removed.iter().rev() {
-        ctx.restore(c.id);
-    }
+    taking.put_back(ctx);
     None
 }
 
