@@ -2215,3 +2215,7 @@ pub fn victim_message(st: &State, preemptor: &Workload, v: &Victim) -> String {
     msg.push_str(&format!(" ({detail})"));
     msg
 }
+
+#[cfg(test)]
+#[path = "preemption_taking_tests.rs"]
+mod taking_tests;
