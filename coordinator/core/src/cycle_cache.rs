@@ -734,19 +734,8 @@ impl Settled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allot_common::quota::ResourceQuota;
-    use allot_common::{
-        ClusterPolicy, FlavorQuota, ResourceName, Resources, TeamSpec, WorkloadSpec,
-    };
-
-    const FLAVOR: &str = "ml.p5.48xlarge";
-
-    fn submit(st: &mut State, name: &str, team: &str, gpus: i64, now: Time) {
-        let mut req = Resources::new();
-        req.set(ResourceName::gpu(), gpus);
-        st.submit(WorkloadSpec::single(name, team, 1, req), now)
-            .expect("valid workload");
-    }
+    use crate::test_cluster::{cluster, submit};
+    use allot_common::{ResourceName, Resources, WorkloadSpec};
 
     /// One cycle with `cache`, applied.
     fn cycle(st: &mut State, cache: &mut CycleCache, now: Time) {
@@ -756,28 +745,6 @@ mod tests {
 
     fn basis(cache: &CycleCache) -> Arc<Basis> {
         cache.basis.clone().expect("a cycle ran")
-    }
-
-    /// Teams `teams` with 8 GPUs of nominal quota each, and `nodes` nodes of 8 GPUs.
-    fn cluster(teams: &[&str], nodes: usize) -> State {
-        let mut st = State::new(ClusterPolicy::default());
-        for t in teams {
-            let spec = TeamSpec::new(
-                t,
-                vec![FlavorQuota {
-                    flavor: FLAVOR.into(),
-                    resources: vec![(ResourceName::gpu(), ResourceQuota::nominal(8))],
-                }],
-            );
-            st.set_team(spec).expect("valid team");
-        }
-        let mut cap = Resources::new();
-        cap.set(ResourceName::gpu(), 8);
-        for n in 0..nodes {
-            st.add_node(&format!("p5-{n}"), FLAVOR, &cap)
-                .expect("valid node");
-        }
-        st
     }
 
     #[test]

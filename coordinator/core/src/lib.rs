@@ -31,6 +31,8 @@ pub mod recorded;
 pub mod scheduler;
 pub mod shapes;
 pub mod state;
+#[cfg(test)]
+pub(crate) mod test_cluster;
 pub mod texts;
 pub mod topology;
 pub(crate) mod tree_order;

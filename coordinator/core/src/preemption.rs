@@ -610,6 +610,16 @@ enum Room {
 }
 
 impl Room {
+    /// How the room for `place` is told: nothing to test without placement, counted for one
+    /// pod set, placed for several.
+    fn of(ctx: &Ctx, wl: &Workload, place: &[(usize, FlavorId, u32)]) -> Room {
+        match place {
+            _ if !ctx.st.placement || place.is_empty() => Room::Free,
+            [one] => Room::of_one(ctx, wl, *one),
+            _ => Room::Placed(Vec::new()),
+        }
+    }
+
     /// The room for one pod set, counted on the nodes where counting tells.
     fn of_one(ctx: &Ctx, wl: &Workload, (i, f, count): (usize, FlavorId, u32)) -> Room {
         let (nodes, req) = (&ctx.acct.nodes, &wl.pod_reqs[i]);
@@ -634,17 +644,12 @@ impl Bound {
         place: &[(usize, FlavorId, u32)],
         allow_borrowing: bool,
     ) -> Bound {
-        let room = match place {
-            _ if !ctx.st.placement || place.is_empty() => Room::Free,
-            [one] => Room::of_one(ctx, wl, *one),
-            _ => Room::Placed(Vec::new()),
-        };
         Bound {
             allow_borrowing,
             quota_ok: quota::fits(ctx.st, &ctx.acct, wl.team, usage, allow_borrowing).is_ok(),
             taken: Vec::new(),
             next_check: 1,
-            room,
+            room: Room::of(ctx, wl, place),
         }
     }
 
@@ -749,11 +754,7 @@ impl Taking {
         c: Cand,
         reason: PreemptReason,
     ) {
-        let room = self.room.get_or_insert_with(|| match place {
-            _ if !ctx.st.placement || place.is_empty() => Room::Free,
-            [one] => Room::of_one(ctx, wl, *one),
-            _ => Room::Placed(Vec::new()),
-        });
+        let room = self.room.get_or_insert_with(|| Room::of(ctx, wl, place));
         match room {
             Room::Placed(_) => ctx.remove(c.id),
             Room::Counted(r) => {
@@ -777,17 +778,15 @@ impl Taking {
         usage: &[(FrId, i64)],
         place: &[(usize, FlavorId, u32)],
     ) -> bool {
-        let fits = match &self.room {
-            None | Some(Room::Placed(_)) => return ctx.fits(wl, usage, place, true),
-            Some(room) => {
-                quota::fits(ctx.st, &ctx.acct, wl.team, usage, true).is_ok()
-                    && match room {
-                        Room::Counted(r) => r.fits(),
-                        Room::Free => true,
-                        Room::Never | Room::Placed(_) => false,
-                    }
-            }
-        };
+        if !self.counted() {
+            return ctx.fits(wl, usage, place, true);
+        }
+        let fits = quota::fits(ctx.st, &ctx.acct, wl.team, usage, true).is_ok()
+            && match &self.room {
+                Some(Room::Counted(r)) => r.fits(),
+                Some(Room::Free) => true,
+                _ => false,
+            };
         // Debug builds (every test) check the count against placing with the pods given back.
         #[cfg(debug_assertions)]
         {

@@ -5,44 +5,19 @@
 
 use super::*;
 use crate::state::State;
-use allot_common::quota::ResourceQuota;
-use allot_common::{ClusterPolicy, FlavorQuota, ResourceName, Resources, TeamSpec, WorkloadSpec};
-
-const FLAVOR: &str = "ml.p5.48xlarge";
-
-fn submit(st: &mut State, name: &str, team: &str, gpus: i64) {
-    let mut req = Resources::new();
-    req.set(ResourceName::gpu(), gpus);
-    st.submit(WorkloadSpec::single(name, team, 1, req), 0)
-        .expect("valid workload");
-}
+use crate::test_cluster::{cluster, submit, FLAVOR};
+use allot_common::ResourceName;
 
 /// Teams a and b with 8 GPUs of nominal quota each, two nodes of 8 GPUs filled by four
 /// 4-GPU workloads (a0, b0, a1, b1), and b's 8-GPU `big` waiting.
 fn full_cluster() -> State {
-    let mut st = State::new(ClusterPolicy::default());
-    for t in ["a", "b"] {
-        let spec = TeamSpec::new(
-            t,
-            vec![FlavorQuota {
-                flavor: FLAVOR.into(),
-                resources: vec![(ResourceName::gpu(), ResourceQuota::nominal(8))],
-            }],
-        );
-        st.set_team(spec).expect("valid team");
-    }
-    let mut cap = Resources::new();
-    cap.set(ResourceName::gpu(), 8);
-    for n in 0..2 {
-        st.add_node(&format!("p5-{n}"), FLAVOR, &cap)
-            .expect("valid node");
-    }
+    let mut st = cluster(&["a", "b"], 2);
     for name in ["a0", "b0", "a1", "b1"] {
-        submit(&mut st, name, &name[..1], 4);
+        submit(&mut st, name, &name[..1], 4, 0);
     }
     let plan = crate::scheduler::schedule(&st, 0);
     st.apply_plan(&plan, 0);
-    submit(&mut st, "big", "b", 8);
+    submit(&mut st, "big", "b", 8, 0);
     st
 }
 

@@ -282,23 +282,19 @@ impl<'a> Ctx<'a> {
 
     /// Removes an admitted (or planned) workload's usage and pods from the working copy.
     pub fn remove(&mut self, id: WlId) {
-        let st = self.st;
-        let team = st.workload(id).team;
         // Borrowed beside `acct`, not cloned: searches remove and restore candidates by the
         // thousand in a contended cycle.
-        if let Some(adm) = admission_in(st, &self.planned, id) {
+        if let Some(adm) = admission_in(self.st, &self.planned, id) {
             for (_, p) in &adm.placement {
                 self.acct.nodes.release(p);
             }
-            self.acct.add_all(st, team, &adm.usage, -1);
         }
-        self.removed.insert(id);
-        self.count_removal(id);
+        self.remove_counted(id);
     }
 
     /// `remove`, the workload's pods left on their nodes: a victim search that counts the room
     /// its removals make on the nodes as they were (`RoomCount`) gives their pods back only
-    /// once the preemptor fits (`release_nodes`), and not at all when it puts them back
+    /// once the preemptor fits (`shift_nodes`), and not at all when it puts them back
     /// (`restore_counted`). Most searches fail, and giving pods back and taking them again was
     /// a fifth of a contended cycle.
     pub(crate) fn remove_counted(&mut self, id: WlId) {
@@ -320,8 +316,9 @@ impl<'a> Ctx<'a> {
         self.count_removal(id);
     }
 
-    /// Gives back on their nodes the pods of workloads removed by `remove_counted` (`sign`
-    /// -1), or takes them again (1): removed then as `remove` removes.
+    /// Gives back on their nodes the pods of workloads `ids` (`sign` -1), or takes them again
+    /// (1), in one index update per touched node: with `remove_counted`, removed as `remove`
+    /// removes.
     pub(crate) fn shift_nodes(&mut self, ids: &[WlId], sign: i64) {
         let Ctx {
             st, acct, planned, ..
@@ -366,17 +363,13 @@ impl<'a> Ctx<'a> {
 
     /// Undoes `remove`.
     pub fn restore(&mut self, id: WlId) {
-        let st = self.st;
-        let team = st.workload(id).team;
-        if let Some(adm) = admission_in(st, &self.planned, id) {
+        if let Some(adm) = admission_in(self.st, &self.planned, id) {
             for (_, p) in &adm.placement {
                 // The same allocation was released by `remove`; nothing else holds it now.
                 let _ = self.acct.nodes.take_exact(p);
             }
-            self.acct.add_all(st, team, &adm.usage, 1);
         }
-        self.removed.remove(&id);
-        self.count_removal(id);
+        self.restore_counted(id);
     }
 
     /// Counts a victim, removed by `remove`, as holding its room again for the rest of the
@@ -406,40 +399,17 @@ impl<'a> Ctx<'a> {
 
     /// Removes many candidates at once (one index update per touched node).
     pub fn remove_many(&mut self, ids: &[WlId]) {
-        self.batch(ids, -1);
-        self.removed.extend(ids.iter().copied());
+        self.shift_nodes(ids, -1);
         for id in ids {
-            self.count_removal(*id);
+            self.remove_counted(*id);
         }
     }
 
     /// Undoes `remove_many`.
     pub fn restore_many(&mut self, ids: &[WlId]) {
-        self.batch(ids, 1);
+        self.shift_nodes(ids, 1);
         for id in ids {
-            self.removed.remove(id);
-            self.count_removal(*id);
-        }
-    }
-
-    fn batch(&mut self, ids: &[WlId], sign: i64) {
-        let Ctx {
-            st, acct, planned, ..
-        } = self;
-        let adms: Vec<(TeamId, &Admission)> = ids
-            .iter()
-            .filter_map(|id| admission_in(st, planned, *id).map(|a| (st.workload(*id).team, a)))
-            .collect();
-        let pods = adms
-            .iter()
-            .flat_map(|(_, a)| a.placement.iter().map(|(_, p)| p));
-        if sign < 0 {
-            acct.nodes.release_many(pods);
-        } else {
-            acct.nodes.retake_many(pods);
-        }
-        for (t, a) in &adms {
-            acct.add_all(*st, *t, &a.usage, sign);
+            self.restore_counted(*id);
         }
     }
 
