@@ -267,8 +267,11 @@ impl Cluster {
         let mut s = String::new();
         for i in 0..self.addrs.len() {
             let running = self.procs[i].is_some();
+            // One page per replica: a replica that does not answer costs one read timeout.
+            let page = self.metrics(i);
             let m = |name: &str| {
-                self.metric(i, name)
+                page.as_deref()
+                    .and_then(|p| metric_in(p, name))
                     .map_or_else(|| "?".to_string(), |v| v.to_string())
             };
             s.push_str(&format!(
@@ -286,12 +289,16 @@ impl Cluster {
     }
 
     pub fn metric(&self, i: usize, name: &str) -> Option<f64> {
-        let body = self.metrics(i)?;
-        body.lines()
-            .find(|l| l.starts_with(name) && !l.starts_with('#'))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
+        metric_in(&self.metrics(i)?, name)
     }
+}
+
+/// The value of the first sample of `name` on a `/metrics` page.
+fn metric_in(page: &str, name: &str) -> Option<f64> {
+    page.lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
 }
 
 impl Drop for Cluster {
