@@ -585,9 +585,9 @@ fn fits_without_all(
     holds
 }
 
-/// `fits_without_all` fed its candidates in parts, in any order. Quota and room only grow as
-/// candidates go, so a caller stops feeding once it [`holds`](Self::holds): a bound that holds
-/// (the usual case) reads a few candidates, one that fails reads each once.
+/// `fits_without_all`, fed its candidates. Quota and room only grow as candidates go, so
+/// feeding stops once it [`holds`](Self::holds): a bound that holds (the usual case) reads a
+/// few candidates, one that fails reads each once.
 struct Bound {
     allow_borrowing: bool,
     quota_ok: bool,
@@ -730,21 +730,24 @@ impl Bound {
 
 /// The candidates a fair-sharing search has taken off, in order, and whether the preemptor
 /// fits without them. For one pod set, the room they leave is counted on the nodes as they
-/// were at the first removal (`RoomCount`, as the bound counts it): their usage leaves the
-/// accounting at once, their pods leave the nodes only once the preemptor fits (`victims`),
-/// and a search that fails, as most do, puts back their usage alone. Several pod sets are
-/// placed after each removal.
+/// were at the first removal (`RoomCount`): their usage leaves the accounting at once, their
+/// pods leave the nodes only once the preemptor fits (`victims`). Several pod sets are placed
+/// after each removal. In a dry walk (`search_within`) a take moves usage alone and nothing
+/// fits on the way: whether the preemptor fits with all of them gone is asked once
+/// (`fits_all`).
 #[derive(Default)]
 struct Taking {
     removed: Vec<(Cand, PreemptReason)>,
     /// How the room is told, from the first removal on.
     room: Option<Room>,
+    /// A dry walk's (`search_within`).
+    dry: bool,
 }
 
 impl Taking {
     /// Whether the removed candidates' pods are still on their nodes.
     fn counted(&self) -> bool {
-        matches!(self.room, Some(Room::Free | Room::Counted(_) | Room::Never))
+        self.dry || matches!(self.room, Some(Room::Free | Room::Counted(_) | Room::Never))
     }
 
     fn take(
@@ -754,6 +757,11 @@ impl Taking {
         c: Cand,
         reason: PreemptReason,
     ) {
+        if self.dry {
+            ctx.remove_counted(c.id);
+            self.removed.push((c, reason));
+            return;
+        }
         let room = self.room.get_or_insert_with(|| Room::of(ctx, wl, place));
         match room {
             Room::Placed(_) => ctx.remove(c.id),
@@ -770,6 +778,40 @@ impl Taking {
         self.removed.push((c, reason));
     }
 
+    /// Of a dry walk: whether the preemptor fits (borrowing allowed) with every candidate it
+    /// took gone. Quota first: the room is counted only where quota allows.
+    fn fits_all(
+        &self,
+        ctx: &mut Ctx,
+        wl: &Workload,
+        usage: &[(FrId, i64)],
+        place: &[(usize, FlavorId, u32)],
+    ) -> bool {
+        if self.removed.is_empty() || quota::fits(ctx.st, &ctx.acct, wl.team, usage, true).is_err()
+        {
+            return false;
+        }
+        match Room::of(ctx, wl, place) {
+            Room::Free => true,
+            Room::Never => false,
+            Room::Counted(mut r) => {
+                for (c, _) in &self.removed {
+                    for (_, p) in ctx.admission_of(c.id).iter().flat_map(|a| &a.placement) {
+                        r.release(&ctx.acct.nodes, p);
+                    }
+                }
+                r.fits()
+            }
+            Room::Placed(_) => {
+                let ids = self.ids();
+                ctx.shift_nodes(&ids, -1);
+                let fits = ctx.fits(wl, usage, place, true);
+                ctx.shift_nodes(&ids, 1);
+                fits
+            }
+        }
+    }
+
     /// `Ctx::fits` (borrowing allowed) with every candidate taken off.
     fn fits(
         &self,
@@ -778,6 +820,9 @@ impl Taking {
         usage: &[(FrId, i64)],
         place: &[(usize, FlavorId, u32)],
     ) -> bool {
+        if self.dry {
+            return false;
+        }
         if !self.counted() {
             return ctx.fits(wl, usage, place, true);
         }
@@ -986,12 +1031,6 @@ struct Pools {
     any: BTreeMap<TeamId, bool>,
     /// Teams not gathered yet whose candidates were all passed over (`exhaust`).
     exhausted: BTreeSet<TeamId>,
-    /// Whether every candidate in reach gone at once makes room (`fits_without_all`), told
-    /// before the search's first removal.
-    bound: Option<bool>,
-    /// Whether every team is in reach (`reach`): debug builds check a search the bound ends
-    /// against one bounded by every candidate.
-    everyone: bool,
 }
 
 impl Pools {
@@ -1008,8 +1047,6 @@ impl Pools {
             gathered: BTreeMap::new(),
             any: BTreeMap::new(),
             exhausted: BTreeSet::new(),
-            bound: None,
-            everyone: false,
         }
     }
 
@@ -1024,22 +1061,6 @@ impl Pools {
             walk.next = ids.len();
         }
         self.gathered.insert(m, (ids, walk));
-    }
-
-    /// Team `m`'s candidates as `collect` gives them (before the search removes any), in the
-    /// search's order.
-    fn all_of(&mut self, ctx: &Ctx, wl: &Workload, m: TeamId, f_set: &BTreeSet<FrId>) -> Vec<Cand> {
-        self.gather(ctx, m, f_set);
-        let Some((ids, _)) = self.gathered.get(&m) else {
-            return Vec::new();
-        };
-        let mut walk = Walk::default();
-        let mut out = Vec::new();
-        while let Some(c) = walk.step(ctx, wl, self.rules(), &self.never, m, ids) {
-            out.push(c);
-            walk.next += 1;
-        }
-        out
     }
 
     /// Team `m`'s next candidate in the search's order, left in place: the admissions passed
@@ -1133,131 +1154,13 @@ impl Pools {
         }
         Some(c)
     }
-
-    /// The teams whose candidates the search can ever take: the preemptor's own, and those
-    /// whose share is above the lowest the preemptor's can have (`p_min`, with every own
-    /// candidate gone). A rival is picked by fair sharing only while its share is above the
-    /// preemptor's (both strategies test `P < T0` or `P < T1 <= T0`), shares only fall as
-    /// candidates go, and the preemptor's falls only as its own go. Reclamation, which takes
-    /// any rival's candidates, needs the preemptor's team within nominal after admission: when
-    /// that can happen (own candidates gone), every team is in reach. `own`: the own team's
-    /// candidates (`all_of`).
-    fn reach(
-        &self,
-        ctx: &Ctx,
-        usage: &[(FrId, i64)],
-        f_set: &BTreeSet<FrId>,
-        own: &[Cand],
-    ) -> Vec<TeamId> {
-        let t = self.own;
-        if self.everyone {
-            return self.teams.clone();
-        }
-        let mut lowest: Vec<(FrId, i64)> = usage.to_vec();
-        for c in own {
-            if let Some(a) = ctx.admission_of(c.id) {
-                lowest.extend(taken_off(a));
-            }
-        }
-        if within_nominal_after(ctx, t, &lowest, f_set) {
-            return self.teams.clone();
-        }
-        let p_min = quota::share(ctx.st, &ctx.acct, t, &lowest);
-        self.teams
-            .iter()
-            .copied()
-            .filter(|&m| m == t || ctx.share(m) > p_min)
-            .collect()
-    }
-
-    /// Whether the preemptor fits with every candidate in reach gone (`reach`): no search
-    /// that takes a part of them can fit when that does not (removing usage only ever adds
-    /// room). Told once, before the search removes its first. In a full cohort most searches
-    /// fail, and most of the rivals of a borrowing preemptor have shares below its own: the
-    /// bound over every candidate of the cohort always held, so a failing search took off and
-    /// put back a dozen candidates before it knew.
-    fn bound_holds(
-        &mut self,
-        ctx: &mut Ctx,
-        wl: &Workload,
-        usage: &[(FrId, i64)],
-        place: &[(usize, FlavorId, u32)],
-        f_set: &BTreeSet<FrId>,
-    ) -> bool {
-        if let Some(b) = self.bound {
-            return b;
-        }
-        // Read once for the reach and the bound. Most preemptors' teams hold nothing they may
-        // take (`own_candidate` is kept per team; without one, `all_of` finds none either).
-        let own = if own_candidate(ctx, wl) {
-            self.all_of(ctx, wl, self.own, f_set)
-        } else {
-            Vec::new()
-        };
-        let reach = self.reach(ctx, usage, f_set, &own);
-        let own_usage: Vec<(FrId, i64)> = own
-            .iter()
-            .filter_map(|c| ctx.admission_of(c.id))
-            .flat_map(|a| a.usage.iter().copied())
-            .filter(|(fr, _)| usage.iter().any(|(f, _)| f == fr))
-            .collect();
-        if !quota_bound(ctx, wl.team, usage, &own_usage, &reach) {
-            // Debug builds (every test) check it against the bound over those candidates.
-            #[cfg(debug_assertions)]
-            {
-                let all: Vec<Cand> = reach
-                    .iter()
-                    .flat_map(|&m| self.all_of(ctx, wl, m, f_set))
-                    .collect();
-                assert!(!fits_without_all(ctx, wl, usage, place, &all, true));
-            }
-            self.bound = Some(false);
-            return false;
-        }
-        // Team by team, gathering only until it holds.
-        let mut bound = Bound::start(ctx, wl, usage, place, true);
-        for &m in &reach {
-            if bound.holds() {
-                break;
-            }
-            if m == self.own {
-                bound.feed(ctx, wl, usage, &own);
-            } else {
-                let cands = self.all_of(ctx, wl, m, f_set);
-                bound.feed(ctx, wl, usage, &cands);
-            }
-        }
-        let b = bound.finish(ctx, wl, usage, place);
-        // Debug builds (every test) check it against the bound over those candidates at once.
-        #[cfg(debug_assertions)]
-        {
-            let all: Vec<Cand> = reach
-                .iter()
-                .flat_map(|&m| self.all_of(ctx, wl, m, f_set))
-                .collect();
-            assert_eq!(b, fits_without_all(ctx, wl, usage, place, &all, true));
-            // Where it ends a search (before its first removal), the search bounded by every
-            // candidate finds nothing either.
-            if !b && !self.everyone {
-                let found = search_within(ctx, wl, usage, place, f_set, true);
-                assert!(
-                    found.is_none(),
-                    "the bound over the candidates in reach skipped a search that finds victims for {}: {found:?}",
-                    wl.spec.name
-                );
-            }
-        }
-        self.bound = Some(b);
-        b
-    }
 }
 
 /// Whether the preemptor's request fits its quota with the teams in `reach` using none of the
-/// requested pairs, what its own team's candidates use (`own`, per pair) gone: a bound on the candidates' bound
-/// (`Pools::bound_holds`) read from each team's usage, not from its admissions one by one.
-/// Their candidates use no more than all of it, and less usage never leaves less room. In a
-/// full cohort most bounds fail on quota (nine in ten on the 3,000-workload scenario), each
-/// after walking and taking off every candidate of every team in reach.
+/// requested pairs, what its own team's candidates use (`own`, per pair) gone: a bound on
+/// what any search can take, read from each team's usage, not from its admissions one by one
+/// (`out_of_reach_of`). Their candidates use no more than all of it, and less usage never
+/// leaves less room.
 fn quota_bound(
     ctx: &mut Ctx,
     t: TeamId,
@@ -1473,7 +1376,7 @@ fn tree_hopeless(ctx: &mut Ctx, wl: &Workload, asker: &Asker, f_set: &BTreeSet<F
 /// compare the shares where the preemptor's path and the target's part (`parting`): two
 /// departments compare as wholes, two teams of one cohort as teams. Plainer than the flat
 /// cohort's search: only the hopeless case is told first (`tree_hopeless`); the kept ranking
-/// and the bound compare team shares.
+/// and the dry walk compare team shares.
 fn tree_fair_sharing(
     ctx: &mut Ctx,
     wl: &Workload,
@@ -1492,7 +1395,6 @@ fn tree_fair_sharing(
         return None;
     }
     let mut pools = Pools::new(ctx, wl, usage, f_set);
-    pools.everyone = true;
     let (first, second) = strategies(st);
     let mut removed: Vec<(Cand, PreemptReason)> = Vec::new();
     let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
@@ -1589,7 +1491,7 @@ fn fair_sharing_search(
     place: &[(usize, FlavorId, u32)],
     f_set: &BTreeSet<FrId>,
 ) -> Option<Vec<Victim>> {
-    search_within(ctx, wl, usage, place, f_set, false)
+    search_within(ctx, wl, usage, place, f_set)
 }
 
 /// Whether taking a candidate off a team passes strategy `s`: the preemptor's share after its
@@ -1751,15 +1653,14 @@ type Want<'w> = (
 );
 
 /// The second strategy's pass over the candidates the first passed over: one per team, by
-/// share. Whether the workload fits after it (`None`: the search's bound no longer holds).
+/// share. Whether the workload fits after it.
 fn second_pass(
     ctx: &mut Ctx,
-    pools: &mut Pools,
     mut retry: BTreeMap<TeamId, VecDeque<Cand>>,
     s2: FairSharingStrategy,
     (wl, usage, place, f_set): Want,
     taking: &mut Taking,
-) -> Option<bool> {
+) -> bool {
     let st = ctx.st;
     let t = wl.team;
     let mut used: BTreeSet<TeamId> = BTreeSet::new();
@@ -1771,35 +1672,75 @@ fn second_pass(
             continue;
         };
         if passes(s2, p, t0, t0) {
-            if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                return None;
-            }
             taking.take(ctx, (wl, place), c, PreemptReason::InCohortFairSharing);
             if taking.fits(ctx, wl, usage, place) {
-                return Some(true);
+                return true;
             }
         }
     }
-    Some(false)
+    false
 }
 
-/// `fair_sharing_search`, with every team in reach of its bound when `everyone` (see
-/// `Pools::reach`).
+/// `fair_sharing_search`. Most searches fail, and a failing search takes every candidate its
+/// walk can take (the walk's choices read the accounting, never the nodes): a dry walk first
+/// takes them off the accounting only and asks once, with all of them gone, whether the
+/// preemptor fits (quota, then the room their pods leave). Room and quota only grow as
+/// candidates go, and the search's walk takes what the dry one took, in the same order, until
+/// the preemptor fits: so the search finds victims exactly when the dry walk ends fitting, and
+/// only then runs. (Asking after every removal, with a bound over every candidate in reach
+/// before the first, was a third of a contended cycle's searches.)
 fn search_within(
     ctx: &mut Ctx,
     wl: &Workload,
     usage: &[(FrId, i64)],
     place: &[(usize, FlavorId, u32)],
     f_set: &BTreeSet<FrId>,
-    everyone: bool,
 ) -> Option<Vec<Victim>> {
+    let want = (wl, usage, place, f_set);
+    let mut dry = Taking {
+        dry: true,
+        ..Taking::default()
+    };
+    walk(ctx, want, &mut dry);
+    let fits = dry.fits_all(ctx, wl, usage, place);
+    dry.put_back(ctx);
+    let mut taking = Taking::default();
+    if !fits {
+        // Debug builds (every test) check the dry walk against the search it skips.
+        #[cfg(debug_assertions)]
+        {
+            let found = walk(ctx, want, &mut taking);
+            taking.put_back(ctx);
+            assert!(
+                !found,
+                "the dry walk skipped a search that finds victims for {}",
+                wl.spec.name
+            );
+        }
+        return None;
+    }
+    let fit = walk(ctx, want, &mut taking);
+    debug_assert!(
+        fit,
+        "the dry walk fits but the search does not for {}",
+        wl.spec.name
+    );
+    if fit {
+        return Some(taking.victims(ctx, wl, usage, place));
+    }
+    taking.put_back(ctx);
+    None
+}
+
+/// The fair-sharing search's walk: candidates taken team by team, by share, the first strategy
+/// then the second, until the preemptor fits (`taking`; never for a dry walk). Whether it fits.
+fn walk(ctx: &mut Ctx, want: Want, taking: &mut Taking) -> bool {
+    let (wl, usage, place, f_set) = want;
     let st = ctx.st;
     let t = wl.team;
     let mut pools = Pools::new(ctx, wl, usage, f_set);
-    pools.everyone = everyone;
     let (first, second) = strategies(st);
     let mut ranking = Ranking::default();
-    let mut taking = Taking::default();
     let mut retry: BTreeMap<TeamId, VecDeque<Cand>> = BTreeMap::new();
     let mut fit = false;
     let mut hopeless = false;
@@ -1807,9 +1748,6 @@ fn search_within(
         ranking.pick(ctx, &mut pools, &taking.removed, (wl, usage, f_set))
     {
         if target == t {
-            if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                return None;
-            }
             let Some(c) = pools.pop(ctx, wl, target, f_set) else {
                 break;
             };
@@ -1821,9 +1759,6 @@ fn search_within(
             continue;
         }
         if within_nominal_after(ctx, t, usage, f_set) {
-            if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                return None;
-            }
             let Some(c) = pools.pop(ctx, wl, target, f_set) else {
                 break;
             };
@@ -1877,9 +1812,6 @@ fn search_within(
             // was most of a contended search's cost.
             let t1 = ctx.share_without(target, c.id);
             if passes(first, p, t0, t1) {
-                if !pools.bound_holds(ctx, wl, usage, place, f_set) {
-                    return None;
-                }
                 taking.take(ctx, (wl, place), c, PreemptReason::InCohortFairSharing);
                 debug_assert_eq!(
                     t1.cmp(&quota::share(st, &ctx.acct, target, &[])),
@@ -1896,15 +1828,10 @@ fn search_within(
     }
     if !fit && !hopeless {
         if let Some(s2) = second {
-            let at = (wl, usage, place, f_set);
-            fit = second_pass(ctx, &mut pools, retry, s2, at, &mut taking)?;
+            fit = second_pass(ctx, retry, s2, want, taking);
         }
     }
-    if fit {
-        return Some(taking.victims(ctx, wl, usage, place));
-    }
-    taking.put_back(ctx);
-    None
+    fit
 }
 
 /// Whether `wl`'s team holds a workload its policy lets `wl` preempt (`own_allowed`). Only

@@ -1,7 +1,7 @@
 //! The counted room (`Taking`) against taking candidates' pods off their nodes one by one, the
 //! way searches did before it: every order of every subset of four admissions, on a full
 //! cluster of two nodes, finds the same victims (or none), and leaves the working copy as it
-//! found it.
+//! found it. A dry walk over the same order ends fitting exactly when the search finds victims.
 
 use super::*;
 use crate::state::State;
@@ -63,6 +63,22 @@ fn by_count(ctx: &mut Ctx, (wl, usage, place): Want, order: &[Cand]) -> Option<V
     None
 }
 
+/// A dry walk's taking over `order`: whether the preemptor fits with all of them gone, asked
+/// once at the end (`Taking::fits_all`); it never fits on the way.
+fn by_dry_walk(ctx: &mut Ctx, (wl, usage, place): Want, order: &[Cand]) -> bool {
+    let mut taking = Taking {
+        dry: true,
+        ..Taking::default()
+    };
+    for c in order {
+        taking.take(ctx, (wl, place), c.clone(), c.reason());
+        assert!(!taking.fits(ctx, wl, usage, place), "a dry walk never fits");
+    }
+    let fits = taking.fits_all(ctx, wl, usage, place);
+    taking.put_back(ctx);
+    fits
+}
+
 /// Every order of every subset of `items`.
 fn orders(items: &[Cand]) -> Vec<Vec<Cand>> {
     let mut out: Vec<Vec<Cand>> = vec![Vec::new()];
@@ -113,6 +129,13 @@ fn counted_room_finds_the_victims_that_taking_pods_off_finds_and_leaves_nothing_
         let count = by_count(&mut ctx, want, &order);
         assert_eq!(working_copy(&ctx, fr), before, "after counting {order:?}");
         assert_eq!(count, removal, "the victims of {order:?}");
+        let dry = by_dry_walk(&mut ctx, want, &order);
+        assert_eq!(
+            working_copy(&ctx, fr),
+            before,
+            "after a dry walk of {order:?}"
+        );
+        assert_eq!(dry, count.is_some(), "the dry walk of {order:?}");
         match count {
             Some(_) => found += 1,
             None => none += 1,
