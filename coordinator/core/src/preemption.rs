@@ -1686,9 +1686,8 @@ fn second_pass(
 /// takes them off the accounting only and asks once, with all of them gone, whether the
 /// preemptor fits (quota, then the room their pods leave). Room and quota only grow as
 /// candidates go, and the search's walk takes what the dry one took, in the same order, until
-/// the preemptor fits: so the search finds victims exactly when the dry walk ends fitting, and
-/// only then runs. (Asking after every removal, with a bound over every candidate in reach
-/// before the first, was a third of a contended cycle's searches.)
+/// the preemptor fits: so it finds victims exactly when the dry walk ends fitting, and then
+/// the dry walk's candidates are taken again in its order, asking after each.
 fn search_within(
     ctx: &mut Ctx,
     wl: &Workload,
@@ -1703,12 +1702,13 @@ fn search_within(
     };
     walk(ctx, want, &mut dry);
     let fits = dry.fits_all(ctx, wl, usage, place);
+    let taken = dry.removed.clone();
     dry.put_back(ctx);
-    let mut taking = Taking::default();
     if !fits {
         // Debug builds (every test) check the dry walk against the search it skips.
         #[cfg(debug_assertions)]
         {
+            let mut taking = Taking::default();
             let found = walk(ctx, want, &mut taking);
             taking.put_back(ctx);
             assert!(
@@ -1719,15 +1719,33 @@ fn search_within(
         }
         return None;
     }
-    let fit = walk(ctx, want, &mut taking);
+    // Debug builds (every test) find the victims by the search's own walk, to compare.
+    #[cfg(debug_assertions)]
+    let walked = {
+        let mut taking = Taking::default();
+        assert!(
+            walk(ctx, want, &mut taking),
+            "the dry walk fits but the search does not for {}",
+            wl.spec.name
+        );
+        taking.victims(ctx, wl, usage, place)
+    };
+    // The search's walk takes what the dry one took, in its order, until the preemptor fits.
+    let mut taking = Taking::default();
+    for (c, reason) in taken {
+        taking.take(ctx, (wl, place), c, reason);
+        if taking.fits(ctx, wl, usage, place) {
+            let victims = taking.victims(ctx, wl, usage, place);
+            #[cfg(debug_assertions)]
+            assert_eq!(victims, walked, "the victims of {}", wl.spec.name);
+            return Some(victims);
+        }
+    }
     debug_assert!(
-        fit,
-        "the dry walk fits but the search does not for {}",
+        false,
+        "the dry walk fits, its takes do not for {}",
         wl.spec.name
     );
-    if fit {
-        return Some(taking.victims(ctx, wl, usage, place));
-    }
     taking.put_back(ctx);
     None
 }
