@@ -1082,6 +1082,7 @@ impl Pools {
             return false;
         }
         let own = m == self.own;
+        let rules = self.rules();
         let never = &self.never;
         let spares = spares(ctx, own, self.rebalance);
         *self.any.entry(m).or_insert_with(|| {
@@ -1091,27 +1092,40 @@ impl Pools {
             if own && !own_candidate(ctx, wl) {
                 return false;
             }
-            let users = users(ctx, m, f_set, false);
-            let mut allowed = users.iter().filter(|id| allowed(ctx, wl, **id, own, never));
             if !spares {
-                return allowed.next().is_some();
+                let users = users(ctx, m, f_set, false);
+                return users.iter().any(|id| allowed(ctx, wl, *id, own, never));
             }
-            // As `Walk` would find it without sorting: one being evicted (first in the order),
-            // or one not spared at or below the lowest priority spared.
-            let mut cap: Option<i32> = None;
-            let mut lowest: Option<i32> = None;
-            for &id in allowed {
-                let c = ctx.st.workload(id);
-                if c.state == WlState::Evicting {
-                    return true;
+            // Where the stability rules may spare some, as `Walk` finds it in the search's
+            // order (kept for the cycle): it stops at the first one being evicted or not
+            // spared, or past the lowest priority spared. Unsorted, every admission of the
+            // team was read for each search that asked.
+            let users = users(ctx, m, f_set, true);
+            let found = Walk::default()
+                .step(ctx, wl, rules, never, m, &users)
+                .is_some();
+            // Debug builds (every test) check it against reading every admission: one being
+            // evicted, or one not spared at or below the lowest priority spared.
+            #[cfg(debug_assertions)]
+            {
+                let (mut cap, mut lowest, mut evicting) = (None, None, false);
+                for &id in users.iter().filter(|id| allowed(ctx, wl, **id, own, never)) {
+                    let c = ctx.st.workload(id);
+                    evicting |= c.state == WlState::Evicting;
+                    if spared(ctx, id, c) {
+                        lower(&mut cap, c.priority);
+                    } else {
+                        lower(&mut lowest, c.priority);
+                    }
                 }
-                if spared(ctx, id, c) {
-                    lower(&mut cap, c.priority);
-                } else {
-                    lower(&mut lowest, c.priority);
-                }
+                let scanned = evicting || lowest.is_some_and(|l| cap.is_none_or(|c| l <= c));
+                assert_eq!(
+                    found, scanned,
+                    "team {m:?}'s first candidate for {}",
+                    wl.spec.name
+                );
             }
-            lowest.is_some_and(|l| cap.is_none_or(|c| l <= c))
+            found
         })
     }
 
