@@ -418,13 +418,19 @@ pub(crate) fn reclaimable_teams<'c>(
     f_set: &'c BTreeSet<FrId>,
 ) -> impl Iterator<Item = TeamId> + 'c {
     let t = wl.team;
-    let team = &ctx.st.teams[t.idx()];
-    let cohort = &ctx.st.cohorts[team.cohort.idx()];
-    let reclaims =
-        team.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::Never && !cohort.private;
+    let cohort = &ctx.st.cohorts[ctx.st.teams[t.idx()].cohort.idx()];
+    let reclaims = reclaims(ctx.st, t);
     cohort.sharing().iter().copied().filter(move |m| {
         reclaims && *m != t && borrowing_in(ctx, *m, f_set) && in_reach(ctx, t, *m, f_set)
     })
+}
+
+/// Whether team `t`'s policy lets it reclaim from others at all: it may, and its cohort is
+/// not its own.
+fn reclaims(st: &State, t: TeamId) -> bool {
+    let team = &st.teams[t.idx()];
+    team.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::Never
+        && !st.cohorts[team.cohort.idx()].private
 }
 
 /// Whether team `m`'s work is within reach of a reclaim by team `t` on `f_set`: every cohort
@@ -732,9 +738,9 @@ impl Bound {
 /// fits without them. For one pod set, the room they leave is counted on the nodes as they
 /// were at the first removal (`RoomCount`): their usage leaves the accounting at once, their
 /// pods leave the nodes only once the preemptor fits (`victims`). Several pod sets are placed
-/// after each removal. In a dry walk (`search_within`) a take moves usage alone and nothing
-/// fits on the way: whether the preemptor fits with all of them gone is asked once
-/// (`fits_all`).
+/// after each removal. In a dry walk (`search_within`) a take moves usage alone
+/// (`Ctx::shift_usage`: the walk never looks at a candidate twice) and nothing fits on the
+/// way: whether the preemptor fits with all of them gone is asked once (`fits_all`).
 #[derive(Default)]
 struct Taking {
     removed: Vec<(Cand, PreemptReason)>,
@@ -758,7 +764,7 @@ impl Taking {
         reason: PreemptReason,
     ) {
         if self.dry {
-            ctx.remove_counted(c.id);
+            ctx.shift_usage(c.id, -1);
             self.removed.push((c, reason));
             return;
         }
@@ -871,7 +877,9 @@ impl Taking {
     fn put_back(self, ctx: &mut Ctx) {
         let counted = self.counted();
         for (c, _) in self.removed.iter().rev() {
-            if counted {
+            if self.dry {
+                ctx.shift_usage(c.id, 1);
+            } else if counted {
                 ctx.restore_counted(c.id);
             } else {
                 ctx.restore(c.id);
@@ -1035,10 +1043,29 @@ struct Pools {
 
 impl Pools {
     fn new(ctx: &Ctx, wl: &Workload, usage: &[(FrId, i64)], f_set: &BTreeSet<FrId>) -> Pools {
-        let mut teams: Vec<TeamId> = std::iter::once(wl.team)
-            .chain(reclaimable_teams(ctx, wl, f_set))
-            .collect();
+        // `reclaimable_teams`, read from the cohort's borrowers as the cycle keeps them
+        // (`ranked_borrowers`) rather than from every member: a search starts at every
+        // judgement, and a cohort has a hundred members.
+        let t = wl.team;
+        let mut teams = vec![t];
+        if reclaims(ctx.st, t) {
+            let cohort = ctx.st.teams[t.idx()].cohort;
+            teams.extend(
+                (ranked_borrowers(ctx, cohort, f_set).iter())
+                    .map(|(_, m)| *m)
+                    .filter(|&m| m != t && in_reach(ctx, t, m, f_set)),
+            );
+        }
         teams.sort_unstable();
+        // Debug builds (every test) check them against every member.
+        #[cfg(debug_assertions)]
+        {
+            let mut all: Vec<TeamId> = std::iter::once(t)
+                .chain(reclaimable_teams(ctx, wl, f_set))
+                .collect();
+            all.sort_unstable();
+            assert_eq!(teams, all, "the teams {} may reclaim from", wl.spec.name);
+        }
         Pools {
             teams,
             own: wl.team,

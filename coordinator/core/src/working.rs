@@ -298,22 +298,28 @@ impl<'a> Ctx<'a> {
     /// (`restore_counted`). Most searches fail, and giving pods back and taking them again was
     /// a fifth of a contended cycle.
     pub(crate) fn remove_counted(&mut self, id: WlId) {
-        let st = self.st;
-        if let Some(adm) = admission_in(st, &self.planned, id) {
-            self.acct.add_all(st, st.workload(id).team, &adm.usage, -1);
-        }
+        self.shift_usage(id, -1);
         self.removed.insert(id);
         self.count_removal(id);
     }
 
     /// Undoes `remove_counted`.
     pub(crate) fn restore_counted(&mut self, id: WlId) {
-        let st = self.st;
-        if let Some(adm) = admission_in(st, &self.planned, id) {
-            self.acct.add_all(st, st.workload(id).team, &adm.usage, 1);
-        }
+        self.shift_usage(id, 1);
         self.removed.remove(&id);
         self.count_removal(id);
+    }
+
+    /// Takes an admitted (or planned) workload's usage off the accounting (`sign` -1), or
+    /// counts it again (1), and nothing else: it stays a candidate, its pods on their nodes.
+    /// For a dry walk (`preemption::search_within`), which never looks at a candidate twice
+    /// and puts every one back before anything else reads the working copy.
+    pub(crate) fn shift_usage(&mut self, id: WlId, sign: i64) {
+        let st = self.st;
+        if let Some(adm) = admission_in(st, &self.planned, id) {
+            self.acct
+                .add_all(st, st.workload(id).team, &adm.usage, sign);
+        }
     }
 
     /// Gives back on their nodes the pods of workloads `ids` (`sign` -1), or takes them again
