@@ -808,14 +808,24 @@ impl Taking {
                 }
                 r.fits()
             }
-            Room::Placed(_) => {
-                let ids = self.ids();
-                ctx.shift_nodes(&ids, -1);
-                let fits = ctx.fits(wl, usage, place, true);
-                ctx.shift_nodes(&ids, 1);
-                fits
-            }
+            Room::Placed(_) => self.placed_fits(ctx, wl, usage, place),
         }
+    }
+
+    /// `Ctx::fits` (borrowing allowed) with the taken candidates' pods given back on their
+    /// nodes for the test (their usage is off already), then taken again.
+    fn placed_fits(
+        &self,
+        ctx: &mut Ctx,
+        wl: &Workload,
+        usage: &[(FrId, i64)],
+        place: &[(usize, FlavorId, u32)],
+    ) -> bool {
+        let ids = self.ids();
+        ctx.shift_nodes(&ids, -1);
+        let fits = ctx.fits(wl, usage, place, true);
+        ctx.shift_nodes(&ids, 1);
+        fits
     }
 
     /// `Ctx::fits` (borrowing allowed) with every candidate taken off.
@@ -841,10 +851,7 @@ impl Taking {
         // Debug builds (every test) check the count against placing with the pods given back.
         #[cfg(debug_assertions)]
         {
-            let ids = self.ids();
-            ctx.shift_nodes(&ids, -1);
-            let placed = ctx.fits(wl, usage, place, true);
-            ctx.shift_nodes(&ids, 1);
+            let placed = self.placed_fits(ctx, wl, usage, place);
             assert_eq!(
                 fits, placed,
                 "the counted room disagrees with placing for {}",
@@ -874,7 +881,7 @@ impl Taking {
     }
 
     /// Puts every candidate back, the last taken first.
-    fn put_back(self, ctx: &mut Ctx) {
+    fn put_back(&self, ctx: &mut Ctx) {
         let counted = self.counted();
         for (c, _) in self.removed.iter().rev() {
             if self.dry {
@@ -1127,15 +1134,13 @@ impl Pools {
             // order (kept for the cycle): it stops at the first one being evicted or not
             // spared, or past the lowest priority spared. Unsorted, every admission of the
             // team was read for each search that asked.
-            let users = users(ctx, m, f_set, true);
-            let found = Walk::default()
-                .step(ctx, wl, rules, never, m, &users)
-                .is_some();
+            let found = first_candidate(ctx, wl, rules, never, m, f_set).is_some();
             // Debug builds (every test) check it against reading every admission: one being
             // evicted, or one not spared at or below the lowest priority spared.
             #[cfg(debug_assertions)]
             {
                 let (mut cap, mut lowest, mut evicting) = (None, None, false);
+                let users = users(ctx, m, f_set, false);
                 for &id in users.iter().filter(|id| allowed(ctx, wl, **id, own, never)) {
                     let c = ctx.st.workload(id);
                     evicting |= c.state == WlState::Evicting;
@@ -1168,8 +1173,7 @@ impl Pools {
         if self.gathered.contains_key(&m) {
             return self.next_of(ctx, wl, m);
         }
-        let ids = users(ctx, m, f_set, true);
-        Walk::default().step(ctx, wl, self.rules(), &self.never, m, &ids)
+        first_candidate(ctx, wl, self.rules(), &self.never, m, f_set)
     }
 
     /// The preemptor's team, and whether the stability rules spare rivals' candidates.
@@ -1223,6 +1227,20 @@ fn quota_bound(
     ctx.acct.with_moved(st, &moves, |acct| {
         quota::fits(st, acct, t, usage, true).is_ok()
     })
+}
+
+/// Team `m`'s first candidate in the search's order (`Walk` from the start of its sorted
+/// admissions, kept for the cycle), as a search finds it before taking any of the team's.
+fn first_candidate(
+    ctx: &Ctx,
+    wl: &Workload,
+    rules: (TeamId, bool),
+    never: &[WlId],
+    m: TeamId,
+    f_set: &BTreeSet<FrId>,
+) -> Option<Cand> {
+    let ids = users(ctx, m, f_set, true);
+    Walk::default().step(ctx, wl, rules, never, m, &ids)
 }
 
 /// How far a search has gone through one team's admissions in its order (`users`, sorted):
@@ -1743,7 +1761,6 @@ fn search_within(
     };
     walk(ctx, want, &mut dry);
     let fits = dry.fits_all(ctx, wl, usage, place);
-    let taken = dry.removed.clone();
     dry.put_back(ctx);
     if !fits {
         // Debug builds (every test) check the dry walk against the search it skips.
@@ -1773,7 +1790,7 @@ fn search_within(
     };
     // The search's walk takes what the dry one took, in its order, until the preemptor fits.
     let mut taking = Taking::default();
-    for (c, reason) in taken {
+    for (c, reason) in dry.removed {
         taking.take(ctx, (wl, place), c, reason);
         if taking.fits(ctx, wl, usage, place) {
             let victims = taking.victims(ctx, wl, usage, place);
